@@ -1,0 +1,1 @@
+//! Placeholder: filled in by its issue-2 work item.
