@@ -27,6 +27,7 @@ pub(crate) fn le32(buf: &[u8], off: usize, structure: &'static str) -> Result<u3
     Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
+#[allow(dead_code)] // the jbd2 structures read big-endian fields
 pub(crate) fn be32(buf: &[u8], off: usize, structure: &'static str) -> Result<u32> {
     let b = slice(buf, off, 4, structure)?;
     Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
