@@ -1,0 +1,37 @@
+//! The block-device layer: positioned, `&self` I/O on an image so that many
+//! threads can read at once. The engine only ever calls [`BlockDevice`];
+//! later layers (disk model, crash simulation, fault injection, I/O
+//! statistics) wrap one device in another.
+
+mod file;
+mod mem;
+
+pub use file::FileDevice;
+pub use mem::MemDevice;
+
+use std::io;
+
+/// A byte-addressed device holding a file-system image.
+pub trait BlockDevice: Send + Sync {
+    /// Size in bytes.
+    fn len(&self) -> u64;
+    /// True when the device holds no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Fills `buf` from byte `offset`. Reading past the end is an error.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Writes `buf` at byte `offset`.
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// Makes every completed write durable.
+    fn flush(&self) -> io::Result<()>;
+    /// True when writes are refused.
+    fn read_only(&self) -> bool;
+}
+
+fn past_end(offset: u64, len: usize, size: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("access of {len} bytes at {offset} is past the end of the {size}-byte device"),
+    )
+}

@@ -1,0 +1,115 @@
+//! Directories: listing (linear blocks, htree leaves and inline directories
+//! alike) and name lookup (through the htree index when there is one).
+//! See `Documentation/filesystems/ext4/directory.rst`.
+
+mod htree;
+mod lookup;
+
+use ext4kit_format::dir_entry::{self, DirEntryIter};
+use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::inode::FileType;
+
+use crate::error::{Error, Location, Result};
+use crate::fs::Filesystem;
+use crate::inode::Inode;
+
+/// One entry of a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Inode number.
+    pub ino: u32,
+    /// Name bytes (not necessarily UTF-8).
+    pub name: Vec<u8>,
+    /// File type from the entry, when the `filetype` feature records it.
+    pub file_type: Option<FileType>,
+}
+
+pub(crate) fn file_type_code(code: u8) -> Option<FileType> {
+    Some(match code {
+        1 => FileType::Regular,
+        2 => FileType::Directory,
+        3 => FileType::CharDevice,
+        4 => FileType::BlockDevice,
+        5 => FileType::Fifo,
+        6 => FileType::Socket,
+        7 => FileType::Symlink,
+        _ => return None,
+    })
+}
+
+impl Filesystem {
+    fn require_dir(&self, dir: &Inode) -> Result<()> {
+        if !dir.is_dir() {
+            return Err(Error::NotDir(format!("inode {}", dir.ino)));
+        }
+        Ok(())
+    }
+
+    /// Lists every entry of `dir`, `.` and `..` included, in on-disk order.
+    ///
+    /// Reads each directory block once. Index blocks of an htree are
+    /// recognised and skipped (their fake entries carry inode 0).
+    ///
+    /// # Errors
+    /// [`Error::NotDir`]; corruption or checksum failures at the block.
+    pub fn read_dir(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
+        self.require_dir(dir)?;
+        let mut out = Vec::new();
+        self.for_each_dir_entry(dir, |e| {
+            out.push(e);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `f` for each live entry of `dir` until it returns `Ok(false)`.
+    pub(crate) fn for_each_dir_entry(&self, dir: &Inode, mut f: impl FnMut(DirEntry) -> Result<bool>) -> Result<()> {
+        if dir.has_inline_data() {
+            return self.for_each_inline_dir_entry(dir, f);
+        }
+        for run in self.all_runs(dir)? {
+            for i in 0..run.len {
+                let block = run.physical + i;
+                let buf = self.meta_block(block, dir.ino)?;
+                let at = Location::Block { block, inode: dir.ino };
+                let entries = self.dir_block_entries(dir, &buf, run.logical + i, at)?;
+                for e in entries {
+                    if !f(e)? {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes the live entries of one directory block, verifying its
+    /// checksum (leaf tail or dx tail) when `metadata_csum` is on.
+    pub(crate) fn dir_block_entries(&self, dir: &Inode, buf: &[u8], logical: u64, at: Location) -> Result<Vec<DirEntry>> {
+        let bs = buf.len();
+        let tail = dir_entry::has_tail(buf);
+        let csum = self.geo.features.metadata_csum();
+        if csum && tail {
+            let r = dir_entry::verify_block_checksum(buf, self.inode_csum_seed(dir));
+            self.check(at, r)?;
+        } else if csum && self.is_dx_block(dir, buf, logical) {
+            self.verify_dx_block(dir, buf, at)?;
+        } else if csum && self.opts.verify_checksums {
+            return Err(Error::inconsistent(at, "directory block has no checksum tail"));
+        }
+        let used = if tail { bs - dir_entry::TAIL_SIZE } else { bs };
+        let filetype = self.geo.features.incompat.contains(IncompatFeatures::FILETYPE);
+        let mut out = Vec::new();
+        for e in DirEntryIter::new(&buf[..used], bs, filetype) {
+            let e = e.map_err(|e| Error::format(at, e))?;
+            if e.inode == 0 {
+                continue;
+            }
+            if e.inode > self.geo.inodes_count {
+                return Err(Error::inconsistent(at, format!("entry at byte {} names inode {} beyond the inode count", e.offset, e.inode)));
+            }
+            out.push(DirEntry { ino: e.inode, name: e.name.to_vec(), file_type: file_type_code(e.file_type) });
+        }
+        Ok(out)
+    }
+}

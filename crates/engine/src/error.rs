@@ -1,0 +1,173 @@
+//! The engine's error type: the format layer says *what* is wrong, the engine
+//! adds *where* ([`Location`]); [`Error::errno`] is the single mapping to
+//! POSIX error numbers used by every front end.
+
+use std::fmt;
+use std::io;
+
+use ext4kit_format::FormatError;
+
+/// Where on disk a problem was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// The primary superblock.
+    Superblock,
+    /// A group descriptor.
+    Group(u32),
+    /// An inode record.
+    Inode(u32),
+    /// A metadata block, with the inode it belongs to when known.
+    Block {
+        /// Physical block number.
+        block: u64,
+        /// Owning inode, 0 when not known.
+        inode: u32,
+    },
+    /// The journal.
+    Journal {
+        /// Block within the journal.
+        block: u64,
+    },
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Superblock => write!(f, "superblock"),
+            Self::Group(g) => write!(f, "group descriptor {g}"),
+            Self::Inode(i) => write!(f, "inode {i}"),
+            Self::Block { block, inode: 0 } => write!(f, "block {block}"),
+            Self::Block { block, inode } => write!(f, "block {block} (inode {inode})"),
+            Self::Journal { block } => write!(f, "journal block {block}"),
+        }
+    }
+}
+
+/// What is corrupt and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corruption {
+    /// The decoding failure, or a description of a cross-structure problem.
+    pub what: CorruptKind,
+    /// Where it was found.
+    pub at: Location,
+}
+
+/// The two sources of corruption reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CorruptKind {
+    /// A structure failed to decode.
+    Format(FormatError),
+    /// Structures decode but contradict each other or the geometry.
+    Inconsistent(String),
+}
+
+impl fmt::Display for Corruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.what {
+            CorruptKind::Format(e) => write!(f, "{}: {e}", self.at),
+            CorruptKind::Inconsistent(s) => write!(f, "{}: {s}", self.at),
+        }
+    }
+}
+
+/// Every failure the engine reports.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The device failed.
+    #[error("I/O error at byte {offset}: {source}")]
+    Io {
+        /// Byte offset of the failed access.
+        offset: u64,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// On-disk data is corrupt.
+    #[error("corrupt file system: {0}")]
+    Corrupt(Box<Corruption>),
+    /// A checksum does not match (open with `verify_checksums = false` to read anyway).
+    #[error("checksum mismatch at {at}: {detail}")]
+    BadChecksum {
+        /// Where.
+        at: Location,
+        /// The mismatch.
+        detail: FormatError,
+    },
+    /// The image uses something this engine cannot handle.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// The journal holds transactions that were never checkpointed.
+    #[error("the journal needs recovery (the image was not unmounted cleanly); replay it with e2fsck, or open with the journal ignored to read the possibly stale on-disk state")]
+    NeedsRecovery,
+    /// A path component does not exist.
+    #[error("no such file or directory: {0}")]
+    NotFound(String),
+    /// A path component that must be a directory is not one.
+    #[error("not a directory: {0}")]
+    NotDir(String),
+    /// A directory was given where a file is needed.
+    #[error("is a directory: {0}")]
+    IsDir(String),
+    /// Too many symbolic links while resolving a path.
+    #[error("too many levels of symbolic links: {0}")]
+    SymlinkLoop(String),
+    /// A name longer than 255 bytes.
+    #[error("file name too long: {0}")]
+    NameTooLong(String),
+    /// An argument is invalid.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The attribute does not exist.
+    #[error("no such attribute: {0}")]
+    NoAttribute(String),
+    /// The file system is read-only.
+    #[error("read-only file system")]
+    ReadOnly,
+}
+
+/// Result alias of the engine.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// A decoding failure found at `at`.
+    pub fn format(at: Location, e: FormatError) -> Self {
+        if e.is_checksum() {
+            return Self::BadChecksum { at, detail: e };
+        }
+        Self::Corrupt(Box::new(Corruption { what: CorruptKind::Format(e), at }))
+    }
+
+    /// A cross-structure inconsistency found at `at`.
+    pub fn inconsistent(at: Location, what: impl Into<String>) -> Self {
+        Self::Corrupt(Box::new(Corruption { what: CorruptKind::Inconsistent(what.into()), at }))
+    }
+
+    /// The POSIX error number for this error (`EUCLEAN` for corruption and
+    /// `EBADMSG` for checksums, as the kernel's `EFSCORRUPTED`/`EFSBADCRC`).
+    pub fn errno(&self) -> i32 {
+        match self {
+            Self::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            Self::Corrupt(_) => libc::EUCLEAN,
+            Self::BadChecksum { .. } => libc::EBADMSG,
+            Self::Unsupported(_) => libc::EOPNOTSUPP,
+            Self::NeedsRecovery => libc::EUCLEAN,
+            Self::NotFound(_) => libc::ENOENT,
+            Self::NotDir(_) => libc::ENOTDIR,
+            Self::IsDir(_) => libc::EISDIR,
+            Self::SymlinkLoop(_) => libc::ELOOP,
+            Self::NameTooLong(_) => libc::ENAMETOOLONG,
+            Self::InvalidArgument(_) => libc::EINVAL,
+            Self::NoAttribute(_) => libc::ENODATA,
+            Self::ReadOnly => libc::EROFS,
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Io { source, .. } => source,
+            other => io::Error::new(io::Error::from_raw_os_error(other.errno()).kind(), other),
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! [`Filesystem`]: an opened image, its validated geometry and group
+//! descriptors, and the block-read primitives every other module uses.
+
+use std::sync::Arc;
+
+use ext4kit_format::features::Features;
+use ext4kit_format::group_desc::RawGroupDesc;
+use ext4kit_format::superblock::{Geometry, RawSuperblock};
+
+use crate::cache::BlockCache;
+use crate::device::BlockDevice;
+use crate::error::{Error, Location, Result};
+
+/// What to do when the journal holds transactions that were never
+/// checkpointed (the image was not unmounted cleanly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DirtyJournal {
+    /// Refuse to open ([`Error::NeedsRecovery`]).
+    #[default]
+    Refuse,
+    /// Open and read the on-disk state as it is, which may be stale.
+    ReadStale,
+}
+
+/// Options for [`Filesystem::open`].
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Verify metadata checksums on every read (default). When false, a
+    /// mismatch is ignored and the structure is used as found.
+    pub verify_checksums: bool,
+    /// Policy for a dirty journal.
+    pub dirty_journal: DirtyJournal,
+    /// Bytes of metadata to cache.
+    pub cache_bytes: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self { verify_checksums: true, dirty_journal: DirtyJournal::Refuse, cache_bytes: 64 << 20 }
+    }
+}
+
+/// An opened ext2/3/4 file system. `Send + Sync`: any number of threads may
+/// read through one instance.
+pub struct Filesystem {
+    pub(crate) dev: Box<dyn BlockDevice>,
+    pub(crate) sb: RawSuperblock,
+    pub(crate) geo: Geometry,
+    pub(crate) groups: Vec<RawGroupDesc>,
+    pub(crate) csum_seed: u32,
+    pub(crate) opts: OpenOptions,
+    pub(crate) cache: BlockCache,
+    pub(crate) read_only_reason: Option<String>,
+    pub(crate) journal: crate::journal::JournalInfo,
+}
+
+impl std::fmt::Debug for Filesystem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Filesystem").field("geometry", &self.geo).finish_non_exhaustive()
+    }
+}
+
+impl Filesystem {
+    /// The raw primary superblock.
+    pub fn superblock(&self) -> &RawSuperblock {
+        &self.sb
+    }
+
+    /// The validated geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// The feature sets.
+    pub fn features(&self) -> Features {
+        self.geo.features
+    }
+
+    /// The group descriptors, one per block group.
+    pub fn group_descs(&self) -> &[RawGroupDesc] {
+        &self.groups
+    }
+
+    /// What the journal looked like at open time.
+    pub fn journal_info(&self) -> &crate::journal::JournalInfo {
+        &self.journal
+    }
+
+    /// Why the image can only be read, if it can only be read (an unknown
+    /// ro_compat feature, a read-only device…).
+    pub fn read_only_reason(&self) -> Option<&str> {
+        self.read_only_reason.as_deref()
+    }
+
+    /// Block size in bytes.
+    pub fn block_size(&self) -> usize {
+        self.geo.block_size as usize
+    }
+
+    /// Maps a decode failure to an error, or lets a checksum mismatch pass
+    /// when checksums are not being verified.
+    pub(crate) fn check(&self, at: Location, r: ext4kit_format::error::Result<()>) -> Result<()> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_checksum() && !self.opts.verify_checksums => Ok(()),
+            Err(e) => Err(Error::format(at, e)),
+        }
+    }
+
+    /// Reads `buf.len()` bytes at byte `offset` of the device.
+    pub(crate) fn read_bytes(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.dev.read_at(offset, buf).map_err(|source| Error::Io { offset, source })
+    }
+
+    /// Checks that `block` lies inside the file system.
+    pub(crate) fn check_block(&self, block: u64, at: Location) -> Result<()> {
+        if block < u64::from(self.geo.first_data_block) || block >= self.geo.blocks_count {
+            return Err(Error::inconsistent(at, format!("block number {block} is outside the file system")));
+        }
+        Ok(())
+    }
+
+    /// Reads one metadata block through the cache. `owner` names the inode
+    /// the block belongs to (0 when none) for error reports.
+    pub(crate) fn meta_block(&self, block: u64, owner: u32) -> Result<Arc<[u8]>> {
+        self.check_block(block, Location::Block { block, inode: owner })?;
+        if let Some(b) = self.cache.get(block) {
+            return Ok(b);
+        }
+        let mut buf = vec![0u8; self.block_size()];
+        self.read_bytes(block << self.geo.block_size_log2, &mut buf)?;
+        let arc: Arc<[u8]> = buf.into();
+        self.cache.insert(block, arc.clone());
+        Ok(arc)
+    }
+}

@@ -1,0 +1,155 @@
+//! Inodes: reading a record from its group's inode table, verifying it, and
+//! the file-body machinery below (extent trees, ext2/3 block maps, inline
+//! data, extended attributes).
+
+pub(crate) mod block_map;
+pub(crate) mod extents;
+pub(crate) mod inline;
+pub mod map;
+pub(crate) mod read;
+
+use ext4kit_format::inode::{FileType, RawInode, Timestamp, flags, verify_inode_checksum};
+
+use crate::error::{Error, Location, Result};
+use crate::fs::Filesystem;
+
+/// The root directory's inode number.
+pub const ROOT_INO: u32 = 2;
+
+/// An inode as read from disk: its number, the decoded core and the whole
+/// on-disk record (in-inode xattrs live past the core).
+#[derive(Clone)]
+pub struct Inode {
+    /// Inode number.
+    pub ino: u32,
+    /// Decoded fields.
+    pub raw: RawInode,
+    /// The `s_inode_size`-byte record.
+    pub record: Box<[u8]>,
+}
+
+impl std::fmt::Debug for Inode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inode").field("ino", &self.ino).field("mode", &format_args!("{:o}", self.raw.i_mode.get())).finish_non_exhaustive()
+    }
+}
+
+/// What `stat` shows for an inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metadata {
+    /// Inode number.
+    pub ino: u32,
+    /// File type.
+    pub file_type: FileType,
+    /// Permission bits (07777).
+    pub perm: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Hard links.
+    pub nlink: u32,
+    /// 512-byte sectors charged.
+    pub blocks: u64,
+    /// Access time.
+    pub atime: Timestamp,
+    /// Modification time.
+    pub mtime: Timestamp,
+    /// Change time.
+    pub ctime: Timestamp,
+    /// Creation time, with large inodes.
+    pub crtime: Option<Timestamp>,
+    /// Device (major, minor) for device nodes.
+    pub rdev: (u32, u32),
+    /// `i_flags`.
+    pub flags: u32,
+    /// `i_generation`.
+    pub generation: u32,
+}
+
+impl Inode {
+    /// The file type, or a corruption error for a mode with no valid type.
+    pub fn file_type(&self) -> Result<FileType> {
+        self.raw.file_type().ok_or_else(|| Error::inconsistent(Location::Inode(self.ino), format!("invalid file type in i_mode {:#o}", self.raw.i_mode.get())))
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.raw.size()
+    }
+
+    /// True when this is a directory.
+    pub fn is_dir(&self) -> bool {
+        self.raw.file_type() == Some(FileType::Directory)
+    }
+
+    /// True when the body is stored inline (`EXT4_INLINE_DATA_FL`).
+    pub fn has_inline_data(&self) -> bool {
+        self.raw.has_flag(flags::INLINE_DATA)
+    }
+
+    /// True when the body is an extent tree.
+    pub fn uses_extents(&self) -> bool {
+        self.raw.has_flag(flags::EXTENTS)
+    }
+}
+
+impl Filesystem {
+    /// Reads inode `ino`.
+    ///
+    /// One cached block read (the inode-table block). The checksum is verified
+    /// with `metadata_csum` unless the record is all zeros (never used).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a number outside `1..=s_inodes_count`;
+    /// [`Error::BadChecksum`] / [`Error::Corrupt`] at [`Location::Inode`].
+    pub fn inode(&self, ino: u32) -> Result<Inode> {
+        let (group, index) = self.geo.inode_location(ino).ok_or_else(|| Error::InvalidArgument(format!("inode number {ino} is out of range")))?;
+        let desc = self.groups.get(group as usize).ok_or_else(|| Error::inconsistent(Location::Inode(ino), "group out of range"))?;
+        let isz = usize::from(self.geo.inode_size);
+        let byte = u64::from(index) * isz as u64;
+        let block = desc.inode_table() + (byte >> self.geo.block_size_log2);
+        let off = (byte & (u64::from(self.geo.block_size) - 1)) as usize;
+        let buf = self.meta_block(block, ino)?;
+        let record: Box<[u8]> = buf[off..off + isz].into();
+        let raw = RawInode::parse(&record, isz).map_err(|e| Error::format(Location::Inode(ino), e))?;
+        if self.geo.features.metadata_csum() && record.iter().any(|&b| b != 0) {
+            let r = verify_inode_checksum(&record, self.csum_seed, ino);
+            self.check(Location::Inode(ino), r)?;
+        }
+        Ok(Inode { ino, raw, record })
+    }
+
+    /// `stat` information of an inode.
+    pub fn metadata(&self, inode: &Inode) -> Result<Metadata> {
+        let r = &inode.raw;
+        let huge = self.geo.features.ro_compat.contains(ext4kit_format::features::RoCompatFeatures::HUGE_FILE);
+        let file_type = inode.file_type()?;
+        let nlink = u32::from(r.links());
+        Ok(Metadata {
+            ino: inode.ino,
+            file_type,
+            perm: r.permissions(),
+            uid: r.uid(),
+            gid: r.gid(),
+            size: r.size(),
+            // dir_nlink: a directory with more than 65,000 subdirectories stores 1.
+            nlink,
+            blocks: r.blocks_512(huge, self.geo.block_size),
+            atime: r.atime(),
+            mtime: r.mtime(),
+            ctime: r.ctime(),
+            crtime: r.crtime(),
+            rdev: if matches!(file_type, FileType::CharDevice | FileType::BlockDevice) { r.device() } else { (0, 0) },
+            flags: r.flags(),
+            generation: r.i_generation.get(),
+        })
+    }
+
+    /// The checksum seed of `inode`'s metadata blocks.
+    pub(crate) fn inode_csum_seed(&self, inode: &Inode) -> u32 {
+        inode.raw.csum_seed(self.csum_seed, inode.ino)
+    }
+}

@@ -1,0 +1,71 @@
+//! Reading file bodies: mapped runs are read straight from the device in
+//! large requests; holes and unwritten extents read as zeros; inline bodies
+//! come from the inode.
+
+use crate::error::{Error, Location, Result};
+use crate::fs::Filesystem;
+use crate::inode::Inode;
+
+impl Filesystem {
+    /// Reads up to `buf.len()` bytes of `inode`'s body at byte `offset`;
+    /// returns the count read (0 at or past end of file).
+    ///
+    /// Cost: the tree walk for the range (cached) plus one device read per
+    /// mapped run.
+    ///
+    /// # Errors
+    /// Corrupt mappings, I/O errors.
+    pub fn read_at(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let size = inode.size();
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (size - offset).min(buf.len() as u64) as usize;
+        let buf = &mut buf[..n];
+        if inode.has_inline_data() {
+            let body = self.inline_body(inode)?;
+            buf.fill(0);
+            let from = (offset as usize).min(body.len());
+            let take = (body.len() - from).min(n);
+            buf[..take].copy_from_slice(&body[from..from + take]);
+            return Ok(n);
+        }
+        let bs = u64::from(self.geo.block_size);
+        let first = offset / bs;
+        let last = (offset + n as u64).div_ceil(bs);
+        let runs = self.map_range(inode, first, last - first)?;
+        buf.fill(0);
+        for r in runs.iter().filter(|r| !r.unwritten) {
+            let run_start = r.logical * bs;
+            let run_end = r.end() * bs;
+            let lo = run_start.max(offset);
+            let hi = run_end.min(offset + n as u64);
+            if lo >= hi {
+                continue;
+            }
+            let dev_off = r.physical * bs + (lo - run_start);
+            let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
+            self.read_bytes(dev_off, dst)?;
+        }
+        Ok(n)
+    }
+
+    /// Reads the whole body of `inode` (for symlink targets and directories;
+    /// bounded by `limit` bytes).
+    pub fn read_all(&self, inode: &Inode, limit: u64) -> Result<Vec<u8>> {
+        let size = inode.size();
+        if size > limit {
+            return Err(Error::inconsistent(Location::Inode(inode.ino), format!("size {size} exceeds the {limit}-byte limit for this kind of file")));
+        }
+        let mut buf = vec![0u8; size as usize];
+        let mut done = 0;
+        while done < buf.len() {
+            let n = self.read_at(inode, done as u64, &mut buf[done..])?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        Ok(buf)
+    }
+}

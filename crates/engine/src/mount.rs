@@ -1,0 +1,193 @@
+//! Opening an image, one step per function as the kernel's `ext4_fill_super`
+//! was split: read the superblock, check features, check geometry against
+//! the device, load the group descriptors, look at the journal.
+
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
+use ext4kit_format::group_desc::RawGroupDesc;
+use ext4kit_format::superblock::{Geometry, RawSuperblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+
+use crate::cache::BlockCache;
+use crate::device::BlockDevice;
+use crate::error::{Error, Location, Result};
+use crate::fs::{DirtyJournal, Filesystem, OpenOptions};
+
+/// Incompat features the engine reads correctly.
+const READABLE_INCOMPAT: IncompatFeatures = IncompatFeatures(
+    IncompatFeatures::FILETYPE.0
+        | IncompatFeatures::RECOVER.0
+        | IncompatFeatures::META_BG.0
+        | IncompatFeatures::EXTENTS.0
+        | IncompatFeatures::BIT64.0
+        | IncompatFeatures::MMP.0
+        | IncompatFeatures::FLEX_BG.0
+        | IncompatFeatures::EA_INODE.0
+        | IncompatFeatures::CSUM_SEED.0
+        | IncompatFeatures::LARGEDIR.0
+        | IncompatFeatures::INLINE_DATA.0,
+);
+
+/// Ro_compat features the engine understands (the rest force read-only).
+const KNOWN_RO_COMPAT: RoCompatFeatures = RoCompatFeatures(
+    RoCompatFeatures::SPARSE_SUPER.0
+        | RoCompatFeatures::LARGE_FILE.0
+        | RoCompatFeatures::HUGE_FILE.0
+        | RoCompatFeatures::GDT_CSUM.0
+        | RoCompatFeatures::DIR_NLINK.0
+        | RoCompatFeatures::EXTRA_ISIZE.0
+        | RoCompatFeatures::METADATA_CSUM.0
+        | RoCompatFeatures::ORPHAN_PRESENT.0,
+);
+
+impl Filesystem {
+    /// Opens the file system on `dev`.
+    ///
+    /// Reads the superblock and every group descriptor (a few blocks); no
+    /// inode is read until asked for.
+    ///
+    /// # Errors
+    /// - [`Error::Corrupt`] / [`Error::BadChecksum`] at [`Location::Superblock`]
+    ///   or [`Location::Group`] for a bad superblock or descriptor.
+    /// - [`Error::Unsupported`] naming each incompat feature the engine cannot
+    ///   read (e.g. `casefold`, `encrypt`, or a bit no tool knows).
+    /// - [`Error::NeedsRecovery`] when the journal is dirty and
+    ///   [`OpenOptions::dirty_journal`] is [`DirtyJournal::Refuse`].
+    pub fn open(dev: Box<dyn BlockDevice>, opts: OpenOptions) -> Result<Self> {
+        let sb = read_superblock(dev.as_ref(), &opts)?;
+        let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
+        let mut read_only_reason = check_features(&sb)?;
+        check_device_size(dev.as_ref(), &geo)?;
+        if dev.read_only() && read_only_reason.is_none() {
+            read_only_reason = Some("the device is read-only".into());
+        }
+        let csum_seed = sb.csum_seed();
+        let cache = BlockCache::new(opts.cache_bytes, geo.block_size as usize);
+        let mut fs = Self {
+            dev,
+            sb,
+            geo,
+            groups: Vec::new(),
+            csum_seed,
+            opts,
+            cache,
+            read_only_reason,
+            journal: Default::default(),
+        };
+        fs.groups = fs.load_group_descs()?;
+        fs.journal = fs.inspect_journal()?;
+        if fs.journal.needs_recovery && fs.opts.dirty_journal == DirtyJournal::Refuse {
+            return Err(Error::NeedsRecovery);
+        }
+        Ok(fs)
+    }
+
+    /// Block holding the descriptor of `group`, following `meta_bg` when on.
+    fn group_desc_block(&self, group: u32) -> u64 {
+        let per_block = self.geo.descs_per_block();
+        let desc_block = group / per_block;
+        let first = u64::from(self.geo.first_data_block);
+        let meta_bg = self.geo.features.incompat.contains(IncompatFeatures::META_BG);
+        if !meta_bg || desc_block < self.sb.s_first_meta_bg.get() {
+            return first + 1 + u64::from(desc_block);
+        }
+        let meta_group_first = desc_block * per_block;
+        let has_super = u64::from(self.group_has_super(meta_group_first));
+        self.geo.group_first_block(meta_group_first) + has_super
+    }
+
+    /// True when `group` holds a superblock backup (and thus descriptors).
+    pub fn group_has_super(&self, group: u32) -> bool {
+        if self.geo.features.compat.contains(CompatFeatures::SPARSE_SUPER2) {
+            let b = [self.sb.s_backup_bgs[0].get(), self.sb.s_backup_bgs[1].get()];
+            return group == 0 || b.contains(&group);
+        }
+        self.geo.group_has_super_sparse(group)
+    }
+
+    fn load_group_descs(&self) -> Result<Vec<RawGroupDesc>> {
+        let ds = usize::from(self.geo.desc_size);
+        let per_block = self.geo.descs_per_block();
+        let uuid = self.sb.s_uuid;
+        let mut out = Vec::with_capacity(self.geo.group_count as usize);
+        for g in 0..self.geo.group_count {
+            let blk = self.group_desc_block(g);
+            let buf = self.meta_block(blk, 0).map_err(|e| relocate(e, g))?;
+            let off = (g % per_block) as usize * ds;
+            let desc = RawGroupDesc::parse(&buf[off..], ds).map_err(|e| Error::format(Location::Group(g), e))?;
+            let r = desc.verify_checksum(&self.geo.features, self.csum_seed, &uuid, g, ds);
+            self.check(Location::Group(g), r)?;
+            self.check_group_layout(g, &desc)?;
+            out.push(desc);
+        }
+        Ok(out)
+    }
+
+    fn check_group_layout(&self, g: u32, d: &RawGroupDesc) -> Result<()> {
+        let at = Location::Group(g);
+        let uninit = d.flags() & ext4kit_format::group_desc::BG_BLOCK_UNINIT != 0;
+        if !uninit || !self.geo.features.has_group_csum() {
+            self.check_block(d.block_bitmap(), at)?;
+        }
+        self.check_block(d.inode_bitmap(), at)?;
+        let table = d.inode_table();
+        self.check_block(table, at)?;
+        let end = table + u64::from(self.geo.inode_table_blocks);
+        if end > self.geo.blocks_count {
+            return Err(Error::inconsistent(at, format!("inode table {table}..{end} runs past the end of the file system")));
+        }
+        Ok(())
+    }
+}
+
+fn relocate(e: Error, group: u32) -> Error {
+    match e {
+        Error::Corrupt(c) => Error::inconsistent(Location::Group(group), format!("descriptor block: {c}")),
+        other => other,
+    }
+}
+
+fn read_superblock(dev: &dyn BlockDevice, opts: &OpenOptions) -> Result<RawSuperblock> {
+    let mut buf = [0u8; SUPERBLOCK_SIZE];
+    if dev.len() < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64 {
+        return Err(Error::inconsistent(
+            Location::Superblock,
+            format!("the image is {} bytes, too small to hold a superblock", dev.len()),
+        ));
+    }
+    dev.read_at(SUPERBLOCK_OFFSET, &mut buf)
+        .map_err(|source| Error::Io { offset: SUPERBLOCK_OFFSET, source })?;
+    let sb = RawSuperblock::parse(&buf).map_err(|e| Error::format(Location::Superblock, e))?;
+    if sb.s_magic.get() != ext4kit_format::superblock::EXT4_SUPER_MAGIC {
+        return Err(Error::inconsistent(
+            Location::Superblock,
+            format!("bad magic {:#06x}: not an ext2/ext3/ext4 file system", sb.s_magic.get()),
+        ));
+    }
+    if let Err(e) = sb.verify_checksum()
+        && opts.verify_checksums
+    {
+        return Err(Error::format(Location::Superblock, e));
+    }
+    Ok(sb)
+}
+
+/// Refuses what cannot be read; returns why writing must be refused, if so.
+fn check_features(sb: &RawSuperblock) -> Result<Option<String>> {
+    let f = sb.features();
+    let bad = IncompatFeatures(f.incompat.0 & !READABLE_INCOMPAT.0);
+    if bad.0 != 0 {
+        return Err(Error::Unsupported(format!("incompat feature(s) {}", bad.names().join(", "))));
+    }
+    let unknown_ro = RoCompatFeatures(f.ro_compat.0 & !KNOWN_RO_COMPAT.0);
+    Ok((unknown_ro.0 != 0).then(|| format!("ro_compat feature(s) {} are not supported for writing", unknown_ro.names().join(", "))))
+}
+
+fn check_device_size(dev: &dyn BlockDevice, geo: &Geometry) -> Result<()> {
+    let need = geo.blocks_count.saturating_mul(u64::from(geo.block_size));
+    if dev.len() < need {
+        return Err(Error::inconsistent(
+            Location::Superblock,
+            format!("the superblock claims {} blocks ({need} bytes) but the image holds only {} bytes", geo.blocks_count, dev.len()),
+        ));
+    }
+    Ok(())
+}
