@@ -27,7 +27,10 @@ impl BlockCache {
     /// A cache of about `bytes` bytes for blocks of `block_size` bytes.
     pub(crate) fn new(bytes: usize, block_size: usize) -> Self {
         let blocks = (bytes / block_size.max(1)).max(SHARDS * 4);
-        Self { shards: (0..SHARDS).map(|_| Mutex::default()).collect(), per_shard: blocks / SHARDS }
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            per_shard: blocks / SHARDS,
+        }
     }
 
     fn shard(&self, block: u64) -> &Mutex<Shard> {

@@ -97,7 +97,9 @@ pub enum Error {
     #[error("unsupported: {0}")]
     Unsupported(String),
     /// The journal holds transactions that were never checkpointed.
-    #[error("the journal needs recovery (the image was not unmounted cleanly); replay it with e2fsck, or open with the journal ignored to read the possibly stale on-disk state")]
+    #[error(
+        "the journal needs recovery (the image was not unmounted cleanly); replay it with e2fsck, or open with the journal ignored to read the possibly stale on-disk state"
+    )]
     NeedsRecovery,
     /// A path component does not exist.
     #[error("no such file or directory: {0}")]
@@ -134,12 +136,18 @@ impl Error {
         if e.is_checksum() {
             return Self::BadChecksum { at, detail: e };
         }
-        Self::Corrupt(Box::new(Corruption { what: CorruptKind::Format(e), at }))
+        Self::Corrupt(Box::new(Corruption {
+            what: CorruptKind::Format(e),
+            at,
+        }))
     }
 
     /// A cross-structure inconsistency found at `at`.
     pub fn inconsistent(at: Location, what: impl Into<String>) -> Self {
-        Self::Corrupt(Box::new(Corruption { what: CorruptKind::Inconsistent(what.into()), at }))
+        Self::Corrupt(Box::new(Corruption {
+            what: CorruptKind::Inconsistent(what.into()),
+            at,
+        }))
     }
 
     /// The POSIX error number for this error (`EUCLEAN` for corruption and

@@ -36,7 +36,11 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        Self { verify_checksums: true, dirty_journal: DirtyJournal::Refuse, cache_bytes: 64 << 20 }
+        Self {
+            verify_checksums: true,
+            dirty_journal: DirtyJournal::Refuse,
+            cache_bytes: 64 << 20,
+        }
     }
 }
 
@@ -56,7 +60,9 @@ pub struct Filesystem {
 
 impl std::fmt::Debug for Filesystem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Filesystem").field("geometry", &self.geo).finish_non_exhaustive()
+        f.debug_struct("Filesystem")
+            .field("geometry", &self.geo)
+            .finish_non_exhaustive()
     }
 }
 
@@ -109,13 +115,18 @@ impl Filesystem {
 
     /// Reads `buf.len()` bytes at byte `offset` of the device.
     pub(crate) fn read_bytes(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.dev.read_at(offset, buf).map_err(|source| Error::Io { offset, source })
+        self.dev
+            .read_at(offset, buf)
+            .map_err(|source| Error::Io { offset, source })
     }
 
     /// Checks that `block` lies inside the file system.
     pub(crate) fn check_block(&self, block: u64, at: Location) -> Result<()> {
         if block < u64::from(self.geo.first_data_block) || block >= self.geo.blocks_count {
-            return Err(Error::inconsistent(at, format!("block number {block} is outside the file system")));
+            return Err(Error::inconsistent(
+                at,
+                format!("block number {block} is outside the file system"),
+            ));
         }
         Ok(())
     }
@@ -123,7 +134,13 @@ impl Filesystem {
     /// Reads one metadata block through the cache. `owner` names the inode
     /// the block belongs to (0 when none) for error reports.
     pub(crate) fn meta_block(&self, block: u64, owner: u32) -> Result<Arc<[u8]>> {
-        self.check_block(block, Location::Block { block, inode: owner })?;
+        self.check_block(
+            block,
+            Location::Block {
+                block,
+                inode: owner,
+            },
+        )?;
         if let Some(b) = self.cache.get(block) {
             return Ok(b);
         }

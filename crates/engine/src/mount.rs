@@ -53,7 +53,8 @@ impl Filesystem {
     ///   [`OpenOptions::dirty_journal`] is [`DirtyJournal::Refuse`].
     pub fn open(dev: Box<dyn BlockDevice>, opts: OpenOptions) -> Result<Self> {
         let sb = read_superblock(dev.as_ref(), &opts)?;
-        let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
+        let geo =
+            Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
         let mut read_only_reason = check_features(&sb)?;
         check_device_size(dev.as_ref(), &geo)?;
         if dev.read_only() && read_only_reason.is_none() {
@@ -85,7 +86,11 @@ impl Filesystem {
         let per_block = self.geo.descs_per_block();
         let desc_block = group / per_block;
         let first = u64::from(self.geo.first_data_block);
-        let meta_bg = self.geo.features.incompat.contains(IncompatFeatures::META_BG);
+        let meta_bg = self
+            .geo
+            .features
+            .incompat
+            .contains(IncompatFeatures::META_BG);
         if !meta_bg || desc_block < self.sb.s_first_meta_bg.get() {
             return first + 1 + u64::from(desc_block);
         }
@@ -96,7 +101,12 @@ impl Filesystem {
 
     /// True when `group` holds a superblock backup (and thus descriptors).
     pub fn group_has_super(&self, group: u32) -> bool {
-        if self.geo.features.compat.contains(CompatFeatures::SPARSE_SUPER2) {
+        if self
+            .geo
+            .features
+            .compat
+            .contains(CompatFeatures::SPARSE_SUPER2)
+        {
             let b = [self.sb.s_backup_bgs[0].get(), self.sb.s_backup_bgs[1].get()];
             return group == 0 || b.contains(&group);
         }
@@ -112,7 +122,8 @@ impl Filesystem {
             let blk = self.group_desc_block(g);
             let buf = self.meta_block(blk, 0).map_err(|e| relocate(e, g))?;
             let off = (g % per_block) as usize * ds;
-            let desc = RawGroupDesc::parse(&buf[off..], ds).map_err(|e| Error::format(Location::Group(g), e))?;
+            let desc = RawGroupDesc::parse(&buf[off..], ds)
+                .map_err(|e| Error::format(Location::Group(g), e))?;
             let r = desc.verify_checksum(&self.geo.features, self.csum_seed, &uuid, g, ds);
             self.check(Location::Group(g), r)?;
             self.check_group_layout(g, &desc)?;
@@ -132,7 +143,10 @@ impl Filesystem {
         self.check_block(table, at)?;
         let end = table + u64::from(self.geo.inode_table_blocks);
         if end > self.geo.blocks_count {
-            return Err(Error::inconsistent(at, format!("inode table {table}..{end} runs past the end of the file system")));
+            return Err(Error::inconsistent(
+                at,
+                format!("inode table {table}..{end} runs past the end of the file system"),
+            ));
         }
         Ok(())
     }
@@ -140,7 +154,9 @@ impl Filesystem {
 
 fn relocate(e: Error, group: u32) -> Error {
     match e {
-        Error::Corrupt(c) => Error::inconsistent(Location::Group(group), format!("descriptor block: {c}")),
+        Error::Corrupt(c) => {
+            Error::inconsistent(Location::Group(group), format!("descriptor block: {c}"))
+        }
         other => other,
     }
 }
@@ -150,16 +166,25 @@ fn read_superblock(dev: &dyn BlockDevice, opts: &OpenOptions) -> Result<RawSuper
     if dev.len() < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64 {
         return Err(Error::inconsistent(
             Location::Superblock,
-            format!("the image is {} bytes, too small to hold a superblock", dev.len()),
+            format!(
+                "the image is {} bytes, too small to hold a superblock",
+                dev.len()
+            ),
         ));
     }
     dev.read_at(SUPERBLOCK_OFFSET, &mut buf)
-        .map_err(|source| Error::Io { offset: SUPERBLOCK_OFFSET, source })?;
+        .map_err(|source| Error::Io {
+            offset: SUPERBLOCK_OFFSET,
+            source,
+        })?;
     let sb = RawSuperblock::parse(&buf).map_err(|e| Error::format(Location::Superblock, e))?;
     if sb.s_magic.get() != ext4kit_format::superblock::EXT4_SUPER_MAGIC {
         return Err(Error::inconsistent(
             Location::Superblock,
-            format!("bad magic {:#06x}: not an ext2/ext3/ext4 file system", sb.s_magic.get()),
+            format!(
+                "bad magic {:#06x}: not an ext2/ext3/ext4 file system",
+                sb.s_magic.get()
+            ),
         ));
     }
     if let Err(e) = sb.verify_checksum()
@@ -175,10 +200,18 @@ fn check_features(sb: &RawSuperblock) -> Result<Option<String>> {
     let f = sb.features();
     let bad = IncompatFeatures(f.incompat.0 & !READABLE_INCOMPAT.0);
     if bad.0 != 0 {
-        return Err(Error::Unsupported(format!("incompat feature(s) {}", bad.names().join(", "))));
+        return Err(Error::Unsupported(format!(
+            "incompat feature(s) {}",
+            bad.names().join(", ")
+        )));
     }
     let unknown_ro = RoCompatFeatures(f.ro_compat.0 & !KNOWN_RO_COMPAT.0);
-    Ok((unknown_ro.0 != 0).then(|| format!("ro_compat feature(s) {} are not supported for writing", unknown_ro.names().join(", "))))
+    Ok((unknown_ro.0 != 0).then(|| {
+        format!(
+            "ro_compat feature(s) {} are not supported for writing",
+            unknown_ro.names().join(", ")
+        )
+    }))
 }
 
 fn check_device_size(dev: &dyn BlockDevice, geo: &Geometry) -> Result<()> {
@@ -186,7 +219,11 @@ fn check_device_size(dev: &dyn BlockDevice, geo: &Geometry) -> Result<()> {
     if dev.len() < need {
         return Err(Error::inconsistent(
             Location::Superblock,
-            format!("the superblock claims {} blocks ({need} bytes) but the image holds only {} bytes", geo.blocks_count, dev.len()),
+            format!(
+                "the superblock claims {} blocks ({need} bytes) but the image holds only {} bytes",
+                geo.blocks_count,
+                dev.len()
+            ),
         ));
     }
     Ok(())

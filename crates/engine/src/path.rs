@@ -29,8 +29,15 @@ impl Filesystem {
     }
 
     fn walk(&self, start: Inode, path: &[u8], follow: bool, budget: &mut u32) -> Result<Inode> {
-        let mut cur = if path.first() == Some(&b'/') { self.inode(ROOT_INO)? } else { start };
-        let parts: Vec<&[u8]> = path.split(|&b| b == b'/').filter(|p| !p.is_empty()).collect();
+        let mut cur = if path.first() == Some(&b'/') {
+            self.inode(ROOT_INO)?
+        } else {
+            start
+        };
+        let parts: Vec<&[u8]> = path
+            .split(|&b| b == b'/')
+            .filter(|p| !p.is_empty())
+            .collect();
         for (i, part) in parts.iter().enumerate() {
             if !cur.is_dir() {
                 return Err(Error::NotDir(String::from_utf8_lossy(path).into_owned()));
@@ -44,7 +51,9 @@ impl Filesystem {
             let last = i + 1 == parts.len();
             if cur.file_type()? == FileType::Symlink && (!last || follow) {
                 if *budget == 0 {
-                    return Err(Error::SymlinkLoop(String::from_utf8_lossy(path).into_owned()));
+                    return Err(Error::SymlinkLoop(
+                        String::from_utf8_lossy(path).into_owned(),
+                    ));
                 }
                 *budget -= 1;
                 let target = self.read_link(&cur)?;
@@ -61,7 +70,10 @@ impl Filesystem {
     /// [`Error::InvalidArgument`] when `inode` is not a symbolic link; corruption.
     pub fn read_link(&self, inode: &Inode) -> Result<Vec<u8>> {
         if inode.file_type()? != FileType::Symlink {
-            return Err(Error::InvalidArgument(format!("inode {} is not a symbolic link", inode.ino)));
+            return Err(Error::InvalidArgument(format!(
+                "inode {} is not a symbolic link",
+                inode.ino
+            )));
         }
         let size = inode.size();
         if self.is_fast_symlink(inode) {
@@ -76,8 +88,20 @@ impl Filesystem {
         if inode.has_inline_data() || inode.size() >= 60 {
             return false;
         }
-        let ea_sectors = if inode.raw.file_acl() != 0 { u64::from(self.geo.block_size / 512) } else { 0 };
-        let huge = self.geo.features.ro_compat.contains(ext4kit_format::features::RoCompatFeatures::HUGE_FILE);
-        inode.raw.blocks_512(huge, self.geo.block_size).saturating_sub(ea_sectors) == 0
+        let ea_sectors = if inode.raw.file_acl() != 0 {
+            u64::from(self.geo.block_size / 512)
+        } else {
+            0
+        };
+        let huge = self
+            .geo
+            .features
+            .ro_compat
+            .contains(ext4kit_format::features::RoCompatFeatures::HUGE_FILE);
+        inode
+            .raw
+            .blocks_512(huge, self.geo.block_size)
+            .saturating_sub(ea_sectors)
+            == 0
     }
 }

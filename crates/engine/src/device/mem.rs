@@ -17,12 +17,18 @@ pub struct MemDevice {
 impl MemDevice {
     /// A writable device holding `bytes`.
     pub fn new(bytes: Vec<u8>) -> Self {
-        Self { bytes: RwLock::new(bytes), read_only: false }
+        Self {
+            bytes: RwLock::new(bytes),
+            read_only: false,
+        }
     }
 
     /// A read-only device holding `bytes`.
     pub fn read_only(bytes: Vec<u8>) -> Self {
-        Self { bytes: RwLock::new(bytes), read_only: true }
+        Self {
+            bytes: RwLock::new(bytes),
+            read_only: true,
+        }
     }
 
     /// A copy of the current contents.

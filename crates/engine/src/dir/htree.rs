@@ -17,7 +17,10 @@ impl Filesystem {
             return true;
         }
         let inode = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
-        let rec = ext4kit_format::dir_entry::rec_len_from_disk(u16::from_le_bytes([buf[4], buf[5]]), buf.len());
+        let rec = ext4kit_format::dir_entry::rec_len_from_disk(
+            u16::from_le_bytes([buf[4], buf[5]]),
+            buf.len(),
+        );
         inode == 0 && rec == buf.len()
     }
 

@@ -63,7 +63,11 @@ impl Filesystem {
     }
 
     /// Calls `f` for each live entry of `dir` until it returns `Ok(false)`.
-    pub(crate) fn for_each_dir_entry(&self, dir: &Inode, mut f: impl FnMut(DirEntry) -> Result<bool>) -> Result<()> {
+    pub(crate) fn for_each_dir_entry(
+        &self,
+        dir: &Inode,
+        mut f: impl FnMut(DirEntry) -> Result<bool>,
+    ) -> Result<()> {
         if dir.has_inline_data() {
             return self.for_each_inline_dir_entry(dir, f);
         }
@@ -71,7 +75,10 @@ impl Filesystem {
             for i in 0..run.len {
                 let block = run.physical + i;
                 let buf = self.meta_block(block, dir.ino)?;
-                let at = Location::Block { block, inode: dir.ino };
+                let at = Location::Block {
+                    block,
+                    inode: dir.ino,
+                };
                 let entries = self.dir_block_entries(dir, &buf, run.logical + i, at)?;
                 for e in entries {
                     if !f(e)? {
@@ -85,7 +92,13 @@ impl Filesystem {
 
     /// Decodes the live entries of one directory block, verifying its
     /// checksum (leaf tail or dx tail) when `metadata_csum` is on.
-    pub(crate) fn dir_block_entries(&self, dir: &Inode, buf: &[u8], logical: u64, at: Location) -> Result<Vec<DirEntry>> {
+    pub(crate) fn dir_block_entries(
+        &self,
+        dir: &Inode,
+        buf: &[u8],
+        logical: u64,
+        at: Location,
+    ) -> Result<Vec<DirEntry>> {
         let bs = buf.len();
         let tail = dir_entry::has_tail(buf);
         let csum = self.geo.features.metadata_csum();
@@ -95,10 +108,17 @@ impl Filesystem {
         } else if csum && self.is_dx_block(dir, buf, logical) {
             self.verify_dx_block(dir, buf, at)?;
         } else if csum && self.opts.verify_checksums {
-            return Err(Error::inconsistent(at, "directory block has no checksum tail"));
+            return Err(Error::inconsistent(
+                at,
+                "directory block has no checksum tail",
+            ));
         }
         let used = if tail { bs - dir_entry::TAIL_SIZE } else { bs };
-        let filetype = self.geo.features.incompat.contains(IncompatFeatures::FILETYPE);
+        let filetype = self
+            .geo
+            .features
+            .incompat
+            .contains(IncompatFeatures::FILETYPE);
         let mut out = Vec::new();
         for e in DirEntryIter::new(&buf[..used], bs, filetype) {
             let e = e.map_err(|e| Error::format(at, e))?;
@@ -106,9 +126,19 @@ impl Filesystem {
                 continue;
             }
             if e.inode > self.geo.inodes_count {
-                return Err(Error::inconsistent(at, format!("entry at byte {} names inode {} beyond the inode count", e.offset, e.inode)));
+                return Err(Error::inconsistent(
+                    at,
+                    format!(
+                        "entry at byte {} names inode {} beyond the inode count",
+                        e.offset, e.inode
+                    ),
+                ));
             }
-            out.push(DirEntry { ino: e.inode, name: e.name.to_vec(), file_type: file_type_code(e.file_type) });
+            out.push(DirEntry {
+                ino: e.inode,
+                name: e.name.to_vec(),
+                file_type: file_type_code(e.file_type),
+            });
         }
         Ok(out)
     }

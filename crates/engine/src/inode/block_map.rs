@@ -12,9 +12,20 @@ const DIRECT: u64 = 12;
 impl Filesystem {
     /// The runs of a block-mapped `inode` overlapping `start..end`.
     pub(crate) fn block_map_runs(&self, inode: &Inode, start: u64, end: u64) -> Result<Vec<Run>> {
-        let ptrs: Vec<u32> = inode.raw.i_block.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let ptrs: Vec<u32> = inode
+            .raw
+            .i_block
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
         let per = u64::from(self.geo.block_size / 4);
-        let mut w = Walk { fs: self, inode, start, end, out: Vec::new() };
+        let mut w = Walk {
+            fs: self,
+            inode,
+            start,
+            end,
+            out: Vec::new(),
+        };
         for (i, &p) in ptrs.iter().take(DIRECT as usize).enumerate() {
             w.leaf(i as u64, p)?;
         }
@@ -45,7 +56,12 @@ impl Walk<'_> {
         self.fs.check_block(phys, Location::Inode(self.inode.ino))?;
         match self.out.last_mut() {
             Some(r) if r.end() == logical && r.physical + r.len == phys => r.len += 1,
-            _ => self.out.push(Run { logical, physical: phys, len: 1, unwritten: false }),
+            _ => self.out.push(Run {
+                logical,
+                physical: phys,
+                len: 1,
+                unwritten: false,
+            }),
         }
         Ok(())
     }

@@ -14,7 +14,8 @@ use crate::inode::map::Run;
 impl Filesystem {
     /// The extent runs of `inode` overlapping `start..end` (not yet clipped).
     pub(crate) fn extent_runs(&self, inode: &Inode, start: u64, end: u64) -> Result<Vec<Run>> {
-        let root = extent::parse_node(&inode.raw.i_block[..I_BLOCK_SIZE], true).map_err(|e| Error::format(Location::Inode(inode.ino), e))?;
+        let root = extent::parse_node(&inode.raw.i_block[..I_BLOCK_SIZE], true)
+            .map_err(|e| Error::format(Location::Inode(inode.ino), e))?;
         let mut out = Vec::new();
         self.walk_extents(inode, &root, start, end, &mut out)?;
         Ok(out)
@@ -22,7 +23,8 @@ impl Filesystem {
 
     /// The parsed tree nodes of `inode`, root first, depth-first (for `stat`).
     pub fn extent_tree(&self, inode: &Inode) -> Result<Vec<(Option<u64>, ExtentNode)>> {
-        let root = extent::parse_node(&inode.raw.i_block[..I_BLOCK_SIZE], true).map_err(|e| Error::format(Location::Inode(inode.ino), e))?;
+        let root = extent::parse_node(&inode.raw.i_block[..I_BLOCK_SIZE], true)
+            .map_err(|e| Error::format(Location::Inode(inode.ino), e))?;
         let mut out = vec![(None, root)];
         let mut i = 0;
         while i < out.len() {
@@ -37,14 +39,28 @@ impl Filesystem {
         Ok(out)
     }
 
-    fn walk_extents(&self, inode: &Inode, node: &ExtentNode, start: u64, end: u64, out: &mut Vec<Run>) -> Result<()> {
+    fn walk_extents(
+        &self,
+        inode: &Inode,
+        node: &ExtentNode,
+        start: u64,
+        end: u64,
+        out: &mut Vec<Run>,
+    ) -> Result<()> {
         match &node.entries {
             NodeEntries::Leaf(v) => {
-                for e in v.iter().filter(|e| u64::from(e.logical) < end && u64::from(e.logical) + u64::from(e.len) > start) {
+                for e in v.iter().filter(|e| {
+                    u64::from(e.logical) < end && u64::from(e.logical) + u64::from(e.len) > start
+                }) {
                     let at = Location::Inode(inode.ino);
                     self.check_block(e.physical, at)?;
                     self.check_block(e.physical + u64::from(e.len) - 1, at)?;
-                    out.push(Run { logical: e.logical.into(), physical: e.physical, len: e.len.into(), unwritten: e.unwritten });
+                    out.push(Run {
+                        logical: e.logical.into(),
+                        physical: e.physical,
+                        len: e.len.into(),
+                        unwritten: e.unwritten,
+                    });
                 }
             }
             NodeEntries::Index(v) => {
@@ -62,11 +78,20 @@ impl Filesystem {
     }
 
     fn extent_child(&self, inode: &Inode, block: u64, parent_depth: u16) -> Result<ExtentNode> {
-        let at = Location::Block { block, inode: inode.ino };
+        let at = Location::Block {
+            block,
+            inode: inode.ino,
+        };
         let buf = self.meta_block(block, inode.ino)?;
         let node = extent::parse_node(&buf, false).map_err(|e| Error::format(at, e))?;
         if node.depth + 1 != parent_depth {
-            return Err(Error::inconsistent(at, format!("extent node depth {} under a node of depth {parent_depth}", node.depth)));
+            return Err(Error::inconsistent(
+                at,
+                format!(
+                    "extent node depth {} under a node of depth {parent_depth}",
+                    node.depth
+                ),
+            ));
         }
         if self.geo.features.metadata_csum() {
             let r = extent::verify_block_checksum(&buf, self.inode_csum_seed(inode));

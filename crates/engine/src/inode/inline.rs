@@ -15,16 +15,28 @@ impl Filesystem {
         Ok(inode.raw.i_block.to_vec())
     }
 
-    pub(crate) fn for_each_inline_dir_entry(&self, dir: &Inode, mut f: impl FnMut(DirEntry) -> Result<bool>) -> Result<()> {
+    pub(crate) fn for_each_inline_dir_entry(
+        &self,
+        dir: &Inode,
+        mut f: impl FnMut(DirEntry) -> Result<bool>,
+    ) -> Result<()> {
         let body = self.inline_body(dir)?;
         let parent = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
         let at = Location::Inode(dir.ino);
         for (name, ino) in [(&b"."[..], dir.ino), (&b".."[..], parent)] {
-            if !f(DirEntry { ino, name: name.to_vec(), file_type: Some(ext4kit_format::inode::FileType::Directory) })? {
+            if !f(DirEntry {
+                ino,
+                name: name.to_vec(),
+                file_type: Some(ext4kit_format::inode::FileType::Directory),
+            })? {
                 return Ok(());
             }
         }
-        let filetype = self.geo.features.incompat.contains(IncompatFeatures::FILETYPE);
+        let filetype = self
+            .geo
+            .features
+            .incompat
+            .contains(IncompatFeatures::FILETYPE);
         let bs = self.block_size();
         for region in [&body[4..60], &body[60..]] {
             for e in DirEntryIter::new(region, bs, filetype) {
@@ -32,7 +44,11 @@ impl Filesystem {
                 if e.inode == 0 {
                     continue;
                 }
-                if !f(DirEntry { ino: e.inode, name: e.name.to_vec(), file_type: crate::dir::file_type_code(e.file_type) })? {
+                if !f(DirEntry {
+                    ino: e.inode,
+                    name: e.name.to_vec(),
+                    file_type: crate::dir::file_type_code(e.file_type),
+                })? {
                     return Ok(());
                 }
             }

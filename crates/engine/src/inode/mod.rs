@@ -7,6 +7,7 @@ pub(crate) mod extents;
 pub(crate) mod inline;
 pub mod map;
 pub(crate) mod read;
+pub mod xattr;
 
 use ext4kit_format::inode::{FileType, RawInode, Timestamp, flags, verify_inode_checksum};
 
@@ -30,7 +31,10 @@ pub struct Inode {
 
 impl std::fmt::Debug for Inode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inode").field("ino", &self.ino).field("mode", &format_args!("{:o}", self.raw.i_mode.get())).finish_non_exhaustive()
+        f.debug_struct("Inode")
+            .field("ino", &self.ino)
+            .field("mode", &format_args!("{:o}", self.raw.i_mode.get()))
+            .finish_non_exhaustive()
     }
 }
 
@@ -72,7 +76,12 @@ pub struct Metadata {
 impl Inode {
     /// The file type, or a corruption error for a mode with no valid type.
     pub fn file_type(&self) -> Result<FileType> {
-        self.raw.file_type().ok_or_else(|| Error::inconsistent(Location::Inode(self.ino), format!("invalid file type in i_mode {:#o}", self.raw.i_mode.get())))
+        self.raw.file_type().ok_or_else(|| {
+            Error::inconsistent(
+                Location::Inode(self.ino),
+                format!("invalid file type in i_mode {:#o}", self.raw.i_mode.get()),
+            )
+        })
     }
 
     /// Size in bytes.
@@ -106,15 +115,22 @@ impl Filesystem {
     /// [`Error::InvalidArgument`] for a number outside `1..=s_inodes_count`;
     /// [`Error::BadChecksum`] / [`Error::Corrupt`] at [`Location::Inode`].
     pub fn inode(&self, ino: u32) -> Result<Inode> {
-        let (group, index) = self.geo.inode_location(ino).ok_or_else(|| Error::InvalidArgument(format!("inode number {ino} is out of range")))?;
-        let desc = self.groups.get(group as usize).ok_or_else(|| Error::inconsistent(Location::Inode(ino), "group out of range"))?;
+        let (group, index) = self
+            .geo
+            .inode_location(ino)
+            .ok_or_else(|| Error::InvalidArgument(format!("inode number {ino} is out of range")))?;
+        let desc = self
+            .groups
+            .get(group as usize)
+            .ok_or_else(|| Error::inconsistent(Location::Inode(ino), "group out of range"))?;
         let isz = usize::from(self.geo.inode_size);
         let byte = u64::from(index) * isz as u64;
         let block = desc.inode_table() + (byte >> self.geo.block_size_log2);
         let off = (byte & (u64::from(self.geo.block_size) - 1)) as usize;
         let buf = self.meta_block(block, ino)?;
         let record: Box<[u8]> = buf[off..off + isz].into();
-        let raw = RawInode::parse(&record, isz).map_err(|e| Error::format(Location::Inode(ino), e))?;
+        let raw =
+            RawInode::parse(&record, isz).map_err(|e| Error::format(Location::Inode(ino), e))?;
         if self.geo.features.metadata_csum() && record.iter().any(|&b| b != 0) {
             let r = verify_inode_checksum(&record, self.csum_seed, ino);
             self.check(Location::Inode(ino), r)?;
@@ -125,7 +141,11 @@ impl Filesystem {
     /// `stat` information of an inode.
     pub fn metadata(&self, inode: &Inode) -> Result<Metadata> {
         let r = &inode.raw;
-        let huge = self.geo.features.ro_compat.contains(ext4kit_format::features::RoCompatFeatures::HUGE_FILE);
+        let huge = self
+            .geo
+            .features
+            .ro_compat
+            .contains(ext4kit_format::features::RoCompatFeatures::HUGE_FILE);
         let file_type = inode.file_type()?;
         let nlink = u32::from(r.links());
         Ok(Metadata {
@@ -142,7 +162,11 @@ impl Filesystem {
             mtime: r.mtime(),
             ctime: r.ctime(),
             crtime: r.crtime(),
-            rdev: if matches!(file_type, FileType::CharDevice | FileType::BlockDevice) { r.device() } else { (0, 0) },
+            rdev: if matches!(file_type, FileType::CharDevice | FileType::BlockDevice) {
+                r.device()
+            } else {
+                (0, 0)
+            },
             flags: r.flags(),
             generation: r.i_generation.get(),
         })

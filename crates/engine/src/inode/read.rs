@@ -55,7 +55,10 @@ impl Filesystem {
     pub fn read_all(&self, inode: &Inode, limit: u64) -> Result<Vec<u8>> {
         let size = inode.size();
         if size > limit {
-            return Err(Error::inconsistent(Location::Inode(inode.ino), format!("size {size} exceeds the {limit}-byte limit for this kind of file")));
+            return Err(Error::inconsistent(
+                Location::Inode(inode.ino),
+                format!("size {size} exceeds the {limit}-byte limit for this kind of file"),
+            ));
         }
         let mut buf = vec![0u8; size as usize];
         let mut done = 0;

@@ -1,0 +1,8 @@
+//! One module per subcommand.
+
+pub mod cat;
+pub mod export;
+pub mod info;
+pub mod ls;
+pub mod stat;
+mod util;

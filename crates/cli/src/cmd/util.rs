@@ -1,0 +1,55 @@
+//! Formatting shared by the subcommands.
+
+use ext4kit_format::inode::{FileType, Timestamp};
+
+/// `ls -l` style mode string.
+pub fn mode_string(ft: FileType, perm: u16) -> String {
+    let t = match ft {
+        FileType::Regular => '-',
+        FileType::Directory => 'd',
+        FileType::Symlink => 'l',
+        FileType::CharDevice => 'c',
+        FileType::BlockDevice => 'b',
+        FileType::Fifo => 'p',
+        FileType::Socket => 's',
+    };
+    let mut s = String::from(t);
+    let bits = [
+        (0o400, 'r'),
+        (0o200, 'w'),
+        (0o100, 'x'),
+        (0o40, 'r'),
+        (0o20, 'w'),
+        (0o10, 'x'),
+        (0o4, 'r'),
+        (0o2, 'w'),
+        (0o1, 'x'),
+    ];
+    for (i, (bit, ch)) in bits.iter().enumerate() {
+        let set = perm & bit != 0;
+        let special = match i {
+            2 => Some((0o4000, 's')),
+            5 => Some((0o2000, 's')),
+            8 => Some((0o1000, 't')),
+            _ => None,
+        };
+        let c = match special {
+            Some((sb, sc)) if perm & sb != 0 => {
+                if set {
+                    sc
+                } else {
+                    sc.to_ascii_uppercase()
+                }
+            }
+            _ if set => *ch,
+            _ => '-',
+        };
+        s.push(c);
+    }
+    s
+}
+
+/// A timestamp as `seconds.nanoseconds`.
+pub fn ts(t: Timestamp) -> String {
+    format!("{}.{:09}", t.secs, t.nsecs)
+}
