@@ -138,6 +138,8 @@ pub fn seed_from_bytes(bytes: &[u8; 16]) -> [u32; 4] {
 /// already be the effective version ([`HashVersion::effective`]). The result's
 /// major hash has bit 0 cleared, and `EXT4_HTREE_EOF_32BIT << 1` is replaced by
 /// `(EXT4_HTREE_EOF_32BIT - 1) << 1` so no name sorts at end-of-directory.
+/// (e2fsprogs' `ext2fs_dirhash`, and so `debugfs dx_hash`, skips that last
+/// step; the two differ only for names whose hash is `0xfffffffe`/`0xffffffff`.)
 ///
 /// Pure computation, no block reads; O(`name.len()`).
 ///
@@ -378,6 +380,14 @@ mod tests {
         // debugfs: `dx_hash -h 1 ""` prints 0xefcdab88 (minor 0x98badcfe).
         let h = dx_hash(b"", HashVersion::HalfMd4, &[0; 4]).unwrap();
         assert_eq!((h.major, h.minor), (0xefcd_ab88, 0x98ba_dcfe));
+    }
+
+    #[test]
+    fn eof_hash_is_moved_down_like_the_kernel() {
+        // With seed ffffffff-…-ffff the empty name's half-MD4 major is
+        // 0xffffffff; debugfs prints 0xfffffffe, the kernel uses 0xfffffffc.
+        let h = dx_hash(b"", HashVersion::HalfMd4, &[u32::MAX; 4]).unwrap();
+        assert_eq!((h.major, h.minor), (0xffff_fffc, 0xffff_ffff));
     }
 
     #[test]
