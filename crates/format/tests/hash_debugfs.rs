@@ -1,7 +1,7 @@
 //! `dx_hash` against e2fsprogs: every algorithm 0..=5, several seeds (the
-//! all-zero one included) and names chosen to hit chunk boundaries and bytes
-//! >= 0x80 (where signed and unsigned char differ), compared with what
-//! `debugfs dx_hash -h <code> [-s <uuid>] <name>` prints.
+//! all-zero one included) and names chosen to hit chunk boundaries and high
+//! bytes 0x80..=0xff (where signed and unsigned char differ), compared with
+//! what `debugfs dx_hash -h <code> [-s <uuid>] <name>` prints.
 
 mod common;
 
