@@ -1,8 +1,9 @@
-//! Recognising the journal at open time: where it is, and whether it holds
-//! transactions that were never checkpointed. Writing and replaying it is
-//! the journal issue's.
+//! Recognising the journal at open time: where it is, what its superblock
+//! says, and whether it holds transactions that were never checkpointed.
+//! Writing and replaying it is the journal issue's. See `journal.rst`.
 
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
+use ext4kit_format::journal::superblock::RawJournalSuperblock;
 
 use crate::error::Result;
 use crate::fs::Filesystem;
@@ -19,6 +20,29 @@ pub struct JournalInfo {
     /// The superblock says recovery is needed (`needs_recovery`), or the
     /// journal superblock shows a log that starts somewhere (`s_start != 0`).
     pub needs_recovery: bool,
+    /// The decoded journal superblock, when it could be read.
+    pub superblock: Option<JournalSummary>,
+    /// Why the journal superblock could not be read, if it could not.
+    pub problem: Option<String>,
+}
+
+/// The fields of the jbd2 superblock worth showing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JournalSummary {
+    /// Journal block size.
+    pub block_size: u32,
+    /// Journal length in blocks.
+    pub max_len: u32,
+    /// First block of the log.
+    pub first: u32,
+    /// Sequence number expected next.
+    pub sequence: u32,
+    /// Block where the log starts; 0 means the journal is empty.
+    pub start: u32,
+    /// `s_feature_incompat` (revoke 1, 64bit 2, async_commit 4, csum_v2 8, csum_v3 0x10).
+    pub incompat: u32,
+    /// `s_feature_compat`.
+    pub compat: u32,
 }
 
 impl Filesystem {
@@ -28,11 +52,40 @@ impl Filesystem {
             return Ok(JournalInfo::default());
         }
         let inode = self.sb.s_journal_inum.get();
-        Ok(JournalInfo {
+        let mut info = JournalInfo {
             present: true,
             inode,
             external: inode == 0,
             needs_recovery: f.incompat.contains(IncompatFeatures::RECOVER),
+            ..JournalInfo::default()
+        };
+        if inode != 0 {
+            match self.journal_superblock(inode) {
+                Ok(s) => {
+                    info.needs_recovery |= s.start != 0;
+                    info.superblock = Some(s);
+                }
+                Err(e) => info.problem = Some(e.to_string()),
+            }
+        }
+        Ok(info)
+    }
+
+    fn journal_superblock(&self, ino: u32) -> Result<JournalSummary> {
+        let inode = self.inode(ino)?;
+        let mut buf = vec![0u8; 1024];
+        self.read_at(&inode, 0, &mut buf)?;
+        let at = crate::error::Location::Journal { block: 0 };
+        let jsb = RawJournalSuperblock::parse(&buf).map_err(|e| crate::Error::format(at, e))?;
+        self.check(at, jsb.verify_checksum())?;
+        Ok(JournalSummary {
+            block_size: jsb.s_blocksize.get(),
+            max_len: jsb.s_maxlen.get(),
+            first: jsb.s_first.get(),
+            sequence: jsb.s_sequence.get(),
+            start: jsb.s_start.get(),
+            incompat: jsb.s_feature_incompat.get(),
+            compat: jsb.s_feature_compat.get(),
         })
     }
 }

@@ -65,7 +65,15 @@ fn summary(fs: &Filesystem) -> Value {
         "reserved_gdt_blocks": sb.s_reserved_gdt_blocks.get(),
         "default_hash_version": sb.s_def_hash_version,
         "checksum_seed": format!("{:#010x}", sb.csum_seed()),
-        "journal": { "present": j.present, "inode": j.inode, "external": j.external, "needs_recovery": j.needs_recovery },
+        "journal": {
+            "present": j.present, "inode": j.inode, "external": j.external, "needs_recovery": j.needs_recovery,
+            "block_size": j.superblock.as_ref().map(|s| s.block_size),
+            "length_blocks": j.superblock.as_ref().map(|s| s.max_len),
+            "sequence": j.superblock.as_ref().map(|s| s.sequence),
+            "start": j.superblock.as_ref().map(|s| s.start),
+            "incompat": j.superblock.as_ref().map(|s| format!("{:#x}", s.incompat)),
+            "problem": j.problem,
+        },
         "read_only_reason": fs.read_only_reason(),
     })
 }

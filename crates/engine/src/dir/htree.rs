@@ -1,16 +1,43 @@
-//! Hashed directory index (htree) lookups. Pending: wired to the format
-//! crate's `htree`/`hash` modules.
+//! Hashed directory index (htree) lookups: hash the name, descend from the
+//! `dx_root` through at most two (three with `large_dir`) levels of
+//! `dx_node`s, then search the one leaf block the index names — following
+//! the hash-collision continuation bit into the next leaf when needed.
+//! See `directory.rst`, "Hash Tree Directories".
 
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
+use ext4kit_format::hash::{HashVersion, dx_hash};
+use ext4kit_format::htree::{DxEntry, DxNode, DxParams, DxRoot, find, verify_dx_checksum};
 use ext4kit_format::inode::flags;
 
-use crate::error::{Location, Result};
+use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
 
+/// One level of the descent: the entries of an index block and the one taken.
+struct Level {
+    entries: Vec<DxEntry>,
+    at: usize,
+}
+
 impl Filesystem {
+    fn dx_params(&self) -> DxParams {
+        let f = self.geo.features;
+        DxParams {
+            block_size: self.geo.block_size,
+            metadata_csum: f.metadata_csum(),
+            large_dir: f.incompat.contains(IncompatFeatures::LARGEDIR),
+        }
+    }
+
+    fn indexed(&self, dir: &Inode) -> bool {
+        dir.raw.has_flag(flags::INDEX)
+            && !dir.has_inline_data()
+            && self.geo.features.compat.contains(CompatFeatures::DIR_INDEX)
+    }
+
     /// True when `buf` (logical block `logical` of `dir`) is an htree index block.
     pub(crate) fn is_dx_block(&self, dir: &Inode, buf: &[u8], logical: u64) -> bool {
-        if !dir.raw.has_flag(flags::INDEX) {
+        if !self.indexed(dir) || buf.len() < 8 {
             return false;
         }
         if logical == 0 {
@@ -24,12 +51,154 @@ impl Filesystem {
         inode == 0 && rec == buf.len()
     }
 
-    pub(crate) fn verify_dx_block(&self, _dir: &Inode, _buf: &[u8], _at: Location) -> Result<()> {
-        Ok(())
+    pub(crate) fn verify_dx_block(&self, dir: &Inode, buf: &[u8], at: Location) -> Result<()> {
+        let r = verify_dx_checksum(buf, self.geo.block_size, self.inode_csum_seed(dir));
+        self.check(at, r)
     }
 
-    /// `Some(result)` when `dir` is indexed and the index answered.
-    pub(crate) fn htree_lookup(&self, _dir: &Inode, _name: &[u8]) -> Result<Option<Option<u32>>> {
-        Ok(None)
+    /// Reads logical block `logical` of `dir` (a directory block).
+    fn dir_block(&self, dir: &Inode, logical: u64) -> Result<(u64, std::sync::Arc<[u8]>)> {
+        let run = self.map_range(dir, logical, 1)?;
+        let Some(r) = run.first() else {
+            return Err(Error::inconsistent(
+                Location::Inode(dir.ino),
+                format!("htree points at unmapped directory block {logical}"),
+            ));
+        };
+        Ok((r.physical, self.meta_block(r.physical, dir.ino)?))
+    }
+
+    /// `Some(found)` when `dir` is indexed and the index answered; `None`
+    /// when the caller must scan (no index, or an index the kernel would
+    /// also refuse and fall back from, like an unknown hash version).
+    pub(crate) fn htree_lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<Option<u32>>> {
+        if !self.indexed(dir) {
+            return Ok(None);
+        }
+        let params = self.dx_params();
+        let (pblk, buf) = self.dir_block(dir, 0)?;
+        let Ok(root) = DxRoot::parse(&buf, &params) else {
+            return Ok(None);
+        };
+        if params.metadata_csum {
+            self.verify_dx_block(
+                dir,
+                &buf,
+                Location::Block {
+                    block: pblk,
+                    inode: dir.ino,
+                },
+            )?;
+        }
+        let Some(version) = root
+            .hash_version()
+            .map(|v| v.with_unsigned(self.sb.s_flags.get() & 2 != 0))
+        else {
+            return Ok(None);
+        };
+        if version == HashVersion::SipHash {
+            return Ok(None);
+        }
+        let seed = self.sb.s_hash_seed.map(|w| w.get());
+        let hash = dx_hash(name, version, &seed)
+            .map_err(|e| Error::format(Location::Inode(dir.ino), e))?
+            .major;
+        let levels = root.indirect_levels();
+        let mut path = vec![Level {
+            at: find(&root.entries, hash),
+            entries: root.entries,
+        }];
+        for _ in 0..levels {
+            let child = self.dx_child(
+                dir,
+                path.last().map_or(0, |l| l.entries[l.at].block),
+                &params,
+            )?;
+            path.push(Level {
+                at: find(&child, hash),
+                entries: child,
+            });
+        }
+        self.search_leaves(dir, name, hash, path, &params).map(Some)
+    }
+
+    fn dx_child(&self, dir: &Inode, logical: u32, params: &DxParams) -> Result<Vec<DxEntry>> {
+        let (pblk, buf) = self.dir_block(dir, logical.into())?;
+        let at = Location::Block {
+            block: pblk,
+            inode: dir.ino,
+        };
+        let node = DxNode::parse(&buf, params).map_err(|e| Error::format(at, e))?;
+        if params.metadata_csum {
+            self.verify_dx_block(dir, &buf, at)?;
+        }
+        Ok(node.entries)
+    }
+
+    /// Searches the leaf the path ends at, then successive leaves while the
+    /// next one starts with the same hash and the collision bit set.
+    fn search_leaves(
+        &self,
+        dir: &Inode,
+        name: &[u8],
+        hash: u32,
+        mut path: Vec<Level>,
+        params: &DxParams,
+    ) -> Result<Option<u32>> {
+        let max_leaves = dir.size() >> self.geo.block_size_log2;
+        for _ in 0..=max_leaves {
+            let leaf = path.last().map_or(0, |l| l.entries[l.at].block);
+            let (pblk, buf) = self.dir_block(dir, leaf.into())?;
+            let at = Location::Block {
+                block: pblk,
+                inode: dir.ino,
+            };
+            if let Some(e) = self
+                .dir_block_entries(dir, &buf, leaf.into(), at)?
+                .into_iter()
+                .find(|e| e.name == name)
+            {
+                return Ok(Some(e.ino));
+            }
+            match self.next_leaf(dir, &mut path, params)? {
+                Some(next_hash) if next_hash & 1 == 1 && next_hash & !1 == hash => continue,
+                _ => return Ok(None),
+            }
+        }
+        Err(Error::inconsistent(
+            Location::Inode(dir.ino),
+            "htree collision chain longer than the directory",
+        ))
+    }
+
+    /// Advances `path` to the next leaf (`ext4_htree_next_block`); returns the
+    /// hash that leaf starts with, or `None` past the last one.
+    fn next_leaf(
+        &self,
+        dir: &Inode,
+        path: &mut Vec<Level>,
+        params: &DxParams,
+    ) -> Result<Option<u32>> {
+        let mut depth = path.len();
+        while depth > 0 {
+            let l = &mut path[depth - 1];
+            if l.at + 1 < l.entries.len() {
+                l.at += 1;
+                break;
+            }
+            depth -= 1;
+        }
+        if depth == 0 {
+            return Ok(None);
+        }
+        let hash = path[depth - 1].entries[path[depth - 1].at].hash;
+        for d in depth..path.len() {
+            let block = path[d - 1].entries[path[d - 1].at].block;
+            path[d] = Level {
+                entries: self.dx_child(dir, block, params)?,
+                at: 0,
+            };
+        }
+        Ok(Some(hash))
     }
 }

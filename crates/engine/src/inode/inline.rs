@@ -1,18 +1,43 @@
 //! Inline data (`inlinedata.rst`): bodies of small files and directories kept
-//! in `i_block` and the `system.data` xattr. Pending: the xattr part.
+//! in `i_block` and the value of the `system.data` xattr in the inode body.
 
-use ext4kit_format::dir_entry::DirEntryIter;
-use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::inline::{InlineDir, content};
+use ext4kit_format::xattr::{XattrValue, ibody_region, parse_ibody};
 
-use crate::dir::DirEntry;
+use crate::dir::{DirEntry, file_type_code};
 use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
 
 impl Filesystem {
-    /// The inline body: `i_block` followed by the `system.data` value.
+    /// The `system.data` value (empty when absent).
+    fn system_data<'a>(&self, inode: &'a Inode) -> Result<&'a [u8]> {
+        let at = Location::Inode(inode.ino);
+        if inode.record.len() <= 128 {
+            return Ok(&[]);
+        }
+        let region = ibody_region(&inode.record, inode.raw.i_extra_isize.get())
+            .map_err(|e| Error::format(at, e))?;
+        let entries = parse_ibody(region).map_err(|e| Error::format(at, e))?;
+        Ok(entries
+            .into_iter()
+            .find(|e| {
+                e.index() == ext4kit_format::inline::SYSTEM_DATA_INDEX
+                    && e.name == ext4kit_format::inline::SYSTEM_DATA_NAME
+            })
+            .and_then(|e| match e.value {
+                XattrValue::Inline(v) => Some(v),
+                XattrValue::EaInode { .. } => None,
+            })
+            .unwrap_or(&[]))
+    }
+
+    /// The inline body: `i_block` followed by the `system.data` value,
+    /// `i_size` bytes.
     pub(crate) fn inline_body(&self, inode: &Inode) -> Result<Vec<u8>> {
-        Ok(inode.raw.i_block.to_vec())
+        let data = self.system_data(inode)?;
+        content(&inode.raw.i_block, data, inode.size())
+            .map_err(|e| Error::format(Location::Inode(inode.ino), e))
     }
 
     pub(crate) fn for_each_inline_dir_entry(
@@ -20,37 +45,36 @@ impl Filesystem {
         dir: &Inode,
         mut f: impl FnMut(DirEntry) -> Result<bool>,
     ) -> Result<()> {
-        let body = self.inline_body(dir)?;
-        let parent = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
         let at = Location::Inode(dir.ino);
-        for (name, ino) in [(&b"."[..], dir.ino), (&b".."[..], parent)] {
+        let data = self.system_data(dir)?;
+        let d = InlineDir::parse(&dir.raw.i_block, data).map_err(|e| Error::format(at, e))?;
+        let dir_type = Some(ext4kit_format::inode::FileType::Directory);
+        for (name, ino) in [(&b"."[..], dir.ino), (&b".."[..], d.parent)] {
             if !f(DirEntry {
                 ino,
                 name: name.to_vec(),
-                file_type: Some(ext4kit_format::inode::FileType::Directory),
+                file_type: dir_type,
             })? {
                 return Ok(());
             }
         }
-        let filetype = self
-            .geo
-            .features
-            .incompat
-            .contains(IncompatFeatures::FILETYPE);
-        let bs = self.block_size();
-        for region in [&body[4..60], &body[60..]] {
-            for e in DirEntryIter::new(region, bs, filetype) {
-                let e = e.map_err(|e| Error::format(at, e))?;
-                if e.inode == 0 {
-                    continue;
-                }
-                if !f(DirEntry {
-                    ino: e.inode,
-                    name: e.name.to_vec(),
-                    file_type: crate::dir::file_type_code(e.file_type),
-                })? {
-                    return Ok(());
-                }
+        for e in d.entries() {
+            let e = e.map_err(|e| Error::format(at, e))?;
+            if e.inode > self.geo.inodes_count {
+                return Err(Error::inconsistent(
+                    at,
+                    format!(
+                        "inline entry names inode {} beyond the inode count",
+                        e.inode
+                    ),
+                ));
+            }
+            if !f(DirEntry {
+                ino: e.inode,
+                name: e.name.to_vec(),
+                file_type: file_type_code(e.file_type),
+            })? {
+                return Ok(());
             }
         }
         Ok(())
