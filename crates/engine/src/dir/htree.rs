@@ -176,7 +176,7 @@ impl Filesystem {
     fn next_leaf(
         &self,
         dir: &Inode,
-        path: &mut Vec<Level>,
+        path: &mut [Level],
         params: &DxParams,
     ) -> Result<Option<u32>> {
         let mut depth = path.len();
