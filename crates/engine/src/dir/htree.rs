@@ -72,7 +72,9 @@ impl Filesystem {
     /// when the caller must scan (no index, or an index the kernel would
     /// also refuse and fall back from, like an unknown hash version).
     pub(crate) fn htree_lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<Option<u32>>> {
-        if !self.indexed(dir) {
+        // "." and ".." live in the root block, outside any leaf: scan for them
+        // there, as the kernel's ext4_find_entry does.
+        if !self.indexed(dir) || name == b"." || name == b".." {
             return Ok(None);
         }
         let params = self.dx_params();
@@ -173,12 +175,7 @@ impl Filesystem {
 
     /// Advances `path` to the next leaf (`ext4_htree_next_block`); returns the
     /// hash that leaf starts with, or `None` past the last one.
-    fn next_leaf(
-        &self,
-        dir: &Inode,
-        path: &mut [Level],
-        params: &DxParams,
-    ) -> Result<Option<u32>> {
+    fn next_leaf(&self, dir: &Inode, path: &mut [Level], params: &DxParams) -> Result<Option<u32>> {
         let mut depth = path.len();
         while depth > 0 {
             let l = &mut path[depth - 1];
