@@ -3,6 +3,14 @@
 //! `ext4kit-engine`; this crate parses arguments, formats output and talks to
 //! the host file system (for `export`).
 
+/// `println!` that reports a closed stdout as an error instead of panicking.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($t)*)?
+    }};
+}
+
 mod cmd;
 mod open;
 
@@ -56,9 +64,18 @@ fn main() -> ExitCode {
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ext4kit: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// A reader that stopped reading (`| head`) is not a failure.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -127,15 +127,14 @@ pub fn run(a: Args) -> Result<()> {
         v["groups"] = groups(&fs);
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    print_text(&v);
-    Ok(())
+    print_text(&v)
 }
 
-fn print_text(v: &Value) {
-    let Value::Object(m) = v else { return };
+fn print_text(v: &Value) -> Result<()> {
+    let Value::Object(m) = v else { return Ok(()) };
     for (k, val) in m {
         if k == "groups" {
             continue;
@@ -149,11 +148,11 @@ fn print_text(v: &Value) {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        println!("{:<30} {text}", format!("{}:", k.replace('_', " ")));
+        outln!("{:<30} {text}", format!("{}:", k.replace('_', " ")));
     }
     if let Some(Value::Array(gs)) = m.get("groups") {
         for g in gs {
-            println!(
+            outln!(
                 "\nGroup {}: (Blocks {}-{}){} [{}]\n  Block bitmap at {}, Inode bitmap at {}, Inode table at {}\n  {} free blocks, {} free inodes, {} directories, {} unused inodes, csum {}",
                 g["group"],
                 g["first_block"],
@@ -182,4 +181,5 @@ fn print_text(v: &Value) {
             );
         }
     }
+    Ok(())
 }

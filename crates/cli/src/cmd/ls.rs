@@ -42,7 +42,7 @@ pub fn run(a: Args) -> Result<()> {
         }
         let name = String::from_utf8_lossy(&e.name);
         if !a.l {
-            println!("{name}");
+            outln!("{name}");
             continue;
         }
         let inode = fs.inode(e.ino)?;
@@ -65,7 +65,7 @@ pub fn run(a: Args) -> Result<()> {
             line.push_str(" -> ");
             line.push_str(&String::from_utf8_lossy(&fs.read_link(&inode)?));
         }
-        println!("{line}");
+        outln!("{line}");
     }
     Ok(())
 }

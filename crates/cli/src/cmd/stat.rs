@@ -62,52 +62,56 @@ pub fn run(a: Args) -> Result<()> {
         .filter(|(b, _)| m.flags & b != 0)
         .map(|(_, n)| *n)
         .collect();
-    println!(
+    outln!(
         "Inode: {}   Type: {:?}   Mode: {:04o} ({})",
         m.ino,
         m.file_type,
         m.perm,
         mode_string(m.file_type, m.perm)
     );
-    println!(
+    outln!(
         "Flags: {:#x} [{}]   Generation: {}",
         m.flags,
         names.join(" "),
         m.generation
     );
-    println!(
+    outln!(
         "User: {}   Group: {}   Size: {}   Links: {}   Blockcount: {}",
-        m.uid, m.gid, m.size, m.nlink, m.blocks
+        m.uid,
+        m.gid,
+        m.size,
+        m.nlink,
+        m.blocks
     );
-    println!(
+    outln!(
         "File ACL: {}   Extra isize: {}",
         inode.raw.file_acl(),
         inode.raw.i_extra_isize.get()
     );
-    println!(
+    outln!(
         " ctime: {}\n atime: {}\n mtime: {}",
         ts(m.ctime),
         ts(m.atime),
         ts(m.mtime)
     );
     if let Some(c) = m.crtime {
-        println!("crtime: {}", ts(c));
+        outln!("crtime: {}", ts(c));
     }
     if matches!(
         m.file_type,
         ext4kit_format::inode::FileType::CharDevice | ext4kit_format::inode::FileType::BlockDevice
     ) {
-        println!("Device: {},{}", m.rdev.0, m.rdev.1);
+        outln!("Device: {},{}", m.rdev.0, m.rdev.1);
     }
     if m.file_type == ext4kit_format::inode::FileType::Symlink {
-        println!(
+        outln!(
             "Link target: {}",
             String::from_utf8_lossy(&fs.read_link(&inode)?)
         );
     }
     print_body(&fs, &inode)?;
     for x in fs.xattrs(&inode)? {
-        println!(
+        outln!(
             "Xattr: {} ({} bytes) = {:?}",
             String::from_utf8_lossy(&x.name),
             x.value.len(),
@@ -119,23 +123,23 @@ pub fn run(a: Args) -> Result<()> {
 
 fn print_body(fs: &Filesystem, inode: &Inode) -> Result<()> {
     if inode.has_inline_data() {
-        println!("Inline data: {} bytes", inode.size());
+        outln!("Inline data: {} bytes", inode.size());
         return Ok(());
     }
     if inode.uses_extents() {
         let tree = fs.extent_tree(inode)?;
         let depth = tree.first().map_or(0, |(_, n)| n.depth);
-        println!("Extent tree: depth {depth}, {} node(s)", tree.len());
+        outln!("Extent tree: depth {depth}, {} node(s)", tree.len());
         for (block, node) in &tree {
             let at = block.map_or_else(|| "i_block".to_string(), |b| format!("block {b}"));
             match &node.entries {
                 NodeEntries::Index(v) => {
-                    println!("  ({at}) depth {}: {} index entries", node.depth, v.len())
+                    outln!("  ({at}) depth {}: {} index entries", node.depth, v.len())
                 }
                 NodeEntries::Leaf(v) => {
-                    println!("  ({at}) leaf: {} extents", v.len());
+                    outln!("  ({at}) leaf: {} extents", v.len());
                     for e in v.iter().take(32) {
-                        println!(
+                        outln!(
                             "    {}..{} -> {}..{}{}",
                             e.logical,
                             e.logical + u32::from(e.len) - 1,
@@ -145,7 +149,7 @@ fn print_body(fs: &Filesystem, inode: &Inode) -> Result<()> {
                         );
                     }
                     if v.len() > 32 {
-                        println!("    … {} more", v.len() - 32);
+                        outln!("    … {} more", v.len() - 32);
                     }
                 }
             }
@@ -153,9 +157,9 @@ fn print_body(fs: &Filesystem, inode: &Inode) -> Result<()> {
         return Ok(());
     }
     let runs = fs.all_runs(inode)?;
-    println!("Block map: {} run(s)", runs.len());
+    outln!("Block map: {} run(s)", runs.len());
     for r in runs.iter().take(32) {
-        println!(
+        outln!(
             "  {}..{} -> {}..{}",
             r.logical,
             r.end() - 1,
