@@ -27,6 +27,22 @@ pub fn can_loop_mount() -> Result<(), String> {
     tools::require_tools(&["mount", "umount"])
 }
 
+/// The last ext2/3/4 complaint in the kernel log (e.g. `EXT4-fs (loop0): bad
+/// block size 65536`), if `dmesg` is readable.
+pub fn kernel_reason() -> Option<String> {
+    let out = tools::run("dmesg", &["--notime"]).ok()?;
+    out.stdout
+        .lines()
+        .rev()
+        .take(50)
+        .find(|l| {
+            (l.contains("EXT4-fs") || l.contains("EXT2-fs") || l.contains("EXT3-fs"))
+                && !l.contains("unmounting")
+                && !l.contains("mounted filesystem")
+        })
+        .map(|l| l.trim().to_string())
+}
+
 /// An image mounted through a loop device on a private temporary directory;
 /// unmounted (with retries, lazily as a last resort) when dropped.
 #[derive(Debug)]
@@ -84,10 +100,16 @@ impl LoopMount {
         }
         if !out.success() {
             return Err(io::Error::other(format!(
-                "mount -o {opts:?} {} failed ({:?}): {}",
+                "mount -o {opts:?} {} failed ({:?}): {}{}",
                 image.display(),
                 out.code,
-                out.combined().trim()
+                out.combined()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                kernel_reason()
+                    .map(|r| format!("; kernel: {r}"))
+                    .unwrap_or_default()
             )));
         }
         Ok(LoopMount {

@@ -171,11 +171,45 @@ fn decompress(src: &Path, dest: &Path, codec: Codec) -> io::Result<bool> {
     Ok(fits)
 }
 
-/// Copies at most [`MAX_IMAGE_BYTES`]; `Ok(false)` when there was more.
-fn copy_bounded<R: Read, W: Write>(r: R, w: &mut W) -> io::Result<bool> {
+/// Copies at most [`MAX_IMAGE_BYTES`] from `r` into the file `w`, leaving
+/// holes where whole 4 KiB blocks are zero (the images are mostly zeros);
+/// `Ok(false)` when there was more.
+fn copy_bounded<R: Read>(r: R, w: &mut File) -> io::Result<bool> {
+    use std::io::{Seek, SeekFrom};
     let mut limited = r.take(MAX_IMAGE_BYTES + 1);
-    let n = io::copy(&mut limited, w)?;
-    Ok(n <= MAX_IMAGE_BYTES)
+    let mut buf = vec![0u8; 1 << 16];
+    let zeros = [0u8; 4096];
+    let mut pos = 0u64;
+    loop {
+        let n = read_full(&mut limited, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        for block in buf[..n].chunks(4096) {
+            if block == &zeros[..block.len()] {
+                w.seek(SeekFrom::Current(block.len() as i64))?;
+            } else {
+                w.write_all(block)?;
+            }
+        }
+        pos += n as u64;
+    }
+    w.set_len(pos.min(MAX_IMAGE_BYTES + 1))?;
+    Ok(pos <= MAX_IMAGE_BYTES)
+}
+
+/// Reads until `buf` is full or the input ends.
+fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 #[cfg(test)]
@@ -183,10 +217,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn copy_bounded_stops_at_limit() {
-        let mut sink = io::sink();
-        assert!(copy_bounded(io::repeat(0).take(10), &mut sink).unwrap());
-        assert!(!copy_bounded(io::repeat(0).take(MAX_IMAGE_BYTES + 1), &mut sink).unwrap());
+    fn copy_bounded_stops_at_limit_and_keeps_bytes() {
+        let mut f = tempfile::tempfile().unwrap();
+        let mut data = vec![0u8; 10_000];
+        data[5000] = 7;
+        data[9999] = 9;
+        assert!(copy_bounded(&data[..], &mut f).unwrap());
+        let mut back = Vec::new();
+        use std::io::{Seek, SeekFrom};
+        f.seek(SeekFrom::Start(0)).unwrap();
+        f.read_to_end(&mut back).unwrap();
+        assert_eq!(back, data);
+        let mut f = tempfile::tempfile().unwrap();
+        assert!(!copy_bounded(io::repeat(0).take(MAX_IMAGE_BYTES + 1), &mut f).unwrap());
     }
 
     #[test]

@@ -243,3 +243,18 @@ pub fn extent_count(image: &Path, path_in_fs: &str) -> io::Result<usize> {
     }
     Ok(rows.iter().filter(|&&l| l == max_level).count())
 }
+
+/// The xattr block of `path_in_fs` (`File ACL:` in `debugfs -R "stat PATH"`):
+/// 0 when every xattr is in the inode (or there is none). Files with
+/// identical xattr sets that ext4 shares report the same block.
+pub fn xattr_block(image: &Path, path_in_fs: &str) -> io::Result<u64> {
+    let out = debugfs_full(image, &format!("stat {path_in_fs}"))?;
+    out.stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("File ACL:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            io::Error::other(format!("no File ACL for {path_in_fs}: {}", out.combined()))
+        })
+}
