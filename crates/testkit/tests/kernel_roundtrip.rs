@@ -205,8 +205,10 @@ fn full_scale_roundtrip() {
         std::fs::remove_file(&img.path).unwrap();
         if label == "ext4-inline" {
             // Found by this test: mke2fs 1.47.0 -d with inline_data truncates
-            // sparse/hole_end and sparse/unaligned to their last data block
-            // and leaves sparse/hole_only out, and e2fsck -fn calls it clean.
+            // files ending in a hole (sparse/hole_end, sparse/unaligned) to
+            // their last data, and makes sparse/hole_only an inline inode on
+            // which the kernel's SEEK_DATA fails with ENOENT; e2fsck -fn
+            // calls the image clean.
             eprintln!(
                 "KNOWN: mke2fs 1.47.0 -d + inline_data loses trailing holes; -d comparison skipped"
             );
