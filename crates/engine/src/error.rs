@@ -75,11 +75,12 @@ impl fmt::Display for Corruption {
 #[non_exhaustive]
 pub enum Error {
     /// The device failed.
-    #[error("I/O error at byte {offset}: {source}")]
+    #[error("I/O error at byte {offset}")]
     Io {
         /// Byte offset of the failed access.
         offset: u64,
         /// The OS error.
+        #[source]
         source: io::Error,
     },
     /// On-disk data is corrupt.

@@ -37,6 +37,16 @@ pub(crate) fn file_type_code(code: u8) -> Option<FileType> {
     })
 }
 
+/// Rejects names no kernel would create: empty, or holding `/` or NUL. A
+/// front end joining such a name to a host path could escape its target.
+pub(crate) fn check_name(name: &[u8], at: Location, offset: usize) -> Result<()> {
+    if name.is_empty() || name.iter().any(|&b| b == b'/' || b == 0) {
+        let shown = String::from_utf8_lossy(name);
+        return Err(Error::inconsistent(at, format!("entry at byte {offset} has an invalid name {shown:?}")));
+    }
+    Ok(())
+}
+
 impl Filesystem {
     fn require_dir(&self, dir: &Inode) -> Result<()> {
         if !dir.is_dir() {
@@ -100,18 +110,18 @@ impl Filesystem {
         at: Location,
     ) -> Result<Vec<DirEntry>> {
         let bs = buf.len();
-        let tail = dir_entry::has_tail(buf);
+        // Index blocks first: a root converted from a linear block keeps the
+        // old leaf tail's bytes at its end, so "has a tail" proves nothing there.
+        let dx = self.is_dx_block(dir, buf, logical);
+        let tail = !dx && dir_entry::has_tail(buf);
         let csum = self.geo.features.metadata_csum();
-        if csum && tail {
+        if csum && dx {
+            self.verify_dx_block(dir, buf, at)?;
+        } else if csum && tail {
             let r = dir_entry::verify_block_checksum(buf, self.inode_csum_seed(dir));
             self.check(at, r)?;
-        } else if csum && self.is_dx_block(dir, buf, logical) {
-            self.verify_dx_block(dir, buf, at)?;
         } else if csum && self.opts.verify_checksums {
-            return Err(Error::inconsistent(
-                at,
-                "directory block has no checksum tail",
-            ));
+            return Err(Error::inconsistent(at, "directory block has no checksum tail"));
         }
         let used = if tail { bs - dir_entry::TAIL_SIZE } else { bs };
         let filetype = self
@@ -134,6 +144,7 @@ impl Filesystem {
                     ),
                 ));
             }
+            check_name(e.name, at, e.offset)?;
             out.push(DirEntry {
                 ino: e.inode,
                 name: e.name.to_vec(),

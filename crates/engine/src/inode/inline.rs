@@ -32,12 +32,14 @@ impl Filesystem {
             .unwrap_or(&[]))
     }
 
-    /// The inline body: `i_block` followed by the `system.data` value,
-    /// `i_size` bytes.
+    /// The inline body: `i_block` followed by the `system.data` value, up to
+    /// `i_size` bytes. A size beyond what is stored reads as zeros past the
+    /// stored bytes, as the kernel's inline read path zero-fills (mke2fs -d
+    /// 1.47.0 leaves such files when a sparse file is copied in).
     pub(crate) fn inline_body(&self, inode: &Inode) -> Result<Vec<u8>> {
         let data = self.system_data(inode)?;
-        content(&inode.raw.i_block, data, inode.size())
-            .map_err(|e| Error::format(Location::Inode(inode.ino), e))
+        let stored = (ext4kit_format::inline::I_BLOCK_SIZE + data.len()) as u64;
+        content(&inode.raw.i_block, data, inode.size().min(stored)).map_err(|e| Error::format(Location::Inode(inode.ino), e))
     }
 
     pub(crate) fn for_each_inline_dir_entry(
@@ -69,6 +71,7 @@ impl Filesystem {
                     ),
                 ));
             }
+            crate::dir::check_name(e.name, at, e.offset)?;
             if !f(DirEntry {
                 ino: e.inode,
                 name: e.name.to_vec(),
