@@ -63,16 +63,25 @@ fn walk(img: &PeerImage, scratch: &Path, extra: &[&str]) -> Vec<(String, Outcome
     info.extend_from_slice(extra);
     let mut export = vec!["export", "-q", "--ignore-journal", image, "/", dest_s];
     export.extend_from_slice(extra);
-    let out = vec![("info".to_string(), run(&info)), ("export".to_string(), run(&export))];
+    let out = vec![
+        ("info".to_string(), run(&info)),
+        ("export".to_string(), run(&export)),
+    ];
     let _ = std::fs::remove_dir_all(&dest);
     out
 }
 
 #[test]
 fn corrupt_e2fsprogs_images_never_panic_hang_or_blow_up() {
-    let images = e2fsprogs_images_in(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ext4kit-peer").as_path());
+    let images = e2fsprogs_images_in(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("ext4kit-peer")
+            .as_path(),
+    );
     if images.is_empty() {
-        eprintln!("SKIPPED: the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not present");
+        eprintln!(
+            "SKIPPED: the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not present"
+        );
         return;
     }
     let scratch = tempfile::tempdir().expect("tempdir");
@@ -91,7 +100,19 @@ fn corrupt_e2fsprogs_images_never_panic_hang_or_blow_up() {
             }
         }
     }
-    eprintln!("{} images: {ok} runs succeeded, {errors} ended with a located error", images.len());
-    assert!(bad.is_empty(), "{} runs panicked, hung or crashed:\n{}", bad.len(), bad.join("\n"));
-    assert!(images.len() >= 150, "expected the whole corpus, found {} images", images.len());
+    eprintln!(
+        "{} images: {ok} runs succeeded, {errors} ended with a located error",
+        images.len()
+    );
+    assert!(
+        bad.is_empty(),
+        "{} runs panicked, hung or crashed:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    assert!(
+        images.len() >= 150,
+        "expected the whole corpus, found {} images",
+        images.len()
+    );
 }

@@ -28,7 +28,10 @@ impl FileDevice {
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         let meta = file.metadata()?;
         if meta.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: is a directory, not an image", path.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: is a directory, not an image", path.display()),
+            ));
         }
         let len = device_len(&file)?;
         Ok(Self {

@@ -42,7 +42,10 @@ pub(crate) fn file_type_code(code: u8) -> Option<FileType> {
 pub(crate) fn check_name(name: &[u8], at: Location, offset: usize) -> Result<()> {
     if name.is_empty() || name.iter().any(|&b| b == b'/' || b == 0) {
         let shown = String::from_utf8_lossy(name);
-        return Err(Error::inconsistent(at, format!("entry at byte {offset} has an invalid name {shown:?}")));
+        return Err(Error::inconsistent(
+            at,
+            format!("entry at byte {offset} has an invalid name {shown:?}"),
+        ));
     }
     Ok(())
 }
@@ -121,7 +124,10 @@ impl Filesystem {
             let r = dir_entry::verify_block_checksum(buf, self.inode_csum_seed(dir));
             self.check(at, r)?;
         } else if csum && self.opts.verify_checksums {
-            return Err(Error::inconsistent(at, "directory block has no checksum tail"));
+            return Err(Error::inconsistent(
+                at,
+                "directory block has no checksum tail",
+            ));
         }
         let used = if tail { bs - dir_entry::TAIL_SIZE } else { bs };
         let filetype = self

@@ -39,7 +39,8 @@ impl Filesystem {
     pub(crate) fn inline_body(&self, inode: &Inode) -> Result<Vec<u8>> {
         let data = self.system_data(inode)?;
         let stored = (ext4kit_format::inline::I_BLOCK_SIZE + data.len()) as u64;
-        content(&inode.raw.i_block, data, inode.size().min(stored)).map_err(|e| Error::format(Location::Inode(inode.ino), e))
+        content(&inode.raw.i_block, data, inode.size().min(stored))
+            .map_err(|e| Error::format(Location::Inode(inode.ino), e))
     }
 
     pub(crate) fn for_each_inline_dir_entry(
