@@ -334,6 +334,10 @@ impl RawInode {
 /// Returns the value and whether it is 32 bits wide (else only the low 16
 /// bits are stored).
 pub fn inode_checksum(record: &[u8], fs_seed: u32, ino: u32) -> Result<(u32, bool)> {
+    // Records are `s_inode_size` bytes: a power of two from 128 on.
+    if record.len() < GOOD_OLD_INODE_SIZE || !record.len().is_power_of_two() {
+        return Err(FormatError::invalid(STRUCT, "s_inode_size", 0, record.len() as u64));
+    }
     let raw = RawInode::parse(record, record.len())?;
     let mut c = raw.csum_seed(fs_seed, ino);
     c = crc32c_raw(c, &record[..CSUM_LO]);
@@ -405,6 +409,16 @@ mod tests {
         rec[200] ^= 1;
         let e = verify_inode_checksum(&rec, 0x1234_5678, 12).unwrap_err();
         assert!(e.is_checksum());
+    }
+
+    #[test]
+    fn odd_record_lengths_are_errors_not_panics() {
+        // Found by the format_parsers fuzzer: a 129-byte record.
+        for len in [0, 100, 129, 131, 200] {
+            let rec = vec![0u8; len];
+            assert!(inode_checksum(&rec, 1, 1).is_err(), "{len}");
+            assert!(verify_inode_checksum(&rec, 1, 1).is_err(), "{len}");
+        }
     }
 
     #[test]

@@ -189,9 +189,11 @@ fn check_extents(img: &Path, g: &Geometry, raw: &RawInode, seed: u32, ino: u32, 
                 } else {
                     blk.len()
                 };
-                let n = DirEntryIter::new(&blk[..used], blk.len(), true)
-                    .map(|r| r.unwrap())
-                    .count();
+                let mut n = 0;
+                for r in DirEntryIter::new(&blk[..used], blk.len(), true) {
+                    r.unwrap_or_else(|e| panic!("{what}: dir {ino} block {b}: {e}"));
+                    n += 1;
+                }
                 assert!(n >= 1, "{what}: dir {ino} block {b} has no entries");
             }
         }
