@@ -336,7 +336,12 @@ impl RawInode {
 pub fn inode_checksum(record: &[u8], fs_seed: u32, ino: u32) -> Result<(u32, bool)> {
     // Records are `s_inode_size` bytes: a power of two from 128 on.
     if record.len() < GOOD_OLD_INODE_SIZE || !record.len().is_power_of_two() {
-        return Err(FormatError::invalid(STRUCT, "s_inode_size", 0, record.len() as u64));
+        return Err(FormatError::invalid(
+            STRUCT,
+            "s_inode_size",
+            0,
+            record.len() as u64,
+        ));
     }
     let raw = RawInode::parse(record, record.len())?;
     let mut c = raw.csum_seed(fs_seed, ino);
