@@ -42,7 +42,20 @@ impl BlockCache {
     }
 
     pub(crate) fn insert(&self, block: u64, data: Arc<[u8]>) {
+        self.insert_with(block, data, true);
+    }
+
+    /// Caches `data` unless the block is already cached (read-ahead must not
+    /// replace a newer copy).
+    pub(crate) fn insert_if_absent(&self, block: u64, data: Arc<[u8]>) {
+        self.insert_with(block, data, false);
+    }
+
+    fn insert_with(&self, block: u64, data: Arc<[u8]>, replace: bool) {
         let mut s = self.shard(block).lock();
+        if !replace && s.map.contains_key(&block) {
+            return;
+        }
         if s.map.insert(block, data).is_none() {
             s.order.push_back(block);
         }

@@ -14,6 +14,10 @@ use ext4kit_format::inode::{FileType, RawInode, Timestamp, flags, verify_inode_c
 use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 
+/// Inode-table blocks read in one request on a cache miss (the kernel's
+/// default `inode_readahead_blks`).
+const INODE_READAHEAD_BLOCKS: u64 = 32;
+
 /// The root directory's inode number.
 pub const ROOT_INO: u32 = 2;
 
@@ -127,7 +131,9 @@ impl Filesystem {
         let byte = u64::from(index) * isz as u64;
         let block = desc.inode_table() + (byte >> self.geo.block_size_log2);
         let off = (byte & (u64::from(self.geo.block_size) - 1)) as usize;
-        let buf = self.meta_block(block, ino)?;
+        let table_end = desc.inode_table() + u64::from(self.geo.inode_table_blocks);
+        let buf =
+            self.meta_block_ahead(block, (table_end - block).min(INODE_READAHEAD_BLOCKS), ino)?;
         let record: Box<[u8]> = buf[off..off + isz].into();
         let raw =
             RawInode::parse(&record, isz).map_err(|e| Error::format(Location::Inode(ino), e))?;
