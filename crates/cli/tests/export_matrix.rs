@@ -15,14 +15,7 @@ use ext4kit_testkit::image::{Image, KernelPopulate, matrix};
 use ext4kit_testkit::mount::can_loop_mount;
 use ext4kit_testkit::tools::{require_tools, skip_unless};
 
-const TOOLS: &[&str] = &[
-    "mkfs.ext2",
-    "mkfs.ext3",
-    "mkfs.ext4",
-    "e2fsck",
-    "debugfs",
-    "cp",
-];
+const TOOLS: &[&str] = &["mkfs.ext2", "mkfs.ext3", "mkfs.ext4", "e2fsck", "debugfs", "cp"];
 
 fn export(img: &Path, dest: &Path) {
     let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
@@ -57,11 +50,7 @@ fn check(img: &Image, src: &Path, work: &Path, how: &str) {
     let dest = work.join(format!("export-{}-{how}", img.spec.label));
     let t = std::time::Instant::now();
     export(&img.path, &dest);
-    eprintln!(
-        "{} ({how}): exported in {:.1?}",
-        img.spec.label,
-        t.elapsed()
-    );
+    eprintln!("{} ({how}): exported in {:.1?}", img.spec.label, t.elapsed());
     let what = format!("{} ({how})", img.spec.label);
     match img.kernel_can_mount() {
         Ok(()) => {
@@ -112,15 +101,10 @@ fn export_equals_the_kernel_view_across_the_feature_matrix() {
     for spec in &specs {
         let dir = work.path().join(&spec.label);
         std::fs::create_dir(&dir).expect("mkdir");
-        let img = Image::mkfs_d(spec, &src, &dir)
-            .unwrap_or_else(|e| panic!("{}: mkfs -d: {e}", spec.label));
+        let img = Image::mkfs_d(spec, &src, &dir).unwrap_or_else(|e| panic!("{}: mkfs -d: {e}", spec.label));
         let t = std::time::Instant::now();
         check(&img, &src, work.path(), "mkfs-d");
-        eprintln!(
-            "{}: mkfs -d image checked in {:.1?}",
-            spec.label,
-            t.elapsed()
-        );
+        eprintln!("{}: mkfs -d image checked in {:.1?}", spec.label, t.elapsed());
         let mountable = img.kernel_can_mount().is_ok();
         std::fs::remove_file(&img.path).expect("rm image");
         if kernel.is_err() || !mountable {
@@ -131,26 +115,18 @@ fn export_equals_the_kernel_view_across_the_feature_matrix() {
             fragment: Some(frag.clone()),
             ..KernelPopulate::default()
         };
-        let img = Image::kernel(spec, Some(&src), &dir, &how)
-            .unwrap_or_else(|e| panic!("{}: kernel: {e}", spec.label));
+        let img = Image::kernel(spec, Some(&src), &dir, &how).unwrap_or_else(|e| panic!("{}: kernel: {e}", spec.label));
         deep += img
             .fragmented_depths
             .iter()
             .filter(|d| d.is_some_and(|d| d >= 2))
             .count();
         check(&img, &src, work.path(), "kernel");
-        eprintln!(
-            "{}: kernel image built and checked in {:.1?}",
-            spec.label,
-            t.elapsed()
-        );
+        eprintln!("{}: kernel image built and checked in {:.1?}", spec.label, t.elapsed());
         std::fs::remove_file(&img.path).expect("rm image");
     }
     if kernel.is_ok() {
-        assert!(
-            deep > 0,
-            "no file with an extent tree of depth >= 2 was exported"
-        );
+        assert!(deep > 0, "no file with an extent tree of depth >= 2 was exported");
     }
 }
 
@@ -181,7 +157,6 @@ fn export_of_the_full_fixture_equals_the_kernel_view() {
         .find(|s| s.label == "ext4")
         .expect("ext4 in matrix")
         .with_inodes(131_072);
-    let img = Image::kernel(&spec, Some(&src), work.path(), &KernelPopulate::default())
-        .expect("kernel image");
+    let img = Image::kernel(&spec, Some(&src), work.path(), &KernelPopulate::default()).expect("kernel image");
     check(&img, &src, work.path(), "full");
 }

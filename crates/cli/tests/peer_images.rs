@@ -63,10 +63,7 @@ fn walk(img: &PeerImage, scratch: &Path, extra: &[&str]) -> Vec<(String, Outcome
     info.extend_from_slice(extra);
     let mut export = vec!["export", "-q", "--ignore-journal", image, "/", dest_s];
     export.extend_from_slice(extra);
-    let out = vec![
-        ("info".to_string(), run(&info)),
-        ("export".to_string(), run(&export)),
-    ];
+    let out = vec![("info".to_string(), run(&info)), ("export".to_string(), run(&export))];
     let _ = std::fs::remove_dir_all(&dest);
     out
 }
@@ -79,9 +76,7 @@ fn corrupt_e2fsprogs_images_never_panic_hang_or_blow_up() {
             .as_path(),
     );
     if images.is_empty() {
-        eprintln!(
-            "SKIPPED: the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not present"
-        );
+        eprintln!("SKIPPED: the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not present");
         return;
     }
     let scratch = tempfile::tempdir().expect("tempdir");

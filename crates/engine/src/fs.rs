@@ -132,61 +132,31 @@ impl Filesystem {
     }
 
     /// Reads metadata block `block` through the cache; on a miss, reads up to
-    /// `ahead` following blocks (which the caller knows to be metadata of the
-    /// same kind, such as the rest of an inode table) in the same request.
-    /// One large read instead of many small ones is what makes a cold-cache
-    /// walk fast (the kernel's `inode_readahead_blks` does the same).
+    /// `ahead` blocks from it (the caller knows them to be metadata of the
+    /// same kind, such as the rest of an inode table) in one request. One
+    /// large read instead of many small ones is what makes a cold-cache walk
+    /// fast (the kernel's `inode_readahead_blks` does the same). Blocks
+    /// already cached are kept. `owner` names the inode the block belongs to
+    /// (0 when none) for error reports.
     pub(crate) fn meta_block_ahead(&self, block: u64, ahead: u64, owner: u32) -> Result<Arc<[u8]>> {
-        if ahead <= 1 || self.cache.get(block).is_some() {
-            return self.meta_block(block, owner);
-        }
-        self.check_block(
-            block,
-            Location::Block {
-                block,
-                inode: owner,
-            },
-        )?;
-        let n = ahead.min(self.geo.blocks_count - block) as usize;
-        let bs = self.block_size();
-        let mut buf = vec![0u8; n * bs];
-        self.read_bytes(block << self.geo.block_size_log2, &mut buf)?;
-        let mut first = None;
-        for (i, chunk) in buf.chunks_exact(bs).enumerate() {
-            let arc: Arc<[u8]> = chunk.into();
-            if i == 0 {
-                first = Some(arc.clone());
-            }
-            self.cache.insert_if_absent(block + i as u64, arc);
-        }
-        first.ok_or_else(|| {
-            Error::inconsistent(
-                Location::Block {
-                    block,
-                    inode: owner,
-                },
-                "empty read-ahead",
-            )
-        })
-    }
-
-    /// Reads one metadata block through the cache. `owner` names the inode
-    /// the block belongs to (0 when none) for error reports.
-    pub(crate) fn meta_block(&self, block: u64, owner: u32) -> Result<Arc<[u8]>> {
-        self.check_block(
-            block,
-            Location::Block {
-                block,
-                inode: owner,
-            },
-        )?;
+        self.check_block(block, Location::Block { block, inode: owner })?;
         if let Some(b) = self.cache.get(block) {
             return Ok(b);
         }
-        let mut buf = vec![0u8; self.block_size()];
+        let n = ahead.clamp(1, self.geo.blocks_count - block) as usize;
+        let bs = self.block_size();
+        let mut buf = vec![0u8; n * bs];
         self.read_bytes(block << self.geo.block_size_log2, &mut buf)?;
-        let arc: Arc<[u8]> = buf.into();
-        self.cache.insert(block, arc.clone());
-        Ok(arc)
+        let first: Arc<[u8]> = buf[..bs].into();
+        self.cache.insert(block, first.clone());
+        for (i, chunk) in buf.chunks_exact(bs).enumerate().skip(1) {
+            self.cache.insert_if_absent(block + i as u64, chunk.into());
+        }
+        Ok(first)
+    }
+
+    /// Reads one metadata block through the cache.
+    pub(crate) fn meta_block(&self, block: u64, owner: u32) -> Result<Arc<[u8]>> {
+        self.meta_block_ahead(block, 1, owner)
     }
 }

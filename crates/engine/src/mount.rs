@@ -53,8 +53,7 @@ impl Filesystem {
     ///   [`OpenOptions::dirty_journal`] is [`DirtyJournal::Refuse`].
     pub fn open(dev: Box<dyn BlockDevice>, opts: OpenOptions) -> Result<Self> {
         let sb = read_superblock(dev.as_ref(), &opts)?;
-        let geo =
-            Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
+        let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
         let mut read_only_reason = check_features(&sb)?;
         check_device_size(dev.as_ref(), &geo)?;
         if dev.read_only() && read_only_reason.is_none() {
@@ -86,11 +85,7 @@ impl Filesystem {
         let per_block = self.geo.descs_per_block();
         let desc_block = group / per_block;
         let first = u64::from(self.geo.first_data_block);
-        let meta_bg = self
-            .geo
-            .features
-            .incompat
-            .contains(IncompatFeatures::META_BG);
+        let meta_bg = self.geo.features.incompat.contains(IncompatFeatures::META_BG);
         if !meta_bg || desc_block < self.sb.s_first_meta_bg.get() {
             return first + 1 + u64::from(desc_block);
         }
@@ -101,12 +96,7 @@ impl Filesystem {
 
     /// True when `group` holds a superblock backup (and thus descriptors).
     pub fn group_has_super(&self, group: u32) -> bool {
-        if self
-            .geo
-            .features
-            .compat
-            .contains(CompatFeatures::SPARSE_SUPER2)
-        {
+        if self.geo.features.compat.contains(CompatFeatures::SPARSE_SUPER2) {
             let b = [self.sb.s_backup_bgs[0].get(), self.sb.s_backup_bgs[1].get()];
             return group == 0 || b.contains(&group);
         }
@@ -122,8 +112,7 @@ impl Filesystem {
             let blk = self.group_desc_block(g);
             let buf = self.meta_block(blk, 0).map_err(|e| relocate(e, g))?;
             let off = (g % per_block) as usize * ds;
-            let desc = RawGroupDesc::parse(&buf[off..], ds)
-                .map_err(|e| Error::format(Location::Group(g), e))?;
+            let desc = RawGroupDesc::parse(&buf[off..], ds).map_err(|e| Error::format(Location::Group(g), e))?;
             let r = desc.verify_checksum(&self.geo.features, self.csum_seed, &uuid, g, ds);
             self.check(Location::Group(g), r)?;
             self.check_group_layout(g, &desc)?;
@@ -154,9 +143,7 @@ impl Filesystem {
 
 fn relocate(e: Error, group: u32) -> Error {
     match e {
-        Error::Corrupt(c) => {
-            Error::inconsistent(Location::Group(group), format!("descriptor block: {c}"))
-        }
+        Error::Corrupt(c) => Error::inconsistent(Location::Group(group), format!("descriptor block: {c}")),
         other => other,
     }
 }
@@ -166,25 +153,18 @@ fn read_superblock(dev: &dyn BlockDevice, opts: &OpenOptions) -> Result<RawSuper
     if dev.len() < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64 {
         return Err(Error::inconsistent(
             Location::Superblock,
-            format!(
-                "the image is {} bytes, too small to hold a superblock",
-                dev.len()
-            ),
+            format!("the image is {} bytes, too small to hold a superblock", dev.len()),
         ));
     }
-    dev.read_at(SUPERBLOCK_OFFSET, &mut buf)
-        .map_err(|source| Error::Io {
-            offset: SUPERBLOCK_OFFSET,
-            source,
-        })?;
+    dev.read_at(SUPERBLOCK_OFFSET, &mut buf).map_err(|source| Error::Io {
+        offset: SUPERBLOCK_OFFSET,
+        source,
+    })?;
     let sb = RawSuperblock::parse(&buf).map_err(|e| Error::format(Location::Superblock, e))?;
     if sb.s_magic.get() != ext4kit_format::superblock::EXT4_SUPER_MAGIC {
         return Err(Error::inconsistent(
             Location::Superblock,
-            format!(
-                "bad magic {:#06x}: not an ext2/ext3/ext4 file system",
-                sb.s_magic.get()
-            ),
+            format!("bad magic {:#06x}: not an ext2/ext3/ext4 file system", sb.s_magic.get()),
         ));
     }
     if let Err(e) = sb.verify_checksum()

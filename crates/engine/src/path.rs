@@ -34,10 +34,7 @@ impl Filesystem {
         } else {
             start
         };
-        let parts: Vec<&[u8]> = path
-            .split(|&b| b == b'/')
-            .filter(|p| !p.is_empty())
-            .collect();
+        let parts: Vec<&[u8]> = path.split(|&b| b == b'/').filter(|p| !p.is_empty()).collect();
         for (i, part) in parts.iter().enumerate() {
             if !cur.is_dir() {
                 return Err(Error::NotDir(String::from_utf8_lossy(path).into_owned()));
@@ -51,9 +48,7 @@ impl Filesystem {
             let last = i + 1 == parts.len();
             if cur.file_type()? == FileType::Symlink && (!last || follow) {
                 if *budget == 0 {
-                    return Err(Error::SymlinkLoop(
-                        String::from_utf8_lossy(path).into_owned(),
-                    ));
+                    return Err(Error::SymlinkLoop(String::from_utf8_lossy(path).into_owned()));
                 }
                 *budget -= 1;
                 let target = self.read_link(&cur)?;

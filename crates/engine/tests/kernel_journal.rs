@@ -49,17 +49,9 @@ fn kernel_dirty_journal_is_reported_then_replayed_by_e2fsck() {
     assert!(info.needs_recovery);
     let jsb = info.superblock.as_ref().expect("journal superblock read");
     assert_ne!(jsb.start, 0, "the kernel's log should start somewhere");
-    assert_ne!(
-        jsb.incompat & 0x10,
-        0,
-        "this kernel writes csum v3 journals"
-    );
+    assert_ne!(jsb.incompat & 0x10, 0, "this kernel writes csum v3 journals");
     drop(stale);
-    let out = Command::new("e2fsck")
-        .args(["-fy"])
-        .arg(&copy)
-        .output()
-        .unwrap();
+    let out = Command::new("e2fsck").args(["-fy"]).arg(&copy).output().unwrap();
     assert!(
         out.status.code().is_some_and(|c| c <= 1),
         "e2fsck replay: {}",
@@ -69,10 +61,7 @@ fn kernel_dirty_journal_is_reported_then_replayed_by_e2fsck() {
     assert!(!fs.journal_info().needs_recovery);
     let root = fs.resolve(b"/").unwrap();
     let names = fs.read_dir(&root).unwrap();
-    assert_eq!(
-        names.iter().filter(|e| e.name.starts_with(b"file")).count(),
-        50
-    );
+    assert_eq!(names.iter().filter(|e| e.name.starts_with(b"file")).count(), 50);
     let f = fs.resolve(b"/file7").unwrap();
     let mut buf = vec![0u8; 3000];
     assert_eq!(fs.read_at(&f, 0, &mut buf).unwrap(), 3000);

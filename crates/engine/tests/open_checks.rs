@@ -14,8 +14,7 @@ fn unknown_incompat_feature_is_refused_by_name() {
         return;
     };
     patch_sb(&img, |sb| {
-        sb.s_feature_incompat
-            .set(sb.s_feature_incompat.get() | 1 << 30)
+        sb.s_feature_incompat.set(sb.s_feature_incompat.get() | 1 << 30)
     });
     let err = open(&img, OpenOptions::default()).unwrap_err();
     assert!(
@@ -32,10 +31,7 @@ fn casefold_is_refused_by_name() {
         return;
     };
     let err = open(&img, OpenOptions::default()).unwrap_err();
-    assert!(
-        matches!(&err, Error::Unsupported(s) if s.contains("casefold")),
-        "{err}"
-    );
+    assert!(matches!(&err, Error::Unsupported(s) if s.contains("casefold")), "{err}");
 }
 
 #[test]
@@ -45,8 +41,7 @@ fn unknown_ro_compat_feature_means_read_only() {
         return;
     };
     patch_sb(&img, |sb| {
-        sb.s_feature_ro_compat
-            .set(sb.s_feature_ro_compat.get() | 1 << 29)
+        sb.s_feature_ro_compat.set(sb.s_feature_ro_compat.get() | 1 << 29)
     });
     let fs = open(&img, OpenOptions::default()).unwrap();
     assert!(fs.read_only_reason().unwrap().contains("FEATURE_R29"));
@@ -68,10 +63,7 @@ fn dirty_journal_is_reported_unless_stale_reads_are_asked_for() {
         sb.s_feature_incompat
             .set(sb.s_feature_incompat.get() | IncompatFeatures::RECOVER.0)
     });
-    assert!(matches!(
-        open(&img, OpenOptions::default()),
-        Err(Error::NeedsRecovery)
-    ));
+    assert!(matches!(open(&img, OpenOptions::default()), Err(Error::NeedsRecovery)));
     let opts = OpenOptions {
         dirty_journal: DirtyJournal::ReadStale,
         ..OpenOptions::default()

@@ -38,17 +38,7 @@ fn read_file(fs: &Filesystem, path: &str) -> Vec<u8> {
 }
 
 fn files(src: &Path) -> Vec<(String, Vec<u8>)> {
-    let sizes = [
-        0usize,
-        1,
-        1023,
-        1024,
-        1025,
-        12 * 1024,
-        13 * 1024,
-        300 * 1024,
-        3 << 20,
-    ];
+    let sizes = [0usize, 1, 1023, 1024, 1025, 12 * 1024, 13 * 1024, 300 * 1024, 3 << 20];
     sizes
         .iter()
         .enumerate()
@@ -71,11 +61,7 @@ fn check_formats(args: &[&str]) {
     };
     let fs = open(&img, OpenOptions::default()).unwrap();
     for (name, data) in &want {
-        assert_eq!(
-            &read_file(&fs, &format!("/{name}")),
-            data,
-            "{name} with {args:?}"
-        );
+        assert_eq!(&read_file(&fs, &format!("/{name}")), data, "{name} with {args:?}");
     }
 }
 
@@ -104,12 +90,7 @@ fn inline_data_files_and_directories() {
     let spill = pattern(100, 7);
     std::fs::write(src.join("spill"), &spill).unwrap();
     std::fs::write(src.join("d/a"), b"a").unwrap();
-    let Some(img) = mkfs(
-        dir.path(),
-        Some(&src),
-        &["-O", "inline_data", "-I", "256"],
-        "8M",
-    ) else {
+    let Some(img) = mkfs(dir.path(), Some(&src), &["-O", "inline_data", "-I", "256"], "8M") else {
         return;
     };
     let fs = open(&img, OpenOptions::default()).unwrap();
@@ -118,12 +99,7 @@ fn inline_data_files_and_directories() {
     assert_eq!(read_file(&fs, "/spill"), spill);
     let d = fs.resolve(b"/d").unwrap();
     assert!(d.has_inline_data());
-    let names: Vec<_> = fs
-        .read_dir(&d)
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
+    let names: Vec<_> = fs.read_dir(&d).unwrap().into_iter().map(|e| e.name).collect();
     assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"a".to_vec()]);
     assert_eq!(read_file(&fs, "/d/a"), b"a");
 }
@@ -134,11 +110,7 @@ fn indexed_dir(dir: &Path, n: usize) -> Option<std::path::PathBuf> {
     let src = dir.join("src");
     std::fs::create_dir_all(src.join("big")).unwrap();
     for i in 0..n {
-        std::fs::write(
-            src.join(format!("big/entry-with-a-longer-name-{i:06}")),
-            i.to_string(),
-        )
-        .unwrap();
+        std::fs::write(src.join(format!("big/entry-with-a-longer-name-{i:06}")), i.to_string()).unwrap();
     }
     let img = mkfs(dir, Some(&src), &["-b", "1024"], "64M")?;
     let out = std::process::Command::new("e2fsck")
@@ -182,10 +154,7 @@ fn htree_lookup_finds_every_name_of_a_two_level_index() {
         fs.lookup(&big, b"entry-with-a-longer-name-x"),
         Err(Error::NotFound(_))
     ));
-    assert!(matches!(
-        fs.lookup(&big, &[b'a'; 256]),
-        Err(Error::NameTooLong(_))
-    ));
+    assert!(matches!(fs.lookup(&big, &[b'a'; 256]), Err(Error::NameTooLong(_))));
 }
 
 #[test]
@@ -215,10 +184,7 @@ fn htree_lookup_reads_only_the_leaf_it_needs() {
     drop(fs);
     let fs = open(&img, OpenOptions::default()).unwrap();
     let big = fs.resolve(b"/big").unwrap();
-    assert!(
-        fs.read_dir(&big).is_err(),
-        "the scan must hit the corrupt leaf"
-    );
+    assert!(fs.read_dir(&big).is_err(), "the scan must hit the corrupt leaf");
     assert!(
         fs.lookup(&big, &name).is_ok(),
         "the index must go straight to the last leaf"

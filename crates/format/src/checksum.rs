@@ -27,11 +27,7 @@ const fn crc16_table() -> [u16; 256] {
         let mut crc = i as u16;
         let mut bit = 0;
         while bit < 8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xA001
-            } else {
-                crc >> 1
-            };
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xA001 } else { crc >> 1 };
             bit += 1;
         }
         table[i] = crc;

@@ -177,13 +177,7 @@ pub fn verify_block_checksum(block: &[u8], inode_seed: u32) -> Result<()> {
     let stored = le32(block, off, TAIL)?;
     let computed = block_checksum(block, inode_seed);
     if stored != computed {
-        return Err(FormatError::checksum(
-            TAIL,
-            "det_checksum",
-            off,
-            stored,
-            computed,
-        ));
+        return Err(FormatError::checksum(TAIL, "det_checksum", off, stored, computed));
     }
     Ok(())
 }
@@ -212,8 +206,7 @@ pub fn encode_entry(
     block_size: usize,
 ) {
     buf[offset..offset + 4].copy_from_slice(&inode.to_le_bytes());
-    buf[offset + 4..offset + 6]
-        .copy_from_slice(&rec_len_to_disk(rec_len, block_size).to_le_bytes());
+    buf[offset + 4..offset + 6].copy_from_slice(&rec_len_to_disk(rec_len, block_size).to_le_bytes());
     buf[offset + 6] = name.len() as u8;
     buf[offset + 7] = file_type;
     buf[offset + 8..offset + 8 + name.len()].copy_from_slice(name);
@@ -235,10 +228,7 @@ mod tests {
         let names: Vec<_> = DirEntryIter::new(&b[..bs - TAIL_SIZE], bs, true)
             .map(|e| e.unwrap().name.to_vec())
             .collect();
-        assert_eq!(
-            names,
-            vec![b".".to_vec(), b"..".to_vec(), b"hello".to_vec()]
-        );
+        assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"hello".to_vec()]);
         b[30] ^= 1;
         assert!(verify_block_checksum(&b, 77).unwrap_err().is_checksum());
     }
@@ -256,14 +246,8 @@ mod tests {
 
     #[test]
     fn rec_len_64k_encoding() {
-        assert_eq!(
-            rec_len_from_disk(rec_len_to_disk(65536, 65536), 65536),
-            65536
-        );
-        assert_eq!(
-            rec_len_from_disk(rec_len_to_disk(65532, 65536), 65536),
-            65532
-        );
+        assert_eq!(rec_len_from_disk(rec_len_to_disk(65536, 65536), 65536), 65536);
+        assert_eq!(rec_len_from_disk(rec_len_to_disk(65532, 65536), 65536), 65532);
         assert_eq!(rec_len_from_disk(rec_len_to_disk(4096, 4096), 4096), 4096);
     }
 }

@@ -60,12 +60,7 @@ impl FormatError {
     }
 
     /// `field` does not hold the magic number.
-    pub fn bad_magic(
-        structure: &'static str,
-        field: &'static str,
-        offset: usize,
-        found: u64,
-    ) -> Self {
+    pub fn bad_magic(structure: &'static str, field: &'static str, offset: usize, found: u64) -> Self {
         Self {
             structure,
             field,
@@ -75,12 +70,7 @@ impl FormatError {
     }
 
     /// `field` holds `value`, which is out of range.
-    pub fn invalid(
-        structure: &'static str,
-        field: &'static str,
-        offset: usize,
-        value: u64,
-    ) -> Self {
+    pub fn invalid(structure: &'static str, field: &'static str, offset: usize, value: u64) -> Self {
         Self {
             structure,
             field,
@@ -90,13 +80,7 @@ impl FormatError {
     }
 
     /// The checksum in `field` does not match.
-    pub fn checksum(
-        structure: &'static str,
-        field: &'static str,
-        offset: usize,
-        stored: u32,
-        computed: u32,
-    ) -> Self {
+    pub fn checksum(structure: &'static str, field: &'static str, offset: usize, stored: u32, computed: u32) -> Self {
         Self {
             structure,
             field,
@@ -133,11 +117,7 @@ impl fmt::Display for FormatError {
                 write!(f, "{what} at byte {}: bad magic {found:#x}", self.offset)
             }
             FormatErrorKind::Invalid { value } => {
-                write!(
-                    f,
-                    "{what} at byte {}: invalid value {value} ({value:#x})",
-                    self.offset
-                )
+                write!(f, "{what} at byte {}: invalid value {value} ({value:#x})", self.offset)
             }
             FormatErrorKind::Checksum { stored, computed } => write!(
                 f,

@@ -126,11 +126,7 @@ impl Eq for RawExtentHeader {}
 /// Largest `eh_max` a node of `bytes` bytes can hold (a block node keeps 4
 /// bytes for the tail).
 pub fn node_capacity(bytes: usize, is_root: bool) -> u16 {
-    let usable = if is_root {
-        bytes
-    } else {
-        bytes.saturating_sub(4)
-    };
+    let usable = if is_root { bytes } else { bytes.saturating_sub(4) };
     u16::try_from(usable.saturating_sub(12) / 12).unwrap_or(u16::MAX)
 }
 
@@ -141,15 +137,9 @@ pub fn node_capacity(bytes: usize, is_root: bool) -> u16 {
 /// eh_max`; `eh_depth > 5`; leaf extents with zero length, overlapping or
 /// out of order, or that wrap past 2^32; index entries out of order.
 pub fn parse_node(buf: &[u8], is_root: bool) -> Result<ExtentNode> {
-    let (header, _) = RawExtentHeader::read_from_prefix(buf)
-        .map_err(|_| FormatError::truncated(HDR, 12, buf.len()))?;
+    let (header, _) = RawExtentHeader::read_from_prefix(buf).map_err(|_| FormatError::truncated(HDR, 12, buf.len()))?;
     if header.eh_magic.get() != EXT4_EXT_MAGIC {
-        return Err(FormatError::bad_magic(
-            HDR,
-            "eh_magic",
-            0,
-            header.eh_magic.get().into(),
-        ));
+        return Err(FormatError::bad_magic(HDR, "eh_magic", 0, header.eh_magic.get().into()));
     }
     let max = header.eh_max.get();
     if max == 0 || max > node_capacity(buf.len(), is_root) {
@@ -170,11 +160,7 @@ pub fn parse_node(buf: &[u8], is_root: bool) -> Result<ExtentNode> {
     } else {
         NodeEntries::Index(parse_indexes(body)?)
     };
-    Ok(ExtentNode {
-        header,
-        depth,
-        entries,
-    })
+    Ok(ExtentNode { header, depth, entries })
 }
 
 fn parse_leaves(body: &[u8]) -> Result<Vec<Extent>> {
@@ -182,8 +168,8 @@ fn parse_leaves(body: &[u8]) -> Result<Vec<Extent>> {
     let mut next_free: u64 = 0;
     for (i, chunk) in body.chunks_exact(12).enumerate() {
         let off = 12 + i * 12;
-        let raw = RawExtent::read_from_bytes(chunk)
-            .map_err(|_| FormatError::truncated("ext4_extent", 12, chunk.len()))?;
+        let raw =
+            RawExtent::read_from_bytes(chunk).map_err(|_| FormatError::truncated("ext4_extent", 12, chunk.len()))?;
         let raw_len = raw.ee_len.get();
         let (len, unwritten) = if raw_len > EXT_INIT_MAX_LEN {
             (raw_len - EXT_INIT_MAX_LEN, true)
@@ -192,29 +178,14 @@ fn parse_leaves(body: &[u8]) -> Result<Vec<Extent>> {
         };
         let logical = raw.ee_block.get();
         if len == 0 {
-            return Err(FormatError::invalid(
-                "ext4_extent",
-                "ee_len",
-                off + 4,
-                raw_len.into(),
-            ));
+            return Err(FormatError::invalid("ext4_extent", "ee_len", off + 4, raw_len.into()));
         }
         if u64::from(logical) < next_free {
-            return Err(FormatError::invalid(
-                "ext4_extent",
-                "ee_block",
-                off,
-                logical.into(),
-            ));
+            return Err(FormatError::invalid("ext4_extent", "ee_block", off, logical.into()));
         }
         next_free = u64::from(logical) + u64::from(len);
         if next_free > 1 << 32 {
-            return Err(FormatError::invalid(
-                "ext4_extent",
-                "ee_len",
-                off + 4,
-                raw_len.into(),
-            ));
+            return Err(FormatError::invalid("ext4_extent", "ee_len", off + 4, raw_len.into()));
         }
         let physical = hilo64(raw.ee_start_hi.get().into(), raw.ee_start_lo.get());
         out.push(Extent {
@@ -272,13 +243,7 @@ pub fn verify_block_checksum(block: &[u8], inode_seed: u32) -> Result<()> {
     let stored = le32(block, off, TAIL)?;
     let computed = crc32c_raw(inode_seed, &block[..off]);
     if stored != computed {
-        return Err(FormatError::checksum(
-            TAIL,
-            "et_checksum",
-            off,
-            stored,
-            computed,
-        ));
+        return Err(FormatError::checksum(TAIL, "et_checksum", off, stored, computed));
     }
     Ok(())
 }

@@ -200,8 +200,7 @@ impl Features {
     /// True when either checksum scheme (`metadata_csum` or `uninit_bg`)
     /// protects group descriptors.
     pub fn has_group_csum(&self) -> bool {
-        self.ro_compat.contains(RoCompatFeatures::METADATA_CSUM)
-            || self.ro_compat.contains(RoCompatFeatures::GDT_CSUM)
+        self.ro_compat.contains(RoCompatFeatures::METADATA_CSUM) || self.ro_compat.contains(RoCompatFeatures::GDT_CSUM)
     }
 
     /// True with `metadata_csum`.
@@ -219,10 +218,7 @@ mod tests {
         let f = IncompatFeatures::EXTENTS | IncompatFeatures::BIT64 | IncompatFeatures(1 << 30);
         assert_eq!(f.names(), vec!["extent", "64bit", "FEATURE_I30"]);
         assert_eq!(f.unknown(), IncompatFeatures(1 << 30));
-        assert_eq!(
-            IncompatFeatures::from_name("flex_bg"),
-            Some(IncompatFeatures::FLEX_BG)
-        );
+        assert_eq!(IncompatFeatures::from_name("flex_bg"), Some(IncompatFeatures::FLEX_BG));
         assert_eq!(RoCompatFeatures::from_name("nope"), None);
     }
 }

@@ -87,31 +87,19 @@ impl RawGroupDesc {
     }
     /// Free blocks in the group.
     pub fn free_blocks(&self) -> u32 {
-        join16(
-            self.bg_free_blocks_count_hi.get(),
-            self.bg_free_blocks_count_lo.get(),
-        )
+        join16(self.bg_free_blocks_count_hi.get(), self.bg_free_blocks_count_lo.get())
     }
     /// Free inodes in the group.
     pub fn free_inodes(&self) -> u32 {
-        join16(
-            self.bg_free_inodes_count_hi.get(),
-            self.bg_free_inodes_count_lo.get(),
-        )
+        join16(self.bg_free_inodes_count_hi.get(), self.bg_free_inodes_count_lo.get())
     }
     /// Directories in the group.
     pub fn used_dirs(&self) -> u32 {
-        join16(
-            self.bg_used_dirs_count_hi.get(),
-            self.bg_used_dirs_count_lo.get(),
-        )
+        join16(self.bg_used_dirs_count_hi.get(), self.bg_used_dirs_count_lo.get())
     }
     /// Unused inodes at the end of the inode table.
     pub fn itable_unused(&self) -> u32 {
-        join16(
-            self.bg_itable_unused_hi.get(),
-            self.bg_itable_unused_lo.get(),
-        )
+        join16(self.bg_itable_unused_hi.get(), self.bg_itable_unused_lo.get())
     }
     /// `bg_flags`.
     pub fn flags(&self) -> u16 {
@@ -119,17 +107,11 @@ impl RawGroupDesc {
     }
     /// Stored block-bitmap checksum (16 or 32 bits depending on desc size).
     pub fn block_bitmap_csum(&self) -> u32 {
-        join16(
-            self.bg_block_bitmap_csum_hi.get(),
-            self.bg_block_bitmap_csum_lo.get(),
-        )
+        join16(self.bg_block_bitmap_csum_hi.get(), self.bg_block_bitmap_csum_lo.get())
     }
     /// Stored inode-bitmap checksum.
     pub fn inode_bitmap_csum(&self) -> u32 {
-        join16(
-            self.bg_inode_bitmap_csum_hi.get(),
-            self.bg_inode_bitmap_csum_lo.get(),
-        )
+        join16(self.bg_inode_bitmap_csum_hi.get(), self.bg_inode_bitmap_csum_lo.get())
     }
 
     /// The descriptor checksum as the kernel computes it: with

@@ -97,10 +97,7 @@ impl HashVersion {
 
     /// True for the variants that read name bytes as unsigned char.
     pub fn is_unsigned(self) -> bool {
-        matches!(
-            self,
-            Self::LegacyUnsigned | Self::HalfMd4Unsigned | Self::TeaUnsigned
-        )
+        matches!(self, Self::LegacyUnsigned | Self::HalfMd4Unsigned | Self::TeaUnsigned)
     }
 }
 
@@ -316,8 +313,7 @@ mod tests {
 
     /// `debugfs -R "dx_hash -s 01234567-89ab-cdef-0123-456789abcdef ..."` seed.
     const SEED: [u8; 16] = [
-        0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd,
-        0xef,
+        0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
     ];
     /// 47 bytes: two half-MD4 chunks, three TEA chunks, one byte >= 0x80.
     const LONG: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ\xc3\xa9";
@@ -326,11 +322,7 @@ mod tests {
         for (code, &(major, minor)) in (0u8..).zip(expect.iter()) {
             let version = HashVersion::from_code(code).unwrap();
             let got = dx_hash(name, version, seed).unwrap();
-            assert_eq!(
-                (got.major, got.minor),
-                (major, minor),
-                "code {code} name {name:?}"
-            );
+            assert_eq!((got.major, got.minor), (major, minor), "code {code} name {name:?}");
         }
     }
 
@@ -402,10 +394,7 @@ mod tests {
     #[test]
     fn codes_round_trip_and_unsigned_flag_applies() {
         for code in 0..=6u8 {
-            assert_eq!(
-                HashVersion::from_code(code).map(HashVersion::code),
-                Some(code)
-            );
+            assert_eq!(HashVersion::from_code(code).map(HashVersion::code), Some(code));
         }
         assert_eq!(HashVersion::from_code(7), None);
         assert_eq!(

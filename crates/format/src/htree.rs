@@ -385,12 +385,7 @@ impl DxNode {
 /// `dx_probe`.
 fn check_root_header(h: &RawDxRootHeader, params: &DxParams) -> Result<()> {
     if h.dot.rec_len.get() != 12 {
-        return Err(FormatError::invalid(
-            ROOT,
-            "rec_len",
-            4,
-            h.dot.rec_len.get().into(),
-        ));
+        return Err(FormatError::invalid(ROOT, "rec_len", 4, h.dot.rec_len.get().into()));
     }
     let dotdot = rec_len_from_disk(h.dotdot.rec_len.get(), params.block_size);
     if dotdot != params.block_size.saturating_sub(12) {
@@ -442,10 +437,7 @@ fn parse_entries(
         let at = off.saturating_add(i.saturating_mul(DX_ENTRY_SIZE));
         let hash = if i == 0 { 0 } else { le32(block, at, ENTRY)? };
         let block_no = le32(block, at.saturating_add(4), ENTRY)?;
-        entries.push(DxEntry {
-            hash,
-            block: block_no,
-        });
+        entries.push(DxEntry { hash, block: block_no });
     }
     let tail = if params.metadata_csum {
         let at = off.saturating_add(usize::from(limit).saturating_mul(DX_ENTRY_SIZE));
@@ -500,12 +492,7 @@ fn write_entries(block: &mut [u8], raw: &Raw<'_>) -> Result<()> {
     }
 }
 
-fn write_at<T: IntoBytes + Immutable>(
-    block: &mut [u8],
-    at: usize,
-    value: &T,
-    structure: &'static str,
-) -> Result<()> {
+fn write_at<T: IntoBytes + Immutable>(block: &mut [u8], at: usize, value: &T, structure: &'static str) -> Result<()> {
     let bytes = value.as_bytes();
     let have = block.len();
     let end = at.saturating_add(bytes.len());
@@ -523,11 +510,7 @@ fn block_of<'a>(buf: &'a [u8], block_size: u32, structure: &'static str) -> Resu
         .ok_or_else(|| FormatError::truncated(structure, bs, buf.len()))
 }
 
-fn block_of_mut<'a>(
-    buf: &'a mut [u8],
-    block_size: u32,
-    structure: &'static str,
-) -> Result<&'a mut [u8]> {
+fn block_of_mut<'a>(buf: &'a mut [u8], block_size: u32, structure: &'static str) -> Result<&'a mut [u8]> {
     let bs = checked_block_size(block_size, structure)?;
     let have = buf.len();
     buf.get_mut(..bs)
@@ -540,12 +523,7 @@ fn new_block(block_size: u32, structure: &'static str) -> Result<Vec<u8>> {
 
 fn checked_block_size(block_size: u32, structure: &'static str) -> Result<usize> {
     if !(1024..=65536).contains(&block_size) || !block_size.is_power_of_two() {
-        return Err(FormatError::invalid(
-            structure,
-            "block_size",
-            0,
-            block_size.into(),
-        ));
+        return Err(FormatError::invalid(structure, "block_size", 0, block_size.into()));
     }
     usize::try_from(block_size).map_err(|_| FormatError::invalid(structure, "block_size", 0, 0))
 }

@@ -34,9 +34,7 @@ const DIRENT: &str = "ext4_dir_entry_2";
 /// stored inline (the kernel never puts it in an `ea_inode`).
 pub fn system_data<'a>(entries: &[XattrEntry<'a>]) -> Option<&'a [u8]> {
     entries.iter().find_map(|e| match e.value {
-        XattrValue::Inline(v) if e.index() == SYSTEM_DATA_INDEX && e.name == SYSTEM_DATA_NAME => {
-            Some(v)
-        }
+        XattrValue::Inline(v) if e.index() == SYSTEM_DATA_INDEX && e.name == SYSTEM_DATA_NAME => Some(v),
         _ => None,
     })
 }
@@ -63,11 +61,7 @@ pub fn content(i_block: &[u8], system_data: &[u8], size: u64) -> Result<Vec<u8>>
 
 fn i_block_bytes(i_block: &[u8]) -> Result<&[u8]> {
     if i_block.len() != I_BLOCK_SIZE {
-        return Err(FormatError::truncated(
-            "ext4_inode",
-            I_BLOCK_SIZE,
-            i_block.len(),
-        ));
+        return Err(FormatError::truncated("ext4_inode", I_BLOCK_SIZE, i_block.len()));
     }
     Ok(i_block)
 }
@@ -223,9 +217,6 @@ mod tests {
         // A name longer than rec_len allows.
         let mut region = dirent(12, 12, b"a");
         region[6] = 9;
-        assert_eq!(
-            dirents(&region).next().unwrap().unwrap_err().field,
-            "rec_len"
-        );
+        assert_eq!(dirents(&region).next().unwrap().unwrap_err().field, "rec_len");
     }
 }

@@ -171,10 +171,7 @@ impl Timestamp {
     pub fn decode(secs: u32, extra: Option<u32>) -> Self {
         let base = i64::from(secs as i32);
         match extra {
-            None => Self {
-                secs: base,
-                nsecs: 0,
-            },
+            None => Self { secs: base, nsecs: 0 },
             Some(e) => Self {
                 secs: base + (i64::from(e & 3) << 32),
                 nsecs: (e >> 2).min(999_999_999),
@@ -192,18 +189,12 @@ impl RawInode {
         let mut full = [0u8; 160];
         let n = rec.len().min(160);
         full[..n].copy_from_slice(&rec[..n]);
-        let raw =
-            Self::read_from_bytes(&full).map_err(|_| FormatError::truncated(STRUCT, 160, n))?;
+        let raw = Self::read_from_bytes(&full).map_err(|_| FormatError::truncated(STRUCT, 160, n))?;
         let extra = raw.i_extra_isize.get();
         if inode_size > GOOD_OLD_INODE_SIZE
             && (usize::from(extra) + GOOD_OLD_INODE_SIZE > inode_size || !extra.is_multiple_of(4))
         {
-            return Err(FormatError::invalid(
-                STRUCT,
-                "i_extra_isize",
-                0x80,
-                extra.into(),
-            ));
+            return Err(FormatError::invalid(STRUCT, "i_extra_isize", 0x80, extra.into()));
         }
         Ok(raw)
     }
@@ -336,12 +327,7 @@ impl RawInode {
 pub fn inode_checksum(record: &[u8], fs_seed: u32, ino: u32) -> Result<(u32, bool)> {
     // Records are `s_inode_size` bytes: a power of two from 128 on.
     if record.len() < GOOD_OLD_INODE_SIZE || !record.len().is_power_of_two() {
-        return Err(FormatError::invalid(
-            STRUCT,
-            "s_inode_size",
-            0,
-            record.len() as u64,
-        ));
+        return Err(FormatError::invalid(STRUCT, "s_inode_size", 0, record.len() as u64));
     }
     let raw = RawInode::parse(record, record.len())?;
     let mut c = raw.csum_seed(fs_seed, ino);
@@ -430,10 +416,7 @@ mod tests {
     fn bad_extra_isize_is_an_error() {
         let mut rec = vec![0u8; 256];
         rec[0x80] = 0xFF;
-        assert_eq!(
-            RawInode::parse(&rec, 256).unwrap_err().field,
-            "i_extra_isize"
-        );
+        assert_eq!(RawInode::parse(&rec, 256).unwrap_err().field, "i_extra_isize");
         assert!(RawInode::parse(&rec[..100], 128).is_err());
     }
 }

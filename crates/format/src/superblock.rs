@@ -184,13 +184,7 @@ impl RawSuperblock {
         }
         let (stored, computed) = (self.s_checksum.get(), self.compute_checksum());
         if stored != computed {
-            return Err(FormatError::checksum(
-                STRUCT,
-                "s_checksum",
-                0x3FC,
-                stored,
-                computed,
-            ));
+            return Err(FormatError::checksum(STRUCT, "s_checksum", 0x3FC, stored, computed));
         }
         Ok(())
     }
@@ -202,11 +196,7 @@ impl RawSuperblock {
 
     /// The seed of every other metadata checksum.
     pub fn csum_seed(&self) -> u32 {
-        if self
-            .features()
-            .incompat
-            .contains(IncompatFeatures::CSUM_SEED)
-        {
+        if self.features().incompat.contains(IncompatFeatures::CSUM_SEED) {
             self.s_checksum_seed.get()
         } else {
             fs_csum_seed(&self.s_uuid)
@@ -274,12 +264,7 @@ impl Geometry {
     pub fn from_superblock(sb: &RawSuperblock) -> Result<Self> {
         let bad = |field, off, v: u64| FormatError::invalid(STRUCT, field, off, v);
         if sb.s_magic.get() != EXT4_SUPER_MAGIC {
-            return Err(FormatError::bad_magic(
-                STRUCT,
-                "s_magic",
-                0x38,
-                sb.s_magic.get().into(),
-            ));
+            return Err(FormatError::bad_magic(STRUCT, "s_magic", 0x38, sb.s_magic.get().into()));
         }
         let log = sb.s_log_block_size.get();
         if log > 6 {
@@ -325,8 +310,7 @@ impl Geometry {
         }
         let data_blocks = blocks_count - u64::from(first_data_block);
         let group_count = data_blocks.div_ceil(u64::from(blocks_per_group));
-        let group_count =
-            u32::try_from(group_count).map_err(|_| bad("s_blocks_count_lo", 0x4, blocks_count))?;
+        let group_count = u32::try_from(group_count).map_err(|_| bad("s_blocks_count_lo", 0x4, blocks_count))?;
         let inodes_count = sb.s_inodes_count.get();
         if u64::from(inodes_count) != u64::from(group_count) * u64::from(inodes_per_group) {
             return Err(bad("s_inodes_count", 0x0, inodes_count.into()));
@@ -400,11 +384,7 @@ impl Geometry {
     /// (groups 0, 1 and powers of 3, 5 and 7). Without the feature every
     /// group does. `sparse_super2` is decided by the caller from `s_backup_bgs`.
     pub fn group_has_super_sparse(&self, group: u32) -> bool {
-        if !self
-            .features
-            .ro_compat
-            .contains(RoCompatFeatures::SPARSE_SUPER)
-        {
+        if !self.features.ro_compat.contains(RoCompatFeatures::SPARSE_SUPER) {
             return true;
         }
         if group <= 1 {

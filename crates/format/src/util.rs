@@ -4,12 +4,7 @@
 use crate::error::{FormatError, Result};
 
 /// Returns `len` bytes of `buf` at `off`, or a truncation error for `structure`.
-pub(crate) fn slice<'a>(
-    buf: &'a [u8],
-    off: usize,
-    len: usize,
-    structure: &'static str,
-) -> Result<&'a [u8]> {
+pub(crate) fn slice<'a>(buf: &'a [u8], off: usize, len: usize, structure: &'static str) -> Result<&'a [u8]> {
     let end = off
         .checked_add(len)
         .ok_or_else(|| FormatError::truncated(structure, usize::MAX, buf.len()))?;

@@ -84,10 +84,7 @@ pub const NAME_PREFIXES: [(u8, &str); 7] = [
 /// The prefix `e_name_index` stands for, or `None` for an unknown index
 /// (whose entries the kernel ignores).
 pub fn prefix(index: u8) -> Option<&'static str> {
-    NAME_PREFIXES
-        .iter()
-        .find(|(i, _)| *i == index)
-        .map(|(_, p)| *p)
+    NAME_PREFIXES.iter().find(|(i, _)| *i == index).map(|(_, p)| *p)
 }
 
 /// Splits a full attribute name into `(e_name_index, suffix)`, trying the
@@ -161,9 +158,7 @@ impl XattrEntry<'_> {
             return Ok(());
         }
         let off = self.offset.saturating_add(12);
-        Err(FormatError::checksum(
-            ENTRY, "e_hash", off, stored, unsigned,
-        ))
+        Err(FormatError::checksum(ENTRY, "e_hash", off, stored, unsigned))
     }
 }
 
@@ -211,12 +206,7 @@ pub fn ibody_region(inode: &[u8], extra_isize: u16) -> Result<&[u8]> {
         let v = extra_isize.into();
         return Err(FormatError::invalid("ext4_inode", "i_extra_isize", 128, v));
     }
-    slice(
-        inode,
-        start,
-        inode.len().saturating_sub(start),
-        "ext4_inode",
-    )
+    slice(inode, start, inode.len().saturating_sub(start), "ext4_inode")
 }
 
 /// Parses the in-inode region (see [`ibody_region`]): a magic number, then
@@ -252,8 +242,8 @@ fn parse_entries(buf: &[u8], first: usize, value_base: usize) -> Result<Vec<Xatt
         let raw = RawXattrEntry::read_from_prefix(buf.get(off..).unwrap_or(&[]))
             .map(|(e, _)| e)
             .map_err(|_| bad_name_len(buf, off))?;
-        let len = pad4(XATTR_ENTRY_SIZE.saturating_add(usize::from(raw.e_name_len)))
-            .ok_or_else(|| bad_name_len(buf, off))?;
+        let len =
+            pad4(XATTR_ENTRY_SIZE.saturating_add(usize::from(raw.e_name_len))).ok_or_else(|| bad_name_len(buf, off))?;
         let next = off.saturating_add(len);
         if next.saturating_add(4) > buf.len() {
             return Err(bad_name_len(buf, off));
@@ -286,12 +276,7 @@ fn decode_entry(
     let (value, padded_value) = if inum != 0 {
         if raw.e_value_offs.get() != 0 {
             let v = raw.e_value_offs.get().into();
-            return Err(FormatError::invalid(
-                ENTRY,
-                "e_value_offs",
-                off.saturating_add(2),
-                v,
-            ));
+            return Err(FormatError::invalid(ENTRY, "e_value_offs", off.saturating_add(2), v));
         }
         (XattrValue::EaInode { inum, size }, &[][..])
     } else {
@@ -326,17 +311,14 @@ fn inline_value<'a>(
     if start < list_end || start > buf.len() {
         return Err(offs_err());
     }
-    let end = start
-        .checked_add(size)
-        .filter(|&e| e <= buf.len())
-        .ok_or_else(|| {
-            FormatError::invalid(
-                ENTRY,
-                "e_value_size",
-                off.saturating_add(8),
-                raw.e_value_size.get().into(),
-            )
-        })?;
+    let end = start.checked_add(size).filter(|&e| e <= buf.len()).ok_or_else(|| {
+        FormatError::invalid(
+            ENTRY,
+            "e_value_size",
+            off.saturating_add(8),
+            raw.e_value_size.get().into(),
+        )
+    })?;
     let padded_end = pad4(end).unwrap_or(end).min(buf.len());
     let value = buf.get(start..end).ok_or_else(offs_err)?;
     let padded = buf.get(start..padded_end).ok_or_else(offs_err)?;

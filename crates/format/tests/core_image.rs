@@ -38,10 +38,7 @@ fn source(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn core_structures_round_trip_and_verify() {
-    if !have_tools(
-        "core_structures_round_trip_and_verify",
-        &["mkfs.ext4", "debugfs"],
-    ) {
+    if !have_tools("core_structures_round_trip_and_verify", &["mkfs.ext4", "debugfs"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -87,13 +84,7 @@ fn check_image(img: &Path, what: &str) {
             check_bitmaps(img, &g, &d, seed, what, i);
         }
     }
-    check_inodes(
-        img,
-        &g,
-        seed,
-        &RawGroupDesc::parse(&table, ds).unwrap(),
-        what,
-    );
+    check_inodes(img, &g, seed, &RawGroupDesc::parse(&table, ds).unwrap(), what);
 }
 
 fn check_bitmaps(img: &Path, g: &Geometry, d: &RawGroupDesc, seed: u32, what: &str, i: usize) {
@@ -101,20 +92,12 @@ fn check_bitmaps(img: &Path, g: &Geometry, d: &RawGroupDesc, seed: u32, what: &s
     if d.flags() & BG_BLOCK_UNINIT == 0 {
         let bb = read_block(img, d.block_bitmap());
         let c = bitmap_checksum(seed, &bb, g.blocks_per_group as usize / 8, g.desc_size);
-        assert_eq!(
-            c,
-            d.block_bitmap_csum(),
-            "{what}: group {i} block bitmap checksum"
-        );
+        assert_eq!(c, d.block_bitmap_csum(), "{what}: group {i} block bitmap checksum");
     }
     if d.flags() & BG_INODE_UNINIT == 0 {
         let ib = read_block(img, d.inode_bitmap());
         let c = bitmap_checksum(seed, &ib, g.inodes_per_group as usize / 8, g.desc_size);
-        assert_eq!(
-            c,
-            d.inode_bitmap_csum(),
-            "{what}: group {i} inode bitmap checksum"
-        );
+        assert_eq!(c, d.inode_bitmap_csum(), "{what}: group {i} inode bitmap checksum");
     }
 }
 
@@ -136,8 +119,7 @@ fn check_inodes(img: &Path, g: &Geometry, seed: u32, d0: &RawGroupDesc, what: &s
         raw.encode_into(&mut again);
         assert_eq!(again, rec, "{what}: inode {ino} round trip");
         if g.features.metadata_csum() {
-            verify_inode_checksum(rec, seed, ino)
-                .unwrap_or_else(|e| panic!("{what}: inode {ino}: {e}"));
+            verify_inode_checksum(rec, seed, ino).unwrap_or_else(|e| panic!("{what}: inode {ino}: {e}"));
         }
         if raw.has_flag(ext4kit_format::inode::flags::EXTENTS) {
             check_extents(img, g, &raw, seed, ino, what);
@@ -146,14 +128,10 @@ fn check_inodes(img: &Path, g: &Geometry, seed: u32, d0: &RawGroupDesc, what: &s
 }
 
 fn check_extents(img: &Path, g: &Geometry, raw: &RawInode, seed: u32, ino: u32, what: &str) {
-    let root =
-        parse_node(&raw.i_block, true).unwrap_or_else(|e| panic!("{what}: inode {ino}: {e}"));
+    let root = parse_node(&raw.i_block, true).unwrap_or_else(|e| panic!("{what}: inode {ino}: {e}"));
     let mut again = raw.i_block;
     encode_node(&root, &mut again);
-    assert_eq!(
-        again, raw.i_block,
-        "{what}: inode {ino} extent root round trip"
-    );
+    assert_eq!(again, raw.i_block, "{what}: inode {ino} extent root round trip");
     let iseed = raw.csum_seed(seed, ino);
     let is_dir = raw.file_type() == Some(ext4kit_format::inode::FileType::Directory);
     if let extent::NodeEntries::Index(idx) = &root.entries {
@@ -176,11 +154,7 @@ fn check_extents(img: &Path, g: &Geometry, raw: &RawInode, seed: u32, ino: u32, 
             for b in 0..u64::from(e.len) {
                 let blk = read_block(img, e.physical + b);
                 let tail = dir_entry::has_tail(&blk);
-                assert_eq!(
-                    tail,
-                    g.features.metadata_csum(),
-                    "{what}: dir {ino} tail presence"
-                );
+                assert_eq!(tail, g.features.metadata_csum(), "{what}: dir {ino} tail presence");
                 if tail {
                     dir_entry::verify_block_checksum(&blk, iseed).unwrap();
                 }

@@ -31,9 +31,7 @@ fn names() -> Vec<Vec<u8>> {
         "caf\u{e9}-\u{65e5}\u{672c}".as_bytes().to_vec(),
     ];
     for len in [15, 16, 17, 31, 32, 33, 64, 100, 254, 255] {
-        let name = (0..len)
-            .map(|i| b"abcXYZ019_-.\x80\xc3\xfe"[i % 15])
-            .collect();
+        let name = (0..len).map(|i| b"abcXYZ019_-.\x80\xc3\xfe"[i % 15]).collect();
         names.push(name);
     }
     names.push((0u8..=254).map(|i| 0x80 | i).collect()); // 255 high bytes
@@ -94,10 +92,7 @@ fn dx_hash_matches_debugfs() {
         }
     }
     let cmds = dir.path().join("cmds");
-    std::fs::File::create(&cmds)
-        .unwrap()
-        .write_all(&script)
-        .unwrap();
+    std::fs::File::create(&cmds).unwrap().write_all(&script).unwrap();
     let out = common::run(
         Command::new(&tools[1])
             .arg("-f")

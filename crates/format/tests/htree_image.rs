@@ -14,19 +14,13 @@ use std::path::Path;
 use std::process::Command;
 
 use ext4kit_format::hash::{HashVersion, dx_hash};
-use ext4kit_format::htree::{
-    DxEntry, DxNode, DxParams, DxRoot, find, inode_csum_seed, verify_dx_checksum,
-};
+use ext4kit_format::htree::{DxEntry, DxNode, DxParams, DxRoot, find, inode_csum_seed, verify_dx_checksum};
 use ext4kit_format::superblock::{RawSuperblock, SUPERBLOCK_OFFSET};
 
 /// (directory, entries, name prefix): one single-level, one two-level tree.
 const DIRS: [(&str, usize, &str); 2] = [
     ("small", 2_000, "f"),
-    (
-        "big",
-        6_000,
-        "entry_with_a_rather_long_name_to_fill_blocks_",
-    ),
+    ("big", 6_000, "entry_with_a_rather_long_name_to_fill_blocks_"),
 ];
 
 fn populate(root: &Path, dirs: &[(&str, usize, &str)]) {
@@ -118,16 +112,9 @@ type Encode<'a> = &'a dyn Fn(&mut [u8]);
 /// original leaves it byte-identical, and that a fresh encoding (zeroed
 /// slack) matches on every byte the view describes and, where the original's
 /// unused slots are zero too, on every byte.
-fn check_index_block(
-    seed: Option<u32>,
-    block: &[u8],
-    encode: Encode<'_>,
-    count_end: usize,
-    what: &str,
-) {
+fn check_index_block(seed: Option<u32>, block: &[u8], encode: Encode<'_>, count_end: usize, what: &str) {
     if let Some(seed) = seed {
-        verify_dx_checksum(block, block.len() as u32, seed)
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        verify_dx_checksum(block, block.len() as u32, seed).unwrap_or_else(|e| panic!("{what}: {e}"));
     }
     let mut over = block.to_vec();
     encode(&mut over);
@@ -135,11 +122,7 @@ fn check_index_block(
     let mut fresh = vec![0u8; block.len()];
     encode(&mut fresh);
     let tail = block.len() - if seed.is_some() { 8 } else { 0 };
-    assert_eq!(
-        fresh[..count_end],
-        block[..count_end],
-        "{what}: header and entries"
-    );
+    assert_eq!(fresh[..count_end], block[..count_end], "{what}: header and entries");
     assert_eq!(fresh[tail..], block[tail..], "{what}: tail");
     if block[count_end..tail].iter().all(|&b| b == 0) {
         assert_eq!(fresh, block, "{what}: exact round trip");
@@ -165,8 +148,7 @@ fn check_dir(fs: &Fs, debugfs: &Path, img: &Path, dir: &str) -> u8 {
     if root.indirect_levels() == 1 {
         for e in &root.entries {
             let raw = &blocks[e.block as usize];
-            let node =
-                DxNode::parse(raw, &p).unwrap_or_else(|err| panic!("node {}: {err}", e.block));
+            let node = DxNode::parse(raw, &p).unwrap_or_else(|err| panic!("node {}: {err}", e.block));
             let enc = |buf: &mut [u8]| node.encode(buf, p.block_size).unwrap();
             check_index_block(seed, raw, &enc, 8 + 8 * node.entries.len(), "node");
             nodes.insert(e.block, node.entries);
@@ -185,12 +167,7 @@ fn check_dir(fs: &Fs, debugfs: &Path, img: &Path, dir: &str) -> u8 {
             if let Some(entries) = nodes.get(&leaf) {
                 leaf = entries[find(entries, hash)].block;
             }
-            assert_eq!(
-                leaf as usize,
-                lblk,
-                "{dir}: {}",
-                String::from_utf8_lossy(&name)
-            );
+            assert_eq!(leaf as usize, lblk, "{dir}: {}", String::from_utf8_lossy(&name));
             checked += 1;
         }
     }
@@ -210,10 +187,7 @@ fn check_dir(fs: &Fs, debugfs: &Path, img: &Path, dir: &str) -> u8 {
 fn confirm_with_debugfs(debugfs: &Path, img: &Path, dir: &str, root: &DxRoot) {
     let dump = common::debugfs(debugfs, img, &format!("htree /{dir}"));
     let levels = format!("Indirect levels: {}", root.indirect_levels());
-    assert!(
-        dump.contains(&levels),
-        "{dir}: {levels} not in debugfs dump"
-    );
+    assert!(dump.contains(&levels), "{dir}: {levels} not in debugfs dump");
     for (i, e) in root.entries.iter().enumerate() {
         let line = format!("Entry #{i}: Hash 0x{:08x}, block {}", e.hash, e.block);
         assert!(dump.contains(&line), "{dir}: `{line}` not in debugfs dump");
@@ -232,15 +206,8 @@ fn build_and_check(features: &[&str]) {
     args.extend_from_slice(features);
     common::mkfs(&tools[0], &img, &args, Some(&src), "64M");
     // Exit status 1 means "file system was modified" (the rehash), not failure.
-    let status = Command::new(&tools[2])
-        .arg("-fyD")
-        .arg(&img)
-        .output()
-        .unwrap();
-    assert!(
-        matches!(status.status.code(), Some(0 | 1)),
-        "e2fsck -fyD: {status:?}"
-    );
+    let status = Command::new(&tools[2]).arg("-fyD").arg(&img).output().unwrap();
+    assert!(matches!(status.status.code(), Some(0 | 1)), "e2fsck -fyD: {status:?}");
     let fs = load(&img);
     assert_eq!(fs.params.metadata_csum, features.is_empty());
     assert_eq!(check_dir(&fs, &tools[1], &img, "small"), 0);
@@ -269,13 +236,7 @@ fn kernel_htree_with_metadata_csum() {
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     common::mkfs(&tools[0], &img, &["-b", "1024"], None, "64M");
-    common::run(
-        Command::new(&tools[2])
-            .arg("-o")
-            .arg("loop")
-            .arg(&img)
-            .arg(&mnt),
-    );
+    common::run(Command::new(&tools[2]).arg("-o").arg("loop").arg(&img).arg(&mnt));
     populate(&mnt, &DIRS);
     common::run(Command::new(&tools[3]).arg(&mnt));
     let fs = load(&img);

@@ -40,16 +40,7 @@ fn mke2fs_inline_file_and_dir() {
     let src_arg = src.to_str().unwrap();
     mkfs(
         &img,
-        &[
-            "-b",
-            "4096",
-            "-I",
-            "256",
-            "-O",
-            "inline_data",
-            "-d",
-            src_arg,
-        ],
+        &["-b", "4096", "-I", "256", "-O", "inline_data", "-d", src_arg],
         "16M",
     );
 

@@ -35,10 +35,7 @@ fn kernel_journal_blocks_parse_and_verify() {
     let sb = RawJournalSuperblock::parse(&read_block(&copy, journal[0])).unwrap();
     sb.verify_checksum().unwrap();
     let p = sb.params().unwrap();
-    assert!(
-        p.has_csum_v3(),
-        "expected journal_checksum_v3 from the kernel"
-    );
+    assert!(p.has_csum_v3(), "expected journal_checksum_v3 from the kernel");
 
     let (mut descriptors, mut commits, mut data_checked) = (0, 0, 0);
     for (i, &phys) in journal.iter().enumerate().skip(1) {

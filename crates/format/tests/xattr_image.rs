@@ -77,11 +77,7 @@ fn mke2fs_written_xattrs_parse_verify_and_round_trip() {
     set(&big, "user.big", &v1);
     set(&big, "user.more", &v2);
     let img = tmp.path().join("img");
-    mkfs(
-        &img,
-        &["-b", "4096", "-I", "256", "-d", src.to_str().unwrap()],
-        "16M",
-    );
+    mkfs(&img, &["-b", "4096", "-I", "256", "-d", src.to_str().unwrap()], "16M");
     let sb = e2tools::superblock(&img);
 
     // In-inode: both small attributes, offsets relative to the first entry.
@@ -93,10 +89,7 @@ fn mke2fs_written_xattrs_parse_verify_and_round_trip() {
         ("user.hello".to_string(), b"world!".to_vec()),
     ];
     assert_eq!(values(&entries), want);
-    assert_eq!(
-        encode_ibody(&as_new(&entries), region.len()).unwrap(),
-        region
-    );
+    assert_eq!(encode_ibody(&as_new(&entries), region.len()).unwrap(), region);
 
     // Block: the two large ones.
     let (blk, block) = xattr_block(&img, "/big");
@@ -140,10 +133,7 @@ fn kernel_written_xattr_block_round_trips_exactly() {
     let (blk, block) = xattr_block(&img, "/f");
     verify_block_checksum(sb.csum_seed(), blk, &block).unwrap();
     let parsed = parse_block(&block).unwrap();
-    let names: Vec<String> = values(&parsed.entries)
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
+    let names: Vec<String> = values(&parsed.entries).into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["user.b1", "user.b2"]);
     parsed.entries.iter().for_each(|e| e.verify_hash().unwrap());
     assert_ne!(parsed.header.h_hash.get(), 0);
@@ -156,8 +146,5 @@ fn kernel_written_xattr_block_round_trips_exactly() {
     let inode = raw_inode(&img, "/f");
     let region = ibody_region(&inode, extra_isize(&inode)).unwrap();
     let entries = parse_ibody(region).unwrap();
-    assert_eq!(
-        values(&entries),
-        vec![("user.k".to_string(), b"small".to_vec())]
-    );
+    assert_eq!(values(&entries), vec![("user.k".to_string(), b"small".to_vec())]);
 }

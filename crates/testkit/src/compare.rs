@@ -307,12 +307,7 @@ fn kind_of(meta: &fs::Metadata) -> Kind {
 
 /// Walks `root` without following symlinks, collecting every path relative
 /// to it (the root is `.`).
-fn walk(
-    root: &Path,
-    opts: &CompareOptions,
-    errors: &mut Vec<Difference>,
-    side: &str,
-) -> BTreeMap<PathBuf, Entry> {
+fn walk(root: &Path, opts: &CompareOptions, errors: &mut Vec<Difference>, side: &str) -> BTreeMap<PathBuf, Entry> {
     let mut map = BTreeMap::new();
     match fs::symlink_metadata(root) {
         Ok(meta) => {
@@ -625,13 +620,7 @@ pub fn compare_trees(expected: &Path, actual: &Path, opts: CompareOptions) -> Ve
             _ => {}
         }
         if opts.xattrs {
-            compare_xattrs(
-                &expected.join(path),
-                &actual.join(path),
-                path,
-                &opts,
-                &mut diffs,
-            );
+            compare_xattrs(&expected.join(path), &actual.join(path), path, &opts, &mut diffs);
         }
     }
     for path in act.keys() {
@@ -651,13 +640,7 @@ pub fn compare_trees(expected: &Path, actual: &Path, opts: CompareOptions) -> Ve
     diffs
 }
 
-fn compare_xattrs(
-    e: &Path,
-    a: &Path,
-    rel: &Path,
-    opts: &CompareOptions,
-    diffs: &mut Vec<Difference>,
-) {
+fn compare_xattrs(e: &Path, a: &Path, rel: &Path, opts: &CompareOptions, diffs: &mut Vec<Difference>) {
     let (ex, ax) = match (read_xattrs(e), read_xattrs(a)) {
         (Ok(x), Ok(y)) => (x, y),
         (Err(err), _) | (_, Err(err)) => {
@@ -720,11 +703,7 @@ fn link_groups(tree: &BTreeMap<PathBuf, Entry>) -> BTreeMap<PathBuf, Vec<PathBuf
     out
 }
 
-fn compare_link_groups(
-    exp: &BTreeMap<PathBuf, Entry>,
-    act: &BTreeMap<PathBuf, Entry>,
-    diffs: &mut Vec<Difference>,
-) {
+fn compare_link_groups(exp: &BTreeMap<PathBuf, Entry>, act: &BTreeMap<PathBuf, Entry>, diffs: &mut Vec<Difference>) {
     let eg = link_groups(exp);
     let ag = link_groups(act);
     let mut reported: BTreeSet<Vec<PathBuf>> = BTreeSet::new();
@@ -782,13 +761,7 @@ mod tests {
                     tv_nsec: 123_456_789,
                 },
             };
-            rustix::fs::utimensat(
-                rustix::fs::CWD,
-                root.join(p),
-                &t,
-                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .unwrap();
+            rustix::fs::utimensat(rustix::fs::CWD, root.join(p), &t, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).unwrap();
         }
     }
 
@@ -823,10 +796,7 @@ mod tests {
     #[test]
     fn detects_content_after_hole() {
         let (_t, a, b) = pair();
-        let f = fs::OpenOptions::new()
-            .write(true)
-            .open(b.join("sparse"))
-            .unwrap();
+        let f = fs::OpenOptions::new().write(true).open(b.join("sparse")).unwrap();
         std::os::unix::fs::FileExt::write_all_at(&f, b"x", 9 << 20).unwrap();
         drop(f);
         sync_times(&b);
@@ -868,9 +838,7 @@ mod tests {
     #[test]
     fn detects_xattr() {
         let (_t, a, b) = pair();
-        let set = |p: &Path, v: &[u8]| {
-            rustix::fs::lsetxattr(p, "user.k", v, rustix::fs::XattrFlags::empty())
-        };
+        let set = |p: &Path, v: &[u8]| rustix::fs::lsetxattr(p, "user.k", v, rustix::fs::XattrFlags::empty());
         if set(&a.join("two"), b"v").is_err() {
             eprintln!("SKIPPED: the temp dir's file system has no user xattrs");
             return;
@@ -887,19 +855,9 @@ mod tests {
         );
         rustix::fs::lremovexattr(b.join("two"), "user.k").unwrap();
         let d = compare_trees(&a, &b, CompareOptions::default());
-        assert_eq!(
-            only(&d),
-            &DiffKind::XattrMissing {
-                name: "user.k".into()
-            }
-        );
+        assert_eq!(only(&d), &DiffKind::XattrMissing { name: "user.k".into() });
         let d = compare_trees(&b, &a, CompareOptions::default());
-        assert_eq!(
-            only(&d),
-            &DiffKind::XattrExtra {
-                name: "user.k".into()
-            }
-        );
+        assert_eq!(only(&d), &DiffKind::XattrExtra { name: "user.k".into() });
         // The ignore list hides it.
         let opts = CompareOptions {
             ignore_xattrs: vec!["user.k".into()],
@@ -913,22 +871,13 @@ mod tests {
         let (_t, a, b) = pair();
         let meta = fs::symlink_metadata(a.join("two")).unwrap();
         let t = rustix::fs::Timestamps {
-            last_access: rustix::fs::Timespec {
-                tv_sec: 1,
-                tv_nsec: 0,
-            },
+            last_access: rustix::fs::Timespec { tv_sec: 1, tv_nsec: 0 },
             last_modification: rustix::fs::Timespec {
                 tv_sec: meta.mtime(),
                 tv_nsec: meta.mtime_nsec() + 1,
             },
         };
-        rustix::fs::utimensat(
-            rustix::fs::CWD,
-            b.join("two"),
-            &t,
-            rustix::fs::AtFlags::empty(),
-        )
-        .unwrap();
+        rustix::fs::utimensat(rustix::fs::CWD, b.join("two"), &t, rustix::fs::AtFlags::empty()).unwrap();
         let d = compare_trees(&a, &b, CompareOptions::default());
         assert!(matches!(only(&d), DiffKind::Mtime { .. }));
         assert!(d[0].to_string().contains(".123456790"), "{}", d[0]);
@@ -958,8 +907,7 @@ mod tests {
         sync_times(&b);
         let d = compare_trees(&a, &b, CompareOptions::default());
         assert!(
-            d.iter()
-                .any(|x| matches!(x.kind, DiffKind::HardLinks { .. })),
+            d.iter().any(|x| matches!(x.kind, DiffKind::HardLinks { .. })),
             "{}",
             format_differences(&d)
         );
@@ -984,25 +932,13 @@ mod tests {
             },
         );
         let kinds: Vec<&DiffKind> = d.iter().map(|x| &x.kind).collect();
-        assert!(
-            kinds.contains(&&DiffKind::Missing),
-            "{}",
-            format_differences(&d)
-        );
-        assert!(
-            kinds.contains(&&DiffKind::Extra),
-            "{}",
-            format_differences(&d)
-        );
+        assert!(kinds.contains(&&DiffKind::Missing), "{}", format_differences(&d));
+        assert!(kinds.contains(&&DiffKind::Extra), "{}", format_differences(&d));
         assert!(kinds.contains(&&DiffKind::FileType {
             expected: Kind::File,
             actual: Kind::Dir
         }));
-        assert!(
-            kinds
-                .iter()
-                .any(|k| matches!(k, DiffKind::SymlinkTarget { .. }))
-        );
+        assert!(kinds.iter().any(|k| matches!(k, DiffKind::SymlinkTarget { .. })));
         // Excluding the differing paths makes the trees equal.
         let opts = CompareOptions {
             mtime: false,

@@ -262,22 +262,14 @@ impl Builder {
 
     fn sparse(&mut self) -> io::Result<()> {
         let d = self.dir("sparse")?;
-        self.sparse_file(
-            &d.join("hole_start"),
-            &[(256 << 10, 8192)],
-            (256 << 10) + 8192,
-        )?;
+        self.sparse_file(&d.join("hole_start"), &[(256 << 10, 8192)], (256 << 10) + 8192)?;
         self.sparse_file(
             &d.join("hole_middle"),
             &[(0, 16384), (1 << 20, 16384)],
             (1 << 20) + 16384,
         )?;
         self.sparse_file(&d.join("hole_end"), &[(0, 16384)], 2 << 20)?;
-        self.sparse_file(
-            &d.join("unaligned"),
-            &[(12345, 7000), (300_001, 3)],
-            400_000,
-        )?;
+        self.sparse_file(&d.join("unaligned"), &[(12345, 7000), (300_001, 3)], 400_000)?;
         let far = self.opts.far_offset;
         self.sparse_file(&d.join("far_data"), &[(far, 4096)], far + 4096)?;
         let hole_only = self.opts.hole_only_len;
@@ -348,13 +340,7 @@ impl Builder {
 
     fn special(&mut self) -> io::Result<()> {
         let d = self.dir("special")?;
-        rustix::fs::mknodat(
-            CWD,
-            d.join("fifo"),
-            FileType::Fifo,
-            Mode::from_raw_mode(0o640),
-            0,
-        )?;
+        rustix::fs::mknodat(CWD, d.join("fifo"), FileType::Fifo, Mode::from_raw_mode(0o640), 0)?;
         self.stats.fifos += 1;
         self.stats.entries += 1;
         if self.opts.device_nodes && self.is_root {
@@ -374,9 +360,7 @@ impl Builder {
                 self.stats.entries += 1;
             }
         } else if self.opts.device_nodes {
-            self.stats
-                .skipped
-                .push("device nodes (mknod needs root)".into());
+            self.stats.skipped.push("device nodes (mknod needs root)".into());
         }
         if self.opts.socket {
             let p = d.join("socket");
@@ -441,11 +425,7 @@ impl Builder {
         ] {
             self.file(&d.join(name), name.as_bytes(), 0o644)?;
         }
-        let raw: &[&[u8]] = &[
-            b"bytes-\x01\x7f\x80\xfe\xff",
-            b"\xc3\x28invalid-utf8",
-            b"\xff",
-        ];
+        let raw: &[&[u8]] = &[b"bytes-\x01\x7f\x80\xfe\xff", b"\xc3\x28invalid-utf8", b"\xff"];
         for name in raw {
             self.file(&d.join(std::ffi::OsStr::from_bytes(name)), name, 0o644)?;
         }
@@ -498,11 +478,7 @@ impl Builder {
         ] {
             self.file(&d.join(name), name.as_bytes(), mode)?;
         }
-        for (name, mode) in [
-            ("sticky_dir", 0o1777),
-            ("setgid_dir", 0o2775),
-            ("readonly_dir", 0o555),
-        ] {
+        for (name, mode) in [("sticky_dir", 0o1777), ("setgid_dir", 0o2775), ("readonly_dir", 0o555)] {
             let p = self.dir(&format!("modes/{name}"))?;
             set_mode(&p, mode)?;
         }
@@ -513,19 +489,11 @@ impl Builder {
         let d = self.dir("owners")?;
         if !(self.opts.ownership && self.is_root) {
             if self.opts.ownership {
-                self.stats
-                    .skipped
-                    .push("uid/gid variety (chown needs root)".into());
+                self.stats.skipped.push("uid/gid variety (chown needs root)".into());
             }
             return Ok(());
         }
-        let ids: [(u32, u32); 5] = [
-            (1000, 1000),
-            (65534, 65534),
-            (12345, 54321),
-            (0, 100),
-            (70000, 80000),
-        ];
+        let ids: [(u32, u32); 5] = [(1000, 1000), (65534, 65534), (12345, 54321), (0, 100), (70000, 80000)];
         for (uid, gid) in ids {
             let p = d.join(format!("u{uid}_g{gid}"));
             self.file(&p, b"owned", 0o640)?;
@@ -655,10 +623,7 @@ pub fn extents_for_depth2(block_size: u64) -> u64 {
 /// Verify the depth after unmounting with [`crate::tools::extent_depth`].
 /// On block-mapped file systems (ext2/ext3) the files are still useful: they
 /// exercise indirect blocks with holes.
-pub fn fragment_through_kernel(
-    mountpoint: &Path,
-    opts: &FragmentOptions,
-) -> io::Result<Vec<FragmentedFile>> {
+pub fn fragment_through_kernel(mountpoint: &Path, opts: &FragmentOptions) -> io::Result<Vec<FragmentedFile>> {
     let bs = rustix::fs::statvfs(mountpoint)?.f_bsize;
     let n = opts.extents.unwrap_or_else(|| extents_for_depth2(bs));
     let dir = mountpoint.join(&opts.dir);
@@ -710,10 +675,7 @@ pub fn fragment_through_kernel(
     for i in 0..opts.interleaved_files {
         let name = format!("interleaved_{i}");
         files.push((
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join(&name))?,
+            OpenOptions::new().create(true).append(true).open(dir.join(&name))?,
             name,
         ));
     }

@@ -139,24 +139,14 @@ pub fn matrix(size: u64) -> Vec<ImageSpec> {
         ImageSpec::new("ext3", Ext3, size, &["-b", "4096"]),
         ImageSpec::new("ext4", Ext4, size, &["-b", "4096"]),
         ImageSpec::new("ext4-1k", Ext4, size, &["-b", "1024"]),
-        ImageSpec::new(
-            "ext4-nocsum",
-            Ext4,
-            size,
-            &["-b", "4096", "-O", "^metadata_csum"],
-        ),
+        ImageSpec::new("ext4-nocsum", Ext4, size, &["-b", "4096", "-O", "^metadata_csum"]),
         ImageSpec::new(
             "ext4-64bit-metabg",
             Ext4,
             size,
             &["-b", "4096", "-O", "64bit,meta_bg,^resize_inode"],
         ),
-        ImageSpec::new(
-            "ext4-inline",
-            Ext4,
-            size,
-            &["-b", "4096", "-O", "inline_data"],
-        ),
+        ImageSpec::new("ext4-inline", Ext4, size, &["-b", "4096", "-O", "inline_data"]),
         ImageSpec::new("ext4-i128", Ext4, size, &["-b", "4096", "-I", "128"]),
         ImageSpec::new(
             "ext4-orphanfile-csumseed",
@@ -232,12 +222,7 @@ fn copy_times(from: &Path, to: &Path) -> io::Result<()> {
         last_access: ts(m.atime(), m.atime_nsec()),
         last_modification: ts(m.mtime(), m.mtime_nsec()),
     };
-    rustix::fs::utimensat(
-        rustix::fs::CWD,
-        to,
-        &times,
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )?;
+    rustix::fs::utimensat(rustix::fs::CWD, to, &times, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
     Ok(())
 }
 
@@ -274,12 +259,7 @@ impl Image {
     /// files (when asked; the root's times are then restored from `src`),
     /// unmounts, checks it with `e2fsck -fn` and, when
     /// asked, that the fragmented files reached extent depth 2.
-    pub fn kernel(
-        spec: &ImageSpec,
-        src: Option<&Path>,
-        dir: &Path,
-        how: &KernelPopulate,
-    ) -> io::Result<Image> {
+    pub fn kernel(spec: &ImageSpec, src: Option<&Path>, dir: &Path, how: &KernelPopulate) -> io::Result<Image> {
         let path = mkfs(spec, dir, &[])?;
         let mut fragmented = Vec::new();
         {
@@ -311,11 +291,7 @@ impl Image {
         for f in &fragmented {
             let in_fs = format!("/{}", f.rel_path.display());
             let depth = tools::extent_depth(&path, &in_fs)?;
-            if how.require_depth2
-                && spec.uses_extents()
-                && f.guaranteed_deep
-                && depth.unwrap_or(0) < 2
-            {
+            if how.require_depth2 && spec.uses_extents() && f.guaranteed_deep && depth.unwrap_or(0) < 2 {
                 return Err(io::Error::other(format!(
                     "{}: {in_fs} has extent depth {depth:?}, wanted >= 2",
                     spec.label

@@ -16,12 +16,9 @@ pub fn can_loop_mount() -> Result<(), String> {
     if !Path::new("/dev/loop-control").exists() && !Path::new("/dev/loop0").exists() {
         return Err("no loop device (/dev/loop-control and /dev/loop0 are missing)".into());
     }
-    let fss = std::fs::read_to_string("/proc/filesystems")
-        .map_err(|e| format!("cannot read /proc/filesystems: {e}"))?;
-    if !fss
-        .lines()
-        .any(|l| l.split_whitespace().last() == Some("ext4"))
-    {
+    let fss =
+        std::fs::read_to_string("/proc/filesystems").map_err(|e| format!("cannot read /proc/filesystems: {e}"))?;
+    if !fss.lines().any(|l| l.split_whitespace().last() == Some("ext4")) {
         return Err("the kernel has no ext4 (not in /proc/filesystems)".into());
     }
     tools::require_tools(&["mount", "umount"])
@@ -103,13 +100,8 @@ impl LoopMount {
                 "mount -o {opts:?} {} failed ({:?}): {}{}",
                 image.display(),
                 out.code,
-                out.combined()
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                kernel_reason()
-                    .map(|r| format!("; kernel: {r}"))
-                    .unwrap_or_default()
+                out.combined().split_whitespace().collect::<Vec<_>>().join(" "),
+                kernel_reason().map(|r| format!("; kernel: {r}")).unwrap_or_default()
             )));
         }
         Ok(LoopMount {
@@ -121,10 +113,7 @@ impl LoopMount {
 
     /// The mount point.
     pub fn path(&self) -> &Path {
-        self.dir
-            .as_ref()
-            .map(|d| d.path())
-            .unwrap_or(Path::new("/nonexistent"))
+        self.dir.as_ref().map(|d| d.path()).unwrap_or(Path::new("/nonexistent"))
     }
 
     /// The image file behind the mount.

@@ -148,10 +148,7 @@ fn decompress(src: &Path, dest: &Path, codec: Codec) -> io::Result<bool> {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()?;
-            let stdout = child
-                .stdout
-                .take()
-                .ok_or_else(|| io::Error::other("no bzip2 stdout"))?;
+            let stdout = child.stdout.take().ok_or_else(|| io::Error::other("no bzip2 stdout"))?;
             let fits = copy_bounded(stdout, tmp.as_file_mut());
             if !matches!(fits, Ok(true)) {
                 let _ = child.kill();
@@ -236,8 +233,7 @@ mod tests {
     fn gzip_roundtrip_into_cache() {
         let t = tempfile::tempdir().unwrap();
         let src = t.path().join("image.gz");
-        let mut enc =
-            flate2::write::GzEncoder::new(File::create(&src).unwrap(), flate2::Compression::fast());
+        let mut enc = flate2::write::GzEncoder::new(File::create(&src).unwrap(), flate2::Compression::fast());
         enc.write_all(b"not really an image").unwrap();
         enc.finish().unwrap();
         let dest = t.path().join("cache/x/image");

@@ -47,12 +47,8 @@ mod tests {
 
     #[test]
     fn deterministic() {
-        let a: Vec<u64> = (0..4)
-            .scan(Rng::new(7), |r, _| Some(r.next_u64()))
-            .collect();
-        let b: Vec<u64> = (0..4)
-            .scan(Rng::new(7), |r, _| Some(r.next_u64()))
-            .collect();
+        let a: Vec<u64> = (0..4).scan(Rng::new(7), |r, _| Some(r.next_u64())).collect();
+        let b: Vec<u64> = (0..4).scan(Rng::new(7), |r, _| Some(r.next_u64())).collect();
         assert_eq!(a, b);
         assert_ne!(Rng::new(7).next_u64(), Rng::new(8).next_u64());
     }

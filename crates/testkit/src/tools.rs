@@ -109,10 +109,7 @@ pub fn run_ok<S: AsRef<OsStr>>(program: &str, args: &[S]) -> io::Result<CmdOutpu
     if out.success() {
         Ok(out)
     } else {
-        let shown: Vec<String> = args
-            .iter()
-            .map(|a| a.as_ref().to_string_lossy().into_owned())
-            .collect();
+        let shown: Vec<String> = args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
         Err(io::Error::other(format!(
             "`{program} {}` exited with {:?}:\n{}",
             shown.join(" "),
@@ -174,10 +171,7 @@ pub fn debugfs(image: &Path, request: &str) -> io::Result<String> {
 
 /// Runs `debugfs -R CMD IMG` and returns the whole captured output.
 pub fn debugfs_full(image: &Path, request: &str) -> io::Result<CmdOutput> {
-    run(
-        "debugfs",
-        &[OsStr::new("-R"), OsStr::new(request), image.as_os_str()],
-    )
+    run("debugfs", &[OsStr::new("-R"), OsStr::new(request), image.as_os_str()])
 }
 
 /// The depth of the extent tree of `path_in_fs` (an absolute path inside the
@@ -202,9 +196,7 @@ pub fn extent_depth(image: &Path, path_in_fs: &str) -> io::Result<Option<u32>> {
         };
         let max = if max.is_empty() {
             // `0/ 2`: the maximum is the next token.
-            line.split_whitespace()
-                .nth(1)
-                .and_then(|t| t.parse::<u32>().ok())
+            line.split_whitespace().nth(1).and_then(|t| t.parse::<u32>().ok())
         } else {
             max.parse::<u32>().ok()
         };
@@ -254,7 +246,5 @@ pub fn xattr_block(image: &Path, path_in_fs: &str) -> io::Result<u64> {
         .find_map(|l| l.trim().strip_prefix("File ACL:"))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .ok_or_else(|| {
-            io::Error::other(format!("no File ACL for {path_in_fs}: {}", out.combined()))
-        })
+        .ok_or_else(|| io::Error::other(format!("no File ACL for {path_in_fs}: {}", out.combined())))
 }

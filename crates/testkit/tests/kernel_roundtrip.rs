@@ -10,14 +10,7 @@ use ext4kit_testkit::image::{Image, KernelPopulate, matrix, probe_matrix};
 use ext4kit_testkit::mount::can_loop_mount;
 use ext4kit_testkit::tools::{require_tools, skip_unless, xattr_block};
 
-const TOOLS: &[&str] = &[
-    "mkfs.ext2",
-    "mkfs.ext3",
-    "mkfs.ext4",
-    "e2fsck",
-    "debugfs",
-    "cp",
-];
+const TOOLS: &[&str] = &["mkfs.ext2", "mkfs.ext3", "mkfs.ext4", "e2fsck", "debugfs", "cp"];
 
 fn ready() -> bool {
     skip_unless(can_loop_mount()).is_some() && skip_unless(require_tools(TOOLS)).is_some()
@@ -51,19 +44,12 @@ fn matrix_builds_clean_and_reports_kernel_mountability() {
         assert!(r.built.is_ok(), "{}: {:?}", r.spec.label, r.built);
     }
     for r in rows.iter().filter(|r| r.spec.label != "ext4-64k") {
-        assert!(
-            r.mounts.is_ok(),
-            "{} does not mount: {:?}",
-            r.spec.label,
-            r.mounts
-        );
+        assert!(r.mounts.is_ok(), "{} does not mount: {:?}", r.spec.label, r.mounts);
     }
 }
 
 fn check(src: &Path, img: &Image, opts: CompareOptions) {
-    let mnt = img
-        .mount_ro()
-        .unwrap_or_else(|e| panic!("{}: {e}", img.spec.label));
+    let mnt = img.mount_ro().unwrap_or_else(|e| panic!("{}: {e}", img.spec.label));
     let diffs = compare_trees(src, mnt.path(), opts);
     assert!(
         diffs.is_empty(),
@@ -92,14 +78,8 @@ fn check_xattr_placement(img: &Image) {
         "{}: large xattr not in a block",
         img.spec.label
     );
-    let shared: Vec<u64> = (0..3)
-        .map(|i| blk(&format!("/xattrs/shared_{i}")))
-        .collect();
-    assert_ne!(
-        shared[0], 0,
-        "{}: shared xattrs not in a block",
-        img.spec.label
-    );
+    let shared: Vec<u64> = (0..3).map(|i| blk(&format!("/xattrs/shared_{i}"))).collect();
+    assert_ne!(shared[0], 0, "{}: shared xattrs not in a block", img.spec.label);
     assert!(
         shared.iter().all(|&b| b == shared[0]),
         "{}: xattr block not shared: {shared:?}",
@@ -132,8 +112,7 @@ fn kernel_and_mkfs_d_images_read_back_identical() {
             fragment: Some(frag.clone()),
             ..Default::default()
         };
-        let img =
-            Image::kernel(&spec, Some(&src), &dir, &how).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let img = Image::kernel(&spec, Some(&src), &dir, &how).unwrap_or_else(|e| panic!("{label}: {e}"));
         eprintln!("{label}: fragmented depths {:?}", img.fragmented_depths);
         let opts = CompareOptions {
             mtime_nanoseconds: spec.nanosecond_timestamps(),
@@ -149,9 +128,7 @@ fn kernel_and_mkfs_d_images_read_back_identical() {
             let mnt = img.mount_ro().unwrap();
             let diffs = compare_trees(&src, mnt.path(), CompareOptions::default());
             assert!(
-                diffs
-                    .iter()
-                    .any(|d| matches!(d.kind, DiffKind::Mtime { .. })),
+                diffs.iter().any(|d| matches!(d.kind, DiffKind::Mtime { .. })),
                 "{label}: nanoseconds lost by 128-byte inodes went unnoticed"
             );
         }
@@ -191,8 +168,7 @@ fn full_scale_roundtrip() {
             fragment: Some(frag.clone()),
             ..Default::default()
         };
-        let img =
-            Image::kernel(&spec, Some(&src), &dir, &how).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let img = Image::kernel(&spec, Some(&src), &dir, &how).unwrap_or_else(|e| panic!("{label}: {e}"));
         let mnt = img.mount_ro().unwrap();
         let ns = spec.nanosecond_timestamps() && mnt.fstype().as_deref() != Some("ext2");
         drop(mnt);
@@ -209,9 +185,7 @@ fn full_scale_roundtrip() {
             // their last data, and makes sparse/hole_only an inline inode on
             // which the kernel's SEEK_DATA fails with ENOENT; e2fsck -fn
             // calls the image clean.
-            eprintln!(
-                "KNOWN: mke2fs 1.47.0 -d + inline_data loses trailing holes; -d comparison skipped"
-            );
+            eprintln!("KNOWN: mke2fs 1.47.0 -d + inline_data loses trailing holes; -d comparison skipped");
             continue;
         }
         let img = Image::mkfs_d(&spec, &src, &dir).unwrap_or_else(|e| panic!("{label} -d: {e}"));

@@ -23,10 +23,7 @@ fn peer_images_decompress() {
         dir.display(),
         compressed
     );
-    assert!(
-        images.len() >= compressed,
-        "some image.gz were not decompressed"
-    );
+    assert!(images.len() >= compressed, "some image.gz were not decompressed");
     let mut with_magic = 0;
     for img in &images {
         assert!(img.path.starts_with(&cache));

@@ -106,8 +106,7 @@ pub fn run(a: Args) -> Result<()> {
         ProgressBar::new_spinner()
     };
     pb.set_style(
-        ProgressStyle::with_template("{spinner} {elapsed} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ProgressStyle::with_template("{spinner} {elapsed} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     let shared = Shared {
         fs: &fs,
@@ -165,8 +164,7 @@ fn worker(shared: &Shared<'_>, rx: &Mutex<Receiver<Job>>) {
         if shared.failed() {
             continue;
         }
-        let r = copy_data(shared, &job, &mut buf)
-            .and_then(|()| apply_metadata(shared, &job.inode, &job.path));
+        let r = copy_data(shared, &job, &mut buf).and_then(|()| apply_metadata(shared, &job.inode, &job.path));
         if let Err(e) = r {
             shared.fail(e);
         }
@@ -178,10 +176,7 @@ fn check_dest(dest: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e).with_context(|| format!("{}", dest.display())),
         Ok(m) if m.is_dir() && fs::read_dir(dest)?.next().is_none() => Ok(()),
-        Ok(_) => bail!(
-            "{}: destination exists and is not an empty directory",
-            dest.display()
-        ),
+        Ok(_) => bail!("{}: destination exists and is not an empty directory", dest.display()),
     }
 }
 
@@ -317,8 +312,7 @@ fn apply_metadata(shared: &Shared<'_>, inode: &Inode, path: &Path) -> Result<()>
     }
     if !symlink {
         use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(u32::from(m.perm)))
-            .with_context(ctx)?;
+        fs::set_permissions(path, fs::Permissions::from_mode(u32::from(m.perm))).with_context(ctx)?;
     }
     for x in fs.xattrs(inode)? {
         let name = OsStr::from_bytes(&x.name);
@@ -326,13 +320,7 @@ fn apply_metadata(shared: &Shared<'_>, inode: &Inode, path: &Path) -> Result<()>
             // Symlinks cannot carry user.* attributes on Linux; the kernel
             // shows none there either.
             if !(symlink && e.raw_os_error() == Some(libc::EPERM)) {
-                return Err(e).with_context(|| {
-                    format!(
-                        "{}: setting xattr {}",
-                        path.display(),
-                        name.to_string_lossy()
-                    )
-                });
+                return Err(e).with_context(|| format!("{}: setting xattr {}", path.display(), name.to_string_lossy()));
             }
         }
     }
@@ -358,7 +346,6 @@ fn make_node(ft: FileType, m: &Metadata, path: &Path) -> Result<()> {
         _ => bail!("{}: not a special file", path.display()),
     };
     let dev = makedev(u64::from(m.rdev.0), u64::from(m.rdev.1));
-    mknod(path, kind, Mode::from_bits_truncate(0o600), dev)
-        .with_context(|| format!("{}: mknod", path.display()))?;
+    mknod(path, kind, Mode::from_bits_truncate(0o600), dev).with_context(|| format!("{}: mknod", path.display()))?;
     Ok(())
 }

@@ -36,8 +36,7 @@ fn uuid(b: &[u8; 16]) -> String {
 fn summary(fs: &Filesystem) -> Value {
     let sb = fs.superblock();
     let g = fs.geometry();
-    let free_blocks = u64::from(sb.s_free_blocks_count_lo.get())
-        | (u64::from(sb.s_free_blocks_count_hi.get()) << 32);
+    let free_blocks = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32);
     let j = fs.journal_info();
     json!({
         "volume_name": sb.volume_name(),
@@ -108,15 +107,11 @@ fn groups(fs: &Filesystem) -> Value {
 }
 
 fn flag_names(f: u16) -> Vec<&'static str> {
-    [
-        (1, "INODE_UNINIT"),
-        (2, "BLOCK_UNINIT"),
-        (4, "ITABLE_ZEROED"),
-    ]
-    .iter()
-    .filter(|(b, _)| f & b != 0)
-    .map(|(_, n)| *n)
-    .collect()
+    [(1, "INODE_UNINIT"), (2, "BLOCK_UNINIT"), (4, "ITABLE_ZEROED")]
+        .iter()
+        .filter(|(b, _)| f & b != 0)
+        .map(|(_, n)| *n)
+        .collect()
 }
 
 /// Prints the summary.
@@ -164,11 +159,7 @@ fn print_text(v: &Value) -> Result<()> {
                 },
                 g["flags"]
                     .as_array()
-                    .map(|a| a
-                        .iter()
-                        .filter_map(|x| x.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "))
+                    .map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "))
                     .unwrap_or_default(),
                 g["block_bitmap"],
                 g["inode_bitmap"],

@@ -104,10 +104,7 @@ pub fn run(a: Args) -> Result<()> {
         outln!("Device: {},{}", m.rdev.0, m.rdev.1);
     }
     if m.file_type == ext4kit_format::inode::FileType::Symlink {
-        outln!(
-            "Link target: {}",
-            String::from_utf8_lossy(&fs.read_link(&inode)?)
-        );
+        outln!("Link target: {}", String::from_utf8_lossy(&fs.read_link(&inode)?));
     }
     print_body(&fs, &inode)?;
     for x in fs.xattrs(&inode)? {

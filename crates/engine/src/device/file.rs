@@ -57,10 +57,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        if offset
-            .checked_add(buf.len() as u64)
-            .is_none_or(|end| end > self.len)
-        {
+        if offset.checked_add(buf.len() as u64).is_none_or(|end| end > self.len) {
             return Err(past_end(offset, buf.len(), self.len));
         }
         self.file.read_exact_at(buf, offset)
@@ -74,11 +71,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn flush(&self) -> io::Result<()> {
-        if self.read_only {
-            Ok(())
-        } else {
-            self.file.sync_data()
-        }
+        if self.read_only { Ok(()) } else { self.file.sync_data() }
     }
 
     fn read_only(&self) -> bool {

@@ -44,10 +44,7 @@ impl Filesystem {
             return true;
         }
         let inode = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
-        let rec = ext4kit_format::dir_entry::rec_len_from_disk(
-            u16::from_le_bytes([buf[4], buf[5]]),
-            buf.len(),
-        );
+        let rec = ext4kit_format::dir_entry::rec_len_from_disk(u16::from_le_bytes([buf[4], buf[5]]), buf.len());
         inode == 0 && rec == buf.len()
     }
 
@@ -111,11 +108,7 @@ impl Filesystem {
             entries: root.entries,
         }];
         for _ in 0..levels {
-            let child = self.dx_child(
-                dir,
-                path.last().map_or(0, |l| l.entries[l.at].block),
-                &params,
-            )?;
+            let child = self.dx_child(dir, path.last().map_or(0, |l| l.entries[l.at].block), &params)?;
             path.push(Level {
                 at: find(&child, hash),
                 entries: child,

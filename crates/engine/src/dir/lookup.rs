@@ -14,13 +14,10 @@ impl Filesystem {
     pub fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<u32> {
         self.require_dir(dir)?;
         if name.len() > 255 {
-            return Err(Error::NameTooLong(
-                String::from_utf8_lossy(name).into_owned(),
-            ));
+            return Err(Error::NameTooLong(String::from_utf8_lossy(name).into_owned()));
         }
         if let Some(found) = self.htree_lookup(dir, name)? {
-            return found
-                .ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into_owned()));
+            return found.ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into_owned()));
         }
         let mut hit = None;
         self.for_each_dir_entry(dir, |e| {

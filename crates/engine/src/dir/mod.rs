@@ -76,11 +76,7 @@ impl Filesystem {
     }
 
     /// Calls `f` for each live entry of `dir` until it returns `Ok(false)`.
-    pub(crate) fn for_each_dir_entry(
-        &self,
-        dir: &Inode,
-        mut f: impl FnMut(DirEntry) -> Result<bool>,
-    ) -> Result<()> {
+    pub(crate) fn for_each_dir_entry(&self, dir: &Inode, mut f: impl FnMut(DirEntry) -> Result<bool>) -> Result<()> {
         if dir.has_inline_data() {
             return self.for_each_inline_dir_entry(dir, f);
         }
@@ -88,10 +84,7 @@ impl Filesystem {
             for i in 0..run.len {
                 let block = run.physical + i;
                 let buf = self.meta_block(block, dir.ino)?;
-                let at = Location::Block {
-                    block,
-                    inode: dir.ino,
-                };
+                let at = Location::Block { block, inode: dir.ino };
                 let entries = self.dir_block_entries(dir, &buf, run.logical + i, at)?;
                 for e in entries {
                     if !f(e)? {
@@ -124,17 +117,10 @@ impl Filesystem {
             let r = dir_entry::verify_block_checksum(buf, self.inode_csum_seed(dir));
             self.check(at, r)?;
         } else if csum && self.opts.verify_checksums {
-            return Err(Error::inconsistent(
-                at,
-                "directory block has no checksum tail",
-            ));
+            return Err(Error::inconsistent(at, "directory block has no checksum tail"));
         }
         let used = if tail { bs - dir_entry::TAIL_SIZE } else { bs };
-        let filetype = self
-            .geo
-            .features
-            .incompat
-            .contains(IncompatFeatures::FILETYPE);
+        let filetype = self.geo.features.incompat.contains(IncompatFeatures::FILETYPE);
         let mut out = Vec::new();
         for e in DirEntryIter::new(&buf[..used], bs, filetype) {
             let e = e.map_err(|e| Error::format(at, e))?;

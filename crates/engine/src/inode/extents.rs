@@ -39,19 +39,13 @@ impl Filesystem {
         Ok(out)
     }
 
-    fn walk_extents(
-        &self,
-        inode: &Inode,
-        node: &ExtentNode,
-        start: u64,
-        end: u64,
-        out: &mut Vec<Run>,
-    ) -> Result<()> {
+    fn walk_extents(&self, inode: &Inode, node: &ExtentNode, start: u64, end: u64, out: &mut Vec<Run>) -> Result<()> {
         match &node.entries {
             NodeEntries::Leaf(v) => {
-                for e in v.iter().filter(|e| {
-                    u64::from(e.logical) < end && u64::from(e.logical) + u64::from(e.len) > start
-                }) {
+                for e in v
+                    .iter()
+                    .filter(|e| u64::from(e.logical) < end && u64::from(e.logical) + u64::from(e.len) > start)
+                {
                     let at = Location::Inode(inode.ino);
                     self.check_block(e.physical, at)?;
                     self.check_block(e.physical + u64::from(e.len) - 1, at)?;
@@ -87,10 +81,7 @@ impl Filesystem {
         if node.depth + 1 != parent_depth {
             return Err(Error::inconsistent(
                 at,
-                format!(
-                    "extent node depth {} under a node of depth {parent_depth}",
-                    node.depth
-                ),
+                format!("extent node depth {} under a node of depth {parent_depth}", node.depth),
             ));
         }
         if self.geo.features.metadata_csum() {

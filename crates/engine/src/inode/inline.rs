@@ -16,8 +16,7 @@ impl Filesystem {
         if inode.record.len() <= 128 {
             return Ok(&[]);
         }
-        let region = ibody_region(&inode.record, inode.raw.i_extra_isize.get())
-            .map_err(|e| Error::format(at, e))?;
+        let region = ibody_region(&inode.record, inode.raw.i_extra_isize.get()).map_err(|e| Error::format(at, e))?;
         let entries = parse_ibody(region).map_err(|e| Error::format(at, e))?;
         Ok(entries
             .into_iter()
@@ -66,10 +65,7 @@ impl Filesystem {
             if e.inode > self.geo.inodes_count {
                 return Err(Error::inconsistent(
                     at,
-                    format!(
-                        "inline entry names inode {} beyond the inode count",
-                        e.inode
-                    ),
+                    format!("inline entry names inode {} beyond the inode count", e.inode),
                 ));
             }
             crate::dir::check_name(e.name, at, e.offset)?;

@@ -132,11 +132,9 @@ impl Filesystem {
         let block = desc.inode_table() + (byte >> self.geo.block_size_log2);
         let off = (byte & (u64::from(self.geo.block_size) - 1)) as usize;
         let table_end = desc.inode_table() + u64::from(self.geo.inode_table_blocks);
-        let buf =
-            self.meta_block_ahead(block, (table_end - block).min(INODE_READAHEAD_BLOCKS), ino)?;
+        let buf = self.meta_block_ahead(block, (table_end - block).min(INODE_READAHEAD_BLOCKS), ino)?;
         let record: Box<[u8]> = buf[off..off + isz].into();
-        let raw =
-            RawInode::parse(&record, isz).map_err(|e| Error::format(Location::Inode(ino), e))?;
+        let raw = RawInode::parse(&record, isz).map_err(|e| Error::format(Location::Inode(ino), e))?;
         if self.geo.features.metadata_csum() && record.iter().any(|&b| b != 0) {
             let r = verify_inode_checksum(&record, self.csum_seed, ino);
             self.check(Location::Inode(ino), r)?;

@@ -34,8 +34,8 @@ impl Filesystem {
         let mut out = Vec::new();
         let at = Location::Inode(inode.ino);
         if inode.record.len() > 128 {
-            let region = xattr::ibody_region(&inode.record, inode.raw.i_extra_isize.get())
-                .map_err(|e| Error::format(at, e))?;
+            let region =
+                xattr::ibody_region(&inode.record, inode.raw.i_extra_isize.get()).map_err(|e| Error::format(at, e))?;
             let entries = xattr::parse_ibody(region).map_err(|e| Error::format(at, e))?;
             self.collect(&entries, at, &mut out)?;
         }
@@ -65,12 +65,7 @@ impl Filesystem {
             .ok_or_else(|| Error::NoAttribute(String::from_utf8_lossy(name).into_owned()))
     }
 
-    fn collect(
-        &self,
-        entries: &[XattrEntry<'_>],
-        at: Location,
-        out: &mut Vec<Xattr>,
-    ) -> Result<()> {
+    fn collect(&self, entries: &[XattrEntry<'_>], at: Location, out: &mut Vec<Xattr>) -> Result<()> {
         for e in entries {
             let idx = e.index();
             // system.data (inline data), richacl and unknown indexes have no

@@ -52,10 +52,7 @@ pub fn run(cmd: &str, args: &[&str]) -> String {
 
 /// Opens `img` read-only with `opts`.
 pub fn open(img: &Path, opts: OpenOptions) -> ext4kit_engine::Result<Filesystem> {
-    Filesystem::open(
-        Box::new(FileDevice::open(img, false).expect("open image")),
-        opts,
-    )
+    Filesystem::open(Box::new(FileDevice::open(img, false).expect("open image")), opts)
 }
 
 /// Reads the 1024-byte primary superblock of `img`.
@@ -67,11 +64,7 @@ pub fn read_sb(img: &Path) -> Vec<u8> {
 /// Rewrites the primary superblock of `img` after `edit`, fixing its checksum.
 pub fn patch_sb(img: &Path, edit: impl FnOnce(&mut ext4kit_format::superblock::RawSuperblock)) {
     use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(img)
-        .unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(img).unwrap();
     let mut buf = [0u8; 1024];
     f.read_exact_at(&mut buf, 1024).unwrap();
     let mut sb = ext4kit_format::superblock::RawSuperblock::parse(&buf).unwrap();

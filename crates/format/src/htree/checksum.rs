@@ -8,8 +8,8 @@
 use zerocopy::little_endian::U32;
 
 use super::{
-    COUNTLIMIT, DX_ENTRY_SIZE, DX_NODE_COUNT_OFFSET, DX_ROOT_COUNT_OFFSET, DX_ROOT_INFO_LENGTH,
-    DX_TAIL_SIZE, INFO, ROOT, TAIL, block_of, block_of_mut, rec_len_from_disk, write_at,
+    COUNTLIMIT, DX_ENTRY_SIZE, DX_NODE_COUNT_OFFSET, DX_ROOT_COUNT_OFFSET, DX_ROOT_INFO_LENGTH, DX_TAIL_SIZE, INFO,
+    ROOT, TAIL, block_of, block_of_mut, rec_len_from_disk, write_at,
 };
 use crate::checksum::crc32c_raw;
 use crate::error::{FormatError, Result};
@@ -59,13 +59,7 @@ pub fn verify_dx_checksum(buf: &[u8], block_size: u32, inode_seed: u32) -> Resul
     let at = tail_at.saturating_add(4);
     let stored = le32(block, at, TAIL)?;
     if stored != computed {
-        return Err(FormatError::checksum(
-            TAIL,
-            "dt_checksum",
-            at,
-            stored,
-            computed,
-        ));
+        return Err(FormatError::checksum(TAIL, "dt_checksum", at, stored, computed));
     }
     Ok(())
 }
@@ -117,21 +111,11 @@ fn count_offset(block: &[u8], block_size: u32) -> Result<usize> {
     }
     let reserved = le32(block, 24, INFO)?;
     if reserved != 0 {
-        return Err(FormatError::invalid(
-            INFO,
-            "reserved_zero",
-            24,
-            reserved.into(),
-        ));
+        return Err(FormatError::invalid(INFO, "reserved_zero", 24, reserved.into()));
     }
     let info_length = slice(block, 29, 1, INFO)?.first().copied().unwrap_or(0);
     if info_length != DX_ROOT_INFO_LENGTH {
-        return Err(FormatError::invalid(
-            INFO,
-            "info_length",
-            29,
-            info_length.into(),
-        ));
+        return Err(FormatError::invalid(INFO, "info_length", 29, info_length.into()));
     }
     Ok(DX_ROOT_COUNT_OFFSET)
 }

@@ -26,10 +26,7 @@ fn root_block(n: u32) -> Vec<u8> {
 }
 
 fn assert_invalid(err: FormatError, structure: &str, field: &str, offset: usize) {
-    assert_eq!(
-        (err.structure, err.field, err.offset),
-        (structure, field, offset)
-    );
+    assert_eq!((err.structure, err.field, err.offset), (structure, field, offset));
     assert!(matches!(err.kind, FormatErrorKind::Invalid { .. }), "{err}");
 }
 
@@ -73,19 +70,9 @@ fn built_node_parses_back_at_64k() {
 fn count_above_limit_is_rejected() {
     let mut block = root_block(2);
     block[34..36].copy_from_slice(&124u16.to_le_bytes());
-    assert_invalid(
-        DxRoot::parse(&block, &P).unwrap_err(),
-        "dx_countlimit",
-        "count",
-        34,
-    );
+    assert_invalid(DxRoot::parse(&block, &P).unwrap_err(), "dx_countlimit", "count", 34);
     block[34..36].copy_from_slice(&0u16.to_le_bytes());
-    assert_invalid(
-        DxRoot::parse(&block, &P).unwrap_err(),
-        "dx_countlimit",
-        "count",
-        34,
-    );
+    assert_invalid(DxRoot::parse(&block, &P).unwrap_err(), "dx_countlimit", "count", 34);
 }
 
 #[test]
@@ -104,13 +91,7 @@ fn truncated_buffer_is_an_error() {
     let block = root_block(2);
     let err = DxRoot::parse(&block[..1000], &P).unwrap_err();
     assert_eq!(err.structure, "dx_root");
-    assert_eq!(
-        err.kind,
-        FormatErrorKind::Truncated {
-            need: 1024,
-            have: 1000
-        }
-    );
+    assert_eq!(err.kind, FormatErrorKind::Truncated { need: 1024, have: 1000 });
     assert!(DxNode::parse(&[], &P).is_err());
     assert!(dx_checksum(&block[..20], 1024, 0).is_err());
 }
@@ -127,12 +108,7 @@ fn info_fields_are_checked() {
     for (at, value, field) in cases {
         let mut block = root_block(2);
         block[at] = value;
-        assert_invalid(
-            DxRoot::parse(&block, &P).unwrap_err(),
-            "dx_root_info",
-            field,
-            at,
-        );
+        assert_invalid(DxRoot::parse(&block, &P).unwrap_err(), "dx_root_info", field, at);
     }
 }
 
@@ -140,10 +116,7 @@ fn info_fields_are_checked() {
 fn indirect_levels_follow_large_dir() {
     let mut block = root_block(2);
     block[30] = 2;
-    let large = DxParams {
-        large_dir: true,
-        ..P
-    };
+    let large = DxParams { large_dir: true, ..P };
     assert_eq!(DxRoot::parse(&block, &large).unwrap().indirect_levels(), 2);
     block[30] = 3;
     let err = DxRoot::parse(&block, &large).unwrap_err();
@@ -154,36 +127,15 @@ fn indirect_levels_follow_large_dir() {
 fn fake_dirents_are_checked() {
     let mut block = root_block(2);
     block[4] = 16;
-    assert_invalid(
-        DxRoot::parse(&block, &P).unwrap_err(),
-        "dx_root",
-        "rec_len",
-        4,
-    );
+    assert_invalid(DxRoot::parse(&block, &P).unwrap_err(), "dx_root", "rec_len", 4);
     let mut block = root_block(2);
     block[16] = 0;
-    assert_invalid(
-        DxRoot::parse(&block, &P).unwrap_err(),
-        "dx_root",
-        "rec_len",
-        16,
-    );
+    assert_invalid(DxRoot::parse(&block, &P).unwrap_err(), "dx_root", "rec_len", 16);
     // A root is not a node.
-    assert_invalid(
-        DxNode::parse(&root_block(2), &P).unwrap_err(),
-        "dx_node",
-        "rec_len",
-        4,
-    );
+    assert_invalid(DxNode::parse(&root_block(2), &P).unwrap_err(), "dx_node", "rec_len", 4);
     let err = DxRoot::parse(&[0u8; 1024], &P).unwrap_err();
     assert_invalid(err, "dx_root", "rec_len", 4);
-    let err = DxRoot::parse(
-        &[0u8; 1000],
-        &DxParams {
-            block_size: 1000,
-            ..P
-        },
-    );
+    let err = DxRoot::parse(&[0u8; 1000], &DxParams { block_size: 1000, ..P });
     assert_invalid(err.unwrap_err(), "dx_root", "block_size", 0);
 }
 
@@ -216,10 +168,7 @@ fn checksum_set_then_verify_and_detects_changes() {
     block[45] ^= 1;
     let err = verify_dx_checksum(&block, 1024, seed).unwrap_err();
     assert!(err.is_checksum());
-    assert_eq!(
-        (err.structure, err.field, err.offset),
-        ("dx_tail", "dt_checksum", 1020)
-    );
+    assert_eq!((err.structure, err.field, err.offset), ("dx_tail", "dt_checksum", 1020));
 }
 
 #[test]

@@ -75,19 +75,13 @@ pub fn verify_checksum(params: &JournalParams, block: &[u8]) -> Result<()> {
         return Ok(());
     }
     if block.len() < params.block_size.max(COMMIT_HEADER_SIZE) {
-        return Err(FormatError::truncated(
-            STRUCT,
-            params.block_size,
-            block.len(),
-        ));
+        return Err(FormatError::truncated(STRUCT, params.block_size, block.len()));
     }
     let stored = RawCommitHeader::parse(block)?.h_chksum[0].get();
     let computed = compute_checksum(params, block);
     if stored != computed {
         let off = H_CHKSUM_OFFSET;
-        return Err(FormatError::checksum(
-            STRUCT, "h_chksum", off, stored, computed,
-        ));
+        return Err(FormatError::checksum(STRUCT, "h_chksum", off, stored, computed));
     }
     Ok(())
 }

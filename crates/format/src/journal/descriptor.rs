@@ -73,11 +73,7 @@ pub struct Tags<'a> {
 /// invalid `h_blocktype` (not 1).
 pub fn tags<'a>(block: &'a [u8], params: &JournalParams) -> Result<(u32, Tags<'a>)> {
     if block.len() < params.block_size {
-        return Err(FormatError::truncated(
-            STRUCT,
-            params.block_size,
-            block.len(),
-        ));
+        return Err(FormatError::truncated(STRUCT, params.block_size, block.len()));
     }
     let block = block.get(..params.block_size).unwrap_or(block);
     let h = RawJournalHeader::parse_kind(block, BlockType::Descriptor, STRUCT)?;
@@ -129,11 +125,7 @@ fn read_tag(block: &[u8], off: usize, limit: usize, p: &JournalParams) -> Result
     } else {
         (be16(block, at(6))?.into(), be16(block, at(4))?.into())
     };
-    let hi = if p.is_64bit() {
-        be32(block, at(8), TAG)?
-    } else {
-        0
-    };
+    let hi = if p.is_64bit() { be32(block, at(8), TAG)? } else { 0 };
     let uuid = if flags & FLAG_SAME_UUID == 0 {
         let start = at(p.tag_bytes());
         if start.saturating_add(UUID_SIZE) > limit {
@@ -160,11 +152,7 @@ fn read_tag(block: &[u8], off: usize, limit: usize, p: &JournalParams) -> Result
 /// # Errors
 /// Checksum error on `t_checksum` at `block_size − 4`.
 pub fn verify_checksum(block: &[u8], params: &JournalParams) -> Result<()> {
-    verify_tail(
-        params,
-        block.get(..params.block_size).unwrap_or(block),
-        STRUCT,
-    )
+    verify_tail(params, block.get(..params.block_size).unwrap_or(block), STRUCT)
 }
 
 /// The checksum of a logged data block (`jbd2_block_tag_csum_*`): crc32c
@@ -193,13 +181,7 @@ pub fn verify_data(params: &JournalParams, tag: &Tag, sequence: u32, data: &[u8]
     };
     if tag.checksum != computed {
         let off = tag.offset.saturating_add(field_off);
-        return Err(FormatError::checksum(
-            TAG,
-            "t_checksum",
-            off,
-            tag.checksum,
-            computed,
-        ));
+        return Err(FormatError::checksum(TAG, "t_checksum", off, tag.checksum, computed));
     }
     Ok(())
 }
@@ -220,9 +202,7 @@ pub fn encode(params: &JournalParams, sequence: u32, tags: &[Tag]) -> Result<Vec
     let mut off = HEADER_SIZE;
     for (i, tag) in tags.iter().enumerate() {
         let uuid_len = if tag.uuid.is_some() { UUID_SIZE } else { 0 };
-        let need = off
-            .saturating_add(params.tag_bytes())
-            .saturating_add(uuid_len);
+        let need = off.saturating_add(params.tag_bytes()).saturating_add(uuid_len);
         if need > limit {
             let want = need.saturating_add(params.tail_bytes());
             return Err(FormatError::truncated(STRUCT, want, size));

@@ -113,12 +113,7 @@ impl RawJournalHeader {
             .map_err(|_| FormatError::truncated("journal_header_t", HEADER_SIZE, buf.len()))?;
         let magic = h.h_magic.get();
         if magic != JBD2_MAGIC {
-            return Err(FormatError::bad_magic(
-                "journal_header_t",
-                "h_magic",
-                0,
-                magic.into(),
-            ));
+            return Err(FormatError::bad_magic("journal_header_t", "h_magic", 0, magic.into()));
         }
         Ok(h)
     }
@@ -209,22 +204,12 @@ pub fn verify_tail(p: &JournalParams, block: &[u8], structure: &'static str) -> 
     if !p.has_csum_v2or3() {
         return Ok(());
     }
-    let at = block
-        .len()
-        .checked_sub(TAIL_SIZE)
-        .filter(|&a| a >= HEADER_SIZE);
-    let at =
-        at.ok_or_else(|| FormatError::truncated(structure, HEADER_SIZE + TAIL_SIZE, block.len()))?;
+    let at = block.len().checked_sub(TAIL_SIZE).filter(|&a| a >= HEADER_SIZE);
+    let at = at.ok_or_else(|| FormatError::truncated(structure, HEADER_SIZE + TAIL_SIZE, block.len()))?;
     let stored = be32(block, at, structure)?;
     let computed = tail_checksum(p.csum_seed, block);
     if stored != computed {
-        return Err(FormatError::checksum(
-            structure,
-            "t_checksum",
-            at,
-            stored,
-            computed,
-        ));
+        return Err(FormatError::checksum(structure, "t_checksum", at, stored, computed));
     }
     Ok(())
 }

@@ -38,11 +38,7 @@ impl Iterator for Revoked<'_> {
 /// than the header or reaching into the block tail.
 pub fn revoked<'a>(block: &'a [u8], params: &JournalParams) -> Result<(u32, Revoked<'a>)> {
     if block.len() < params.block_size.max(REVOKE_HEADER_SIZE) {
-        return Err(FormatError::truncated(
-            STRUCT,
-            params.block_size,
-            block.len(),
-        ));
+        return Err(FormatError::truncated(STRUCT, params.block_size, block.len()));
     }
     let h = RawJournalHeader::parse_kind(block, BlockType::Revoke, STRUCT)?;
     let count = be32(block, 12, STRUCT)?;
@@ -66,11 +62,7 @@ pub fn revoked<'a>(block: &'a [u8], params: &JournalParams) -> Result<(u32, Revo
 /// # Errors
 /// Checksum error on `t_checksum` at `block_size − 4`.
 pub fn verify_checksum(block: &[u8], params: &JournalParams) -> Result<()> {
-    verify_tail(
-        params,
-        block.get(..params.block_size).unwrap_or(block),
-        STRUCT,
-    )
+    verify_tail(params, block.get(..params.block_size).unwrap_or(block), STRUCT)
 }
 
 /// Builds a revoke block for transaction `sequence` listing `blocks`, with
@@ -81,10 +73,7 @@ pub fn verify_checksum(block: &[u8], params: &JournalParams) -> Result<()> {
 /// `r_count` for a block number ≥ 2³² without `64bit`.
 pub fn encode(params: &JournalParams, sequence: u32, blocks: &[u64]) -> Result<Vec<u8>> {
     let record = if params.is_64bit() { 8 } else { 4 };
-    let used = blocks
-        .len()
-        .saturating_mul(record)
-        .saturating_add(REVOKE_HEADER_SIZE);
+    let used = blocks.len().saturating_mul(record).saturating_add(REVOKE_HEADER_SIZE);
     let limit = params.block_size.saturating_sub(params.tail_bytes());
     if used > limit {
         return Err(FormatError::truncated(STRUCT, used, limit));
@@ -99,8 +88,7 @@ pub fn encode(params: &JournalParams, sequence: u32, blocks: &[u64]) -> Result<V
         if params.is_64bit() {
             put(&mut block, at, &b.to_be_bytes());
         } else {
-            let b32 =
-                u32::try_from(b).map_err(|_| FormatError::invalid(STRUCT, "r_count", at, b))?;
+            let b32 = u32::try_from(b).map_err(|_| FormatError::invalid(STRUCT, "r_count", at, b))?;
             put(&mut block, at, &b32.to_be_bytes());
         }
     }

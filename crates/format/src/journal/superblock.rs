@@ -90,11 +90,7 @@ impl RawJournalSuperblock {
 
     /// `s_feature_incompat`, or 0 for a v1 superblock.
     pub fn incompat(&self) -> u32 {
-        if self.is_v2() {
-            self.s_feature_incompat.get()
-        } else {
-            0
-        }
+        if self.is_v2() { self.s_feature_incompat.get() } else { 0 }
     }
 
     /// `s_checksum` as computed: crc32c(~0) over the 1024-byte record with
@@ -117,13 +113,7 @@ impl RawJournalSuperblock {
         let (stored, computed) = (self.s_checksum.get(), self.compute_checksum());
         if stored != computed {
             let off = S_CHECKSUM_OFFSET;
-            return Err(FormatError::checksum(
-                STRUCT,
-                "s_checksum",
-                off,
-                stored,
-                computed,
-            ));
+            return Err(FormatError::checksum(STRUCT, "s_checksum", off, stored, computed));
         }
         Ok(())
     }

@@ -186,9 +186,6 @@ fn journal_superblock_checksum_and_params() {
     bad.s_checksum_type = 1;
     assert_eq!(bad.params().unwrap_err().field, "s_checksum_type");
     bytes[4..8].copy_from_slice(&2u32.to_be_bytes());
-    assert_eq!(
-        RawJournalSuperblock::parse(&bytes).unwrap_err().field,
-        "h_blocktype"
-    );
+    assert_eq!(RawJournalSuperblock::parse(&bytes).unwrap_err().field, "h_blocktype");
     assert!(RawJournalSuperblock::parse(&bytes[..1000]).is_err());
 }

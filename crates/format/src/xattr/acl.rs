@@ -75,8 +75,7 @@ pub fn from_disk(value: &[u8]) -> Result<Vec<AclEntry>> {
     while off < value.len() {
         let tag = le16(value, off, DISK)?;
         let perm = le16(value, off.saturating_add(2), DISK)?;
-        let long =
-            has_id(tag).ok_or_else(|| FormatError::invalid(DISK, "e_tag", off, tag.into()))?;
+        let long = has_id(tag).ok_or_else(|| FormatError::invalid(DISK, "e_tag", off, tag.into()))?;
         let id = if long {
             le32(value, off.saturating_add(4), DISK)?
         } else {
@@ -96,8 +95,7 @@ pub fn from_disk(value: &[u8]) -> Result<Vec<AclEntry>> {
 pub fn to_disk(entries: &[AclEntry]) -> Result<Vec<u8>> {
     let mut out = EXT4_ACL_VERSION.to_le_bytes().to_vec();
     for e in entries {
-        let long = has_id(e.tag)
-            .ok_or_else(|| FormatError::invalid(DISK, "e_tag", out.len(), e.tag.into()))?;
+        let long = has_id(e.tag).ok_or_else(|| FormatError::invalid(DISK, "e_tag", out.len(), e.tag.into()))?;
         out.extend_from_slice(&e.tag.to_le_bytes());
         out.extend_from_slice(&e.perm.to_le_bytes());
         if long {
@@ -125,13 +123,8 @@ pub fn from_vfs(value: &[u8]) -> Result<Vec<AclEntry>> {
     for (i, chunk) in body.chunks_exact(8).enumerate() {
         let off = i.saturating_mul(8).saturating_add(4);
         let tag = le16(chunk, 0, VFS)?;
-        let long =
-            has_id(tag).ok_or_else(|| FormatError::invalid(VFS, "e_tag", off, tag.into()))?;
-        let id = if long {
-            le32(chunk, 4, VFS)?
-        } else {
-            ACL_UNDEFINED_ID
-        };
+        let long = has_id(tag).ok_or_else(|| FormatError::invalid(VFS, "e_tag", off, tag.into()))?;
+        let id = if long { le32(chunk, 4, VFS)? } else { ACL_UNDEFINED_ID };
         out.push(AclEntry {
             tag,
             perm: le16(chunk, 2, VFS)?,

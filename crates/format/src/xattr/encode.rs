@@ -16,8 +16,8 @@ use zerocopy::IntoBytes;
 use zerocopy::little_endian::{U16, U32};
 
 use super::{
-    RawXattrEntry, RawXattrHeader, XATTR_ENTRY_SIZE, XATTR_HEADER_SIZE, XATTR_IBODY_HEADER_SIZE,
-    XATTR_MAGIC, block_hash_of, entry_hash, entry_hash_ea_inode, pad4,
+    RawXattrEntry, RawXattrHeader, XATTR_ENTRY_SIZE, XATTR_HEADER_SIZE, XATTR_IBODY_HEADER_SIZE, XATTR_MAGIC,
+    block_hash_of, entry_hash, entry_hash_ea_inode, pad4,
 };
 use crate::error::{FormatError, Result};
 
@@ -118,13 +118,9 @@ pub fn encode_ibody(attrs: &[NewXattr<'_>], region_len: usize) -> Result<Vec<u8>
     if attrs.is_empty() {
         return Ok(region);
     }
-    let magic = region.get_mut(..XATTR_IBODY_HEADER_SIZE).ok_or_else(|| {
-        FormatError::truncated(
-            "ext4_xattr_ibody_header",
-            XATTR_IBODY_HEADER_SIZE,
-            region_len,
-        )
-    })?;
+    let magic = region
+        .get_mut(..XATTR_IBODY_HEADER_SIZE)
+        .ok_or_else(|| FormatError::truncated("ext4_xattr_ibody_header", XATTR_IBODY_HEADER_SIZE, region_len))?;
     magic.copy_from_slice(&XATTR_MAGIC.to_le_bytes());
     let first = XATTR_IBODY_HEADER_SIZE;
     write_entries(&mut region, first, first, attrs, false)?;
@@ -169,41 +165,20 @@ fn write_entries(
 
 fn total_len(first: usize, attrs: &[NewXattr<'_>]) -> Result<usize> {
     attrs.iter().try_fold(first.saturating_add(4), |acc, x| {
-        Ok(acc
-            .saturating_add(x.entry_len()?)
-            .saturating_add(x.value_len()?))
+        Ok(acc.saturating_add(x.entry_len()?).saturating_add(x.value_len()?))
     })
 }
 
-fn raw_entry(
-    x: &NewXattr<'_>,
-    value_at: usize,
-    value_base: usize,
-    hash_values: bool,
-) -> Result<(RawXattrEntry, u32)> {
+fn raw_entry(x: &NewXattr<'_>, value_at: usize, value_base: usize, hash_values: bool) -> Result<(RawXattrEntry, u32)> {
     let name_len = u8::try_from(x.name.len()).map_err(|_| too_big(x))?;
     let (offs, inum, size, hash) = match x.value {
         NewValue::Bytes(v) => {
-            let offs =
-                u16::try_from(value_at.saturating_sub(value_base)).map_err(|_| too_big(x))?;
+            let offs = u16::try_from(value_at.saturating_sub(value_base)).map_err(|_| too_big(x))?;
             let size = u32::try_from(v.len()).map_err(|_| too_big(x))?;
-            let hash = if hash_values {
-                entry_hash(x.name, v, false)
-            } else {
-                0
-            };
+            let hash = if hash_values { entry_hash(x.name, v, false) } else { 0 };
             (offs, 0, size, hash)
         }
-        NewValue::EaInode {
-            inum,
-            size,
-            value_hash,
-        } => (
-            0,
-            inum,
-            size,
-            entry_hash_ea_inode(x.name, value_hash, false),
-        ),
+        NewValue::EaInode { inum, size, value_hash } => (0, inum, size, entry_hash_ea_inode(x.name, value_hash, false)),
     };
     let raw = RawXattrEntry {
         e_name_len: name_len,

@@ -26,10 +26,7 @@ fn entry_hash_small_vector() {
     assert_eq!(entry_hash(b"a", b"b", false), 0x0061_0062);
     assert_eq!(entry_hash(b"a", b"b", true), 0x0061_0062);
     // Bytes >= 0x80 differ between the signed and unsigned variants.
-    assert_ne!(
-        entry_hash(&[0xC3], b"", false),
-        entry_hash(&[0xC3], b"", true)
-    );
+    assert_ne!(entry_hash(&[0xC3], b"", false), entry_hash(&[0xC3], b"", true));
     assert_eq!(entry_hash(&[0xC3], b"", true), 0xFFFF_FFC3);
 }
 
@@ -40,10 +37,7 @@ fn block_round_trip_sorted_and_hashed() {
     let names: Vec<Vec<u8>> = parsed.entries.iter().map(XattrEntry::full_name).collect();
     let want: [&[u8]; 4] = [b"user.a", b"user.b", b"user.zz", b"security.selinux"];
     assert_eq!(names, want.map(<[u8]>::to_vec).to_vec());
-    assert_eq!(
-        parsed.entries[0].value,
-        XattrValue::Inline(&[0xA5; 2000][..])
-    );
+    assert_eq!(parsed.entries[0].value, XattrValue::Inline(&[0xA5; 2000][..]));
     assert_eq!(parsed.entries[1].value, XattrValue::Inline(&[][..]));
     for e in &parsed.entries {
         e.verify_hash().unwrap();
@@ -87,10 +81,7 @@ fn ibody_region_checks_extra_isize() {
     let inode = [0u8; 256];
     assert_eq!(ibody_region(&inode, 32).unwrap().len(), 96);
     assert_eq!(ibody_region(&inode, 30).unwrap_err().field, "i_extra_isize");
-    assert_eq!(
-        ibody_region(&inode, 126).unwrap_err().field,
-        "i_extra_isize"
-    );
+    assert_eq!(ibody_region(&inode, 126).unwrap_err().field, "i_extra_isize");
 }
 
 #[test]
@@ -106,13 +97,7 @@ fn ea_inode_entries_return_the_inode() {
     }];
     let block = encode_block(&attrs, 1024, 1).unwrap();
     let parsed = parse_block(&block).unwrap();
-    assert_eq!(
-        parsed.entries[0].value,
-        XattrValue::EaInode {
-            inum: 42,
-            size: 70000
-        }
-    );
+    assert_eq!(parsed.entries[0].value, XattrValue::EaInode { inum: 42, size: 70000 });
     assert_eq!(
         parsed.entries[0].raw.e_hash.get(),
         entry_hash_ea_inode(b"huge", 9, false)

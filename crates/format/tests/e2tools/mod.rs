@@ -55,11 +55,7 @@ pub fn debugfs(img: &Path, req: &str) -> String {
 /// The number after `key` in `text` (e.g. "File ACL: ").
 pub fn number_after(text: &str, key: &str) -> Option<u64> {
     let rest = &text[text.find(key)? + key.len()..];
-    let digits: String = rest
-        .trim_start()
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
+    let digits: String = rest.trim_start().chars().take_while(char::is_ascii_digit).collect();
     digits.parse().ok()
 }
 
