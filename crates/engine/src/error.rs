@@ -126,6 +126,21 @@ pub enum Error {
     /// The file system is read-only.
     #[error("read-only file system")]
     ReadOnly,
+    /// No free blocks or inodes are left.
+    #[error("no space left on the file system")]
+    NoSpace,
+    /// The name exists already.
+    #[error("file exists: {0}")]
+    Exists(String),
+    /// The file would exceed the largest size the format allows.
+    #[error("file too large")]
+    FileTooBig,
+    /// The link count would exceed its limit.
+    #[error("too many links: {0}")]
+    TooManyLinks(String),
+    /// The directory is not empty.
+    #[error("directory not empty: {0}")]
+    NotEmpty(String),
 }
 
 /// Result alias of the engine.
@@ -168,6 +183,11 @@ impl Error {
             Self::InvalidArgument(_) => libc::EINVAL,
             Self::NoAttribute(_) => libc::ENODATA,
             Self::ReadOnly => libc::EROFS,
+            Self::NoSpace => libc::ENOSPC,
+            Self::Exists(_) => libc::EEXIST,
+            Self::NotEmpty(_) => libc::ENOTEMPTY,
+            Self::FileTooBig => libc::EFBIG,
+            Self::TooManyLinks(_) => libc::EMLINK,
         }
     }
 }

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use parking_lot::{Mutex, RwLock};
+
 use ext4kit_format::features::Features;
 use ext4kit_format::group_desc::RawGroupDesc;
 use ext4kit_format::superblock::{Geometry, RawSuperblock};
@@ -48,9 +50,13 @@ impl Default for OpenOptions {
 /// read through one instance.
 pub struct Filesystem {
     pub(crate) dev: Box<dyn BlockDevice>,
-    pub(crate) sb: RawSuperblock,
+    /// The primary superblock as last written (free counts, state).
+    pub(crate) sb: RwLock<RawSuperblock>,
     pub(crate) geo: Geometry,
-    pub(crate) groups: Vec<RawGroupDesc>,
+    /// Group descriptors as last written; layout fields never change.
+    pub(crate) groups: RwLock<Vec<RawGroupDesc>>,
+    /// Serializes writers (one transaction at a time, for now).
+    pub(crate) writer: Mutex<()>,
     pub(crate) csum_seed: u32,
     pub(crate) opts: OpenOptions,
     pub(crate) cache: BlockCache,
@@ -67,9 +73,9 @@ impl std::fmt::Debug for Filesystem {
 }
 
 impl Filesystem {
-    /// The raw primary superblock.
-    pub fn superblock(&self) -> &RawSuperblock {
-        &self.sb
+    /// A copy of the primary superblock as last written.
+    pub fn superblock(&self) -> RawSuperblock {
+        *self.sb.read()
     }
 
     /// The validated geometry.
@@ -82,9 +88,18 @@ impl Filesystem {
         self.geo.features
     }
 
-    /// The group descriptors, one per block group.
-    pub fn group_descs(&self) -> &[RawGroupDesc] {
-        &self.groups
+    /// A copy of the group descriptors, one per block group.
+    pub fn group_descs(&self) -> Vec<RawGroupDesc> {
+        self.groups.read().clone()
+    }
+
+    /// A copy of the descriptor of `group`.
+    pub(crate) fn group_desc(&self, group: u32) -> Result<RawGroupDesc> {
+        self.groups
+            .read()
+            .get(group as usize)
+            .copied()
+            .ok_or_else(|| Error::inconsistent(Location::Group(group), "group number out of range"))
     }
 
     /// What the journal looked like at open time.

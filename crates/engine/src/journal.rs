@@ -51,7 +51,7 @@ impl Filesystem {
         if !f.compat.contains(CompatFeatures::HAS_JOURNAL) {
             return Ok(JournalInfo::default());
         }
-        let inode = self.sb.s_journal_inum.get();
+        let inode = self.sb.read().s_journal_inum.get();
         let mut info = JournalInfo {
             present: true,
             inode,

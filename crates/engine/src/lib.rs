@@ -20,7 +20,9 @@
 //! # Ok(()) }
 //! ```
 
+mod alloc;
 mod cache;
+mod clock;
 pub mod device;
 pub mod dir;
 pub mod error;
@@ -28,10 +30,13 @@ mod fs;
 pub mod inode;
 pub mod journal;
 mod mount;
+mod ops;
 mod path;
+mod txn;
 
 pub use device::BlockDevice;
 pub use error::{Error, Location, Result};
 pub use fs::{DirtyJournal, Filesystem, OpenOptions};
 pub use inode::map::Run;
 pub use inode::{Inode, Metadata, ROOT_INO};
+pub use ops::{Attr, NodeKind};

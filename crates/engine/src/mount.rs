@@ -6,6 +6,8 @@ use ext4kit_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeature
 use ext4kit_format::group_desc::RawGroupDesc;
 use ext4kit_format::superblock::{Geometry, RawSuperblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 
+use parking_lot::{Mutex, RwLock};
+
 use crate::cache::BlockCache;
 use crate::device::BlockDevice;
 use crate::error::{Error, Location, Result};
@@ -63,16 +65,17 @@ impl Filesystem {
         let cache = BlockCache::new(opts.cache_bytes, geo.block_size as usize);
         let mut fs = Self {
             dev,
-            sb,
+            sb: RwLock::new(sb),
             geo,
-            groups: Vec::new(),
+            groups: RwLock::new(Vec::new()),
+            writer: Mutex::new(()),
             csum_seed,
             opts,
             cache,
             read_only_reason,
             journal: Default::default(),
         };
-        fs.groups = fs.load_group_descs()?;
+        fs.groups = RwLock::new(fs.load_group_descs()?);
         fs.journal = fs.inspect_journal()?;
         if fs.journal.needs_recovery && fs.opts.dirty_journal == DirtyJournal::Refuse {
             return Err(Error::NeedsRecovery);
@@ -81,12 +84,12 @@ impl Filesystem {
     }
 
     /// Block holding the descriptor of `group`, following `meta_bg` when on.
-    fn group_desc_block(&self, group: u32) -> u64 {
+    pub(crate) fn group_desc_block(&self, group: u32) -> u64 {
         let per_block = self.geo.descs_per_block();
         let desc_block = group / per_block;
         let first = u64::from(self.geo.first_data_block);
         let meta_bg = self.geo.features.incompat.contains(IncompatFeatures::META_BG);
-        if !meta_bg || desc_block < self.sb.s_first_meta_bg.get() {
+        if !meta_bg || desc_block < self.sb.read().s_first_meta_bg.get() {
             return first + 1 + u64::from(desc_block);
         }
         let meta_group_first = desc_block * per_block;
@@ -97,7 +100,8 @@ impl Filesystem {
     /// True when `group` holds a superblock backup (and thus descriptors).
     pub fn group_has_super(&self, group: u32) -> bool {
         if self.geo.features.compat.contains(CompatFeatures::SPARSE_SUPER2) {
-            let b = [self.sb.s_backup_bgs[0].get(), self.sb.s_backup_bgs[1].get()];
+            let sb = self.sb.read();
+            let b = [sb.s_backup_bgs[0].get(), sb.s_backup_bgs[1].get()];
             return group == 0 || b.contains(&group);
         }
         self.geo.group_has_super_sparse(group)
@@ -106,7 +110,7 @@ impl Filesystem {
     fn load_group_descs(&self) -> Result<Vec<RawGroupDesc>> {
         let ds = usize::from(self.geo.desc_size);
         let per_block = self.geo.descs_per_block();
-        let uuid = self.sb.s_uuid;
+        let uuid = self.sb.read().s_uuid;
         let mut out = Vec::with_capacity(self.geo.group_count as usize);
         for g in 0..self.geo.group_count {
             let blk = self.group_desc_block(g);

@@ -71,7 +71,29 @@ impl Filesystem {
     pub(crate) fn htree_lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<Option<u32>>> {
         // "." and ".." live in the root block, outside any leaf: scan for them
         // there, as the kernel's ext4_find_entry does.
-        if !self.indexed(dir) || name == b"." || name == b".." {
+        if name == b"." || name == b".." {
+            return Ok(None);
+        }
+        let Some((hash, path)) = self.htree_path(dir, name)? else {
+            return Ok(None);
+        };
+        self.search_leaves(dir, name, hash, path, &self.dx_params()).map(Some)
+    }
+
+    /// The logical block of the leaf that holds (or would hold) `name`.
+    pub(crate) fn htree_leaf_for(&self, dir: &Inode, name: &[u8]) -> Result<u64> {
+        match self.htree_path(dir, name)? {
+            Some((_, path)) => Ok(path.last().map_or(0, |l| u64::from(l.entries[l.at].block))),
+            None => Err(Error::Unsupported(
+                "changing a directory whose index this engine cannot read".into(),
+            )),
+        }
+    }
+
+    /// Descends the index for `name`: its hash and the path of index
+    /// entries taken; `None` when `dir` has no usable index.
+    fn htree_path(&self, dir: &Inode, name: &[u8]) -> Result<Option<(u32, Vec<Level>)>> {
+        if !self.indexed(dir) {
             return Ok(None);
         }
         let params = self.dx_params();
@@ -89,16 +111,14 @@ impl Filesystem {
                 },
             )?;
         }
-        let Some(version) = root
-            .hash_version()
-            .map(|v| v.with_unsigned(self.sb.s_flags.get() & 2 != 0))
-        else {
+        let unsigned = self.sb.read().s_flags.get() & 2 != 0;
+        let Some(version) = root.hash_version().map(|v| v.with_unsigned(unsigned)) else {
             return Ok(None);
         };
         if version == HashVersion::SipHash {
             return Ok(None);
         }
-        let seed = self.sb.s_hash_seed.map(|w| w.get());
+        let seed = self.sb.read().s_hash_seed.map(|w| w.get());
         let hash = dx_hash(name, version, &seed)
             .map_err(|e| Error::format(Location::Inode(dir.ino), e))?
             .major;
@@ -114,7 +134,7 @@ impl Filesystem {
                 entries: child,
             });
         }
-        self.search_leaves(dir, name, hash, path, &params).map(Some)
+        Ok(Some((hash, path)))
     }
 
     fn dx_child(&self, dir: &Inode, logical: u32, params: &DxParams) -> Result<Vec<DxEntry>> {

@@ -4,6 +4,7 @@
 
 mod htree;
 mod lookup;
+mod modify;
 
 use ext4kit_format::dir_entry::{self, DirEntryIter};
 use ext4kit_format::features::IncompatFeatures;

@@ -3,10 +3,12 @@
 //! data, extended attributes).
 
 pub(crate) mod block_map;
+pub(crate) mod extent_write;
 pub(crate) mod extents;
 pub(crate) mod inline;
 pub mod map;
 pub(crate) mod read;
+pub(crate) mod write;
 pub mod xattr;
 
 use ext4kit_format::inode::{FileType, RawInode, Timestamp, flags, verify_inode_checksum};
@@ -40,6 +42,13 @@ impl std::fmt::Debug for Inode {
             .field("mode", &format_args!("{:o}", self.raw.i_mode.get()))
             .finish_non_exhaustive()
     }
+}
+
+/// The block and byte offset of an inode record, and the end of its table.
+pub(crate) struct InodeSlot {
+    pub(crate) block: u64,
+    pub(crate) offset: usize,
+    pub(crate) table_end: u64,
 }
 
 /// What `stat` shows for an inode.
@@ -119,27 +128,43 @@ impl Filesystem {
     /// [`Error::InvalidArgument`] for a number outside `1..=s_inodes_count`;
     /// [`Error::BadChecksum`] / [`Error::Corrupt`] at [`Location::Inode`].
     pub fn inode(&self, ino: u32) -> Result<Inode> {
+        let slot = self.inode_slot(ino)?;
+        let buf = self.meta_block_ahead(
+            slot.block,
+            (slot.table_end - slot.block).min(INODE_READAHEAD_BLOCKS),
+            ino,
+        )?;
+        self.decode_inode(ino, &buf[slot.offset..slot.offset + usize::from(self.geo.inode_size)])
+    }
+
+    /// Where inode `ino`'s record lives.
+    pub(crate) fn inode_slot(&self, ino: u32) -> Result<InodeSlot> {
         let (group, index) = self
             .geo
             .inode_location(ino)
             .ok_or_else(|| Error::InvalidArgument(format!("inode number {ino} is out of range")))?;
-        let desc = self
-            .groups
-            .get(group as usize)
-            .ok_or_else(|| Error::inconsistent(Location::Inode(ino), "group out of range"))?;
+        let desc = self.group_desc(group)?;
+        let byte = u64::from(index) * u64::from(self.geo.inode_size);
+        Ok(InodeSlot {
+            block: desc.inode_table() + (byte >> self.geo.block_size_log2),
+            offset: (byte & (u64::from(self.geo.block_size) - 1)) as usize,
+            table_end: desc.inode_table() + u64::from(self.geo.inode_table_blocks),
+        })
+    }
+
+    /// Decodes and verifies a record read from the inode table.
+    pub(crate) fn decode_inode(&self, ino: u32, record: &[u8]) -> Result<Inode> {
         let isz = usize::from(self.geo.inode_size);
-        let byte = u64::from(index) * isz as u64;
-        let block = desc.inode_table() + (byte >> self.geo.block_size_log2);
-        let off = (byte & (u64::from(self.geo.block_size) - 1)) as usize;
-        let table_end = desc.inode_table() + u64::from(self.geo.inode_table_blocks);
-        let buf = self.meta_block_ahead(block, (table_end - block).min(INODE_READAHEAD_BLOCKS), ino)?;
-        let record: Box<[u8]> = buf[off..off + isz].into();
-        let raw = RawInode::parse(&record, isz).map_err(|e| Error::format(Location::Inode(ino), e))?;
+        let raw = RawInode::parse(record, isz).map_err(|e| Error::format(Location::Inode(ino), e))?;
         if self.geo.features.metadata_csum() && record.iter().any(|&b| b != 0) {
-            let r = verify_inode_checksum(&record, self.csum_seed, ino);
+            let r = verify_inode_checksum(record, self.csum_seed, ino);
             self.check(Location::Inode(ino), r)?;
         }
-        Ok(Inode { ino, raw, record })
+        Ok(Inode {
+            ino,
+            raw,
+            record: record.into(),
+        })
     }
 
     /// `stat` information of an inode.

@@ -1,0 +1,114 @@
+//! Group bitmaps inside a transaction, including the groups mke2fs left
+//! uninitialised (`BLOCK_UNINIT`, `INODE_UNINIT`): their bitmaps are built
+//! the way the kernel's `ext4_init_block_bitmap` builds them — the group's
+//! own superblock backup and descriptor blocks, every bitmap and inode table
+//! of any group that lies inside it, and the padding past the group's end.
+
+use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+
+use crate::error::Result;
+use crate::txn::Txn;
+
+pub(crate) fn test_bit(map: &[u8], i: u32) -> bool {
+    map.get((i / 8) as usize).is_some_and(|b| b & (1 << (i % 8)) != 0)
+}
+
+pub(crate) fn set_bit(map: &mut [u8], i: u32, on: bool) {
+    if let Some(b) = map.get_mut((i / 8) as usize) {
+        if on {
+            *b |= 1 << (i % 8);
+        } else {
+            *b &= !(1 << (i % 8));
+        }
+    }
+}
+
+impl Txn<'_> {
+    /// Blocks at the start of `group` holding its superblock backup and
+    /// descriptor table (plus reserved GDT blocks), 0 when it has none.
+    fn group_overhead(&self, group: u32) -> u64 {
+        let fs = self.fs;
+        let geo = &fs.geo;
+        let sb = fs.sb.read();
+        let has_super = u64::from(fs.group_has_super(group));
+        let per = geo.descs_per_block();
+        let desc_blocks = u64::from(geo.group_count.div_ceil(per));
+        if geo.features.incompat.contains(IncompatFeatures::META_BG) {
+            let first_meta = u64::from(sb.s_first_meta_bg.get());
+            let meta_group = u64::from(group / per);
+            if meta_group < first_meta {
+                return has_super * (1 + first_meta + u64::from(sb.s_reserved_gdt_blocks.get()));
+            }
+            let i = group % per;
+            let gdt = u64::from(i == 0 || i == 1 || i == per - 1);
+            return has_super + gdt;
+        }
+        has_super * (1 + desc_blocks + u64::from(sb.s_reserved_gdt_blocks.get()))
+    }
+
+    /// Write access to the block bitmap of `group`, building it first when
+    /// the group is `BLOCK_UNINIT`.
+    pub(crate) fn block_bitmap_mut(&mut self, group: u32) -> Result<&mut Vec<u8>> {
+        let d = self.group(group)?;
+        let blk = d.block_bitmap();
+        if d.flags() & BG_BLOCK_UNINIT == 0 || !self.fs.geo.features.has_group_csum() {
+            return self.block_bitmap_loaded(blk);
+        }
+        let map = self.uninit_block_bitmap(group)?;
+        *self.new_block(blk) = map;
+        let mut d = self.group(group)?;
+        d.bg_flags.set(d.flags() & !BG_BLOCK_UNINIT);
+        self.set_group(group, d);
+        self.block_bitmap_loaded(blk)
+    }
+
+    fn block_bitmap_loaded(&mut self, blk: u64) -> Result<&mut Vec<u8>> {
+        self.block_mut(blk, 0)
+    }
+
+    fn uninit_block_bitmap(&self, group: u32) -> Result<Vec<u8>> {
+        let geo = &self.fs.geo;
+        let mut map = vec![0u8; self.fs.block_size()];
+        let first = geo.group_first_block(group);
+        for i in 0..self.group_overhead(group) {
+            set_bit(&mut map, i as u32, true);
+        }
+        let end = first + u64::from(geo.blocks_per_group);
+        let mut mark = |b: u64, n: u64| {
+            for x in b..b + n {
+                if x >= first && x < end {
+                    set_bit(&mut map, (x - first) as u32, true);
+                }
+            }
+        };
+        for g in 0..geo.group_count {
+            let d = self.group(g)?;
+            mark(d.block_bitmap(), 1);
+            mark(d.inode_bitmap(), 1);
+            mark(d.inode_table(), u64::from(geo.inode_table_blocks));
+        }
+        for i in geo.blocks_in_group(group)..(map.len() * 8) as u32 {
+            set_bit(&mut map, i, true);
+        }
+        Ok(map)
+    }
+
+    /// Write access to the inode bitmap of `group`; an `INODE_UNINIT` group
+    /// gets an empty bitmap with the padding past `inodes_per_group` set.
+    pub(crate) fn inode_bitmap_mut(&mut self, group: u32) -> Result<&mut Vec<u8>> {
+        let d = self.group(group)?;
+        let blk = d.inode_bitmap();
+        if d.flags() & BG_INODE_UNINIT != 0 && self.fs.geo.features.has_group_csum() {
+            let ipg = self.fs.geo.inodes_per_group;
+            let map = self.new_block(blk);
+            for i in ipg..(map.len() * 8) as u32 {
+                set_bit(map, i, true);
+            }
+            let mut d = self.group(group)?;
+            d.bg_flags.set(d.flags() & !BG_INODE_UNINIT);
+            self.set_group(group, d);
+        }
+        self.block_mut(blk, 0)
+    }
+}

@@ -1,0 +1,75 @@
+//! Data and metadata block allocation: the first free run at or after a
+//! goal, searched group by group and wrapping around (the `Goal` policy).
+
+use super::bitmap::{set_bit, test_bit};
+use crate::error::{Error, Location, Result};
+use crate::txn::Txn;
+
+impl Txn<'_> {
+    /// Allocates up to `want` contiguous blocks, preferring `goal`; returns
+    /// the first block and the count (at least 1).
+    ///
+    /// # Errors
+    /// [`Error::NoSpace`] when every group is full.
+    pub(crate) fn alloc_blocks(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
+        let geo = self.fs.geo.clone();
+        let goal = goal.clamp(u64::from(geo.first_data_block), geo.blocks_count - 1);
+        let start_group = ((goal - u64::from(geo.first_data_block)) / u64::from(geo.blocks_per_group)) as u32;
+        for step in 0..geo.group_count {
+            let g = (start_group + step) % geo.group_count;
+            if self.group(g)?.free_blocks() == 0 {
+                continue;
+            }
+            let first = geo.group_first_block(g);
+            let from = if step == 0 { (goal - first) as u32 } else { 0 };
+            let limit = geo.blocks_in_group(g);
+            let map = self.block_bitmap_mut(g)?;
+            let Some(start) = (from..limit).chain(0..from).find(|&i| !test_bit(map, i)) else {
+                continue;
+            };
+            let mut len = 0;
+            while len < want && start + len < limit && !test_bit(map, start + len) {
+                set_bit(map, start + len, true);
+                len += 1;
+            }
+            self.adjust_group_blocks(g, -i64::from(len))?;
+            return Ok((first + u64::from(start), len));
+        }
+        Err(Error::NoSpace)
+    }
+
+    /// Frees `len` blocks from `start` (all inside one group).
+    pub(crate) fn free_blocks(&mut self, start: u64, len: u64) -> Result<()> {
+        let geo = self.fs.geo.clone();
+        let mut b = start;
+        while b < start + len {
+            let g = ((b - u64::from(geo.first_data_block)) / u64::from(geo.blocks_per_group)) as u32;
+            let first = geo.group_first_block(g);
+            let end = (start + len).min(first + u64::from(geo.blocks_per_group));
+            let map = self.block_bitmap_mut(g)?;
+            for x in b..end {
+                let bit = (x - first) as u32;
+                if !test_bit(map, bit) {
+                    return Err(Error::inconsistent(
+                        Location::Block { block: x, inode: 0 },
+                        "freeing a block that is already free",
+                    ));
+                }
+                set_bit(map, bit, false);
+            }
+            self.adjust_group_blocks(g, (end - b) as i64)?;
+            b = end;
+        }
+        Ok(())
+    }
+
+    fn adjust_group_blocks(&mut self, g: u32, delta: i64) -> Result<()> {
+        let mut d = self.group(g)?;
+        let n = (i64::from(d.free_blocks()) + delta).max(0) as u32;
+        d.bg_free_blocks_count_lo.set(n as u16);
+        d.bg_free_blocks_count_hi.set((n >> 16) as u16);
+        self.set_group(g, d);
+        self.count(delta, 0);
+        Ok(())
+    }
+}

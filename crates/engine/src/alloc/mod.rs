@@ -1,0 +1,9 @@
+//! Block and inode allocation over the group bitmaps (`bitmaps.rst`,
+//! `allocators.rst`): a simple goal-based block allocator and a
+//! parent-group inode allocator, both working inside a transaction. The
+//! allocator issue replaces them with mballoc and Orlov/flex_bg, chosen by
+//! option.
+
+mod bitmap;
+mod blocks;
+mod inodes;

@@ -1,0 +1,207 @@
+//! Adding and removing directory entries inside a transaction: entries go
+//! into the first block with room (the slack after an entry's name, or an
+//! unused record), else into a new block appended to the directory; indexed
+//! directories take the entry in the leaf their htree names. Removing merges
+//! the record into its predecessor, as the kernel's `ext4_generic_delete_entry`.
+
+use ext4kit_format::dir_entry::{self, DirEntryIter, encode_entry, rec_len_for, rec_len_from_disk};
+use ext4kit_format::extent::Extent;
+use ext4kit_format::inode::flags;
+
+use crate::error::{Error, Location, Result};
+use crate::inode::Inode;
+use crate::txn::Txn;
+
+/// One directory block: its logical and physical number.
+#[derive(Debug, Clone, Copy)]
+struct DirBlock {
+    logical: u64,
+    physical: u64,
+}
+
+impl Txn<'_> {
+    fn dir_blocks(&self, dir: &Inode) -> Result<Vec<DirBlock>> {
+        if dir.has_inline_data() || !dir.uses_extents() {
+            return Err(Error::Unsupported("changing inline or block-mapped directories".into()));
+        }
+        let mut out = Vec::new();
+        for e in self.extents(dir)? {
+            for i in 0..u64::from(e.len) {
+                out.push(DirBlock {
+                    logical: u64::from(e.logical) + i,
+                    physical: e.physical + i,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn used_len(&self, buf: &[u8]) -> usize {
+        if dir_entry::has_tail(buf) {
+            buf.len() - dir_entry::TAIL_SIZE
+        } else {
+            buf.len()
+        }
+    }
+
+    fn seal_dir_block(&mut self, dir: &Inode, block: u64) -> Result<()> {
+        if self.fs.geo.features.metadata_csum() {
+            let seed = self.fs.inode_csum_seed(dir);
+            let buf = self.block_mut(block, dir.ino)?;
+            dir_entry::set_block_checksum(buf, seed);
+        }
+        Ok(())
+    }
+
+    /// Tries to place the entry in `block`; true when it fit.
+    fn insert_in_block(&mut self, dir: &Inode, block: u64, name: &[u8], ino: u32, ft: u8) -> Result<bool> {
+        let at = Location::Block { block, inode: dir.ino };
+        let buf = self.block(block, dir.ino)?;
+        let bs = buf.len();
+        let used = self.used_len(&buf);
+        let need = rec_len_for(name.len());
+        let mut slot = None;
+        for e in DirEntryIter::new(&buf[..used], bs, true) {
+            let e = e.map_err(|err| Error::format(at, err))?;
+            let actual = if e.inode == 0 { 0 } else { rec_len_for(e.name.len()) };
+            if e.rec_len - actual >= need {
+                slot = Some((e.offset, e.rec_len, actual));
+                break;
+            }
+        }
+        let Some((off, rec_len, actual)) = slot else {
+            return Ok(false);
+        };
+        let buf = self.block_mut(block, dir.ino)?;
+        if actual > 0 {
+            let old = buf[off + 4..off + 6].try_into().map(u16::from_le_bytes).unwrap_or(0);
+            debug_assert_eq!(rec_len_from_disk(old, bs), rec_len);
+            buf[off + 4..off + 6].copy_from_slice(&dir_entry::rec_len_to_disk(actual, bs).to_le_bytes());
+        }
+        encode_entry(buf, off + actual, ino, rec_len - actual, ft, name, bs);
+        self.seal_dir_block(dir, block)?;
+        Ok(true)
+    }
+
+    /// Adds `name` → `ino` to `dir` (the caller has checked it is absent).
+    /// The caller writes `dir`'s inode afterwards (its size may grow).
+    pub(crate) fn add_entry(&mut self, dir: &mut Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        if dir.raw.has_flag(flags::INDEX) {
+            let leaf = self.fs.htree_leaf_for(dir, name)?;
+            let block = self
+                .dir_blocks(dir)?
+                .into_iter()
+                .find(|b| b.logical == leaf)
+                .map(|b| b.physical);
+            let Some(block) = block else {
+                return Err(Error::inconsistent(
+                    Location::Inode(dir.ino),
+                    "htree leaf is not mapped",
+                ));
+            };
+            if self.insert_in_block(dir, block, name, ino, ft)? {
+                return Ok(());
+            }
+            return Err(Error::Unsupported("splitting a full htree leaf".into()));
+        }
+        let blocks = self.dir_blocks(dir)?;
+        for b in &blocks {
+            if self.insert_in_block(dir, b.physical, name, ino, ft)? {
+                return Ok(());
+            }
+        }
+        self.append_dir_block(dir, &blocks, name, ino, ft)
+    }
+
+    fn append_dir_block(&mut self, dir: &mut Inode, blocks: &[DirBlock], name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        let bs = self.fs.block_size();
+        let logical = blocks.last().map_or(0, |b| b.logical + 1);
+        let goal = blocks.last().map_or(0, |b| b.physical + 1);
+        let (block, _) = self.alloc_blocks(goal, 1)?;
+        let used = if self.fs.geo.features.metadata_csum() {
+            bs - dir_entry::TAIL_SIZE
+        } else {
+            bs
+        };
+        let buf = self.new_block(block);
+        encode_entry(buf, 0, ino, used, ft, name, bs);
+        self.seal_dir_block(dir, block)?;
+        let e = Extent {
+            logical: logical as u32,
+            len: 1,
+            physical: block,
+            unwritten: false,
+        };
+        self.insert_extent(dir, e)?;
+        crate::inode::extent_write::charge_blocks(&mut dir.raw, 1, self.fs.geo.block_size);
+        dir.raw.set_size((logical + 1) * bs as u64);
+        Ok(())
+    }
+
+    /// Writes the first block of a new directory: ".", "..", and the tail.
+    pub(crate) fn init_dir_block(&mut self, dir: &Inode, block: u64, parent: u32) -> Result<()> {
+        let bs = self.fs.block_size();
+        let used = if self.fs.geo.features.metadata_csum() {
+            bs - dir_entry::TAIL_SIZE
+        } else {
+            bs
+        };
+        let buf = self.new_block(block);
+        encode_entry(buf, 0, dir.ino, 12, 2, b".", bs);
+        encode_entry(buf, 12, parent, used - 12, 2, b"..", bs);
+        self.seal_dir_block(dir, block)
+    }
+
+    /// Removes `name` from `dir`; returns the inode it named.
+    pub(crate) fn remove_entry(&mut self, dir: &Inode, name: &[u8]) -> Result<u32> {
+        for b in self.dir_blocks(dir)? {
+            let buf = self.block(b.physical, dir.ino)?;
+            if self.fs.is_dx_block(dir, &buf, b.logical) {
+                continue;
+            }
+            let at = Location::Block {
+                block: b.physical,
+                inode: dir.ino,
+            };
+            let used = self.used_len(&buf);
+            let mut prev: Option<(usize, usize)> = None;
+            for e in DirEntryIter::new(&buf[..used], buf.len(), true) {
+                let e = e.map_err(|err| Error::format(at, err))?;
+                if e.inode != 0 && e.name == name {
+                    let ino = e.inode;
+                    let (off, rec) = (e.offset, e.rec_len);
+                    let bs = buf.len();
+                    let w = self.block_mut(b.physical, dir.ino)?;
+                    match prev {
+                        Some((poff, prec)) => {
+                            let merged = dir_entry::rec_len_to_disk(prec + rec, bs);
+                            w[poff + 4..poff + 6].copy_from_slice(&merged.to_le_bytes());
+                        }
+                        None => w[off..off + 4].fill(0),
+                    }
+                    self.seal_dir_block(dir, b.physical)?;
+                    return Ok(ino);
+                }
+                prev = Some((e.offset, e.rec_len));
+            }
+        }
+        Err(Error::NotFound(String::from_utf8_lossy(name).into_owned()))
+    }
+
+    /// True when `dir` holds nothing but "." and "..".
+    pub(crate) fn dir_is_empty(&self, dir: &Inode) -> Result<bool> {
+        for b in self.dir_blocks(dir)? {
+            let buf = self.block(b.physical, dir.ino)?;
+            let at = Location::Block {
+                block: b.physical,
+                inode: dir.ino,
+            };
+            for e in self.fs.dir_block_entries(dir, &buf, b.logical, at)? {
+                if e.name != b"." && e.name != b".." {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+}

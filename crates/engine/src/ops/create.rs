@@ -1,0 +1,187 @@
+//! Creating inodes: regular files, directories, symbolic links, device
+//! nodes, FIFOs and sockets (`ext4_create`, `ext4_mkdir`, `ext4_symlink`,
+//! `ext4_mknod`).
+
+use ext4kit_format::extent::Extent;
+use ext4kit_format::inode::{FileType, flags};
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::fs::Filesystem;
+use crate::inode::Inode;
+use crate::inode::extent_write::charge_blocks;
+use crate::inode::write::{NewInode, set_times};
+use crate::txn::Txn;
+
+/// Owner and permissions of a new inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    /// Permission bits (07777).
+    pub perm: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+/// What to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeKind {
+    /// An empty regular file.
+    Regular,
+    /// An empty directory.
+    Directory,
+    /// A symbolic link to the target.
+    Symlink(Vec<u8>),
+    /// A character device (major, minor).
+    CharDevice(u32, u32),
+    /// A block device (major, minor).
+    BlockDevice(u32, u32),
+    /// A FIFO.
+    Fifo,
+    /// A socket.
+    Socket,
+}
+
+impl NodeKind {
+    fn file_type(&self) -> FileType {
+        match self {
+            Self::Regular => FileType::Regular,
+            Self::Directory => FileType::Directory,
+            Self::Symlink(_) => FileType::Symlink,
+            Self::CharDevice(..) => FileType::CharDevice,
+            Self::BlockDevice(..) => FileType::BlockDevice,
+            Self::Fifo => FileType::Fifo,
+            Self::Socket => FileType::Socket,
+        }
+    }
+}
+
+/// Most links a directory count holds; beyond it `dir_nlink` stores 1.
+const LINK_MAX: u16 = 65000;
+
+impl Filesystem {
+    /// Creates `name` in directory `parent` and returns the new inode.
+    ///
+    /// # Errors
+    /// [`Error::Exists`], [`Error::NotDir`], [`Error::NameTooLong`],
+    /// [`Error::NoSpace`], [`Error::ReadOnly`]; [`Error::Unsupported`] for
+    /// layouts the write path does not handle yet (block-mapped or inline
+    /// directories, a full htree leaf). Nothing changes on error.
+    pub fn create(&self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr) -> Result<Inode> {
+        super::check_new_name(name)?;
+        let mut txn = Txn::begin(self)?;
+        let mut dir = txn.inode(parent)?;
+        if !dir.is_dir() {
+            return Err(Error::NotDir(format!("inode {parent}")));
+        }
+        match self.lookup(&dir, name) {
+            Ok(_) => return Err(Error::Exists(String::from_utf8_lossy(name).into_owned())),
+            Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let is_dir = kind == NodeKind::Directory;
+        if is_dir && dir.raw.links() >= LINK_MAX && !self.dir_nlink() {
+            return Err(Error::TooManyLinks(String::from_utf8_lossy(name).into_owned()));
+        }
+        let ft = kind.file_type();
+        let ino = txn.alloc_inode(parent, is_dir)?;
+        let n = NewInode {
+            file_type: ft,
+            perm: attr.perm,
+            uid: attr.uid,
+            gid: attr.gid,
+        };
+        let mut inode = txn.fresh_inode(ino, n)?;
+        self.fill_body(&mut txn, &mut inode, &kind, parent)?;
+        txn.write_inode(&mut inode)?;
+        txn.add_entry(&mut dir, name, ino, ft.dirent_code())?;
+        if is_dir {
+            let links = dir.raw.links();
+            dir.raw.i_links_count.set(if links >= LINK_MAX { 1 } else { links + 1 });
+        }
+        set_times(&mut dir.raw, clock::now(), false);
+        txn.write_inode(&mut dir)?;
+        txn.commit()?;
+        self.inode(ino)
+    }
+
+    fn dir_nlink(&self) -> bool {
+        self.geo
+            .features
+            .ro_compat
+            .contains(ext4kit_format::features::RoCompatFeatures::DIR_NLINK)
+    }
+
+    /// The kind-specific part of a new inode.
+    fn fill_body(&self, txn: &mut Txn<'_>, inode: &mut Inode, kind: &NodeKind, parent: u32) -> Result<()> {
+        match kind {
+            NodeKind::Directory => {
+                if !inode.uses_extents() {
+                    return Err(Error::Unsupported(
+                        "creating block-mapped directories (ext2/ext3)".into(),
+                    ));
+                }
+                let goal = self.geo.group_first_block((inode.ino - 1) / self.geo.inodes_per_group);
+                let (block, _) = txn.alloc_blocks(goal, 1)?;
+                txn.init_dir_block(inode, block, parent)?;
+                txn.insert_extent(
+                    inode,
+                    Extent {
+                        logical: 0,
+                        len: 1,
+                        physical: block,
+                        unwritten: false,
+                    },
+                )?;
+                charge_blocks(&mut inode.raw, 1, self.geo.block_size);
+                inode.raw.set_size(u64::from(self.geo.block_size));
+                inode.raw.i_links_count.set(2);
+            }
+            NodeKind::Symlink(target) => self.fill_symlink(txn, inode, target)?,
+            NodeKind::CharDevice(major, minor) | NodeKind::BlockDevice(major, minor) => {
+                encode_device(&mut inode.raw.i_block, *major, *minor);
+            }
+            NodeKind::Regular | NodeKind::Fifo | NodeKind::Socket => {}
+        }
+        Ok(())
+    }
+
+    fn fill_symlink(&self, txn: &mut Txn<'_>, inode: &mut Inode, target: &[u8]) -> Result<()> {
+        let bs = self.geo.block_size as usize;
+        if target.is_empty() || target.len() >= bs {
+            return Err(Error::NameTooLong(String::from_utf8_lossy(target).into_owned()));
+        }
+        if target.len() < 60 {
+            inode.raw.i_block = [0; 60];
+            inode.raw.i_block[..target.len()].copy_from_slice(target);
+            inode.raw.set_size(target.len() as u64);
+            return Ok(());
+        }
+        if !self
+            .geo
+            .features
+            .incompat
+            .contains(ext4kit_format::features::IncompatFeatures::EXTENTS)
+        {
+            return Err(Error::Unsupported("slow symlinks on block-mapped file systems".into()));
+        }
+        inode.raw.i_flags.set(inode.raw.flags() | flags::EXTENTS);
+        crate::inode::extent_write::init_root(&mut inode.raw);
+        txn.write_range(inode, 0, target)?;
+        inode.raw.set_size(target.len() as u64);
+        Ok(())
+    }
+}
+
+/// Stores a device number the way the kernel does: the old 16-bit form in
+/// `i_block[0]` when both numbers fit a byte, else the new form in `i_block[1]`.
+fn encode_device(i_block: &mut [u8; 60], major: u32, minor: u32) {
+    *i_block = [0; 60];
+    if major < 256 && minor < 256 {
+        i_block[..4].copy_from_slice(&((major << 8) | minor).to_le_bytes());
+    } else {
+        let v = (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12);
+        i_block[4..8].copy_from_slice(&v.to_le_bytes());
+    }
+}

@@ -1,0 +1,26 @@
+//! The write operations of the library API, one file per operation. Each
+//! runs in one transaction ([`crate::txn::Txn`]): it either commits whole
+//! or, on any error (no space, a name that exists, an unsupported layout),
+//! leaves the image untouched.
+
+mod create;
+mod remove;
+mod write;
+
+pub use create::{Attr, NodeKind};
+
+use crate::error::{Error, Result};
+
+/// Checks a name for a new directory entry.
+pub(crate) fn check_new_name(name: &[u8]) -> Result<()> {
+    if name.len() > 255 {
+        return Err(Error::NameTooLong(String::from_utf8_lossy(name).into_owned()));
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.iter().any(|&b| b == b'/' || b == 0) {
+        return Err(Error::InvalidArgument(format!(
+            "invalid file name {:?}",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,81 @@
+//! Removing names: `unlink` of non-directories and `rmdir` of empty
+//! directories. The last link frees the inode and its blocks at once (no
+//! open-file tracking yet: the orphan list comes with the FUSE front end).
+
+use ext4kit_format::inode::FileType;
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::fs::Filesystem;
+use crate::inode::Inode;
+use crate::inode::write::{set_times, touch_ctime};
+use crate::txn::Txn;
+
+impl Filesystem {
+    /// Removes the non-directory `name` from `parent`.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::IsDir`], [`Error::ReadOnly`],
+    /// [`Error::Unsupported`] for block-mapped bodies. Nothing changes on error.
+    pub fn unlink(&self, parent: u32, name: &[u8]) -> Result<()> {
+        self.remove(parent, name, false)
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::NotDir`], [`Error::NotEmpty`],
+    /// [`Error::ReadOnly`]. Nothing changes on error.
+    pub fn rmdir(&self, parent: u32, name: &[u8]) -> Result<()> {
+        self.remove(parent, name, true)
+    }
+
+    fn remove(&self, parent: u32, name: &[u8], want_dir: bool) -> Result<()> {
+        super::check_new_name(name)?;
+        let mut txn = Txn::begin(self)?;
+        let mut dir = txn.inode(parent)?;
+        let ino = self.lookup(&dir, name)?;
+        let mut target = txn.inode(ino)?;
+        let shown = || String::from_utf8_lossy(name).into_owned();
+        match (target.is_dir(), want_dir) {
+            (true, false) => return Err(Error::IsDir(shown())),
+            (false, true) => return Err(Error::NotDir(shown())),
+            (true, true) if !txn.dir_is_empty(&target)? => return Err(Error::NotEmpty(shown())),
+            _ => {}
+        }
+        txn.remove_entry(&dir, name)?;
+        let links = target.raw.links();
+        if want_dir || links <= 1 {
+            release(&mut txn, &mut target)?;
+        } else {
+            target.raw.i_links_count.set(links - 1);
+            touch_ctime(&mut target.raw, clock::now());
+        }
+        txn.write_inode(&mut target)?;
+        if want_dir && dir.raw.links() > 2 {
+            dir.raw.i_links_count.set(dir.raw.links() - 1);
+        }
+        set_times(&mut dir.raw, clock::now(), false);
+        txn.write_inode(&mut dir)?;
+        txn.commit()
+    }
+}
+
+/// Frees the body and the inode itself (`ext4_evict_inode` for the last link).
+fn release(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
+    let ft = inode.file_type()?;
+    let has_blocks = inode.raw.i_blocks_lo.get() != 0 || inode.raw.i_blocks_high.get() != 0;
+    if inode.uses_extents() {
+        txn.free_extent_tree(inode)?;
+    } else if has_blocks && !matches!(ft, FileType::Symlink | FileType::CharDevice | FileType::BlockDevice) {
+        return Err(Error::Unsupported("freeing block-mapped files".into()));
+    }
+    if inode.raw.file_acl() != 0 {
+        return Err(Error::Unsupported("freeing inodes with an xattr block".into()));
+    }
+    let (secs, _) = clock::encode(clock::now());
+    inode.raw.i_dtime.set(secs);
+    inode.raw.i_links_count.set(0);
+    inode.raw.set_size(0);
+    txn.free_inode(inode.ino, ft == FileType::Directory)
+}

@@ -1,0 +1,134 @@
+//! Writing file data at any offset: mapped blocks are overwritten in place,
+//! unmapped ones (holes, or past the end) are allocated near their
+//! neighbours and mapped with new extents; partial blocks are read,
+//! modified and written whole. Data reaches the device before the metadata
+//! that points at it (see [`crate::txn::Txn::commit`]).
+
+use ext4kit_format::extent::{EXT_INIT_MAX_LEN, Extent};
+use ext4kit_format::inode::FileType;
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::fs::Filesystem;
+use crate::inode::Inode;
+use crate::inode::extent_write::charge_blocks;
+use crate::inode::write::set_times;
+use crate::txn::Txn;
+
+impl Filesystem {
+    /// Writes `data` at byte `offset` of regular file `ino`, growing it as
+    /// needed; returns the bytes written (all of them).
+    ///
+    /// # Errors
+    /// [`Error::IsDir`], [`Error::FileTooBig`] past 2^32 blocks,
+    /// [`Error::NoSpace`], [`Error::ReadOnly`]; [`Error::Unsupported`] for
+    /// block-mapped (ext2/ext3) files, unwritten extents and extent trees
+    /// that would need a second index level. Nothing changes on error.
+    pub fn write(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
+        let mut txn = Txn::begin(self)?;
+        let mut inode = txn.inode(ino)?;
+        match inode.file_type()? {
+            FileType::Regular => {}
+            FileType::Directory => return Err(Error::IsDir(format!("inode {ino}"))),
+            _ => return Err(Error::InvalidArgument(format!("inode {ino} is not a regular file"))),
+        }
+        let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+        if end.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
+            return Err(Error::FileTooBig);
+        }
+        txn.write_range(&mut inode, offset, data)?;
+        if end > inode.size() {
+            inode.raw.set_size(end);
+        }
+        set_times(&mut inode.raw, clock::now(), false);
+        txn.write_inode(&mut inode)?;
+        txn.commit()?;
+        Ok(data.len())
+    }
+}
+
+impl Txn<'_> {
+    /// Writes `data` at `offset` of an extent-mapped `inode` (size untouched).
+    pub(crate) fn write_range(&mut self, inode: &mut Inode, offset: u64, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if !inode.uses_extents() || inode.has_inline_data() {
+            return Err(Error::Unsupported("writing block-mapped or inline files".into()));
+        }
+        let bs = u64::from(self.fs.geo.block_size);
+        let last = (offset + data.len() as u64 - 1) / bs;
+        let mut lblk = offset / bs;
+        while lblk <= last {
+            let exts = self.extents(inode)?;
+            let hit = exts.iter().find(|e| u64::from(e.logical) <= lblk && lblk < end_of(e));
+            let (phys, n, fresh) = match hit {
+                Some(e) if e.unwritten => return Err(Error::Unsupported("writing into unwritten extents".into())),
+                Some(e) => (
+                    e.physical + (lblk - u64::from(e.logical)),
+                    end_of(e).min(last + 1) - lblk,
+                    false,
+                ),
+                None => self.map_new(inode, &exts, lblk, last)?,
+            };
+            self.put_blocks(lblk, phys, n, fresh, offset, data)?;
+            lblk += n;
+        }
+        Ok(())
+    }
+
+    /// Allocates and maps blocks for the hole at `lblk` (up to `last` or the
+    /// next extent); returns (physical, count, fresh = true).
+    fn map_new(&mut self, inode: &mut Inode, exts: &[Extent], lblk: u64, last: u64) -> Result<(u64, u64, bool)> {
+        let next = exts
+            .iter()
+            .map(|e| u64::from(e.logical))
+            .filter(|&l| l > lblk)
+            .min()
+            .unwrap_or(u64::MAX);
+        let want = (next.min(last + 1) - lblk).min(u64::from(EXT_INIT_MAX_LEN)) as u32;
+        let goal = match exts.iter().rev().find(|e| u64::from(e.logical) < lblk) {
+            Some(p) => p.physical + (lblk - u64::from(p.logical)),
+            None => self
+                .fs
+                .geo
+                .group_first_block((inode.ino - 1) / self.fs.geo.inodes_per_group),
+        };
+        let (phys, got) = self.alloc_blocks(goal, want)?;
+        let e = Extent {
+            logical: lblk as u32,
+            len: got as u16,
+            physical: phys,
+            unwritten: false,
+        };
+        self.insert_extent(inode, e)?;
+        charge_blocks(&mut inode.raw, i64::from(got), self.fs.geo.block_size);
+        Ok((phys, u64::from(got), true))
+    }
+
+    /// Queues the data for `n` blocks from logical `lblk` at `phys`.
+    fn put_blocks(&mut self, lblk: u64, phys: u64, n: u64, fresh: bool, offset: u64, data: &[u8]) -> Result<()> {
+        let bs = u64::from(self.fs.geo.block_size);
+        let (start, stop) = (lblk * bs, (lblk + n) * bs);
+        let mut buf = vec![0u8; (n * bs) as usize];
+        let lo = offset.max(start);
+        let hi = (offset + data.len() as u64).min(stop);
+        let partial_head = lo > start;
+        let partial_tail = hi < stop;
+        if !fresh && partial_head {
+            self.fs.read_bytes(phys * bs, &mut buf[..bs as usize])?;
+        }
+        if !fresh && partial_tail {
+            let at = ((n - 1) * bs) as usize;
+            self.fs.read_bytes((phys + n - 1) * bs, &mut buf[at..])?;
+        }
+        buf[(lo - start) as usize..(hi - start) as usize]
+            .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+        self.write_data(phys * bs, buf);
+        Ok(())
+    }
+}
+
+fn end_of(e: &Extent) -> u64 {
+    u64::from(e.logical) + u64::from(e.len)
+}

@@ -1,0 +1,177 @@
+//! Transactions: the one write path (DESIGN.md, "one write path"). Every
+//! metadata change is made to a copy of the block inside a [`Txn`]; group
+//! descriptors and superblock counters are changed in the transaction's
+//! overlay. [`Txn::commit`] writes file data first, then the metadata with
+//! fresh checksums (bitmaps, descriptors, superblock), then flushes — the
+//! `data=ordered` order. Dropping an uncommitted transaction changes nothing,
+//! so an operation that fails half-way (no space, a name that exists) leaves
+//! the image as it was. Without a journal the commit writes in place; the
+//! journal issue puts the jbd2 log between the overlay and the device.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ext4kit_format::group_desc::{RawGroupDesc, bitmap_checksum};
+use parking_lot::MutexGuard;
+
+use crate::error::{Error, Location, Result};
+use crate::fs::Filesystem;
+
+/// One open transaction. Writers are serialized: a `Txn` holds the
+/// file system's writer lock until it is committed or dropped.
+pub(crate) struct Txn<'a> {
+    pub(crate) fs: &'a Filesystem,
+    _writer: MutexGuard<'a, ()>,
+    blocks: BTreeMap<u64, Vec<u8>>,
+    groups: BTreeMap<u32, RawGroupDesc>,
+    data: Vec<(u64, Vec<u8>)>,
+    free_blocks_delta: i64,
+    free_inodes_delta: i64,
+}
+
+impl<'a> Txn<'a> {
+    /// Opens a transaction, refusing when the image can only be read.
+    pub(crate) fn begin(fs: &'a Filesystem) -> Result<Self> {
+        if fs.read_only_reason.is_some() {
+            return Err(Error::ReadOnly);
+        }
+        Ok(Self {
+            fs,
+            _writer: fs.writer.lock(),
+            blocks: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            data: Vec::new(),
+            free_blocks_delta: 0,
+            free_inodes_delta: 0,
+        })
+    }
+
+    /// Block `block` as this transaction sees it.
+    pub(crate) fn block(&self, block: u64, owner: u32) -> Result<Arc<[u8]>> {
+        match self.blocks.get(&block) {
+            Some(b) => Ok(b.as_slice().into()),
+            None => self.fs.meta_block(block, owner),
+        }
+    }
+
+    /// Write access to block `block` (`ext4_journal_get_write_access`): the
+    /// first call copies it into the transaction.
+    pub(crate) fn block_mut(&mut self, block: u64, owner: u32) -> Result<&mut Vec<u8>> {
+        if !self.blocks.contains_key(&block) {
+            let cur = self.fs.meta_block(block, owner)?;
+            self.blocks.insert(block, cur.to_vec());
+        }
+        self.blocks
+            .get_mut(&block)
+            .ok_or_else(|| Error::inconsistent(Location::Block { block, inode: owner }, "lost a transaction block"))
+    }
+
+    /// A block this transaction fills from scratch (a newly allocated
+    /// directory, extent or bitmap block): no read needed.
+    pub(crate) fn new_block(&mut self, block: u64) -> &mut Vec<u8> {
+        let bs = self.fs.block_size();
+        let b = self.blocks.entry(block).or_default();
+        b.clear();
+        b.resize(bs, 0);
+        b
+    }
+
+    /// Descriptor of `group` as this transaction sees it.
+    pub(crate) fn group(&self, group: u32) -> Result<RawGroupDesc> {
+        match self.groups.get(&group) {
+            Some(d) => Ok(*d),
+            None => self.fs.group_desc(group),
+        }
+    }
+
+    /// Replaces the descriptor of `group` (its checksum is set at commit).
+    pub(crate) fn set_group(&mut self, group: u32, desc: RawGroupDesc) {
+        self.groups.insert(group, desc);
+    }
+
+    /// Records a change of the free-block and free-inode totals.
+    pub(crate) fn count(&mut self, blocks: i64, inodes: i64) {
+        self.free_blocks_delta += blocks;
+        self.free_inodes_delta += inodes;
+    }
+
+    /// File data to write at byte `offset` before any metadata.
+    pub(crate) fn write_data(&mut self, offset: u64, bytes: Vec<u8>) {
+        self.data.push((offset, bytes));
+    }
+
+    /// Writes everything: data, then metadata with checksums, then the
+    /// superblock; flushes the device; publishes the new state.
+    pub(crate) fn commit(mut self) -> Result<()> {
+        let fs = self.fs;
+        for (off, bytes) in std::mem::take(&mut self.data) {
+            fs.dev
+                .write_at(off, &bytes)
+                .map_err(|source| Error::Io { offset: off, source })?;
+        }
+        let groups = std::mem::take(&mut self.groups);
+        let mut finished = Vec::with_capacity(groups.len());
+        for (g, desc) in groups {
+            finished.push((g, self.finish_group(g, desc)?));
+        }
+        let sb = self.finish_superblock();
+        for (block, bytes) in &self.blocks {
+            let off = block << fs.geo.block_size_log2;
+            fs.dev
+                .write_at(off, bytes)
+                .map_err(|source| Error::Io { offset: off, source })?;
+        }
+        fs.dev
+            .write_at(1024, &sb.encode())
+            .map_err(|source| Error::Io { offset: 1024, source })?;
+        fs.dev.flush().map_err(|source| Error::Io { offset: 0, source })?;
+        for (block, bytes) in std::mem::take(&mut self.blocks) {
+            fs.cache.insert(block, bytes.into());
+        }
+        let mut live = fs.groups.write();
+        for (g, d) in finished {
+            live[g as usize] = d;
+        }
+        *fs.sb.write() = sb;
+        Ok(())
+    }
+
+    /// Sets the bitmap and descriptor checksums of `group` and stores the
+    /// descriptor into its table block.
+    fn finish_group(&mut self, g: u32, mut d: RawGroupDesc) -> Result<RawGroupDesc> {
+        let fs = self.fs;
+        let geo = &fs.geo;
+        if geo.features.metadata_csum() {
+            let bb = self.block(d.block_bitmap(), 0)?;
+            let c = bitmap_checksum(fs.csum_seed, &bb, geo.blocks_per_group as usize / 8, geo.desc_size);
+            d.bg_block_bitmap_csum_lo.set(c as u16);
+            d.bg_block_bitmap_csum_hi.set((c >> 16) as u16);
+            let ib = self.block(d.inode_bitmap(), 0)?;
+            let c = bitmap_checksum(fs.csum_seed, &ib, geo.inodes_per_group as usize / 8, geo.desc_size);
+            d.bg_inode_bitmap_csum_lo.set(c as u16);
+            d.bg_inode_bitmap_csum_hi.set((c >> 16) as u16);
+        }
+        let ds = usize::from(geo.desc_size);
+        let uuid = fs.sb.read().s_uuid;
+        let c = d.compute_checksum(&geo.features, fs.csum_seed, &uuid, g, ds);
+        d.bg_checksum.set(c);
+        let block = fs.group_desc_block(g);
+        let off = (g % geo.descs_per_block()) as usize * ds;
+        let buf = self.block_mut(block, 0)?;
+        d.encode_into(&mut buf[off..off + ds]);
+        Ok(d)
+    }
+
+    fn finish_superblock(&self) -> ext4kit_format::superblock::RawSuperblock {
+        let mut sb = *self.fs.sb.read();
+        let free = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32);
+        let free = free.saturating_add_signed(self.free_blocks_delta);
+        sb.s_free_blocks_count_lo.set(free as u32);
+        sb.s_free_blocks_count_hi.set((free >> 32) as u32);
+        let inodes = i64::from(sb.s_free_inodes_count.get()) + self.free_inodes_delta;
+        sb.s_free_inodes_count.set(inodes.clamp(0, i64::from(u32::MAX)) as u32);
+        sb.s_wtime.set(crate::clock::now().secs as u32);
+        sb.set_checksum();
+        sb
+    }
+}
