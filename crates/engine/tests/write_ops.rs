@@ -12,7 +12,7 @@ use std::path::Path;
 
 use common::{mkfs, open};
 use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO, SetAttr};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::e2fsck_fn;
 
@@ -74,6 +74,22 @@ fn workload(fs: &Filesystem) -> BTreeMap<String, Vec<u8>> {
     fs.write(big.ino, (bs as u64) * 3 - 1000, &patch).unwrap();
     let m = model.get_mut("a/big").unwrap();
     m[bs * 3 - 1000..bs * 3 + 2000].copy_from_slice(&patch);
+    let one = fs.resolve(b"/a/one").unwrap();
+    fs.link(one.ino, b.ino, b"one-link").unwrap();
+    model.insert("a/b/one-link".into(), model["a/one"].clone());
+    let odd = fs.resolve(b"/a/odd").unwrap();
+    let mtime = ext4kit_format::inode::Timestamp {
+        secs: 1_234_567_890,
+        nsecs: 123_456_789,
+    };
+    let set = SetAttr {
+        perm: Some(0o4750),
+        uid: Some(0),
+        gid: Some(70_000),
+        mtime: Some(mtime),
+        ..SetAttr::default()
+    };
+    fs.setattr(odd.ino, &set).unwrap();
     fs.create(a.ino, b"fast", NodeKind::Symlink(b"big".to_vec()), ATTR)
         .unwrap();
     fs.create(a.ino, b"slow", NodeKind::Symlink(vec![b'x'; 200]), ATTR)
@@ -127,6 +143,9 @@ fn errors_change_nothing(fs: &Filesystem) {
         Err(Error::NotDir(_))
     ));
     assert!(matches!(fs.write(f.ino, u64::MAX - 1, b"xx"), Err(Error::FileTooBig)));
+    let a = fs.resolve(b"/a").unwrap();
+    assert!(matches!(fs.link(a.ino, ROOT_INO, b"a2"), Err(Error::IsDir(_))));
+    assert!(matches!(fs.link(f.ino, ROOT_INO, b"a"), Err(Error::Exists(_))));
 }
 
 fn check_engine(fs: &Filesystem, model: &BTreeMap<String, Vec<u8>>) {
@@ -157,7 +176,13 @@ fn check_kernel(img: &Path, model: &BTreeMap<String, Vec<u8>>) {
     assert_eq!(tty.rdev(), libc::makedev(4, 64));
     let disk = std::fs::symlink_metadata(mnt.path().join("a/disk")).unwrap();
     assert_eq!(disk.rdev(), libc::makedev(259, 65536));
-    assert_eq!(std::fs::symlink_metadata(mnt.path().join("a/one")).unwrap().uid(), 1000);
+    let one = std::fs::symlink_metadata(mnt.path().join("a/one")).unwrap();
+    assert_eq!((one.uid(), one.nlink()), (1000, 2));
+    let odd = std::fs::symlink_metadata(mnt.path().join("a/odd")).unwrap();
+    assert_eq!((odd.mode() & 0o7777, odd.uid(), odd.gid()), (0o4750, 0, 70_000));
+    assert_eq!(odd.mtime(), 1_234_567_890);
+    // 128-byte inodes have no room for nanoseconds.
+    assert!([0, 123_456_789].contains(&odd.mtime_nsec()), "{}", odd.mtime_nsec());
     mnt.unmount().expect("unmount");
 }
 

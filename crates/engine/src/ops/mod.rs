@@ -3,10 +3,12 @@
 //! or, on any error (no space, a name that exists, an unsupported layout),
 //! leaves the image untouched.
 
+mod attr;
 mod create;
 mod remove;
 mod write;
 
+pub use attr::SetAttr;
 pub use create::{Attr, NodeKind};
 
 use crate::error::{Error, Result};

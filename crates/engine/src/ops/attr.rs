@@ -1,0 +1,101 @@
+//! Changing attributes (`ext4_setattr` without size changes) and adding
+//! hard links (`ext4_link`).
+
+use ext4kit_format::inode::Timestamp;
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::fs::Filesystem;
+use crate::inode::Inode;
+use crate::inode::write::touch_ctime;
+use crate::txn::Txn;
+
+/// Attributes to change; `None` leaves one as it is. ctime becomes now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (07777).
+    pub perm: Option<u16>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
+    /// Access time.
+    pub atime: Option<Timestamp>,
+    /// Modification time.
+    pub mtime: Option<Timestamp>,
+}
+
+/// Most hard links to one inode (`EXT4_LINK_MAX`).
+const LINK_MAX: u16 = 65000;
+
+impl Filesystem {
+    /// Changes the attributes of `ino`; returns the inode as written.
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`], corruption of the inode.
+    pub fn setattr(&self, ino: u32, set: &SetAttr) -> Result<Inode> {
+        let mut txn = Txn::begin(self)?;
+        let mut inode = txn.inode(ino)?;
+        let r = &mut inode.raw;
+        if let Some(p) = set.perm {
+            r.i_mode.set((r.i_mode.get() & 0o170000) | (p & 0o7777));
+        }
+        if let Some(u) = set.uid {
+            r.i_uid.set(u as u16);
+            r.i_uid_high.set((u >> 16) as u16);
+        }
+        if let Some(g) = set.gid {
+            r.i_gid.set(g as u16);
+            r.i_gid_high.set((g >> 16) as u16);
+        }
+        if let Some(t) = set.atime {
+            let (s, e) = clock::encode(t);
+            r.i_atime.set(s);
+            r.i_atime_extra.set(e);
+        }
+        if let Some(t) = set.mtime {
+            let (s, e) = clock::encode(t);
+            r.i_mtime.set(s);
+            r.i_mtime_extra.set(e);
+        }
+        touch_ctime(r, clock::now());
+        txn.write_inode(&mut inode)?;
+        txn.commit()?;
+        Ok(inode)
+    }
+
+    /// Adds the name `name` in `parent` for the existing non-directory `ino`.
+    ///
+    /// # Errors
+    /// [`Error::Exists`], [`Error::NotDir`], [`Error::IsDir`] (hard links to
+    /// directories are refused, as `EPERM` in the kernel), [`Error::TooManyLinks`].
+    pub fn link(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
+        super::check_new_name(name)?;
+        let mut txn = Txn::begin(self)?;
+        let mut dir = txn.inode(parent)?;
+        if !dir.is_dir() {
+            return Err(Error::NotDir(format!("inode {parent}")));
+        }
+        let mut target = txn.inode(ino)?;
+        let shown = || String::from_utf8_lossy(name).into_owned();
+        if target.is_dir() {
+            return Err(Error::IsDir(shown()));
+        }
+        if target.raw.links() >= LINK_MAX {
+            return Err(Error::TooManyLinks(shown()));
+        }
+        match self.lookup(&dir, name) {
+            Ok(_) => return Err(Error::Exists(shown())),
+            Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        txn.add_entry(&mut dir, name, ino, target.file_type()?.dirent_code())?;
+        target.raw.i_links_count.set(target.raw.links() + 1);
+        let now = clock::now();
+        touch_ctime(&mut target.raw, now);
+        txn.write_inode(&mut target)?;
+        crate::inode::write::set_times(&mut dir.raw, now, false);
+        txn.write_inode(&mut dir)?;
+        txn.commit()
+    }
+}
