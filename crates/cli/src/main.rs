@@ -51,6 +51,20 @@ enum Command {
     Stat(cmd::stat::Args),
     /// Copy a tree out of the image, preserving metadata.
     Export(cmd::export::Args),
+    /// Create directories.
+    Mkdir(cmd::edit::MkdirArgs),
+    /// Remove files or directories.
+    Rm(cmd::edit::RmArgs),
+    /// Make hard or symbolic links.
+    Ln(cmd::edit::LnArgs),
+    /// Create empty files or update their times.
+    Touch(cmd::edit::TouchArgs),
+    /// Write standard input into a file.
+    Write(cmd::edit::WriteArgs),
+    /// Change permission bits.
+    Chmod(cmd::edit::ChmodArgs),
+    /// Change owner and group.
+    Chown(cmd::edit::ChownArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +75,13 @@ fn main() -> ExitCode {
         Command::Cat(a) => cmd::cat::run(a),
         Command::Stat(a) => cmd::stat::run(a),
         Command::Export(a) => cmd::export::run(a),
+        Command::Mkdir(a) => cmd::edit::mkdir(a),
+        Command::Rm(a) => cmd::edit::rm(a),
+        Command::Ln(a) => cmd::edit::ln(a),
+        Command::Touch(a) => cmd::edit::touch(a),
+        Command::Write(a) => cmd::edit::write(a),
+        Command::Chmod(a) => cmd::edit::chmod(a),
+        Command::Chown(a) => cmd::edit::chown(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod cat;
+pub mod edit;
 pub mod export;
 pub mod info;
 pub mod ls;
