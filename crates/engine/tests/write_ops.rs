@@ -12,7 +12,7 @@ use std::path::Path;
 
 use common::{mkfs, open};
 use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO, SetAttr};
+use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO, RenameFlags, SetAttr};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::e2fsck_fn;
 
@@ -119,7 +119,75 @@ fn workload(fs: &Filesystem) -> BTreeMap<String, Vec<u8>> {
     assert!(matches!(fs.rmdir(ROOT_INO, b"gone"), Err(Error::NotEmpty(_))));
     fs.unlink(gone.ino, b"x").unwrap();
     fs.rmdir(ROOT_INO, b"gone").unwrap();
+    renames(fs, &mut model);
+    truncates(fs, &mut model);
     model
+}
+
+fn file(fs: &Filesystem, dir: u32, name: &str, body: &[u8]) {
+    let f = fs.create(dir, name.as_bytes(), NodeKind::Regular, ATTR).unwrap();
+    fs.write(f.ino, 0, body).unwrap();
+}
+
+fn renames(fs: &Filesystem, model: &mut BTreeMap<String, Vec<u8>>) {
+    let dir = |p: &str| fs.resolve(p.as_bytes()).unwrap().ino;
+    let plain = RenameFlags::default();
+    let r = fs.create(ROOT_INO, b"r", NodeKind::Directory, ATTR).unwrap().ino;
+    let d1 = fs.create(r, b"d1", NodeKind::Directory, ATTR).unwrap().ino;
+    file(fs, d1, "f", b"f");
+    file(fs, r, "x", b"x");
+    file(fs, r, "y", b"y");
+    fs.rename(r, b"x", r, b"x2", plain).unwrap();
+    fs.rename(r, b"y", r, b"x2", plain).unwrap();
+    fs.rename(r, b"d1", ROOT_INO, b"d1moved", plain).unwrap();
+    fs.create(r, b"d2", NodeKind::Directory, ATTR).unwrap();
+    fs.rename(ROOT_INO, b"d1moved", r, b"d2", plain).unwrap();
+    let noreplace = RenameFlags {
+        noreplace: true,
+        ..plain
+    };
+    assert!(matches!(
+        fs.rename(r, b"x2", r, b"d2", noreplace),
+        Err(Error::Exists(_))
+    ));
+    assert!(matches!(fs.rename(r, b"x2", r, b"d2", plain), Err(Error::IsDir(_))));
+    assert!(matches!(
+        fs.rename(ROOT_INO, b"r", dir("/r/d2"), b"r", plain),
+        Err(Error::InvalidArgument(_))
+    ));
+    let e = fs.create(ROOT_INO, b"e", NodeKind::Directory, ATTR).unwrap().ino;
+    file(fs, e, "g", b"g");
+    fs.rename(
+        r,
+        b"x2",
+        ROOT_INO,
+        b"e",
+        RenameFlags {
+            exchange: true,
+            ..plain
+        },
+    )
+    .unwrap();
+    model.insert("r/d2/f".into(), b"f".to_vec());
+    model.insert("e".into(), b"y".to_vec());
+    model.insert("r/x2/g".into(), b"g".to_vec());
+    assert_eq!(fs.lookup(&fs.resolve(b"/r/x2").unwrap(), b"..").unwrap(), r);
+}
+
+fn truncates(fs: &Filesystem, model: &mut BTreeMap<String, Vec<u8>>) {
+    let bs = fs.block_size();
+    let sparse = fs.resolve(b"/a/b/sparse").unwrap().ino;
+    // Down into the index-level tree, then to a few extents, then up again.
+    for keep in [41 * bs + 100, 5 * bs + 7] {
+        fs.truncate(sparse, keep as u64).unwrap();
+        model.get_mut("a/b/sparse").unwrap().truncate(keep);
+    }
+    fs.truncate(sparse, (9 * bs) as u64).unwrap();
+    model.get_mut("a/b/sparse").unwrap().resize(9 * bs, 0);
+    let big = fs.resolve(b"/a/big").unwrap().ino;
+    fs.truncate(big, 0).unwrap();
+    fs.write(big, 10, b"again").unwrap();
+    model.insert("a/big".into(), [&[0u8; 10][..], b"again"].concat());
 }
 
 fn errors_change_nothing(fs: &Filesystem) {

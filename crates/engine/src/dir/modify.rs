@@ -44,13 +44,52 @@ impl Txn<'_> {
         }
     }
 
+    /// Sets the checksum of a changed directory block: the leaf tail, or
+    /// the dx tail of an index root (whose ".." entry a rename may change).
     fn seal_dir_block(&mut self, dir: &Inode, block: u64) -> Result<()> {
-        if self.fs.geo.features.metadata_csum() {
-            let seed = self.fs.inode_csum_seed(dir);
-            let buf = self.block_mut(block, dir.ino)?;
-            dir_entry::set_block_checksum(buf, seed);
+        if !self.fs.geo.features.metadata_csum() {
+            return Ok(());
         }
+        let seed = self.fs.inode_csum_seed(dir);
+        let bs = self.fs.geo.block_size;
+        let indexed = dir.raw.has_flag(flags::INDEX);
+        let buf = self.block_mut(block, dir.ino)?;
+        if indexed && !dir_entry::has_tail(buf) {
+            return ext4kit_format::htree::set_dx_checksum(buf, bs, seed)
+                .map_err(|e| Error::format(Location::Block { block, inode: dir.ino }, e));
+        }
+        dir_entry::set_block_checksum(buf, seed);
         Ok(())
+    }
+
+    /// Points the entry `name` of `dir` at `ino` (type `ft`): rename's
+    /// replace and exchange, and a moved directory's "..".
+    pub(crate) fn set_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        for b in self.dir_blocks(dir)? {
+            let buf = self.block(b.physical, dir.ino)?;
+            let at = Location::Block {
+                block: b.physical,
+                inode: dir.ino,
+            };
+            // An index root holds "." and ".." (whose record spans the
+            // rest of the block); other index blocks hold no names.
+            let dx = self.fs.is_dx_block(dir, &buf, b.logical);
+            if dx && b.logical != 0 {
+                continue;
+            }
+            let used = if dx { buf.len() } else { self.used_len(&buf) };
+            let hit = DirEntryIter::new(&buf[..used], buf.len(), true)
+                .map(|e| e.map_err(|err| Error::format(at, err)))
+                .find(|e| e.as_ref().map_or(true, |e| e.inode != 0 && e.name == name));
+            if let Some(e) = hit {
+                let off = e?.offset;
+                let w = self.block_mut(b.physical, dir.ino)?;
+                w[off..off + 4].copy_from_slice(&ino.to_le_bytes());
+                w[off + 7] = ft;
+                return self.seal_dir_block(dir, b.physical);
+            }
+        }
+        Err(Error::NotFound(String::from_utf8_lossy(name).into_owned()))
     }
 
     /// Tries to place the entry in `block`; true when it fit.

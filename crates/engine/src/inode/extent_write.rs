@@ -15,6 +15,16 @@ use crate::error::{Error, Location, Result};
 use crate::inode::Inode;
 use crate::txn::Txn;
 
+/// Makes `i_block` a depth-1 root over `idx`.
+pub(crate) fn set_index_root(raw: &mut RawInode, idx: Vec<ExtentIdx>) {
+    let node = ExtentNode {
+        header: header(4, 1),
+        depth: 1,
+        entries: NodeEntries::Index(idx),
+    };
+    encode_node(&node, &mut raw.i_block);
+}
+
 /// Makes `i_block` an empty depth-0 extent root.
 pub(crate) fn init_root(raw: &mut RawInode) {
     let node = ExtentNode {
@@ -109,6 +119,11 @@ impl Txn<'_> {
                 "expected an extent leaf",
             )),
         }
+    }
+
+    /// Rewrites leaf `block` with `v`.
+    pub(crate) fn store_leaf(&mut self, inode: &Inode, block: u64, v: Vec<Extent>) -> Result<()> {
+        self.write_leaf(inode, block, v, false)
     }
 
     fn write_leaf(&mut self, inode: &Inode, block: u64, v: Vec<Extent>, fresh: bool) -> Result<()> {

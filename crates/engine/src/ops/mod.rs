@@ -6,10 +6,13 @@
 mod attr;
 mod create;
 mod remove;
+mod rename;
+mod truncate;
 mod write;
 
 pub use attr::SetAttr;
 pub use create::{Attr, NodeKind};
+pub use rename::RenameFlags;
 
 use crate::error::{Error, Result};
 

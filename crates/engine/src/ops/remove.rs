@@ -61,6 +61,19 @@ impl Filesystem {
     }
 }
 
+/// Drops one name of `inode` (all of a directory's): frees it with the
+/// last, else counts the link off; writes the inode.
+pub(crate) fn drop_link(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
+    let links = inode.raw.links();
+    if inode.is_dir() || links <= 1 {
+        release(txn, inode)?;
+    } else {
+        inode.raw.i_links_count.set(links - 1);
+        touch_ctime(&mut inode.raw, clock::now());
+    }
+    txn.write_inode(inode)
+}
+
 /// Frees the body and the inode itself (`ext4_evict_inode` for the last link).
 fn release(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
     let ft = inode.file_type()?;

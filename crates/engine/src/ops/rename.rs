@@ -1,0 +1,166 @@
+//! `rename(2)` and `renameat2` (`ext4_rename`, `ext4_cross_rename`): plain
+//! moves, replacing an existing name, `RENAME_NOREPLACE`, and
+//! `RENAME_EXCHANGE`; a directory that changes parent gets its ".." and both
+//! parents' link counts fixed.
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::fs::Filesystem;
+use crate::inode::write::{set_times, touch_ctime};
+use crate::inode::{Inode, ROOT_INO};
+use crate::txn::Txn;
+
+/// `renameat2` flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    /// Fail with [`Error::Exists`] rather than replace (`RENAME_NOREPLACE`).
+    pub noreplace: bool,
+    /// Swap the two names, both of which must exist (`RENAME_EXCHANGE`).
+    pub exchange: bool,
+}
+
+impl Filesystem {
+    /// Renames `old_parent/old_name` to `new_parent/new_name`.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::Exists`] (noreplace), [`Error::IsDir`] /
+    /// [`Error::NotDir`] for a type mismatch with the replaced name,
+    /// [`Error::NotEmpty`], [`Error::InvalidArgument`] for moving a directory
+    /// into itself. Nothing changes on error.
+    pub fn rename(
+        &self,
+        old_parent: u32,
+        old_name: &[u8],
+        new_parent: u32,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        super::check_new_name(old_name)?;
+        super::check_new_name(new_name)?;
+        let mut txn = Txn::begin(self)?;
+        let src = txn.inode(self.lookup(&txn.inode(old_parent)?, old_name)?)?;
+        let dst = match self.lookup(&txn.inode(new_parent)?, new_name) {
+            Ok(ino) => Some(txn.inode(ino)?),
+            Err(Error::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let shown = || String::from_utf8_lossy(new_name).into_owned();
+        if src.is_dir() && old_parent != new_parent {
+            self.refuse_loop(&txn, src.ino, new_parent)?;
+        }
+        match dst {
+            None if flags.exchange => Err(Error::NotFound(shown())),
+            Some(_) if flags.noreplace => Err(Error::Exists(shown())),
+            Some(d) if d.ino == src.ino => Ok(()),
+            Some(d) if flags.exchange => {
+                if d.is_dir() && old_parent != new_parent {
+                    self.refuse_loop(&txn, d.ino, old_parent)?;
+                }
+                exchange(&mut txn, (old_parent, old_name, src), (new_parent, new_name, d))?;
+                txn.commit()
+            }
+            dst => {
+                move_entry(&mut txn, (old_parent, old_name, src), (new_parent, new_name), dst)?;
+                txn.commit()
+            }
+        }
+    }
+
+    /// Refuses to move directory `moving` under `target` when `target` is
+    /// `moving` or one of its descendants.
+    fn refuse_loop(&self, txn: &Txn<'_>, moving: u32, mut target: u32) -> Result<()> {
+        for _ in 0..self.geo.inodes_count {
+            if target == moving {
+                return Err(Error::InvalidArgument("cannot move a directory into itself".into()));
+            }
+            if target == ROOT_INO {
+                return Ok(());
+            }
+            target = self.lookup(&txn.inode(target)?, b"..")?;
+        }
+        Err(Error::InvalidArgument("directory parents form a loop".into()))
+    }
+}
+
+fn code(inode: &Inode) -> Result<u8> {
+    Ok(inode.file_type()?.dirent_code())
+}
+
+fn adjust_links(txn: &mut Txn<'_>, dir: u32, delta: i32) -> Result<()> {
+    let mut d = txn.inode(dir)?;
+    let links = i32::from(d.raw.links());
+    // dir_nlink: a count of 1 means "too many to count" and stays so.
+    if links != 1 {
+        d.raw.i_links_count.set((links + delta).clamp(2, 65000) as u16);
+    }
+    set_times(&mut d.raw, clock::now(), false);
+    txn.write_inode(&mut d)
+}
+
+fn move_entry(txn: &mut Txn<'_>, from: (u32, &[u8], Inode), to: (u32, &[u8]), dst: Option<Inode>) -> Result<()> {
+    let (op, oname, mut src) = from;
+    let (np, nname) = to;
+    if let Some(d) = &dst {
+        match (src.is_dir(), d.is_dir()) {
+            (true, false) => return Err(Error::NotDir(String::from_utf8_lossy(nname).into_owned())),
+            (false, true) => return Err(Error::IsDir(String::from_utf8_lossy(nname).into_owned())),
+            (true, true) if !txn.dir_is_empty(d)? => {
+                return Err(Error::NotEmpty(String::from_utf8_lossy(nname).into_owned()));
+            }
+            _ => {}
+        }
+    }
+    let old_dir = txn.inode(op)?;
+    txn.remove_entry(&old_dir, oname)?;
+    match dst {
+        Some(mut d) => {
+            txn.set_entry(&txn.inode(np)?, nname, src.ino, code(&src)?)?;
+            super::remove::drop_link(txn, &mut d)?;
+            if d.is_dir() {
+                adjust_links(txn, np, -1)?;
+            }
+        }
+        None => {
+            let mut new_dir = txn.inode(np)?;
+            txn.add_entry(&mut new_dir, nname, src.ino, code(&src)?)?;
+            txn.write_inode(&mut new_dir)?;
+        }
+    }
+    if src.is_dir() && op != np {
+        txn.set_entry(&src, b"..", np, 2)?;
+        adjust_links(txn, op, -1)?;
+        adjust_links(txn, np, 1)?;
+    } else {
+        adjust_links(txn, op, 0)?;
+        if op != np {
+            adjust_links(txn, np, 0)?;
+        }
+    }
+    touch_ctime(&mut src.raw, clock::now());
+    txn.write_inode(&mut src)
+}
+
+fn exchange(txn: &mut Txn<'_>, a: (u32, &[u8], Inode), b: (u32, &[u8], Inode)) -> Result<()> {
+    let (ap, aname, mut ai) = a;
+    let (bp, bname, mut bi) = b;
+    txn.set_entry(&txn.inode(ap)?, aname, bi.ino, code(&bi)?)?;
+    txn.set_entry(&txn.inode(bp)?, bname, ai.ino, code(&ai)?)?;
+    if ap != bp {
+        if ai.is_dir() {
+            txn.set_entry(&ai, b"..", bp, 2)?;
+        }
+        if bi.is_dir() {
+            txn.set_entry(&bi, b"..", ap, 2)?;
+        }
+        let delta = i32::from(bi.is_dir()) - i32::from(ai.is_dir());
+        adjust_links(txn, ap, delta)?;
+        adjust_links(txn, bp, -delta)?;
+    } else {
+        adjust_links(txn, ap, 0)?;
+    }
+    let now = clock::now();
+    touch_ctime(&mut ai.raw, now);
+    touch_ctime(&mut bi.raw, now);
+    txn.write_inode(&mut ai)?;
+    txn.write_inode(&mut bi)
+}

@@ -1,0 +1,145 @@
+//! Changing a file's size (`ext4_truncate`, `ext4_setattr` with a size):
+//! growing only moves `i_size` (the new range is a hole); shrinking frees
+//! every block past the new end, shortens the extent that straddles it,
+//! folds a depth-1 tree back into the inode when it fits, and zeroes the
+//! rest of the last partial block so a later extension reads zeros.
+
+use ext4kit_format::extent::{Extent, NodeEntries, parse_node};
+use ext4kit_format::inode::FileType;
+
+use crate::clock;
+use crate::error::{Error, Location, Result};
+use crate::fs::Filesystem;
+use crate::inode::Inode;
+use crate::inode::extent_write::charge_blocks;
+use crate::inode::write::set_times;
+use crate::txn::Txn;
+
+impl Filesystem {
+    /// Sets the size of regular file `ino` to `size`.
+    ///
+    /// # Errors
+    /// [`Error::IsDir`], [`Error::FileTooBig`], [`Error::ReadOnly`];
+    /// [`Error::Unsupported`] for block-mapped or inline files. Nothing
+    /// changes on error.
+    pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
+        let mut txn = Txn::begin(self)?;
+        let mut inode = txn.inode(ino)?;
+        match inode.file_type()? {
+            FileType::Regular => {}
+            FileType::Directory => return Err(Error::IsDir(format!("inode {ino}"))),
+            _ => return Err(Error::InvalidArgument(format!("inode {ino} is not a regular file"))),
+        }
+        if size.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
+            return Err(Error::FileTooBig);
+        }
+        if size < inode.size() {
+            if !inode.uses_extents() || inode.has_inline_data() {
+                return Err(Error::Unsupported("shrinking block-mapped or inline files".into()));
+            }
+            txn.shrink(&mut inode, size)?;
+        }
+        inode.raw.set_size(size);
+        set_times(&mut inode.raw, clock::now(), false);
+        txn.write_inode(&mut inode)?;
+        txn.commit()
+    }
+}
+
+impl Txn<'_> {
+    fn shrink(&mut self, inode: &mut Inode, size: u64) -> Result<()> {
+        let bs = u64::from(self.fs.geo.block_size);
+        let keep = size.div_ceil(bs);
+        let mut kept = Vec::new();
+        let mut freed = 0i64;
+        for e in self.extents(inode)? {
+            let start = u64::from(e.logical);
+            let end = start + u64::from(e.len);
+            if end <= keep {
+                kept.push(e);
+                continue;
+            }
+            let cut = keep.max(start);
+            self.free_blocks(e.physical + (cut - start), end - cut)?;
+            freed += (end - cut) as i64;
+            if cut > start {
+                kept.push(Extent {
+                    len: (cut - start) as u16,
+                    ..e
+                });
+            }
+        }
+        charge_blocks(&mut inode.raw, -freed, self.fs.geo.block_size);
+        self.rebuild_tree(inode, kept)?;
+        self.zero_tail(inode, size)
+    }
+
+    /// Stores `kept` back: in the inode when four or fewer remain (freeing
+    /// the leaves), else into the surviving leaves, dropping empty ones.
+    fn rebuild_tree(&mut self, inode: &mut Inode, kept: Vec<Extent>) -> Result<()> {
+        let at = Location::Inode(inode.ino);
+        let root = parse_node(&inode.raw.i_block, true).map_err(|e| Error::format(at, e))?;
+        let NodeEntries::Index(idx) = root.entries else {
+            crate::inode::extent_write::init_root(&mut inode.raw);
+            return kept.into_iter().try_for_each(|e| self.insert_extent(inode, e));
+        };
+        if kept.len() <= 4 {
+            for i in &idx {
+                self.free_blocks(i.child, 1)?;
+            }
+            charge_blocks(&mut inode.raw, -(idx.len() as i64), self.fs.geo.block_size);
+            crate::inode::extent_write::init_root(&mut inode.raw);
+            return kept.into_iter().try_for_each(|e| self.insert_extent(inode, e));
+        }
+        self.trim_leaves(inode, idx, &kept)
+    }
+
+    fn trim_leaves(
+        &mut self,
+        inode: &mut Inode,
+        idx: Vec<ext4kit_format::extent::ExtentIdx>,
+        kept: &[Extent],
+    ) -> Result<()> {
+        let mut live = Vec::new();
+        for (n, i) in idx.iter().enumerate() {
+            let hi = idx.get(n + 1).map_or(u64::MAX, |x| u64::from(x.logical));
+            let mine: Vec<Extent> = kept
+                .iter()
+                .filter(|e| u64::from(e.logical) >= u64::from(i.logical) && u64::from(e.logical) < hi)
+                .copied()
+                .collect();
+            if mine.is_empty() {
+                self.free_blocks(i.child, 1)?;
+                charge_blocks(&mut inode.raw, -1, self.fs.geo.block_size);
+            } else {
+                self.store_leaf(inode, i.child, mine)?;
+                live.push(*i);
+            }
+        }
+        crate::inode::extent_write::set_index_root(&mut inode.raw, live);
+        Ok(())
+    }
+
+    /// Zeroes the bytes of the last block past `size`.
+    fn zero_tail(&mut self, inode: &Inode, size: u64) -> Result<()> {
+        let bs = u64::from(self.fs.geo.block_size);
+        let within = size % bs;
+        if within == 0 {
+            return Ok(());
+        }
+        let lblk = size / bs;
+        let hit = self
+            .extents(inode)?
+            .into_iter()
+            .find(|e| u64::from(e.logical) <= lblk && lblk < u64::from(e.logical) + u64::from(e.len));
+        let Some(e) = hit.filter(|e| !e.unwritten) else {
+            return Ok(());
+        };
+        let phys = e.physical + (lblk - u64::from(e.logical));
+        let mut buf = vec![0u8; bs as usize];
+        self.fs.read_bytes(phys * bs, &mut buf)?;
+        buf[within as usize..].fill(0);
+        self.write_data(phys * bs, buf);
+        Ok(())
+    }
+}
