@@ -106,6 +106,7 @@ fn open_and_walk(data: &[u8], verify_checksums: bool) {
         verify_checksums,
         dirty_journal: DirtyJournal::ReadStale,
         cache_bytes: 1 << 20,
+        ..OpenOptions::default()
     };
     let Ok(fs) = Filesystem::open(Box::new(MemDevice::new(data.to_vec())), opts) else {
         return;

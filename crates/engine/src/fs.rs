@@ -34,6 +34,10 @@ pub struct OpenOptions {
     pub dirty_journal: DirtyJournal,
     /// Bytes of metadata to cache.
     pub cache_bytes: usize,
+    /// Flush the device after every operation (like `-o sync`). Off by
+    /// default: as with the kernel, changes are durable after
+    /// [`Filesystem::sync`] or when the `Filesystem` is dropped.
+    pub sync_writes: bool,
 }
 
 impl Default for OpenOptions {
@@ -42,6 +46,7 @@ impl Default for OpenOptions {
             verify_checksums: true,
             dirty_journal: DirtyJournal::Refuse,
             cache_bytes: 64 << 20,
+            sync_writes: false,
         }
     }
 }
@@ -72,7 +77,22 @@ impl std::fmt::Debug for Filesystem {
     }
 }
 
+impl Drop for Filesystem {
+    fn drop(&mut self) {
+        // Errors cannot be reported from drop; call `sync` to see them.
+        let _ = self.dev.flush();
+    }
+}
+
 impl Filesystem {
+    /// Makes every committed change durable (flushes the device).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the device cannot flush.
+    pub fn sync(&self) -> Result<()> {
+        self.dev.flush().map_err(|source| Error::Io { offset: 0, source })
+    }
+
     /// A copy of the primary superblock as last written.
     pub fn superblock(&self) -> RawSuperblock {
         *self.sb.read()

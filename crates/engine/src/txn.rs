@@ -3,7 +3,8 @@
 //! descriptors and superblock counters are changed in the transaction's
 //! overlay. [`Txn::commit`] writes file data first, then the metadata with
 //! fresh checksums (bitmaps, descriptors, superblock), then flushes — the
-//! `data=ordered` order. Dropping an uncommitted transaction changes nothing,
+//! `data=ordered` order (device writes are ordered; the flush comes with
+//! [`Filesystem::sync`] or, with `sync_writes`, after every commit). Dropping an uncommitted transaction changes nothing,
 //! so an operation that fails half-way (no space, a name that exists) leaves
 //! the image as it was. Without a journal the commit writes in place; the
 //! journal issue puts the jbd2 log between the overlay and the device.
@@ -124,7 +125,9 @@ impl<'a> Txn<'a> {
         fs.dev
             .write_at(1024, &sb.encode())
             .map_err(|source| Error::Io { offset: 1024, source })?;
-        fs.dev.flush().map_err(|source| Error::Io { offset: 0, source })?;
+        if fs.opts.sync_writes {
+            fs.sync()?;
+        }
         for (block, bytes) in std::mem::take(&mut self.blocks) {
             fs.cache.insert(block, bytes.into());
         }

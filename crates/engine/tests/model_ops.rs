@@ -13,7 +13,11 @@ use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO, R
 use ext4kit_testkit::tools::e2fsck_fn;
 use proptest::prelude::*;
 
-const ATTR: Attr = Attr { perm: 0o644, uid: 0, gid: 0 };
+const ATTR: Attr = Attr {
+    perm: 0o644,
+    uid: 0,
+    gid: 0,
+};
 const NAMES: &[&str] = &["a", "b", "c", "dir", "long-name-for-a-file-in-this-test"];
 
 #[derive(Debug, Clone)]
@@ -51,11 +55,20 @@ struct Model {
 
 impl Model {
     fn pick(&self, i: usize, dirs: bool) -> Option<String> {
-        let v: Vec<&String> = self.paths.iter().filter(|(_, f)| f.is_none() == dirs).map(|(p, _)| p).collect();
+        let v: Vec<&String> = self
+            .paths
+            .iter()
+            .filter(|(_, f)| f.is_none() == dirs)
+            .map(|(p, _)| p)
+            .collect();
         (!v.is_empty()).then(|| v[i % v.len()].clone())
     }
     fn child(dir: &str, name: &str) -> String {
-        if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") }
+        if dir.is_empty() {
+            name.to_string()
+        } else {
+            format!("{dir}/{name}")
+        }
     }
     fn is_empty_dir(&self, p: &str) -> bool {
         !self.paths.keys().any(|k| k.starts_with(&format!("{p}/")))
@@ -63,7 +76,11 @@ impl Model {
 }
 
 fn ino(fs: &Filesystem, p: &str) -> u32 {
-    if p.is_empty() { ROOT_INO } else { fs.resolve(p.as_bytes()).unwrap().ino }
+    if p.is_empty() {
+        ROOT_INO
+    } else {
+        fs.resolve(p.as_bytes()).unwrap().ino
+    }
 }
 
 fn split(p: &str) -> (&str, &str) {
@@ -113,7 +130,9 @@ fn apply(fs: &Filesystem, m: &mut Model, op: &Op) {
             m.paths.remove(&p);
         }
         Op::Rmdir(d) => {
-            let Some(p) = m.pick(d, true).filter(|p| !p.is_empty()) else { return };
+            let Some(p) = m.pick(d, true).filter(|p| !p.is_empty()) else {
+                return;
+            };
             let (dir, name) = split(&p);
             let r = fs.rmdir(ino(fs, dir), name.as_bytes());
             if m.is_empty_dir(&p) {
@@ -125,7 +144,9 @@ fn apply(fs: &Filesystem, m: &mut Model, op: &Op) {
         }
         Op::Rename(s, d, k) => rename(fs, m, s, d, k),
         Op::Link(s, d, k) => {
-            let (Some(src), Some(dir)) = (m.pick(s, false), m.pick(d, true)) else { return };
+            let (Some(src), Some(dir)) = (m.pick(s, false), m.pick(d, true)) else {
+                return;
+            };
             let dst = Model::child(&dir, NAMES[k]);
             let r = fs.link(ino(fs, &src), ino(fs, &dir), NAMES[k].as_bytes());
             if m.paths.contains_key(&dst) {
@@ -140,10 +161,18 @@ fn apply(fs: &Filesystem, m: &mut Model, op: &Op) {
 
 fn rename(fs: &Filesystem, m: &mut Model, s: usize, d: usize, k: usize) {
     let all: Vec<String> = m.paths.keys().filter(|p| !p.is_empty()).cloned().collect();
-    let (Some(src), Some(dir)) = ((!all.is_empty()).then(|| all[s % all.len()].clone()), m.pick(d, true)) else { return };
+    let (Some(src), Some(dir)) = ((!all.is_empty()).then(|| all[s % all.len()].clone()), m.pick(d, true)) else {
+        return;
+    };
     let dst = Model::child(&dir, NAMES[k]);
     let (sd, sn) = split(&src);
-    let r = fs.rename(ino(fs, sd), sn.as_bytes(), ino(fs, &dir), NAMES[k].as_bytes(), RenameFlags::default());
+    let r = fs.rename(
+        ino(fs, sd),
+        sn.as_bytes(),
+        ino(fs, &dir),
+        NAMES[k].as_bytes(),
+        RenameFlags::default(),
+    );
     let src_is_dir = m.paths[&src].is_none();
     if src_is_dir && (dst == src || dst.starts_with(&format!("{src}/")) || dir == src) {
         if dst != src {
@@ -158,8 +187,12 @@ fn rename(fs: &Filesystem, m: &mut Model, s: usize, d: usize, k: usize) {
         Some(t) if t.is_some() && t == m.paths[&src] => r.unwrap(),
         _ => {
             r.unwrap();
-            let moved: Vec<(String, Option<usize>)> =
-                m.paths.iter().filter(|(p, _)| **p == src || p.starts_with(&format!("{src}/"))).map(|(p, v)| (p.clone(), *v)).collect();
+            let moved: Vec<(String, Option<usize>)> = m
+                .paths
+                .iter()
+                .filter(|(p, _)| **p == src || p.starts_with(&format!("{src}/")))
+                .map(|(p, v)| (p.clone(), *v))
+                .collect();
             m.paths.remove(&dst);
             for (p, v) in moved {
                 m.paths.remove(&p);
@@ -172,8 +205,12 @@ fn rename(fs: &Filesystem, m: &mut Model, s: usize, d: usize, k: usize) {
 fn check(fs: &Filesystem, m: &Model) {
     let mut seen = BTreeMap::new();
     walk(fs, ROOT_INO, "", &mut seen);
-    let want: BTreeMap<String, Option<Vec<u8>>> =
-        m.paths.iter().filter(|(p, _)| !p.is_empty()).map(|(p, id)| (p.clone(), id.map(|i| m.files[i].clone()))).collect();
+    let want: BTreeMap<String, Option<Vec<u8>>> = m
+        .paths
+        .iter()
+        .filter(|(p, _)| !p.is_empty())
+        .map(|(p, id)| (p.clone(), id.map(|i| m.files[i].clone())))
+        .collect();
     assert_eq!(seen, want);
 }
 
@@ -196,7 +233,9 @@ fn walk(fs: &Filesystem, dir: u32, prefix: &str, out: &mut BTreeMap<String, Opti
 
 fn run(ops: &[Op], args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let Some(img) = common::mkfs(dir.path(), None, args, "16M") else { return };
+    let Some(img) = common::mkfs(dir.path(), None, args, "16M") else {
+        return;
+    };
     let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), OpenOptions::default()).unwrap();
     let mut m = Model::default();
     m.paths.insert(String::new(), None);
@@ -215,7 +254,10 @@ fn fsck_clean(img: &Path, ops: &[Op]) {
 
 /// Sequences per test: 24, or `PROPTEST_CASES`.
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(24)
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(24)
 }
 
 proptest! {

@@ -318,3 +318,46 @@ fn read_only_images_refuse_writes() {
         Err(Error::ReadOnly)
     ));
 }
+
+/// A directory grown one name at a time past a one-level index: it becomes
+/// an htree, leaves split, the root grows a second level and its nodes
+/// split; e2fsck checks the index and every name stays reachable.
+#[test]
+fn big_directory_grows_an_htree() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-b", "1024", "-N", "30000"], "64M") else {
+        return;
+    };
+    let n = 6_000;
+    {
+        let fs = open_rw(&img);
+        let d = fs.create(ROOT_INO, b"big", NodeKind::Directory, ATTR).unwrap();
+        for i in 0..n {
+            fs.create(
+                d.ino,
+                format!("entry-{i:06}-with-some-length").as_bytes(),
+                NodeKind::Regular,
+                ATTR,
+            )
+            .unwrap();
+        }
+        for i in (0..n).step_by(7) {
+            fs.unlink(d.ino, format!("entry-{i:06}-with-some-length").as_bytes())
+                .unwrap();
+        }
+    }
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
+    let htree = common::run("debugfs", &["-R", "htree /big", img.to_str().unwrap()]);
+    assert!(
+        htree.contains("Indirect levels: 1"),
+        "{}",
+        &htree[..htree.len().min(300)]
+    );
+    let fs = open(&img, OpenOptions::default()).unwrap();
+    let big = fs.resolve(b"/big").unwrap();
+    for i in 0..n {
+        let name = format!("entry-{i:06}-with-some-length");
+        assert_eq!(fs.lookup(&big, name.as_bytes()).is_ok(), i % 7 != 0, "{name}");
+    }
+}

@@ -80,16 +80,6 @@ impl Filesystem {
         self.search_leaves(dir, name, hash, path, &self.dx_params()).map(Some)
     }
 
-    /// The logical block of the leaf that holds (or would hold) `name`.
-    pub(crate) fn htree_leaf_for(&self, dir: &Inode, name: &[u8]) -> Result<u64> {
-        match self.htree_path(dir, name)? {
-            Some((_, path)) => Ok(path.last().map_or(0, |l| u64::from(l.entries[l.at].block))),
-            None => Err(Error::Unsupported(
-                "changing a directory whose index this engine cannot read".into(),
-            )),
-        }
-    }
-
     /// Descends the index for `name`: its hash and the path of index
     /// entries taken; `None` when `dir` has no usable index.
     fn htree_path(&self, dir: &Inode, name: &[u8]) -> Result<Option<(u32, Vec<Level>)>> {

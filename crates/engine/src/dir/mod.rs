@@ -3,6 +3,7 @@
 //! See `Documentation/filesystems/ext4/directory.rst`.
 
 mod htree;
+mod htree_insert;
 mod lookup;
 mod modify;
 

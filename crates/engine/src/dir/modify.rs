@@ -93,7 +93,7 @@ impl Txn<'_> {
     }
 
     /// Tries to place the entry in `block`; true when it fit.
-    fn insert_in_block(&mut self, dir: &Inode, block: u64, name: &[u8], ino: u32, ft: u8) -> Result<bool> {
+    pub(crate) fn insert_in_block(&mut self, dir: &Inode, block: u64, name: &[u8], ino: u32, ft: u8) -> Result<bool> {
         let at = Location::Block { block, inode: dir.ino };
         let buf = self.block(block, dir.ino)?;
         let bs = buf.len();
@@ -126,28 +126,22 @@ impl Txn<'_> {
     /// The caller writes `dir`'s inode afterwards (its size may grow).
     pub(crate) fn add_entry(&mut self, dir: &mut Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
         if dir.raw.has_flag(flags::INDEX) {
-            let leaf = self.fs.htree_leaf_for(dir, name)?;
-            let block = self
-                .dir_blocks(dir)?
-                .into_iter()
-                .find(|b| b.logical == leaf)
-                .map(|b| b.physical);
-            let Some(block) = block else {
-                return Err(Error::inconsistent(
-                    Location::Inode(dir.ino),
-                    "htree leaf is not mapped",
-                ));
-            };
-            if self.insert_in_block(dir, block, name, ino, ft)? {
-                return Ok(());
-            }
-            return Err(Error::Unsupported("splitting a full htree leaf".into()));
+            return self.htree_add(dir, name, ino, ft);
         }
         let blocks = self.dir_blocks(dir)?;
         for b in &blocks {
             if self.insert_in_block(dir, b.physical, name, ino, ft)? {
                 return Ok(());
             }
+        }
+        let dir_index = self
+            .fs
+            .geo
+            .features
+            .compat
+            .contains(ext4kit_format::features::CompatFeatures::DIR_INDEX);
+        if dir_index && self.make_indexed(dir, name, ino, ft)? {
+            return Ok(());
         }
         self.append_dir_block(dir, &blocks, name, ino, ft)
     }

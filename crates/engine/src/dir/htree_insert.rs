@@ -1,0 +1,409 @@
+//! Growing hashed directories (`make_indexed_dir`, `do_split`,
+//! `dx_insert_block` in the kernel): a one-block linear directory that fills
+//! up becomes an htree (root in block 0, entries moved into two hash-sorted
+//! leaves); a full leaf splits at its median hash into a new block whose
+//! first hash joins the index (with the continuation bit when equal hashes
+//! straddle the split). A full index root grows a second level. Deeper
+//! growth (a full second level, `large_dir` third levels) is refused.
+
+use ext4kit_format::dir_entry::{self, DirEntryIter, encode_entry, rec_len_for};
+use ext4kit_format::extent::Extent;
+use ext4kit_format::hash::{HashVersion, dx_hash};
+use ext4kit_format::htree::{DxEntry, DxNode, DxParams, DxRoot, find, set_dx_checksum};
+use ext4kit_format::inode::flags;
+
+use crate::error::{Error, Location, Result};
+use crate::inode::Inode;
+use crate::inode::extent_write::charge_blocks;
+use crate::txn::Txn;
+
+/// A live entry being moved between blocks.
+struct Moved {
+    hash: u32,
+    ino: u32,
+    ft: u8,
+    name: Vec<u8>,
+}
+
+/// One index block on the way down: its logical block and entries.
+struct Frame {
+    logical: u64,
+    root: bool,
+    entries: Vec<DxEntry>,
+    at: usize,
+}
+
+impl Txn<'_> {
+    fn dx_params(&self) -> DxParams {
+        let f = self.fs.geo.features;
+        DxParams {
+            block_size: self.fs.geo.block_size,
+            metadata_csum: f.metadata_csum(),
+            large_dir: f
+                .incompat
+                .contains(ext4kit_format::features::IncompatFeatures::LARGEDIR),
+        }
+    }
+
+    fn name_hash(&self, name: &[u8], code: u8) -> Result<u32> {
+        let unsigned = self.fs.sb.read().s_flags.get() & 2 != 0;
+        let v = HashVersion::from_code(code)
+            .filter(|v| *v != HashVersion::SipHash)
+            .ok_or_else(|| Error::Unsupported(format!("directory hash version {code}")))?
+            .with_unsigned(unsigned);
+        let seed = self.fs.sb.read().s_hash_seed.map(|w| w.get());
+        Ok(dx_hash(name, v, &seed)
+            .map_err(|e| Error::format(Location::Superblock, e))?
+            .major)
+    }
+
+    fn phys_of(&self, dir: &Inode, logical: u64) -> Result<u64> {
+        self.extents(dir)?
+            .iter()
+            .find(|e| u64::from(e.logical) <= logical && logical < u64::from(e.logical) + u64::from(e.len))
+            .map(|e| e.physical + (logical - u64::from(e.logical)))
+            .ok_or_else(|| {
+                Error::inconsistent(
+                    Location::Inode(dir.ino),
+                    format!("directory block {logical} is not mapped"),
+                )
+            })
+    }
+
+    /// Live entries of a leaf with their hashes.
+    fn leaf_entries(&self, dir: &Inode, block: u64, code: u8) -> Result<Vec<Moved>> {
+        let buf = self.block(block, dir.ino)?;
+        let used = if dir_entry::has_tail(&buf) {
+            buf.len() - dir_entry::TAIL_SIZE
+        } else {
+            buf.len()
+        };
+        let at = Location::Block { block, inode: dir.ino };
+        let mut out = Vec::new();
+        for e in DirEntryIter::new(&buf[..used], buf.len(), true) {
+            let e = e.map_err(|err| Error::format(at, err))?;
+            if e.inode != 0 && e.name != b"." && e.name != b".." {
+                out.push(Moved {
+                    hash: self.name_hash(e.name, code)?,
+                    ino: e.inode,
+                    ft: e.file_type,
+                    name: e.name.to_vec(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `entries` as the whole content of leaf `block`.
+    fn write_leaf_entries(&mut self, dir: &Inode, block: u64, entries: &[Moved], fresh: bool) -> Result<()> {
+        let bs = self.fs.block_size();
+        let csum = self.fs.geo.features.metadata_csum();
+        let used = if csum { bs - dir_entry::TAIL_SIZE } else { bs };
+        let seed = self.fs.inode_csum_seed(dir);
+        let buf = if fresh {
+            self.new_block(block)
+        } else {
+            self.block_mut(block, dir.ino)?
+        };
+        buf.fill(0);
+        let mut off = 0;
+        for (i, e) in entries.iter().enumerate() {
+            let rec = if i + 1 == entries.len() {
+                used - off
+            } else {
+                rec_len_for(e.name.len())
+            };
+            encode_entry(buf, off, e.ino, rec, e.ft, &e.name, bs);
+            off += rec;
+        }
+        if entries.is_empty() {
+            encode_entry(buf, 0, 0, used, 0, b"", bs);
+        }
+        if csum {
+            dir_entry::set_block_checksum(buf, seed);
+        }
+        Ok(())
+    }
+
+    /// Appends a block to `dir` (logical = current size); returns (logical, physical).
+    fn grow_dir(&mut self, dir: &mut Inode) -> Result<(u64, u64)> {
+        let bs = u64::from(self.fs.geo.block_size);
+        let logical = dir.size() / bs;
+        let goal = self.phys_of(dir, logical.saturating_sub(1)).map_or(0, |p| p + 1);
+        let (block, _) = self.alloc_blocks(goal, 1)?;
+        self.insert_extent(
+            dir,
+            Extent {
+                logical: logical as u32,
+                len: 1,
+                physical: block,
+                unwritten: false,
+            },
+        )?;
+        charge_blocks(&mut dir.raw, 1, self.fs.geo.block_size);
+        dir.raw.set_size((logical + 1) * bs);
+        Ok((logical, block))
+    }
+
+    /// Turns the full one-block directory `dir` into an htree, then adds
+    /// the entry. Returns false (nothing done) when `dir` is not one block.
+    pub(crate) fn make_indexed(&mut self, dir: &mut Inode, name: &[u8], ino: u32, ft: u8) -> Result<bool> {
+        let bs = u64::from(self.fs.geo.block_size);
+        if dir.size() != bs {
+            return Ok(false);
+        }
+        let code = match self.fs.sb.read().s_def_hash_version {
+            c @ 0..=2 => c,
+            _ => 1,
+        };
+        let root_phys = self.phys_of(dir, 0)?;
+        let parent = self.fs.lookup(dir, b"..")?;
+        let (moved, upper, split) = split_by_hash(self.leaf_entries(dir, root_phys, code)?);
+        let (l1, p1) = self.grow_dir(dir)?;
+        let (l2, p2) = self.grow_dir(dir)?;
+        self.write_leaf_entries(dir, p1, &moved, true)?;
+        self.write_leaf_entries(dir, p2, &upper, true)?;
+        let params = self.dx_params();
+        let version = HashVersion::from_code(code).unwrap_or(HashVersion::HalfMd4);
+        let mut root = DxRoot::new(dir.ino, parent, version, l1 as u32, &params);
+        root.entries.push(DxEntry {
+            hash: split,
+            block: l2 as u32,
+        });
+        self.store_index(dir, root_phys, Index::Root(root), true)?;
+        dir.raw.i_flags.set(dir.raw.flags() | flags::INDEX);
+        self.htree_add(dir, name, ino, ft)?;
+        Ok(true)
+    }
+
+    /// Adds an entry to the indexed `dir`, splitting the leaf if it is full.
+    pub(crate) fn htree_add(&mut self, dir: &mut Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        let (code, levels) = self.root_info(dir)?;
+        let hash = self.name_hash(name, code)?;
+        let path = self.descend(dir, hash, levels)?;
+        let leaf = path.last().map_or(0, |f| f.entries[f.at].block);
+        let phys = self.phys_of(dir, leaf.into())?;
+        if self.insert_in_block(dir, phys, name, ino, ft)? {
+            return Ok(());
+        }
+        let (split_hash, new_phys) = self.split_leaf(dir, phys, code, path)?;
+        let target = if hash >= split_hash & !1 { new_phys } else { phys };
+        if self.insert_in_block(dir, target, name, ino, ft)? {
+            return Ok(());
+        }
+        Err(Error::Unsupported("a directory leaf with no room after a split".into()))
+    }
+
+    fn root_info(&self, dir: &Inode) -> Result<(u8, u8)> {
+        let phys = self.phys_of(dir, 0)?;
+        let buf = self.block(phys, dir.ino)?;
+        let root = DxRoot::parse(&buf, &self.dx_params()).map_err(|e| {
+            Error::format(
+                Location::Block {
+                    block: phys,
+                    inode: dir.ino,
+                },
+                e,
+            )
+        })?;
+        Ok((root.header.info.hash_version, root.indirect_levels()))
+    }
+
+    /// The index frames from the root down to the bottom index block.
+    fn descend(&self, dir: &Inode, hash: u32, levels: u8) -> Result<Vec<Frame>> {
+        let params = self.dx_params();
+        let phys = self.phys_of(dir, 0)?;
+        let buf = self.block(phys, dir.ino)?;
+        let at = |block| Location::Block { block, inode: dir.ino };
+        let root = DxRoot::parse(&buf, &params).map_err(|e| Error::format(at(phys), e))?;
+        let mut path = vec![Frame {
+            logical: 0,
+            root: true,
+            at: find(&root.entries, hash),
+            entries: root.entries,
+        }];
+        for _ in 0..levels {
+            let logical = path.last().map_or(0, |f| u64::from(f.entries[f.at].block));
+            let phys = self.phys_of(dir, logical)?;
+            let buf = self.block(phys, dir.ino)?;
+            let node = DxNode::parse(&buf, &params).map_err(|e| Error::format(at(phys), e))?;
+            path.push(Frame {
+                logical,
+                root: false,
+                at: find(&node.entries, hash),
+                entries: node.entries,
+            });
+        }
+        Ok(path)
+    }
+}
+
+/// Sorts `entries` by hash and splits them near the middle, keeping equal
+/// hashes together where possible; returns both halves and the index hash of
+/// the upper one, with the continuation bit set when its first hash also
+/// ends the lower half (`do_split`'s `continued`).
+fn split_by_hash(mut entries: Vec<Moved>) -> (Vec<Moved>, Vec<Moved>, u32) {
+    entries.sort_by_key(|m| m.hash);
+    let mut mid = entries.len() / 2;
+    while mid > 1 && mid + 1 < entries.len() && entries[mid].hash == entries[mid - 1].hash {
+        mid += 1;
+    }
+    let upper = entries.split_off(mid.min(entries.len()));
+    let first = upper.first().map_or(!1, |m| m.hash);
+    let cont = u32::from(entries.last().is_some_and(|m| m.hash == first));
+    (entries, upper, first | cont)
+}
+
+/// An index block to store.
+enum Index {
+    Root(DxRoot),
+    Node(DxNode),
+}
+
+impl Txn<'_> {
+    fn store_index(&mut self, dir: &Inode, block: u64, index: Index, fresh: bool) -> Result<()> {
+        let bs = self.fs.geo.block_size;
+        let seed = self.fs.inode_csum_seed(dir);
+        let csum = self.fs.geo.features.metadata_csum();
+        let at = Location::Block { block, inode: dir.ino };
+        let buf = if fresh {
+            self.new_block(block)
+        } else {
+            self.block_mut(block, dir.ino)?
+        };
+        match index {
+            Index::Root(r) => r.encode(buf, bs),
+            Index::Node(n) => n.encode(buf, bs),
+        }
+        .map_err(|e| Error::format(at, e))?;
+        if csum {
+            set_dx_checksum(buf, bs, seed).map_err(|e| Error::format(at, e))?;
+        }
+        Ok(())
+    }
+
+    /// Splits the leaf at `phys` at its median hash; returns the new block's
+    /// first hash (with the continuation bit) and its physical block.
+    fn split_leaf(&mut self, dir: &mut Inode, phys: u64, code: u8, mut path: Vec<Frame>) -> Result<(u32, u64)> {
+        let (lower, upper, split) = split_by_hash(self.leaf_entries(dir, phys, code)?);
+        let (new_logical, new_phys) = self.grow_dir(dir)?;
+        self.write_leaf_entries(dir, phys, &lower, false)?;
+        self.write_leaf_entries(dir, new_phys, &upper, true)?;
+        self.index_insert(
+            dir,
+            &mut path,
+            DxEntry {
+                hash: split,
+                block: new_logical as u32,
+            },
+        )?;
+        Ok((split, new_phys))
+    }
+
+    /// Inserts `entry` after the taken slot of the bottom index block,
+    /// growing the root into a second level when the root is full.
+    fn index_insert(&mut self, dir: &mut Inode, path: &mut [Frame], entry: DxEntry) -> Result<()> {
+        let params = self.dx_params();
+        let depth = path.len();
+        let bottom = &mut path[depth - 1];
+        bottom.entries.insert(bottom.at + 1, entry);
+        let limit = if bottom.root {
+            ext4kit_format::htree::root_limit(params.block_size, params.metadata_csum)
+        } else {
+            ext4kit_format::htree::node_limit(params.block_size, params.metadata_csum)
+        };
+        if bottom.entries.len() <= usize::from(limit) {
+            let (logical, root, entries) = (bottom.logical, bottom.root, std::mem::take(&mut bottom.entries));
+            return self.rewrite_index(dir, logical, root, entries);
+        }
+        if !bottom.root {
+            return self.split_node(dir, path);
+        }
+        // Root full: move its entries into a new node under a one-entry root.
+        let entries = std::mem::take(&mut bottom.entries);
+        let (node_logical, node_phys) = self.grow_dir(dir)?;
+        let (left, right) = {
+            let mut l = entries;
+            let r = l.split_off(l.len() / 2);
+            (l, r)
+        };
+        let (right_logical, right_phys) = self.grow_dir(dir)?;
+        let right_hash = right[0].hash;
+        self.store_index(dir, node_phys, Index::Node(DxNode::new(left, &params)), true)?;
+        self.store_index(dir, right_phys, Index::Node(DxNode::new(right, &params)), true)?;
+        let root_phys = self.phys_of(dir, 0)?;
+        let buf = self.block(root_phys, dir.ino)?;
+        let mut root = DxRoot::parse(&buf, &params).map_err(|e| {
+            Error::format(
+                Location::Block {
+                    block: root_phys,
+                    inode: dir.ino,
+                },
+                e,
+            )
+        })?;
+        root.entries = vec![
+            DxEntry {
+                hash: 0,
+                block: node_logical as u32,
+            },
+            DxEntry {
+                hash: right_hash,
+                block: right_logical as u32,
+            },
+        ];
+        root.header.info.indirect_levels = 1;
+        self.store_index(dir, root_phys, Index::Root(root), false)
+    }
+
+    /// Splits the full bottom node of a two-level tree in two and adds the
+    /// upper half's first hash to the root (refused when the root is full:
+    /// that needs `large_dir`'s third level).
+    fn split_node(&mut self, dir: &mut Inode, path: &mut [Frame]) -> Result<()> {
+        let params = self.dx_params();
+        let root_limit = usize::from(ext4kit_format::htree::root_limit(
+            params.block_size,
+            params.metadata_csum,
+        ));
+        if path[0].entries.len() >= root_limit {
+            return Err(Error::NoSpace);
+        }
+        let bottom = &mut path[1];
+        let mut left = std::mem::take(&mut bottom.entries);
+        let right = left.split_off(left.len() / 2);
+        let left_logical = bottom.logical;
+        let right_hash = right[0].hash;
+        let (right_logical, right_phys) = self.grow_dir(dir)?;
+        self.store_index(dir, right_phys, Index::Node(DxNode::new(right, &params)), true)?;
+        self.rewrite_index(dir, left_logical, false, left)?;
+        let root = &mut path[0];
+        root.entries.insert(
+            root.at + 1,
+            DxEntry {
+                hash: right_hash,
+                block: right_logical as u32,
+            },
+        );
+        let entries = std::mem::take(&mut root.entries);
+        self.rewrite_index(dir, 0, true, entries)
+    }
+
+    fn rewrite_index(&mut self, dir: &Inode, logical: u64, root: bool, entries: Vec<DxEntry>) -> Result<()> {
+        let params = self.dx_params();
+        let phys = self.phys_of(dir, logical)?;
+        let buf = self.block(phys, dir.ino)?;
+        let at = Location::Block {
+            block: phys,
+            inode: dir.ino,
+        };
+        if root {
+            let mut r = DxRoot::parse(&buf, &params).map_err(|e| Error::format(at, e))?;
+            r.entries = entries;
+            self.store_index(dir, phys, Index::Root(r), false)
+        } else {
+            let mut n = DxNode::parse(&buf, &params).map_err(|e| Error::format(at, e))?;
+            n.entries = entries;
+            self.store_index(dir, phys, Index::Node(n), false)
+        }
+    }
+}
