@@ -21,7 +21,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("mkfs.ext4 failed".into());
     }
     let fs = Filesystem::open(Box::new(FileDevice::open(img.as_ref(), true)?), OpenOptions::default())?;
-    let attr = Attr { perm: 0o644, uid: 0, gid: 0 };
+    let attr = Attr {
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+    };
     let dir = fs.create(ROOT_INO, b"d", NodeKind::Directory, attr)?.ino;
     let mut per = Vec::with_capacity(n);
     for i in 0..n {

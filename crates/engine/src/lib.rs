@@ -39,4 +39,4 @@ pub use error::{Error, Location, Result};
 pub use fs::{DirtyJournal, Filesystem, OpenOptions};
 pub use inode::map::Run;
 pub use inode::{Inode, Metadata, ROOT_INO};
-pub use ops::{Attr, NodeKind, RenameFlags, SetAttr};
+pub use ops::{Attr, NodeKind, RenameFlags, SetAttr, XattrSet};

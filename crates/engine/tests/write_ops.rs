@@ -361,3 +361,119 @@ fn big_directory_grows_an_htree() {
         assert_eq!(fs.lookup(&big, name.as_bytes()).is_ok(), i % 7 != 0, "{name}");
     }
 }
+
+fn vfs_acl(user: u32) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (1u16, 6u16, u32::MAX),
+        (2, 4, user),
+        (4, 4, u32::MAX),
+        (0x10, 4, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+/// Attributes set, replaced and removed in the inode and in blocks; a block
+/// that mke2fs shared between two files is copied, not changed, when one
+/// of them changes; e2fsck checks refcounts, hashes and checksums; the
+/// kernel reads the values back.
+#[test]
+fn xattrs_in_inode_and_shared_blocks() {
+    use ext4kit_engine::XattrSet;
+    if !skip_unless_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-b", "4096"], "16M") else {
+        return;
+    };
+    {
+        // The kernel shares identical attribute blocks (mbcache).
+        let mnt = LoopMount::rw(&img, &[]).unwrap();
+        for f in ["s1", "s2"] {
+            std::fs::write(mnt.path().join(f), f).unwrap();
+            xattr::set(mnt.path().join(f), "user.shared", &[b'v'; 1500]).unwrap();
+        }
+        mnt.unmount().unwrap();
+    }
+    {
+        let fs = open_rw(&img);
+        let s1 = fs.resolve(b"/s1").unwrap().ino;
+        let s1_block = fs.inode(s1).unwrap().raw.file_acl();
+        assert_eq!(
+            s1_block,
+            fs.resolve(b"/s2").unwrap().raw.file_acl(),
+            "the kernel should share the block"
+        );
+        fs.set_xattr(s1, b"user.shared", b"changed", XattrSet::Replace).unwrap();
+        let f = fs.create(ROOT_INO, b"f", NodeKind::Regular, ATTR).unwrap().ino;
+        fs.set_xattr(f, b"user.small", b"1", XattrSet::Create).unwrap();
+        assert!(matches!(
+            fs.set_xattr(f, b"user.small", b"2", XattrSet::Create),
+            Err(Error::Exists(_))
+        ));
+        assert!(matches!(
+            fs.set_xattr(f, b"user.none", b"2", XattrSet::Replace),
+            Err(Error::NoAttribute(_))
+        ));
+        fs.set_xattr(f, b"user.big", &vec![b'b'; 3000], XattrSet::Any).unwrap();
+        fs.set_xattr(f, b"trusted.t", b"trusted", XattrSet::Any).unwrap();
+        fs.set_xattr(f, b"system.posix_acl_access", &vfs_acl(1000), XattrSet::Any)
+            .unwrap();
+        fs.set_xattr(f, b"user.gone", b"x", XattrSet::Any).unwrap();
+        fs.remove_xattr(f, b"user.gone").unwrap();
+        assert!(matches!(fs.remove_xattr(f, b"user.gone"), Err(Error::NoAttribute(_))));
+        let g = fs.create(ROOT_INO, b"g", NodeKind::Regular, ATTR).unwrap().ino;
+        fs.set_xattr(g, b"user.big", &vec![b'g'; 3000], XattrSet::Any).unwrap();
+        fs.unlink(ROOT_INO, b"g").unwrap();
+        fs.unlink(ROOT_INO, b"s2").unwrap();
+    }
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
+    let fs = open(&img, OpenOptions::default()).unwrap();
+    let f = fs.resolve(b"/f").unwrap();
+    assert_eq!(fs.xattr(&f, b"user.big").unwrap(), vec![b'b'; 3000]);
+    assert_eq!(fs.xattr(&f, b"system.posix_acl_access").unwrap(), vfs_acl(1000));
+    assert_eq!(
+        fs.xattr(&fs.resolve(b"/s1").unwrap(), b"user.shared").unwrap(),
+        b"changed"
+    );
+    {
+        let mnt = LoopMount::ro(&img).unwrap();
+        assert_eq!(xattr::get(mnt.path().join("f"), "user.small").unwrap().unwrap(), b"1");
+        assert_eq!(
+            xattr::get(mnt.path().join("f"), "user.big").unwrap().unwrap(),
+            vec![b'b'; 3000]
+        );
+        assert_eq!(
+            xattr::get(mnt.path().join("f"), "trusted.t").unwrap().unwrap(),
+            b"trusted"
+        );
+        assert_eq!(
+            xattr::get(mnt.path().join("f"), "system.posix_acl_access")
+                .unwrap()
+                .unwrap(),
+            vfs_acl(1000)
+        );
+        assert_eq!(
+            xattr::get(mnt.path().join("s1"), "user.shared").unwrap().unwrap(),
+            b"changed"
+        );
+        mnt.unmount().unwrap();
+    }
+}
+
+fn skip_unless_mount() -> bool {
+    match can_loop_mount() {
+        Ok(()) => true,
+        Err(why) => {
+            eprintln!("SKIPPED: kernel read-back ({why})");
+            false
+        }
+    }
+}

@@ -9,10 +9,12 @@ mod remove;
 mod rename;
 mod truncate;
 mod write;
+mod xattr;
 
 pub use attr::SetAttr;
 pub use create::{Attr, NodeKind};
 pub use rename::RenameFlags;
+pub use xattr::XattrSet;
 
 use crate::error::{Error, Result};
 

@@ -84,7 +84,7 @@ fn release(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
         return Err(Error::Unsupported("freeing block-mapped files".into()));
     }
     if inode.raw.file_acl() != 0 {
-        return Err(Error::Unsupported("freeing inodes with an xattr block".into()));
+        txn.release_xattr_block(inode)?;
     }
     let (secs, _) = clock::encode(clock::now());
     inode.raw.i_dtime.set(secs);

@@ -1,0 +1,261 @@
+//! Setting and removing extended attributes (`ext4_xattr_set`). The
+//! attribute list is rebuilt whole: in-inode entries first (after
+//! `i_extra_isize`) while they fit, the rest in one block. A block shared by
+//! several inodes (`h_refcount` > 1) is never changed in place: the inode
+//! takes a private copy and the shared block's count drops by one.
+
+use ext4kit_format::xattr::encode::{NewValue, NewXattr, encode_block, encode_ibody, sort_for_block};
+use ext4kit_format::xattr::{self, XattrValue, acl};
+
+use crate::clock;
+use crate::error::{Error, Location, Result};
+use crate::fs::Filesystem;
+use crate::inode::Inode;
+use crate::inode::extent_write::charge_blocks;
+use crate::inode::write::touch_ctime;
+use crate::txn::Txn;
+
+/// How [`Filesystem::set_xattr`] treats an existing attribute (`setxattr` flags).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum XattrSet {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// Fail with [`Error::Exists`] if it exists (`XATTR_CREATE`).
+    Create,
+    /// Fail with [`Error::NoAttribute`] if it does not (`XATTR_REPLACE`).
+    Replace,
+}
+
+/// An attribute as stored: name index, suffix, on-disk value.
+type Stored = (u8, Vec<u8>, Vec<u8>);
+
+impl Filesystem {
+    /// Sets attribute `name` of `ino` to `value` (POSIX ACLs in the VFS form).
+    ///
+    /// # Errors
+    /// [`Error::Exists`] / [`Error::NoAttribute`] per `how`,
+    /// [`Error::Unsupported`] for an unknown name prefix or `ea_inode` values,
+    /// [`Error::NoSpace`] when the attributes fit neither inode nor block.
+    pub fn set_xattr(&self, ino: u32, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        let (index, suffix) = split(name)?;
+        let value = if index == 2 || index == 3 {
+            acl::vfs_to_disk(value).map_err(|e| Error::InvalidArgument(format!("bad POSIX ACL: {e}")))?
+        } else {
+            value.to_vec()
+        };
+        self.change_xattrs(ino, |ibody, block| {
+            let existed = remove_from(ibody, index, suffix) | remove_from(block, index, suffix);
+            match how {
+                XattrSet::Create if existed => return Err(Error::Exists(String::from_utf8_lossy(name).into_owned())),
+                XattrSet::Replace if !existed => {
+                    return Err(Error::NoAttribute(String::from_utf8_lossy(name).into_owned()));
+                }
+                _ => {}
+            }
+            ibody.push((index, suffix.to_vec(), value.clone()));
+            Ok(())
+        })
+    }
+
+    /// Removes attribute `name` of `ino`.
+    ///
+    /// # Errors
+    /// [`Error::NoAttribute`] when it does not exist.
+    pub fn remove_xattr(&self, ino: u32, name: &[u8]) -> Result<()> {
+        let (index, suffix) = split(name)?;
+        self.change_xattrs(ino, |ibody, block| {
+            if remove_from(ibody, index, suffix) | remove_from(block, index, suffix) {
+                Ok(())
+            } else {
+                Err(Error::NoAttribute(String::from_utf8_lossy(name).into_owned()))
+            }
+        })
+    }
+
+    fn change_xattrs(
+        &self,
+        ino: u32,
+        edit: impl FnOnce(&mut Vec<Stored>, &mut Vec<Stored>) -> Result<()>,
+    ) -> Result<()> {
+        let mut txn = Txn::begin(self)?;
+        let mut inode = txn.inode(ino)?;
+        let (mut ibody, mut block) = txn.stored_xattrs(&inode)?;
+        edit(&mut ibody, &mut block)?;
+        txn.place_xattrs(&mut inode, ibody, block)?;
+        touch_ctime(&mut inode.raw, clock::now());
+        txn.write_inode(&mut inode)?;
+        txn.commit()
+    }
+}
+
+fn split(name: &[u8]) -> Result<(u8, &[u8])> {
+    match xattr::split_name(name) {
+        Some((i, s)) if !s.is_empty() && s.len() <= 255 || (i == 2 || i == 3) => Ok((i, s)),
+        _ => Err(Error::Unsupported(format!(
+            "attribute name {:?}",
+            String::from_utf8_lossy(name)
+        ))),
+    }
+}
+
+fn remove_from(list: &mut Vec<Stored>, index: u8, name: &[u8]) -> bool {
+    let before = list.len();
+    list.retain(|(i, n, _)| !(*i == index && n == name));
+    list.len() != before
+}
+
+fn as_new(list: &[Stored]) -> Vec<NewXattr<'_>> {
+    list.iter()
+        .map(|(i, n, v)| NewXattr {
+            index: *i,
+            name: n,
+            value: NewValue::Bytes(v),
+        })
+        .collect()
+}
+
+impl Txn<'_> {
+    /// The in-inode and block attributes of `inode` as stored.
+    fn stored_xattrs(&self, inode: &Inode) -> Result<(Vec<Stored>, Vec<Stored>)> {
+        let at = Location::Inode(inode.ino);
+        let collect = |entries: Vec<xattr::XattrEntry<'_>>| -> Result<Vec<Stored>> {
+            entries
+                .iter()
+                .map(|e| match e.value {
+                    XattrValue::Inline(v) => Ok((e.index(), e.name.to_vec(), v.to_vec())),
+                    XattrValue::EaInode { .. } => {
+                        Err(Error::Unsupported("changing attributes stored in EA inodes".into()))
+                    }
+                })
+                .collect()
+        };
+        let ibody = if inode.record.len() > 128 {
+            let region =
+                xattr::ibody_region(&inode.record, inode.raw.i_extra_isize.get()).map_err(|e| Error::format(at, e))?;
+            collect(xattr::parse_ibody(region).map_err(|e| Error::format(at, e))?)?
+        } else {
+            Vec::new()
+        };
+        let blk = inode.raw.file_acl();
+        let block = if blk == 0 {
+            Vec::new()
+        } else {
+            let buf = self.block(blk, inode.ino)?;
+            let at = Location::Block {
+                block: blk,
+                inode: inode.ino,
+            };
+            collect(xattr::parse_block(&buf).map_err(|e| Error::format(at, e))?.entries)?
+        };
+        Ok((ibody, block))
+    }
+
+    /// Stores the lists: in-inode entries while they fit, the rest in the block.
+    fn place_xattrs(&mut self, inode: &mut Inode, mut ibody: Vec<Stored>, mut block: Vec<Stored>) -> Result<()> {
+        let start = 128 + usize::from(inode.raw.i_extra_isize.get());
+        let region_len = inode.record.len().saturating_sub(start);
+        while !ibody.is_empty() && (region_len == 0 || encode_ibody(&as_new(&ibody), region_len).is_err()) {
+            // Keep inline data's system.data in the inode; move others out.
+            let pos = ibody
+                .iter()
+                .rposition(|(i, n, _)| !(*i == 7 && n == b"data"))
+                .unwrap_or(ibody.len() - 1);
+            block.push(ibody.remove(pos));
+        }
+        if region_len > 0 {
+            let bytes = encode_ibody(&as_new(&ibody), region_len).map_err(|_| Error::NoSpace)?;
+            inode.record[start..].copy_from_slice(&bytes);
+        }
+        self.store_xattr_block(inode, block)
+    }
+
+    fn store_xattr_block(&mut self, inode: &mut Inode, mut attrs: Vec<Stored>) -> Result<()> {
+        let old = inode.raw.file_acl();
+        if attrs.is_empty() {
+            if old != 0 {
+                self.release_xattr_block(inode)?;
+            }
+            return Ok(());
+        }
+        let bs = self.fs.block_size();
+        attrs.sort_by(|a, b| (a.0, a.1.len(), &a.1).cmp(&(b.0, b.1.len(), &b.1)));
+        let mut new = as_new(&attrs);
+        sort_for_block(&mut new);
+        let mut bytes = encode_block(&new, bs, 1).map_err(|_| Error::NoSpace)?;
+        let private = old != 0 && self.xattr_refcount(inode, old)? == 1;
+        let target = if private {
+            old
+        } else {
+            if old != 0 {
+                self.release_xattr_block(inode)?;
+            }
+            let goal = self
+                .fs
+                .geo
+                .group_first_block((inode.ino - 1) / self.fs.geo.inodes_per_group);
+            let (b, _) = self.alloc_blocks(goal, 1)?;
+            charge_blocks(&mut inode.raw, 1, self.fs.geo.block_size);
+            b
+        };
+        if self.fs.geo.features.metadata_csum() {
+            xattr::set_block_checksum(self.fs.csum_seed, target, &mut bytes).map_err(|e| {
+                Error::format(
+                    Location::Block {
+                        block: target,
+                        inode: inode.ino,
+                    },
+                    e,
+                )
+            })?;
+        }
+        *self.new_block(target) = bytes;
+        inode.raw.i_file_acl_lo.set(target as u32);
+        inode.raw.i_file_acl_high.set((target >> 32) as u16);
+        Ok(())
+    }
+
+    fn xattr_refcount(&self, inode: &Inode, block: u64) -> Result<u32> {
+        let buf = self.block(block, inode.ino)?;
+        let h = xattr::parse_block(&buf).map_err(|e| {
+            Error::format(
+                Location::Block {
+                    block,
+                    inode: inode.ino,
+                },
+                e,
+            )
+        })?;
+        Ok(h.header.h_refcount.get())
+    }
+
+    /// Drops `inode`'s reference to its xattr block: frees it with the last
+    /// reference, else counts one off (`ext4_xattr_release_block`).
+    pub(crate) fn release_xattr_block(&mut self, inode: &mut Inode) -> Result<()> {
+        let block = inode.raw.file_acl();
+        let refs = self.xattr_refcount(inode, block)?;
+        if refs <= 1 {
+            self.free_blocks(block, 1)?;
+        } else {
+            let seed = self.fs.csum_seed;
+            let csum = self.fs.geo.features.metadata_csum();
+            let buf = self.block_mut(block, inode.ino)?;
+            buf[4..8].copy_from_slice(&(refs - 1).to_le_bytes());
+            if csum {
+                xattr::set_block_checksum(seed, block, buf).map_err(|e| {
+                    Error::format(
+                        Location::Block {
+                            block,
+                            inode: inode.ino,
+                        },
+                        e,
+                    )
+                })?;
+            }
+        }
+        charge_blocks(&mut inode.raw, -1, self.fs.geo.block_size);
+        inode.raw.i_file_acl_lo.set(0);
+        inode.raw.i_file_acl_high.set(0);
+        Ok(())
+    }
+}
