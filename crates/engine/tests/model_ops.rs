@@ -269,6 +269,11 @@ proptest! {
     }
 
     #[test]
+    fn ops_match_the_model_on_ext2_block_maps(ops in prop::collection::vec(op(), 1..60)) {
+        run(&ops, &["-t", "ext2", "-b", "1024"]);
+    }
+
+    #[test]
     fn ops_match_the_model_on_1k_ext4_without_csum(ops in prop::collection::vec(op(), 1..60)) {
         run(&ops, &["-b", "1024", "-O", "^metadata_csum,uninit_bg"]);
     }

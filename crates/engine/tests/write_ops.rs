@@ -477,3 +477,13 @@ fn skip_unless_mount() -> bool {
         }
     }
 }
+
+#[test]
+fn ext2_block_maps_1k() {
+    run_case(&["-t", "ext2", "-b", "1024"]);
+}
+
+#[test]
+fn ext3_block_maps_4k() {
+    run_case(&["-t", "ext3", "-b", "4096"]);
+}

@@ -58,7 +58,7 @@ impl Txn<'_> {
     }
 
     fn phys_of(&self, dir: &Inode, logical: u64) -> Result<u64> {
-        self.extents(dir)?
+        self.body_runs(dir)?
             .iter()
             .find(|e| u64::from(e.logical) <= logical && logical < u64::from(e.logical) + u64::from(e.len))
             .map(|e| e.physical + (logical - u64::from(e.logical)))
@@ -131,7 +131,7 @@ impl Txn<'_> {
         let logical = dir.size() / bs;
         let goal = self.phys_of(dir, logical.saturating_sub(1)).map_or(0, |p| p + 1);
         let (block, _) = self.alloc_blocks(goal, 1)?;
-        self.insert_extent(
+        self.map_run(
             dir,
             Extent {
                 logical: logical as u32,

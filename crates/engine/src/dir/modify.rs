@@ -21,11 +21,8 @@ struct DirBlock {
 
 impl Txn<'_> {
     fn dir_blocks(&self, dir: &Inode) -> Result<Vec<DirBlock>> {
-        if dir.has_inline_data() || !dir.uses_extents() {
-            return Err(Error::Unsupported("changing inline or block-mapped directories".into()));
-        }
         let mut out = Vec::new();
-        for e in self.extents(dir)? {
+        for e in self.body_runs(dir)? {
             for i in 0..u64::from(e.len) {
                 out.push(DirBlock {
                     logical: u64::from(e.logical) + i,
@@ -165,7 +162,7 @@ impl Txn<'_> {
             physical: block,
             unwritten: false,
         };
-        self.insert_extent(dir, e)?;
+        self.map_run(dir, e)?;
         crate::inode::extent_write::charge_blocks(&mut dir.raw, 1, self.fs.geo.block_size);
         dir.raw.set_size((logical + 1) * bs as u64);
         Ok(())

@@ -117,15 +117,10 @@ impl Filesystem {
     fn fill_body(&self, txn: &mut Txn<'_>, inode: &mut Inode, kind: &NodeKind, parent: u32) -> Result<()> {
         match kind {
             NodeKind::Directory => {
-                if !inode.uses_extents() {
-                    return Err(Error::Unsupported(
-                        "creating block-mapped directories (ext2/ext3)".into(),
-                    ));
-                }
                 let goal = self.geo.group_first_block((inode.ino - 1) / self.geo.inodes_per_group);
                 let (block, _) = txn.alloc_blocks(goal, 1)?;
                 txn.init_dir_block(inode, block, parent)?;
-                txn.insert_extent(
+                txn.map_run(
                     inode,
                     Extent {
                         logical: 0,
@@ -158,16 +153,15 @@ impl Filesystem {
             inode.raw.set_size(target.len() as u64);
             return Ok(());
         }
-        if !self
+        if self
             .geo
             .features
             .incompat
             .contains(ext4kit_format::features::IncompatFeatures::EXTENTS)
         {
-            return Err(Error::Unsupported("slow symlinks on block-mapped file systems".into()));
+            inode.raw.i_flags.set(inode.raw.flags() | flags::EXTENTS);
+            crate::inode::extent_write::init_root(&mut inode.raw);
         }
-        inode.raw.i_flags.set(inode.raw.flags() | flags::EXTENTS);
-        crate::inode::extent_write::init_root(&mut inode.raw);
         txn.write_range(inode, 0, target)?;
         inode.raw.set_size(target.len() as u64);
         Ok(())

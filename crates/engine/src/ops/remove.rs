@@ -78,10 +78,12 @@ pub(crate) fn drop_link(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
 fn release(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
     let ft = inode.file_type()?;
     let has_blocks = inode.raw.i_blocks_lo.get() != 0 || inode.raw.i_blocks_high.get() != 0;
-    if inode.uses_extents() {
-        txn.free_extent_tree(inode)?;
-    } else if has_blocks && !matches!(ft, FileType::Symlink | FileType::CharDevice | FileType::BlockDevice) {
-        return Err(Error::Unsupported("freeing block-mapped files".into()));
+    let fast_symlink = ft == FileType::Symlink && !inode.uses_extents() && inode.size() < 60;
+    if inode.has_inline_data() {
+        return Err(Error::Unsupported("freeing inline-data inodes".into()));
+    }
+    if has_blocks && !fast_symlink && !matches!(ft, FileType::CharDevice | FileType::BlockDevice) {
+        txn.free_body(inode)?;
     }
     if inode.raw.file_acl() != 0 {
         txn.release_xattr_block(inode)?;

@@ -34,10 +34,15 @@ impl Filesystem {
             return Err(Error::FileTooBig);
         }
         if size < inode.size() {
-            if !inode.uses_extents() || inode.has_inline_data() {
-                return Err(Error::Unsupported("shrinking block-mapped or inline files".into()));
+            if inode.has_inline_data() {
+                return Err(Error::Unsupported("shrinking inline files".into()));
             }
-            txn.shrink(&mut inode, size)?;
+            if inode.uses_extents() {
+                txn.shrink(&mut inode, size)?;
+            } else {
+                txn.shrink_block_map(&mut inode, size.div_ceil(u64::from(self.geo.block_size)))?;
+                txn.zero_tail(&inode, size)?;
+            }
         }
         inode.raw.set_size(size);
         set_times(&mut inode.raw, clock::now(), false);
@@ -121,7 +126,7 @@ impl Txn<'_> {
     }
 
     /// Zeroes the bytes of the last block past `size`.
-    fn zero_tail(&mut self, inode: &Inode, size: u64) -> Result<()> {
+    pub(crate) fn zero_tail(&mut self, inode: &Inode, size: u64) -> Result<()> {
         let bs = u64::from(self.fs.geo.block_size);
         let within = size % bs;
         if within == 0 {
@@ -129,7 +134,7 @@ impl Txn<'_> {
         }
         let lblk = size / bs;
         let hit = self
-            .extents(inode)?
+            .body_runs(inode)?
             .into_iter()
             .find(|e| u64::from(e.logical) <= lblk && lblk < u64::from(e.logical) + u64::from(e.len));
         let Some(e) = hit.filter(|e| !e.unwritten) else {

@@ -53,14 +53,14 @@ impl Txn<'_> {
         if data.is_empty() {
             return Ok(());
         }
-        if !inode.uses_extents() || inode.has_inline_data() {
-            return Err(Error::Unsupported("writing block-mapped or inline files".into()));
+        if inode.has_inline_data() {
+            return Err(Error::Unsupported("writing inline files".into()));
         }
         let bs = u64::from(self.fs.geo.block_size);
         let last = (offset + data.len() as u64 - 1) / bs;
         let mut lblk = offset / bs;
         while lblk <= last {
-            let exts = self.extents(inode)?;
+            let exts = self.body_runs(inode)?;
             let hit = exts.iter().find(|e| u64::from(e.logical) <= lblk && lblk < end_of(e));
             let (phys, n, fresh) = match hit {
                 Some(e) if e.unwritten => return Err(Error::Unsupported("writing into unwritten extents".into())),
@@ -101,7 +101,7 @@ impl Txn<'_> {
             physical: phys,
             unwritten: false,
         };
-        self.insert_extent(inode, e)?;
+        self.map_run(inode, e)?;
         charge_blocks(&mut inode.raw, i64::from(got), self.fs.geo.block_size);
         Ok((phys, u64::from(got), true))
     }
