@@ -51,8 +51,12 @@ enum Command {
     Stat(cmd::stat::Args),
     /// Copy a tree out of the image, preserving metadata.
     Export(cmd::export::Args),
+    /// Copy a host tree into the image, preserving metadata.
+    Import(cmd::import::Args),
     /// Create directories.
     Mkdir(cmd::edit::MkdirArgs),
+    /// Rename or move a file or directory.
+    Mv(cmd::edit::MvArgs),
     /// Remove files or directories.
     Rm(cmd::edit::RmArgs),
     /// Make hard or symbolic links.
@@ -75,7 +79,9 @@ fn main() -> ExitCode {
         Command::Cat(a) => cmd::cat::run(a),
         Command::Stat(a) => cmd::stat::run(a),
         Command::Export(a) => cmd::export::run(a),
+        Command::Import(a) => cmd::import::run(a),
         Command::Mkdir(a) => cmd::edit::mkdir(a),
+        Command::Mv(a) => cmd::edit::mv(a),
         Command::Rm(a) => cmd::edit::rm(a),
         Command::Ln(a) => cmd::edit::ln(a),
         Command::Touch(a) => cmd::edit::touch(a),

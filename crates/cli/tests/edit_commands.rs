@@ -58,6 +58,9 @@ fn edit_commands_keep_the_image_clean() {
     ext4kit(&img, &["mkdir", "/gone"], None);
     ext4kit(&img, &["write", "/gone/x"], Some(b"x"));
     ext4kit(&img, &["rm", "-r", "/gone"], None);
+    ext4kit(&img, &["mkdir", "/m"], None);
+    ext4kit(&img, &["mv", "/a/b/c", "/m"], None);
+    ext4kit(&img, &["mv", "/a/empty", "/m/renamed"], None);
     let fsck = e2fsck_fn(&img).unwrap();
     assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
     let mut want = data.clone();
@@ -70,14 +73,22 @@ fn edit_commands_keep_the_image_clean() {
         .unwrap();
     assert_eq!(cat.stdout, want);
     let ls = ext4kit(&img, &["ls", "-l", "/a"], None);
-    assert!(ls.contains("-rw-------    1   123   456            0"), "{ls}");
+    assert!(!ls.contains("empty"), "{ls}");
     let stat = ext4kit(&img, &["stat", "/a/hard"], None);
     assert!(stat.contains("Size: 3000000   Links: 2"), "{stat}");
     assert!(!ext4kit(&img, &["ls", "/"], None).contains("gone"));
+    let m = ext4kit(&img, &["ls", "/m"], None);
+    assert_eq!(m.lines().collect::<Vec<_>>(), vec!["c", "renamed"], "{m}");
     if skip_unless(can_loop_mount()).is_some() {
         let mnt = LoopMount::ro(&img).unwrap();
         assert_eq!(std::fs::read(mnt.path().join("a/hard")).unwrap(), want);
-        assert!(mnt.path().join("a/b/c").is_dir());
+        assert!(mnt.path().join("m/c").is_dir());
+        let renamed = std::fs::metadata(mnt.path().join("m/renamed")).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            (renamed.mode() & 0o777, renamed.uid(), renamed.gid()),
+            (0o600, 123, 456)
+        );
         mnt.unmount().unwrap();
     }
 }

@@ -308,3 +308,39 @@ pub fn chown(a: ChownArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// Arguments of `mv`.
+#[derive(clap::Args)]
+pub struct MvArgs {
+    #[command(flatten)]
+    image: ImageArgs,
+    /// Existing path.
+    from: String,
+    /// New path (an existing directory receives FROM under its own name).
+    to: String,
+    /// Do not replace an existing name (`RENAME_NOREPLACE`).
+    #[arg(short = 'n', long)]
+    no_clobber: bool,
+    /// Swap FROM and TO (`RENAME_EXCHANGE`).
+    #[arg(long)]
+    exchange: bool,
+}
+
+/// Renames a file or directory.
+pub fn mv(a: MvArgs) -> Result<()> {
+    let fs = open_rw(&a.image)?;
+    let (op, oname) = parent_and_name(&fs, &a.from)?;
+    let into_dir = !a.exchange && fs.resolve_opts(a.to.as_bytes(), true).is_ok_and(|i| i.is_dir());
+    let (np, nname) = if into_dir {
+        (fs.resolve_opts(a.to.as_bytes(), true)?.ino, oname)
+    } else {
+        parent_and_name(&fs, &a.to)?
+    };
+    let flags = ext4kit_engine::RenameFlags {
+        noreplace: a.no_clobber,
+        exchange: a.exchange,
+    };
+    fs.rename(op, oname, np, nname, flags)
+        .with_context(|| format!("{} -> {}", a.from, a.to))?;
+    Ok(())
+}

@@ -3,6 +3,7 @@
 pub mod cat;
 pub mod edit;
 pub mod export;
+pub mod import;
 pub mod info;
 pub mod ls;
 pub mod stat;
