@@ -72,10 +72,11 @@ impl Importer<'_> {
     fn entry(&mut self, path: &Path, parent: u32, name: &[u8]) -> Result<()> {
         let m = fs::symlink_metadata(path).with_context(|| path.display().to_string())?;
         let ctx = || path.display().to_string();
-        if !m.is_dir() && m.nlink() > 1 {
-            if let Some(&ino) = self.links.get(&(m.dev(), m.ino())) {
-                return self.fs.link(ino, parent, name).with_context(ctx);
-            }
+        if !m.is_dir()
+            && m.nlink() > 1
+            && let Some(&ino) = self.links.get(&(m.dev(), m.ino()))
+        {
+            return self.fs.link(ino, parent, name).with_context(ctx);
         }
         let ft = m.file_type();
         let kind = if ft.is_dir() {
