@@ -190,3 +190,37 @@ fn htree_lookup_reads_only_the_leaf_it_needs() {
         "the index must go straight to the last leaf"
     );
 }
+
+/// Directories the kernel indexed itself (written through a loop mount):
+/// every name is found through the index.
+#[test]
+fn htree_lookup_in_kernel_written_directories() {
+    use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
+    if let Err(why) = can_loop_mount() {
+        eprintln!("SKIPPED: kernel-written htree ({why})");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["-b", "1024"][..], &["-b", "4096", "-O", "^metadata_csum"][..]] {
+        let Some(img) = mkfs(dir.path(), None, args, "64M") else {
+            return;
+        };
+        let mnt = LoopMount::rw(&img, &[]).unwrap();
+        std::fs::create_dir(mnt.path().join("k")).unwrap();
+        for i in 0..5000 {
+            std::fs::write(mnt.path().join(format!("k/kernel-made-name-{i}")), b"").unwrap();
+        }
+        mnt.unmount().unwrap();
+        let htree = run("debugfs", &["-R", "htree /k", img.to_str().unwrap()]);
+        assert!(
+            htree.contains("Root node dump"),
+            "{args:?}: the kernel did not index /k"
+        );
+        let fs = open(&img, OpenOptions::default()).unwrap();
+        let k = fs.resolve(b"/k").unwrap();
+        for i in 0..5000 {
+            fs.lookup(&k, format!("kernel-made-name-{i}").as_bytes()).unwrap();
+        }
+        assert!(matches!(fs.lookup(&k, b"kernel-made-name-x"), Err(Error::NotFound(_))));
+    }
+}
