@@ -487,3 +487,55 @@ fn ext2_block_maps_1k() {
 fn ext3_block_maps_4k() {
     run_case(&["-t", "ext3", "-b", "4096"]);
 }
+
+/// A file fragmented into 2,000 extents on 1 KiB blocks needs an extent tree
+/// of depth 2 (a leaf holds 84 extents, the root 4 entries); it is written,
+/// shrunk back below one level, and checked by e2fsck and the kernel.
+#[test]
+fn extent_tree_grows_to_depth_two_and_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-b", "1024"], "64M") else {
+        return;
+    };
+    let bs = 1024usize;
+    let mut want = Vec::new();
+    {
+        let fs = open_rw(&img);
+        let f = fs.create(ROOT_INO, b"frag", NodeKind::Regular, ATTR).unwrap().ino;
+        // Odd blocks first, then some even ones, so extents cannot merge.
+        for i in (1..4000).step_by(2) {
+            fs.write(f, (i * bs) as u64, &pattern(bs, i as u8)).unwrap();
+        }
+        want.resize(4000 * bs, 0);
+        for i in (1..4000).step_by(2) {
+            want[i * bs..(i + 1) * bs].copy_from_slice(&pattern(bs, i as u8));
+        }
+        for i in (0..400).step_by(4) {
+            fs.write(f, (i * bs) as u64, &pattern(bs, 7)).unwrap();
+            want[i * bs..(i + 1) * bs].copy_from_slice(&pattern(bs, 7));
+        }
+    }
+    let depth = |img: &Path| common::run("debugfs", &["-R", "ex /frag", img.to_str().unwrap()]);
+    assert!(
+        depth(&img).contains(" 2/ 2 "),
+        "expected depth 2:\n{}",
+        &depth(&img)[..300]
+    );
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn at depth 2:\n{}", fsck.output);
+    {
+        let fs = open_rw(&img);
+        let f = fs.resolve(b"/frag").unwrap().ino;
+        fs.truncate(f, (150 * bs + 10) as u64).unwrap();
+        want.truncate(150 * bs + 10);
+    }
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn after shrinking:\n{}", fsck.output);
+    let fs = open(&img, OpenOptions::default()).unwrap();
+    assert_eq!(fs.read_all(&fs.resolve(b"/frag").unwrap(), 1 << 30).unwrap(), want);
+    if skip_unless_mount() {
+        let mnt = LoopMount::ro(&img).unwrap();
+        assert_eq!(std::fs::read(mnt.path().join("frag")).unwrap(), want);
+        mnt.unmount().unwrap();
+    }
+}

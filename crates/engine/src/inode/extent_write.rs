@@ -1,29 +1,19 @@
-//! Growing extent trees inside a transaction: inserting a newly allocated
-//! run (merged with its neighbours where contiguous), growing the 60-byte
-//! root into an index over a leaf block when it overflows, and splitting
-//! leaves. Trees up to depth 1 (4 leaves of ~340 extents at 4 KiB) are
-//! grown here; deeper growth is the remaining part of the writable-engine
-//! issue and is refused with [`Error::Unsupported`].
+//! Growing extent trees inside a transaction (`ext4_ext_insert_extent`,
+//! `ext4_ext_split`, `ext4_ext_grow_indepth`): a newly allocated run is
+//! merged with a contiguous neighbour or inserted in order; a full node
+//! splits in half and hands its new sibling to its parent; a full root (the
+//! 4 slots in `i_block`) moves its entries into a new block one level down.
+//! Trees grow to the kernel's limit of depth 5.
 
 use ext4kit_format::extent::{
-    EXT_INIT_MAX_LEN, EXT4_EXT_MAGIC, Extent, ExtentIdx, ExtentNode, NodeEntries, RawExtentHeader, encode_node,
-    node_capacity, parse_node, set_block_checksum,
+    EXT_INIT_MAX_LEN, EXT4_EXT_MAGIC, Extent, ExtentIdx, ExtentNode, MAX_DEPTH, NodeEntries, RawExtentHeader,
+    encode_node, node_capacity, parse_node, set_block_checksum,
 };
 use ext4kit_format::inode::RawInode;
 
 use crate::error::{Error, Location, Result};
 use crate::inode::Inode;
 use crate::txn::Txn;
-
-/// Makes `i_block` a depth-1 root over `idx`.
-pub(crate) fn set_index_root(raw: &mut RawInode, idx: Vec<ExtentIdx>) {
-    let node = ExtentNode {
-        header: header(4, 1),
-        depth: 1,
-        entries: NodeEntries::Index(idx),
-    };
-    encode_node(&node, &mut raw.i_block);
-}
 
 /// Makes `i_block` an empty depth-0 extent root.
 pub(crate) fn init_root(raw: &mut RawInode) {
@@ -77,61 +67,101 @@ pub(crate) fn charge_blocks(raw: &mut RawInode, n: i64, block_size: u32) {
     raw.i_blocks_high.set((new >> 32) as u16);
 }
 
+fn count(entries: &NodeEntries) -> usize {
+    match entries {
+        NodeEntries::Leaf(v) => v.len(),
+        NodeEntries::Index(v) => v.len(),
+    }
+}
+
+fn first_logical(entries: &NodeEntries) -> u32 {
+    match entries {
+        NodeEntries::Leaf(v) => v.first().map_or(0, |e| e.logical),
+        NodeEntries::Index(v) => v.first().map_or(0, |e| e.logical),
+    }
+}
+
+/// Splits `entries` in half; returns the upper half.
+fn split_half(entries: &mut NodeEntries) -> NodeEntries {
+    match entries {
+        NodeEntries::Leaf(v) => NodeEntries::Leaf(v.split_off(v.len() / 2)),
+        NodeEntries::Index(v) => NodeEntries::Index(v.split_off(v.len() / 2)),
+    }
+}
+
+/// What an insertion did to the node it went into.
+enum Grown {
+    /// It fit.
+    No,
+    /// The block split; the parent gains this entry.
+    Sibling(ExtentIdx),
+    /// The root is over its 4 slots; these are its entries.
+    RootFull(NodeEntries),
+}
+
 impl Txn<'_> {
-    /// Every leaf extent of `inode` (trees of depth 0 or 1), as this
-    /// transaction sees them.
+    fn root(&self, inode: &Inode) -> Result<ExtentNode> {
+        parse_node(&inode.raw.i_block, true).map_err(|e| Error::format(Location::Inode(inode.ino), e))
+    }
+
+    /// Tree block `block` one level below a node of depth `parent_depth`.
+    fn child(&self, inode: &Inode, block: u64, parent_depth: u16) -> Result<ExtentNode> {
+        let at = Location::Block {
+            block,
+            inode: inode.ino,
+        };
+        let node = parse_node(&self.block(block, inode.ino)?, false).map_err(|e| Error::format(at, e))?;
+        if node.depth + 1 != parent_depth {
+            return Err(Error::inconsistent(at, "extent node at the wrong depth"));
+        }
+        Ok(node)
+    }
+
+    /// Every leaf extent of `inode`, in order, as this transaction sees them.
     pub(crate) fn extents(&self, inode: &Inode) -> Result<Vec<Extent>> {
-        let at = Location::Inode(inode.ino);
-        let root = parse_node(&inode.raw.i_block, true).map_err(|e| Error::format(at, e))?;
-        match root.entries {
-            NodeEntries::Leaf(v) => Ok(v),
-            NodeEntries::Index(idx) if root.depth == 1 => {
-                let mut out = Vec::new();
-                for i in idx {
-                    out.extend(self.leaf(inode, i.child)?);
-                }
-                Ok(out)
-            }
-            NodeEntries::Index(_) => Err(Error::Unsupported(
-                "writing files whose extent tree is deeper than 1".into(),
-            )),
-        }
+        let mut out = Vec::new();
+        self.collect(inode, self.root(inode)?, &mut out, &mut Vec::new())?;
+        Ok(out)
     }
 
-    fn leaf(&self, inode: &Inode, block: u64) -> Result<Vec<Extent>> {
-        let buf = self.block(block, inode.ino)?;
-        let node = parse_node(&buf, false).map_err(|e| {
-            Error::format(
-                Location::Block {
-                    block,
-                    inode: inode.ino,
-                },
-                e,
-            )
-        })?;
+    /// Leaf extents into `out`, tree blocks into `blocks`.
+    fn collect(&self, inode: &Inode, node: ExtentNode, out: &mut Vec<Extent>, blocks: &mut Vec<u64>) -> Result<()> {
         match node.entries {
-            NodeEntries::Leaf(v) if node.depth == 0 => Ok(v),
-            _ => Err(Error::inconsistent(
-                Location::Block {
-                    block,
-                    inode: inode.ino,
-                },
-                "expected an extent leaf",
-            )),
+            NodeEntries::Leaf(v) => out.extend(v),
+            NodeEntries::Index(idx) => {
+                for i in idx {
+                    blocks.push(i.child);
+                    self.collect(inode, self.child(inode, i.child, node.depth)?, out, blocks)?;
+                }
+            }
         }
+        Ok(())
     }
 
-    /// Rewrites leaf `block` with `v`.
-    pub(crate) fn store_leaf(&mut self, inode: &Inode, block: u64, v: Vec<Extent>) -> Result<()> {
-        self.write_leaf(inode, block, v, false)
-    }
-
-    fn write_leaf(&mut self, inode: &Inode, block: u64, v: Vec<Extent>, fresh: bool) -> Result<()> {
+    /// Stores a node: into `i_block` for the root, else into its block with
+    /// the tail checksum.
+    fn store_node(
+        &mut self,
+        inode: &mut Inode,
+        block: Option<u64>,
+        depth: u16,
+        entries: NodeEntries,
+        fresh: bool,
+    ) -> Result<()> {
+        let Some(block) = block else {
+            let node = ExtentNode {
+                header: header(4, depth),
+                depth,
+                entries,
+            };
+            encode_node(&node, &mut inode.raw.i_block);
+            return Ok(());
+        };
         let cap = node_capacity(self.fs.block_size(), false);
         let node = ExtentNode {
-            header: header(cap, 0),
-            depth: 0,
-            entries: NodeEntries::Leaf(v),
+            header: header(cap, depth),
+            depth,
+            entries,
         };
         let seed = self.fs.inode_csum_seed(inode);
         let csum = self.fs.geo.features.metadata_csum();
@@ -140,6 +170,7 @@ impl Txn<'_> {
         } else {
             self.block_mut(block, inode.ino)?
         };
+        buf.fill(0);
         encode_node(&node, buf);
         if csum {
             set_block_checksum(buf, seed).map_err(|e| {
@@ -155,97 +186,94 @@ impl Txn<'_> {
         Ok(())
     }
 
+    fn new_tree_block(&mut self, inode: &mut Inode, goal: u64) -> Result<u64> {
+        let (b, _) = self.alloc_blocks(goal, 1)?;
+        charge_blocks(&mut inode.raw, 1, self.fs.geo.block_size);
+        Ok(b)
+    }
+
     /// Maps `e` (a freshly allocated run over unmapped logical blocks) into
     /// `inode`'s tree. The caller writes the inode afterwards.
     pub(crate) fn insert_extent(&mut self, inode: &mut Inode, e: Extent) -> Result<()> {
-        let at = Location::Inode(inode.ino);
-        let root = parse_node(&inode.raw.i_block, true).map_err(|err| Error::format(at, err))?;
-        match root.entries {
-            NodeEntries::Leaf(mut v) => {
-                insert_sorted(&mut v, e);
-                if v.len() <= 4 {
-                    let node = ExtentNode {
-                        header: header(4, 0),
-                        depth: 0,
-                        entries: NodeEntries::Leaf(v),
-                    };
-                    encode_node(&node, &mut inode.raw.i_block);
-                    return Ok(());
+        let root = self.root(inode)?;
+        let depth = root.depth;
+        let Grown::RootFull(entries) = self.insert_at(inode, None, root, e)? else {
+            return Ok(());
+        };
+        // The root overflowed: its entries move one level down.
+        if depth >= MAX_DEPTH {
+            return Err(Error::FileTooBig);
+        }
+        let first = first_logical(&entries);
+        let block = self.new_tree_block(inode, e.physical)?;
+        self.store_node(inode, Some(block), depth, entries, true)?;
+        let idx = NodeEntries::Index(vec![ExtentIdx {
+            logical: first,
+            child: block,
+        }]);
+        self.store_node(inode, None, depth + 1, idx, false)
+    }
+
+    /// Inserts `e` below `node`, stored at `block` (`None`: the root in
+    /// `i_block`). A full block splits in half and returns its new upper
+    /// sibling for the parent; a full root returns its entries.
+    fn insert_at(&mut self, inode: &mut Inode, block: Option<u64>, node: ExtentNode, e: Extent) -> Result<Grown> {
+        let depth = node.depth;
+        let mut entries = node.entries;
+        match &mut entries {
+            NodeEntries::Leaf(v) => insert_sorted(v, e),
+            NodeEntries::Index(idx) => {
+                let i = idx.partition_point(|x| x.logical <= e.logical).saturating_sub(1);
+                idx[i].logical = idx[i].logical.min(e.logical);
+                let child_block = idx[i].child;
+                let child = self.child(inode, child_block, depth)?;
+                if let Grown::Sibling(s) = self.insert_at(inode, Some(child_block), child, e)? {
+                    idx.insert(i + 1, s);
                 }
-                self.grow_root(inode, v, e.physical)
             }
-            NodeEntries::Index(idx) if root.depth == 1 => self.insert_in_leaf(inode, idx, e),
-            NodeEntries::Index(_) => Err(Error::Unsupported("growing an extent tree deeper than 1".into())),
         }
-    }
-
-    /// Moves the root's extents into a new leaf block under a depth-1 root.
-    fn grow_root(&mut self, inode: &mut Inode, v: Vec<Extent>, goal: u64) -> Result<()> {
-        let (leaf, _) = self.alloc_blocks(goal, 1)?;
-        let first = v.first().map_or(0, |x| x.logical);
-        self.write_leaf(inode, leaf, v, true)?;
-        charge_blocks(&mut inode.raw, 1, self.fs.geo.block_size);
-        let root = ExtentNode {
-            header: header(4, 1),
-            depth: 1,
-            entries: NodeEntries::Index(vec![ExtentIdx {
-                logical: first,
-                child: leaf,
-            }]),
-        };
-        encode_node(&root, &mut inode.raw.i_block);
-        Ok(())
-    }
-
-    fn insert_in_leaf(&mut self, inode: &mut Inode, mut idx: Vec<ExtentIdx>, e: Extent) -> Result<()> {
-        let i = idx.partition_point(|x| x.logical <= e.logical).saturating_sub(1);
-        let mut v = self.leaf(inode, idx[i].child)?;
-        insert_sorted(&mut v, e);
-        idx[i].logical = idx[i].logical.min(v[0].logical);
-        let cap = usize::from(node_capacity(self.fs.block_size(), false));
-        if v.len() <= cap {
-            self.write_leaf(inode, idx[i].child, v, false)?;
+        let cap = if block.is_none() {
+            4
         } else {
-            if idx.len() >= 4 {
-                return Err(Error::Unsupported("growing an extent tree deeper than 1".into()));
-            }
-            let right = v.split_off(v.len() / 2);
-            let (blk, _) = self.alloc_blocks(e.physical, 1)?;
-            charge_blocks(&mut inode.raw, 1, self.fs.geo.block_size);
-            idx.insert(
-                i + 1,
-                ExtentIdx {
-                    logical: right[0].logical,
-                    child: blk,
-                },
-            );
-            self.write_leaf(inode, idx[i].child, v, false)?;
-            self.write_leaf(inode, blk, right, true)?;
-        }
-        let root = ExtentNode {
-            header: header(4, 1),
-            depth: 1,
-            entries: NodeEntries::Index(idx),
+            usize::from(node_capacity(self.fs.block_size(), false))
         };
-        encode_node(&root, &mut inode.raw.i_block);
-        Ok(())
+        if count(&entries) <= cap {
+            self.store_node(inode, block, depth, entries, false)?;
+            return Ok(Grown::No);
+        }
+        let Some(block) = block else {
+            return Ok(Grown::RootFull(entries));
+        };
+        let upper = split_half(&mut entries);
+        let sibling = self.new_tree_block(inode, block)?;
+        let key = first_logical(&upper);
+        self.store_node(inode, Some(block), depth, entries, false)?;
+        self.store_node(inode, Some(sibling), depth, upper, true)?;
+        Ok(Grown::Sibling(ExtentIdx {
+            logical: key,
+            child: sibling,
+        }))
     }
 
     /// Frees every block of `inode`'s tree, data and tree blocks alike.
     pub(crate) fn free_extent_tree(&mut self, inode: &mut Inode) -> Result<()> {
-        let at = Location::Inode(inode.ino);
-        let root = parse_node(&inode.raw.i_block, true).map_err(|e| Error::format(at, e))?;
-        if let NodeEntries::Index(idx) = &root.entries {
-            for i in idx {
-                self.free_blocks(i.child, 1)?;
-            }
+        let (extents, blocks) = self.tree_contents(inode)?;
+        for b in blocks {
+            self.free_blocks(b, 1)?;
         }
-        for e in self.extents(inode)? {
+        for e in extents {
             self.free_blocks(e.physical, u64::from(e.len))?;
         }
         init_root(&mut inode.raw);
         inode.raw.i_blocks_lo.set(0);
         inode.raw.i_blocks_high.set(0);
         Ok(())
+    }
+
+    /// The leaf extents and the tree blocks of `inode`.
+    pub(crate) fn tree_contents(&self, inode: &Inode) -> Result<(Vec<Extent>, Vec<u64>)> {
+        let (mut out, mut blocks) = (Vec::new(), Vec::new());
+        self.collect(inode, self.root(inode)?, &mut out, &mut blocks)?;
+        Ok((out, blocks))
     }
 }

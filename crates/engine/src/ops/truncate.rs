@@ -4,11 +4,11 @@
 //! folds a depth-1 tree back into the inode when it fits, and zeroes the
 //! rest of the last partial block so a later extension reads zeros.
 
-use ext4kit_format::extent::{Extent, NodeEntries, parse_node};
+use ext4kit_format::extent::Extent;
 use ext4kit_format::inode::FileType;
 
 use crate::clock;
-use crate::error::{Error, Location, Result};
+use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
 use crate::inode::extent_write::charge_blocks;
@@ -79,50 +79,16 @@ impl Txn<'_> {
         self.zero_tail(inode, size)
     }
 
-    /// Stores `kept` back: in the inode when four or fewer remain (freeing
-    /// the leaves), else into the surviving leaves, dropping empty ones.
+    /// Stores `kept` back into a fresh tree: the old tree blocks are freed
+    /// first (in this transaction), so rebuilding never needs new space.
     fn rebuild_tree(&mut self, inode: &mut Inode, kept: Vec<Extent>) -> Result<()> {
-        let at = Location::Inode(inode.ino);
-        let root = parse_node(&inode.raw.i_block, true).map_err(|e| Error::format(at, e))?;
-        let NodeEntries::Index(idx) = root.entries else {
-            crate::inode::extent_write::init_root(&mut inode.raw);
-            return kept.into_iter().try_for_each(|e| self.insert_extent(inode, e));
-        };
-        if kept.len() <= 4 {
-            for i in &idx {
-                self.free_blocks(i.child, 1)?;
-            }
-            charge_blocks(&mut inode.raw, -(idx.len() as i64), self.fs.geo.block_size);
-            crate::inode::extent_write::init_root(&mut inode.raw);
-            return kept.into_iter().try_for_each(|e| self.insert_extent(inode, e));
+        let (_, tree_blocks) = self.tree_contents(inode)?;
+        for b in &tree_blocks {
+            self.free_blocks(*b, 1)?;
         }
-        self.trim_leaves(inode, idx, &kept)
-    }
-
-    fn trim_leaves(
-        &mut self,
-        inode: &mut Inode,
-        idx: Vec<ext4kit_format::extent::ExtentIdx>,
-        kept: &[Extent],
-    ) -> Result<()> {
-        let mut live = Vec::new();
-        for (n, i) in idx.iter().enumerate() {
-            let hi = idx.get(n + 1).map_or(u64::MAX, |x| u64::from(x.logical));
-            let mine: Vec<Extent> = kept
-                .iter()
-                .filter(|e| u64::from(e.logical) >= u64::from(i.logical) && u64::from(e.logical) < hi)
-                .copied()
-                .collect();
-            if mine.is_empty() {
-                self.free_blocks(i.child, 1)?;
-                charge_blocks(&mut inode.raw, -1, self.fs.geo.block_size);
-            } else {
-                self.store_leaf(inode, i.child, mine)?;
-                live.push(*i);
-            }
-        }
-        crate::inode::extent_write::set_index_root(&mut inode.raw, live);
-        Ok(())
+        charge_blocks(&mut inode.raw, -(tree_blocks.len() as i64), self.fs.geo.block_size);
+        crate::inode::extent_write::init_root(&mut inode.raw);
+        kept.into_iter().try_for_each(|e| self.insert_extent(inode, e))
     }
 
     /// Zeroes the bytes of the last block past `size`.
