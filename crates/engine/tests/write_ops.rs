@@ -539,3 +539,84 @@ fn extent_tree_grows_to_depth_two_and_shrinks() {
         mnt.unmount().unwrap();
     }
 }
+
+/// A full file system: writes and creates (blocks, then inodes) fail with
+/// ENOSPC and change nothing; reads and deletes keep working; space comes back.
+#[test]
+fn full_file_system_fails_cleanly_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(
+        dir.path(),
+        None,
+        &["-b", "1024", "-N", "64", "-O", "^has_journal"],
+        "4M",
+    ) else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let chunk = vec![0xA5u8; 64 * 1024];
+    let f = fs.create(ROOT_INO, b"fill", NodeKind::Regular, ATTR).unwrap().ino;
+    let mut off = 0u64;
+    loop {
+        match fs.write(f, off, &chunk) {
+            Ok(_) => off += chunk.len() as u64,
+            Err(e) => {
+                assert!(matches!(e, Error::NoSpace), "{e}");
+                assert_eq!(e.errno(), libc::ENOSPC);
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        fs.resolve(b"/fill").unwrap().size(),
+        off,
+        "a failed write leaves the size alone"
+    );
+    let mut made = 0;
+    let inode_err = loop {
+        match fs.create(ROOT_INO, format!("n{made}").as_bytes(), NodeKind::Fifo, ATTR) {
+            Ok(_) => made += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(inode_err, Error::NoSpace), "{inode_err}");
+    assert!(made > 10);
+    drop(fs);
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn when full:\n{}", fsck.output);
+    let fs = open_rw(&img);
+    assert_eq!(
+        fs.read_all(&fs.resolve(b"/fill").unwrap(), 1 << 30).unwrap().len() as u64,
+        off
+    );
+    fs.unlink(ROOT_INO, b"fill").unwrap();
+    fs.unlink(ROOT_INO, b"n0").unwrap();
+    let g = fs.create(ROOT_INO, b"again", NodeKind::Regular, ATTR).unwrap().ino;
+    fs.write(g, 0, &chunk).unwrap();
+    drop(fs);
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn after freeing:\n{}", fsck.output);
+}
+
+/// Out of inodes (blocks left): creates fail with ENOSPC, nothing changes.
+#[test]
+fn inode_exhaustion_is_enospc() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-b", "4096", "-N", "32"], "16M") else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let free = fs.superblock().s_free_inodes_count.get();
+    for i in 0..free {
+        fs.create(ROOT_INO, format!("f{i}").as_bytes(), NodeKind::Fifo, ATTR)
+            .unwrap();
+    }
+    let e = fs
+        .create(ROOT_INO, b"one-too-many", NodeKind::Regular, ATTR)
+        .unwrap_err();
+    assert!(matches!(e, Error::NoSpace), "{e}");
+    assert!(fs.resolve(b"/one-too-many").is_err());
+    drop(fs);
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
+}
