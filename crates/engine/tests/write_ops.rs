@@ -620,3 +620,31 @@ fn inode_exhaustion_is_enospc() {
     let fsck = e2fsck_fn(&img).unwrap();
     assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
 }
+
+/// `dir_nlink`: past 65,000 subdirectories the parent's link count becomes
+/// 1 ("too many to count"), as the kernel stores it; e2fsck agrees.
+#[test]
+fn dir_nlink_beyond_65000_subdirectories() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(
+        dir.path(),
+        None,
+        &["-b", "1024", "-N", "70000", "-O", "^has_journal"],
+        "160M",
+    ) else {
+        return;
+    };
+    {
+        let fs = open_rw(&img);
+        let p = fs.create(ROOT_INO, b"p", NodeKind::Directory, ATTR).unwrap().ino;
+        for i in 0..65_010 {
+            fs.create(p, format!("{i}").as_bytes(), NodeKind::Directory, ATTR)
+                .unwrap();
+        }
+        assert_eq!(fs.inode(p).unwrap().raw.links(), 1);
+        fs.rmdir(p, b"0").unwrap();
+        assert_eq!(fs.inode(p).unwrap().raw.links(), 1, "stays uncounted");
+    }
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
+}

@@ -98,7 +98,10 @@ impl Filesystem {
         txn.add_entry(&mut dir, name, ino, ft.dirent_code())?;
         if is_dir {
             let links = dir.raw.links();
-            dir.raw.i_links_count.set(if links >= LINK_MAX { 1 } else { links + 1 });
+            // 1 means uncounted (dir_nlink): it stays so.
+            dir.raw
+                .i_links_count
+                .set(if links >= LINK_MAX || links == 1 { 1 } else { links + 1 });
         }
         set_times(&mut dir.raw, clock::now(), false);
         txn.write_inode(&mut dir)?;
