@@ -101,6 +101,22 @@ impl<'a> Txn<'a> {
         self.data.push((offset, bytes));
     }
 
+    /// Reads `buf.len()` bytes of file data at device byte `offset` as this
+    /// transaction will leave them: the device, overlaid with data queued by
+    /// earlier writes in the transaction.
+    pub(crate) fn read_data(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.fs.read_bytes(offset, buf)?;
+        let end = offset + buf.len() as u64;
+        for (off, bytes) in &self.data {
+            let (lo, hi) = (offset.max(*off), end.min(off + bytes.len() as u64));
+            if lo < hi {
+                buf[(lo - offset) as usize..(hi - offset) as usize]
+                    .copy_from_slice(&bytes[(lo - off) as usize..(hi - off) as usize]);
+            }
+        }
+        Ok(())
+    }
+
     /// Writes everything: data, then metadata with checksums, then the
     /// superblock; flushes the device; publishes the new state.
     pub(crate) fn commit(mut self) -> Result<()> {

@@ -648,3 +648,60 @@ fn dir_nlink_beyond_65000_subdirectories() {
     let fsck = e2fsck_fn(&img).unwrap();
     assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
 }
+
+/// Inline-data bodies (made by mke2fs -d) that outgrow the inode are moved
+/// to blocks: appending to a small file, adding and removing names in a
+/// small directory, moving an inline directory; inline inodes are freed.
+#[test]
+fn inline_bodies_convert_on_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("d/sub")).unwrap();
+    std::fs::create_dir_all(src.join("other")).unwrap();
+    std::fs::write(src.join("small"), b"tiny file").unwrap();
+    std::fs::write(src.join("gone"), b"x").unwrap();
+    std::fs::write(src.join("d/a"), b"a").unwrap();
+    let Some(img) = mkfs(dir.path(), Some(&src), &["-O", "inline_data", "-I", "256"], "16M") else {
+        return;
+    };
+    let mut small = b"tiny file".to_vec();
+    {
+        let fs = open_rw(&img);
+        assert!(fs.resolve(b"/small").unwrap().has_inline_data());
+        let f = fs.resolve(b"/small").unwrap().ino;
+        let more = pattern(5000, 3);
+        fs.write(f, small.len() as u64, &more).unwrap();
+        small.extend_from_slice(&more);
+        let d = fs.resolve(b"/d").unwrap();
+        assert!(d.has_inline_data());
+        fs.create(d.ino, b"new-name", NodeKind::Regular, ATTR).unwrap();
+        fs.unlink(d.ino, b"a").unwrap();
+        fs.unlink(ROOT_INO, b"gone").unwrap();
+        let other = fs.resolve(b"/other").unwrap().ino;
+        fs.rename(d.ino, b"sub", other, b"sub", RenameFlags::default()).unwrap();
+        fs.rmdir(other, b"sub").unwrap();
+    }
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
+    let fs = open(&img, OpenOptions::default()).unwrap();
+    assert!(
+        fs.read_all(&fs.resolve(b"/small").unwrap(), 1 << 20).unwrap() == small,
+        "engine view of /small"
+    );
+    let names: Vec<Vec<u8>> = fs
+        .read_dir(&fs.resolve(b"/d").unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"new-name".to_vec()]);
+    if skip_unless_mount() {
+        let mnt = LoopMount::ro(&img).unwrap();
+        assert!(
+            std::fs::read(mnt.path().join("small")).unwrap() == small,
+            "kernel view of /small"
+        );
+        assert!(mnt.path().join("d/new-name").exists());
+        mnt.unmount().unwrap();
+    }
+}

@@ -220,6 +220,9 @@ impl Txn<'_> {
 
     /// True when `dir` holds nothing but "." and "..".
     pub(crate) fn dir_is_empty(&self, dir: &Inode) -> Result<bool> {
+        if dir.has_inline_data() {
+            return Ok(self.fs.read_dir(dir)?.len() <= 2);
+        }
         for b in self.dir_blocks(dir)? {
             let buf = self.block(b.physical, dir.ino)?;
             let at = Location::Block {

@@ -9,6 +9,7 @@ pub(crate) mod extents;
 pub(crate) mod inline;
 pub mod map;
 pub(crate) mod read;
+mod uninline;
 pub(crate) mod write;
 pub mod xattr;
 

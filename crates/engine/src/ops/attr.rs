@@ -72,7 +72,7 @@ impl Filesystem {
     pub fn link(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
         super::check_new_name(name)?;
         let mut txn = Txn::begin(self)?;
-        let mut dir = txn.inode(parent)?;
+        let dir = txn.inode(parent)?;
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
@@ -89,6 +89,7 @@ impl Filesystem {
             Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
+        let mut dir = txn.inode_for_change(parent)?;
         txn.add_entry(&mut dir, name, ino, target.file_type()?.dirent_code())?;
         target.raw.i_links_count.set(target.raw.links() + 1);
         let now = clock::now();

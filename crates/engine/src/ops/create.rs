@@ -71,7 +71,9 @@ impl Filesystem {
     pub fn create(&self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr) -> Result<Inode> {
         super::check_new_name(name)?;
         let mut txn = Txn::begin(self)?;
-        let mut dir = txn.inode(parent)?;
+        // Names are checked against the directory as on disk, before an
+        // inline directory is moved to a block in this transaction.
+        let dir = txn.inode(parent)?;
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
@@ -80,6 +82,7 @@ impl Filesystem {
             Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
+        let mut dir = txn.inode_for_change(parent)?;
         let is_dir = kind == NodeKind::Directory;
         if is_dir && dir.raw.links() >= LINK_MAX && !self.dir_nlink() {
             return Err(Error::TooManyLinks(String::from_utf8_lossy(name).into_owned()));

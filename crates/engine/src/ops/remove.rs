@@ -33,8 +33,8 @@ impl Filesystem {
     fn remove(&self, parent: u32, name: &[u8], want_dir: bool) -> Result<()> {
         super::check_new_name(name)?;
         let mut txn = Txn::begin(self)?;
-        let mut dir = txn.inode(parent)?;
-        let ino = self.lookup(&dir, name)?;
+        let ino = self.lookup(&txn.inode(parent)?, name)?;
+        let mut dir = txn.inode_for_change(parent)?;
         let mut target = txn.inode(ino)?;
         let shown = || String::from_utf8_lossy(name).into_owned();
         match (target.is_dir(), want_dir) {
@@ -79,10 +79,12 @@ fn release(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
     let ft = inode.file_type()?;
     let has_blocks = inode.raw.i_blocks_lo.get() != 0 || inode.raw.i_blocks_high.get() != 0;
     let fast_symlink = ft == FileType::Symlink && !inode.uses_extents() && inode.size() < 60;
-    if inode.has_inline_data() {
-        return Err(Error::Unsupported("freeing inline-data inodes".into()));
-    }
-    if has_blocks && !fast_symlink && !matches!(ft, FileType::CharDevice | FileType::BlockDevice) {
+    // An inline body lives in the inode itself: nothing to free.
+    if has_blocks
+        && !inode.has_inline_data()
+        && !fast_symlink
+        && !matches!(ft, FileType::CharDevice | FileType::BlockDevice)
+    {
         txn.free_body(inode)?;
     }
     if inode.raw.file_acl() != 0 {

@@ -38,24 +38,34 @@ impl Filesystem {
         super::check_new_name(old_name)?;
         super::check_new_name(new_name)?;
         let mut txn = Txn::begin(self)?;
-        let src = txn.inode(self.lookup(&txn.inode(old_parent)?, old_name)?)?;
-        let dst = match self.lookup(&txn.inode(new_parent)?, new_name) {
-            Ok(ino) => Some(txn.inode(ino)?),
+        // Every lookup first, on the directories as on disk; then inline
+        // directories involved are moved to blocks in this transaction.
+        let src_ino = self.lookup(&txn.inode(old_parent)?, old_name)?;
+        let dst_ino = match self.lookup(&txn.inode(new_parent)?, new_name) {
+            Ok(ino) => Some(ino),
             Err(Error::NotFound(_)) => None,
             Err(e) => return Err(e),
         };
         let shown = || String::from_utf8_lossy(new_name).into_owned();
-        if src.is_dir() && old_parent != new_parent {
-            self.refuse_loop(&txn, src.ino, new_parent)?;
+        if txn.inode(src_ino)?.is_dir() && old_parent != new_parent {
+            self.refuse_loop(&txn, src_ino, new_parent)?;
         }
+        if let Some(d) = dst_ino
+            && flags.exchange
+            && txn.inode(d)?.is_dir()
+            && old_parent != new_parent
+        {
+            self.refuse_loop(&txn, d, old_parent)?;
+        }
+        txn.inode_for_change(old_parent)?;
+        txn.inode_for_change(new_parent)?;
+        let src = txn.inode_for_change(src_ino)?;
+        let dst = dst_ino.map(|d| txn.inode_for_change(d)).transpose()?;
         match dst {
             None if flags.exchange => Err(Error::NotFound(shown())),
             Some(_) if flags.noreplace => Err(Error::Exists(shown())),
             Some(d) if d.ino == src.ino => Ok(()),
             Some(d) if flags.exchange => {
-                if d.is_dir() && old_parent != new_parent {
-                    self.refuse_loop(&txn, d.ino, old_parent)?;
-                }
                 exchange(&mut txn, (old_parent, old_name, src), (new_parent, new_name, d))?;
                 txn.commit()
             }

@@ -35,7 +35,7 @@ impl Filesystem {
         }
         if size < inode.size() {
             if inode.has_inline_data() {
-                return Err(Error::Unsupported("shrinking inline files".into()));
+                txn.uninline(&mut inode)?;
             }
             if inode.uses_extents() {
                 txn.shrink(&mut inode, size)?;
@@ -108,7 +108,7 @@ impl Txn<'_> {
         };
         let phys = e.physical + (lblk - u64::from(e.logical));
         let mut buf = vec![0u8; bs as usize];
-        self.fs.read_bytes(phys * bs, &mut buf)?;
+        self.read_data(phys * bs, &mut buf)?;
         buf[within as usize..].fill(0);
         self.write_data(phys * bs, buf);
         Ok(())

@@ -54,7 +54,7 @@ impl Txn<'_> {
             return Ok(());
         }
         if inode.has_inline_data() {
-            return Err(Error::Unsupported("writing inline files".into()));
+            self.uninline(inode)?;
         }
         let bs = u64::from(self.fs.geo.block_size);
         let last = (offset + data.len() as u64 - 1) / bs;
@@ -116,11 +116,11 @@ impl Txn<'_> {
         let partial_head = lo > start;
         let partial_tail = hi < stop;
         if !fresh && partial_head {
-            self.fs.read_bytes(phys * bs, &mut buf[..bs as usize])?;
+            self.read_data(phys * bs, &mut buf[..bs as usize])?;
         }
         if !fresh && partial_tail {
             let at = ((n - 1) * bs) as usize;
-            self.fs.read_bytes((phys + n - 1) * bs, &mut buf[at..])?;
+            self.read_data((phys + n - 1) * bs, &mut buf[at..])?;
         }
         buf[(lo - start) as usize..(hi - start) as usize]
             .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);

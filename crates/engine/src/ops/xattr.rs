@@ -151,6 +151,25 @@ impl Txn<'_> {
         Ok((ibody, block))
     }
 
+    /// The `system.data` value of an inline-data inode (empty when none).
+    pub(crate) fn system_data_value(&self, inode: &Inode) -> Result<Vec<u8>> {
+        let (ibody, block) = self.stored_xattrs(inode)?;
+        Ok(ibody
+            .into_iter()
+            .chain(block)
+            .find(|(i, n, _)| *i == 7 && n == b"data")
+            .map(|(_, _, v)| v)
+            .unwrap_or_default())
+    }
+
+    /// Removes the `system.data` attribute (the inline body's tail).
+    pub(crate) fn drop_system_data(&mut self, inode: &mut Inode) -> Result<()> {
+        let (mut ibody, mut block) = self.stored_xattrs(inode)?;
+        remove_from(&mut ibody, 7, b"data");
+        remove_from(&mut block, 7, b"data");
+        self.place_xattrs(inode, ibody, block)
+    }
+
     /// Stores the lists: in-inode entries while they fit, the rest in the block.
     fn place_xattrs(&mut self, inode: &mut Inode, mut ibody: Vec<Stored>, mut block: Vec<Stored>) -> Result<()> {
         let start = 128 + usize::from(inode.raw.i_extra_isize.get());

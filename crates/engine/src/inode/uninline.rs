@@ -1,0 +1,112 @@
+//! Moving an inline body out of the inode (`ext4_convert_inline_data`,
+//! `ext4_convert_inline_data_nolock`) before a change the inline layout
+//! cannot hold: the file's bytes or the directory's entries go to a block
+//! (extent- or block-mapped), the `system.data` attribute and the
+//! `INLINE_DATA` flag go away. Writing inline bodies in place is left for
+//! later; converting is what the kernel does once a body outgrows the inode.
+
+use ext4kit_format::dir_entry::{self, encode_entry, rec_len_for};
+use ext4kit_format::extent::Extent;
+use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::inline::InlineDir;
+use ext4kit_format::inode::{FileType, flags};
+
+use crate::error::{Error, Location, Result};
+use crate::inode::Inode;
+use crate::inode::extent_write::{charge_blocks, init_root};
+use crate::txn::Txn;
+
+impl Txn<'_> {
+    /// Inode `ino` ready for a change: read, and converted out of inline
+    /// data (and written back) when it was inline.
+    pub(crate) fn inode_for_change(&mut self, ino: u32) -> Result<Inode> {
+        let mut inode = self.inode(ino)?;
+        if inode.has_inline_data() && inode.file_type()? != FileType::Symlink {
+            self.uninline(&mut inode)?;
+            self.write_inode(&mut inode)?;
+        }
+        Ok(inode)
+    }
+
+    /// Converts `inode` from inline data to a mapped body.
+    pub(crate) fn uninline(&mut self, inode: &mut Inode) -> Result<()> {
+        let at = Location::Inode(inode.ino);
+        let body = self.fs.inline_body(inode)?;
+        let system_data = self.system_data_value(inode)?;
+        let is_dir = inode.is_dir();
+        let dir_block = if is_dir {
+            Some(self.dir_block_from_inline(inode, &system_data)?)
+        } else {
+            None
+        };
+        self.drop_system_data(inode)?;
+        inode.raw.i_flags.set(inode.raw.flags() & !flags::INLINE_DATA);
+        inode.raw.i_block = [0; 60];
+        if self.fs.geo.features.incompat.contains(IncompatFeatures::EXTENTS) {
+            inode.raw.i_flags.set(inode.raw.flags() | flags::EXTENTS);
+            init_root(&mut inode.raw);
+        }
+        match dir_block {
+            Some(bytes) => {
+                let goal = self
+                    .fs
+                    .geo
+                    .group_first_block((inode.ino - 1) / self.fs.geo.inodes_per_group);
+                let (block, _) = self.alloc_blocks(goal, 1)?;
+                *self.new_block(block) = bytes;
+                self.map_run(
+                    inode,
+                    Extent {
+                        logical: 0,
+                        len: 1,
+                        physical: block,
+                        unwritten: false,
+                    },
+                )?;
+                charge_blocks(&mut inode.raw, 1, self.fs.geo.block_size);
+                inode.raw.set_size(u64::from(self.fs.geo.block_size));
+            }
+            None => {
+                let size = inode.size();
+                self.write_range(inode, 0, &body)?;
+                inode.raw.set_size(size);
+            }
+        }
+        if inode.has_inline_data() {
+            return Err(Error::inconsistent(at, "inline flag survived conversion"));
+        }
+        Ok(())
+    }
+
+    /// A directory block holding ".", ".." and the inline entries.
+    fn dir_block_from_inline(&self, dir: &Inode, system_data: &[u8]) -> Result<Vec<u8>> {
+        let at = Location::Inode(dir.ino);
+        let parsed = InlineDir::parse(&dir.raw.i_block, system_data).map_err(|e| Error::format(at, e))?;
+        let bs = self.fs.block_size();
+        let csum = self.fs.geo.features.metadata_csum();
+        let used = if csum { bs - dir_entry::TAIL_SIZE } else { bs };
+        let mut buf = vec![0u8; bs];
+        let mut entries = vec![(dir.ino, 2u8, b".".to_vec()), (parsed.parent, 2, b"..".to_vec())];
+        for e in parsed.entries() {
+            let e = e.map_err(|err| Error::format(at, err))?;
+            entries.push((e.inode, e.file_type, e.name.to_vec()));
+        }
+        let mut off = 0;
+        for (i, (ino, ft, name)) in entries.iter().enumerate() {
+            let rec = if i + 1 == entries.len() {
+                used - off
+            } else {
+                rec_len_for(name.len())
+            };
+            if off + rec > used {
+                return Err(Error::inconsistent(at, "inline directory does not fit one block"));
+            }
+            encode_entry(&mut buf, off, *ino, rec, *ft, name, bs);
+            off += rec;
+        }
+        if csum {
+            dir_entry::set_block_checksum(&mut buf, self.fs.inode_csum_seed(dir));
+        }
+        Ok(buf)
+    }
+}
