@@ -114,7 +114,9 @@ impl Importer<'_> {
     /// Copies the data ranges (SEEK_DATA/SEEK_HOLE keeps holes as holes).
     fn copy_data(&mut self, path: &Path, ino: u32, len: u64) -> Result<()> {
         let f = File::open(path).with_context(|| path.display().to_string())?;
-        for (start, end) in data_ranges(&f, len) {
+        let ranges = data_ranges(&f, len);
+        let written_to = ranges.last().map_or(0, |r| r.1.min(len));
+        for (start, end) in ranges {
             let mut off = start;
             while off < end {
                 let want = ((end - off) as usize).min(self.buf.len());
@@ -126,7 +128,10 @@ impl Importer<'_> {
                 off += n as u64;
             }
         }
-        self.fs.truncate(ino, len)?;
+        // A trailing hole still has to count in the size.
+        if written_to < len {
+            self.fs.truncate(ino, len)?;
+        }
         Ok(())
     }
 

@@ -14,6 +14,22 @@ pub(crate) fn test_bit(map: &[u8], i: u32) -> bool {
     map.get((i / 8) as usize).is_some_and(|b| b & (1 << (i % 8)) != 0)
 }
 
+/// The first clear bit in `from..limit`, skipping full bytes at once.
+pub(crate) fn find_zero(map: &[u8], from: u32, limit: u32) -> Option<u32> {
+    let mut i = from;
+    while i < limit {
+        if i % 8 == 0 && map.get((i / 8) as usize) == Some(&0xFF) {
+            i += 8;
+            continue;
+        }
+        if !test_bit(map, i) {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
 pub(crate) fn set_bit(map: &mut [u8], i: u32, on: bool) {
     if let Some(b) = map.get_mut((i / 8) as usize) {
         if on {

@@ -1,7 +1,7 @@
 //! Data and metadata block allocation: the first free run at or after a
 //! goal, searched group by group and wrapping around (the `Goal` policy).
 
-use super::bitmap::{set_bit, test_bit};
+use super::bitmap::{find_zero, set_bit, test_bit};
 use crate::error::{Error, Location, Result};
 use crate::txn::Txn;
 
@@ -24,7 +24,7 @@ impl Txn<'_> {
             let from = if step == 0 { (goal - first) as u32 } else { 0 };
             let limit = geo.blocks_in_group(g);
             let map = self.block_bitmap_mut(g)?;
-            let Some(start) = (from..limit).chain(0..from).find(|&i| !test_bit(map, i)) else {
+            let Some(start) = find_zero(map, from, limit).or_else(|| find_zero(map, 0, from)) else {
                 continue;
             };
             let mut len = 0;

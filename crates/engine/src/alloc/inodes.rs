@@ -2,7 +2,7 @@
 //! (the `ParentGroup` policy), keeping `bg_itable_unused` and the
 //! directory counts right.
 
-use super::bitmap::{set_bit, test_bit};
+use super::bitmap::{find_zero, set_bit, test_bit};
 use crate::error::{Error, Location, Result};
 use crate::txn::Txn;
 
@@ -21,7 +21,7 @@ impl Txn<'_> {
             }
             let first_ok = if g == 0 { geo.first_ino } else { 1 };
             let map = self.inode_bitmap_mut(g)?;
-            let Some(i) = (first_ok - 1..geo.inodes_per_group).find(|&i| !test_bit(map, i)) else {
+            let Some(i) = find_zero(map, first_ok - 1, geo.inodes_per_group) else {
                 continue;
             };
             set_bit(map, i, true);
