@@ -18,7 +18,7 @@ pub(crate) fn test_bit(map: &[u8], i: u32) -> bool {
 pub(crate) fn find_zero(map: &[u8], from: u32, limit: u32) -> Option<u32> {
     let mut i = from;
     while i < limit {
-        if i % 8 == 0 && map.get((i / 8) as usize) == Some(&0xFF) {
+        if i.is_multiple_of(8) && map.get((i / 8) as usize) == Some(&0xFF) {
             i += 8;
             continue;
         }
