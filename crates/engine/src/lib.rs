@@ -1,7 +1,10 @@
-//! The ext4kit engine: opens an ext2/ext3/ext4 image on a [`BlockDevice`] and
+//! The ext4kit engine: opens an ext2/ext3/ext4 image on a [`BlockDevice`],
 //! reads it — paths, directories (linear, htree, inline), files through
 //! extent trees of any depth or ext2/3 block maps, symbolic links, device
-//! nodes, extended attributes.
+//! nodes, extended attributes — and changes it: every operation of
+//! [`Filesystem`] that writes (`create`, `write`, `truncate`, `setattr`,
+//! `link`, `unlink`, `rmdir`, `rename`, `set_xattr`, `remove_xattr`) is one
+//! transaction that commits whole or leaves the image untouched.
 //!
 //! Layering: this crate calls [`ext4kit_format`] for every on-disk structure
 //! and a [`BlockDevice`] for every byte; it never touches the host file

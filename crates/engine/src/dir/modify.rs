@@ -4,7 +4,7 @@
 //! directories take the entry in the leaf their htree names. Removing merges
 //! the record into its predecessor, as the kernel's `ext4_generic_delete_entry`.
 
-use ext4kit_format::dir_entry::{self, DirEntryIter, encode_entry, rec_len_for, rec_len_from_disk};
+use ext4kit_format::dir_entry::{self, DirEntryIter, encode_entry, rec_len_for};
 use ext4kit_format::extent::Extent;
 use ext4kit_format::inode::flags;
 
@@ -110,8 +110,6 @@ impl Txn<'_> {
         };
         let buf = self.block_mut(block, dir.ino)?;
         if actual > 0 {
-            let old = buf[off + 4..off + 6].try_into().map(u16::from_le_bytes).unwrap_or(0);
-            debug_assert_eq!(rec_len_from_disk(old, bs), rec_len);
             buf[off + 4..off + 6].copy_from_slice(&dir_entry::rec_len_to_disk(actual, bs).to_le_bytes());
         }
         encode_entry(buf, off + actual, ino, rec_len - actual, ft, name, bs);
