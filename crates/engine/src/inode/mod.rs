@@ -114,6 +114,18 @@ impl Inode {
         self.raw.has_flag(flags::INLINE_DATA)
     }
 
+    /// Errors unless this is a regular file ([`Error::IsDir`] for a directory).
+    pub(crate) fn require_regular(&self) -> Result<()> {
+        match self.file_type()? {
+            FileType::Regular => Ok(()),
+            FileType::Directory => Err(Error::IsDir(format!("inode {}", self.ino))),
+            _ => Err(Error::InvalidArgument(format!(
+                "inode {} is not a regular file",
+                self.ino
+            ))),
+        }
+    }
+
     /// True when the body is an extent tree.
     pub fn uses_extents(&self) -> bool {
         self.raw.has_flag(flags::EXTENTS)

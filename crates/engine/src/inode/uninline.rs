@@ -48,23 +48,8 @@ impl Txn<'_> {
         }
         match dir_block {
             Some(bytes) => {
-                let goal = self
-                    .fs
-                    .geo
-                    .group_first_block((inode.ino - 1) / self.fs.geo.inodes_per_group);
-                let (block, _) = self.alloc_blocks(goal, 1)?;
+                let block = self.first_dir_block(inode)?;
                 *self.new_block(block) = bytes;
-                self.map_run(
-                    inode,
-                    Extent {
-                        logical: 0,
-                        len: 1,
-                        physical: block,
-                        unwritten: false,
-                    },
-                )?;
-                charge_blocks(&mut inode.raw, 1, self.fs.geo.block_size);
-                inode.raw.set_size(u64::from(self.fs.geo.block_size));
             }
             None => {
                 let size = inode.size();
@@ -76,6 +61,26 @@ impl Txn<'_> {
             return Err(Error::inconsistent(at, "inline flag survived conversion"));
         }
         Ok(())
+    }
+
+    /// Allocates, maps and accounts block 0 of the empty body of directory
+    /// `dir` (near its inode's group); the caller fills the block.
+    pub(crate) fn first_dir_block(&mut self, dir: &mut Inode) -> Result<u64> {
+        let geo = &self.fs.geo;
+        let goal = geo.group_first_block((dir.ino - 1) / geo.inodes_per_group);
+        let (block, _) = self.alloc_blocks(goal, 1)?;
+        self.map_run(
+            dir,
+            Extent {
+                logical: 0,
+                len: 1,
+                physical: block,
+                unwritten: false,
+            },
+        )?;
+        charge_blocks(&mut dir.raw, 1, self.fs.geo.block_size);
+        dir.raw.set_size(u64::from(self.fs.geo.block_size));
+        Ok(block)
     }
 
     /// A directory block holding ".", ".." and the inline entries.

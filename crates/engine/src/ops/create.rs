@@ -2,14 +2,12 @@
 //! nodes, FIFOs and sockets (`ext4_create`, `ext4_mkdir`, `ext4_symlink`,
 //! `ext4_mknod`).
 
-use ext4kit_format::extent::Extent;
 use ext4kit_format::inode::{FileType, flags};
 
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
-use crate::inode::extent_write::charge_blocks;
 use crate::inode::write::{NewInode, set_times};
 use crate::txn::Txn;
 
@@ -123,20 +121,8 @@ impl Filesystem {
     fn fill_body(&self, txn: &mut Txn<'_>, inode: &mut Inode, kind: &NodeKind, parent: u32) -> Result<()> {
         match kind {
             NodeKind::Directory => {
-                let goal = self.geo.group_first_block((inode.ino - 1) / self.geo.inodes_per_group);
-                let (block, _) = txn.alloc_blocks(goal, 1)?;
+                let block = txn.first_dir_block(inode)?;
                 txn.init_dir_block(inode, block, parent)?;
-                txn.map_run(
-                    inode,
-                    Extent {
-                        logical: 0,
-                        len: 1,
-                        physical: block,
-                        unwritten: false,
-                    },
-                )?;
-                charge_blocks(&mut inode.raw, 1, self.geo.block_size);
-                inode.raw.set_size(u64::from(self.geo.block_size));
                 inode.raw.i_links_count.set(2);
             }
             NodeKind::Symlink(target) => self.fill_symlink(txn, inode, target)?,

@@ -5,7 +5,6 @@
 //! rest of the last partial block so a later extension reads zeros.
 
 use ext4kit_format::extent::Extent;
-use ext4kit_format::inode::FileType;
 
 use crate::clock;
 use crate::error::{Error, Result};
@@ -25,11 +24,7 @@ impl Filesystem {
     pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
         let mut txn = Txn::begin(self)?;
         let mut inode = txn.inode(ino)?;
-        match inode.file_type()? {
-            FileType::Regular => {}
-            FileType::Directory => return Err(Error::IsDir(format!("inode {ino}"))),
-            _ => return Err(Error::InvalidArgument(format!("inode {ino} is not a regular file"))),
-        }
+        inode.require_regular()?;
         if size.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
             return Err(Error::FileTooBig);
         }

@@ -5,7 +5,6 @@
 //! that points at it (see [`crate::txn::Txn::commit`]).
 
 use ext4kit_format::extent::{EXT_INIT_MAX_LEN, Extent};
-use ext4kit_format::inode::FileType;
 
 use crate::clock;
 use crate::error::{Error, Result};
@@ -27,11 +26,7 @@ impl Filesystem {
     pub fn write(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
         let mut txn = Txn::begin(self)?;
         let mut inode = txn.inode(ino)?;
-        match inode.file_type()? {
-            FileType::Regular => {}
-            FileType::Directory => return Err(Error::IsDir(format!("inode {ino}"))),
-            _ => return Err(Error::InvalidArgument(format!("inode {ino} is not a regular file"))),
-        }
+        inode.require_regular()?;
         let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
         if end.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
             return Err(Error::FileTooBig);
