@@ -51,6 +51,8 @@ enum Command {
     Stat(cmd::stat::Args),
     /// Copy a tree out of the image, preserving metadata.
     Export(cmd::export::Args),
+    /// Create a new, empty file system (like mke2fs).
+    Mkfs(cmd::mkfs::Args),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::Cat(a) => cmd::cat::run(a),
         Command::Stat(a) => cmd::stat::run(a),
         Command::Export(a) => cmd::export::run(a),
+        Command::Mkfs(a) => cmd::mkfs::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

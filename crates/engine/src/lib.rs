@@ -27,6 +27,7 @@ pub mod error;
 mod fs;
 pub mod inode;
 pub mod journal;
+pub mod mkfs;
 mod mount;
 mod path;
 
