@@ -231,11 +231,15 @@ fn dir_block(b: &Build, ino: u32, entries: &[(&[u8], u32)], ft: u8) -> Vec<u8> {
         off += len;
     }
     if csum {
-        let seed = ext4kit_format::checksum::crc32c_raw(b.csum_seed, &ino.to_le_bytes());
-        let seed = ext4kit_format::checksum::crc32c_raw(seed, &0u32.to_le_bytes());
-        set_block_checksum(&mut buf, seed);
+        set_block_checksum(&mut buf, inode_seed(b, ino));
     }
     buf
+}
+
+/// The checksum seed of inode `ino` (generation 0).
+fn inode_seed(b: &Build, ino: u32) -> u32 {
+    let seed = ext4kit_format::checksum::crc32c_raw(b.csum_seed, &ino.to_le_bytes());
+    ext4kit_format::checksum::crc32c_raw(seed, &0u32.to_le_bytes())
 }
 
 /// Allocates `n` data blocks from `goal` and maps them with extents (an
@@ -309,6 +313,11 @@ fn alloc_extents(b: &mut Build, goal: u64, n: u64) -> Result<FileMap> {
                 },
                 &mut buf,
             );
+            if b.plan.features.metadata_csum() {
+                let seed = inode_seed(b, JOURNAL_INO);
+                ext4kit_format::extent::set_block_checksum(&mut buf, seed)
+                    .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+            }
             let idx = ExtentIdx { logical: 0, child: blk };
             let root = ExtentNode {
                 header: header(root_max),

@@ -132,10 +132,11 @@ impl Plan {
             reserved_blocks,
             journal_blocks: 0,
         };
-        plan.fit(want_inodes as u32)?;
-        if plan.blocks_count != blocks {
+        if let Some(shrunk) = plan.fit(want_inodes as u32)? {
+            // As ext2fs_initialize: rescaled to the count after the last
+            // shrink, even when a later retry restored the count.
             let ratio = 100.0 * reserved_blocks as f64 / blocks as f64;
-            plan.reserved_blocks = (ratio * plan.blocks_count as f64 / 100.0) as u64;
+            plan.reserved_blocks = (ratio * shrunk as f64 / 100.0) as u64;
         }
         plan.journal_blocks = plan.journal_size();
         if plan.journal_blocks == 0 {
@@ -145,8 +146,11 @@ impl Plan {
     }
 
     /// The `ext2fs_initialize` loop: groups, inodes per group, reserved GDT
-    /// blocks; drops a last group too small for its own metadata.
-    fn fit(&mut self, want_inodes: u32) -> Result<()> {
+    /// blocks; drops a last group too small for its own metadata. Returns
+    /// the block count after the last such drop, if any.
+    fn fit(&mut self, want_inodes: u32) -> Result<Option<u64>> {
+        let requested_blocks = self.blocks_count;
+        let mut shrunk = None;
         loop {
             self.group_count = group_count(self.blocks_count, self.first_data_block, self.blocks_per_group)?;
             self.desc_blocks = self.group_count.div_ceil(self.descs_per_block());
@@ -156,6 +160,7 @@ impl Plan {
                     return Err(invalid("too many inodes for the block size".into()));
                 }
                 self.blocks_per_group -= 8;
+                self.blocks_count = requested_blocks;
                 continue;
             }
             self.set_inodes_per_group(ipg);
@@ -173,9 +178,10 @@ impl Plan {
             }
             if rem != 0 && rem < last_overhead + 50 {
                 self.blocks_count -= rem;
+                shrunk = Some(self.blocks_count);
                 continue;
             }
-            return Ok(());
+            return Ok(shrunk);
         }
     }
 
@@ -358,6 +364,16 @@ fn check_feature_combinations(f: &mut Features) -> Result<()> {
     if f.incompat.contains(IncompatFeatures::CSUM_SEED) && !f.metadata_csum() {
         return Err(invalid("metadata_csum_seed needs metadata_csum".into()));
     }
+    if f.compat.contains(CompatFeatures::RESIZE_INODE) && !f.ro_compat.contains(RoCompatFeatures::SPARSE_SUPER) {
+        return Err(invalid(
+            "reserved online resize blocks need sparse_super (add ^resize_inode)".into(),
+        ));
+    }
+    if f.incompat.contains(IncompatFeatures::BIT64) && !f.incompat.contains(IncompatFeatures::EXTENTS) {
+        return Err(invalid(
+            "extents must be enabled for a 64-bit file system (add -O extent or ^64bit)".into(),
+        ));
+    }
     if f.metadata_csum() {
         // metadata_csum supersedes uninit_bg.
         f.ro_compat.0 &= !RoCompatFeatures::GDT_CSUM.0;
@@ -439,6 +455,20 @@ mod tests {
             ..Default::default()
         };
         assert!(Plan::new(&o, 64 << 20).is_err());
+    }
+
+    #[test]
+    fn many_inodes_shrink_the_groups_like_mke2fs() {
+        // mke2fs -t ext4 -N 100000 on 64 MiB: 13 groups of 5296 blocks.
+        let p = plan(64 << 20, |o| o.inode_count = Some(100_000));
+        assert_eq!(
+            (p.blocks_per_group, p.group_count, p.inodes_per_group),
+            (5296, 13, 7696)
+        );
+        assert_eq!(
+            (p.blocks_count, p.inode_blocks_per_group, p.reserved_blocks),
+            (65536, 1924, 3181)
+        );
     }
 
     #[test]
