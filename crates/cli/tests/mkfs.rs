@@ -1,7 +1,7 @@
 //! `ext4kit mkfs` against the oracles. Every image of the matrix (sizes from
 //! 1 MiB to 16 TiB, block sizes 1–64 KiB, ext2/3/4, 64bit on and off, flex
 //! groups of 1–256, inode sizes 128–512, meta_bg, uninit_bg, metadata_csum_seed,
-//! block-mapped journals) must pass `e2fsck -fn`, open in the engine with the
+//! orphan_file, block-mapped journals) must pass `e2fsck -fn`, open in the engine with the
 //! root directory listing `.`, `..`, `lost+found`, and, where the kernel can
 //! mount it (not 64 KiB blocks), take a file and a directory through a
 //! read-write loop mount and pass `e2fsck -fn` again. A subset is compared
@@ -136,6 +136,8 @@ fn features_and_flex_groups() {
         ("64M", &["-O", "meta_bg,^resize_inode"][..]),
         ("64M", &["-O", "^metadata_csum,uninit_bg"][..]),
         ("64M", &["-O", "metadata_csum_seed"][..]),
+        ("64M", &["-O", "orphan_file"][..]),
+        ("256M", &["-t", "ext3", "-O", "orphan_file"][..]),
         ("64M", &["-t", "ext2", "-E", "stride=16,stripe_width=64"][..]),
     ] {
         check(dir.path(), size, args, true);
@@ -172,6 +174,8 @@ fn matches_mke2fs() {
             &["-t", "ext4", "-b", "2048", "-I", "128", "-O", "metadata_csum_seed"][..],
         ),
         ("64M", &["-t", "ext4", "-N", "100000"][..]),
+        ("64M", &["-t", "ext4", "-O", "orphan_file,metadata_csum_seed"][..]),
+        ("64M", &["-t", "ext3", "-O", "orphan_file"][..]),
         ("1G", &["-t", "ext4"][..]),
         ("1G", &["-t", "ext4", "-b", "65536"][..]),
         ("64G", &["-t", "ext4"][..]),
@@ -266,4 +270,5 @@ fn refusals_are_clear() {
     assert!(e.contains("bigalloc") && e.contains("inline_data"), "{e}");
     assert!(err(&["-F"], "16K").contains("too small"));
     assert!(err(&["-F", "-O", "meta_bg"], "8M").contains("resize_inode"));
+    assert!(err(&["-F", "-t", "ext2", "-O", "orphan_file"], "8M").contains("journal"));
 }

@@ -23,6 +23,9 @@ const ROOT_INO: u32 = 2;
 const RESIZE_INO: u32 = 7;
 const JOURNAL_INO: u32 = 8;
 const LPF_INO: u32 = 11;
+const ORPHAN_INO: u32 = 12;
+/// `ob_magic` of an orphan-file block tail.
+const ORPHAN_MAGIC: u32 = 0x0B10_CA04;
 const MAX_EXTENT_LEN: u64 = 32768;
 
 /// One allocated file: its `i_block`, data runs, mapping blocks, size.
@@ -46,8 +49,14 @@ impl Default for FileMap {
 }
 
 impl FileMap {
+    /// Data and mapping blocks (what `i_blocks` counts).
     fn blocks(&self) -> u64 {
-        self.runs.iter().map(|r| r.1).sum::<u64>() + self.meta.len() as u64
+        self.data_blocks() + self.meta.len() as u64
+    }
+
+    /// Data blocks only.
+    fn data_blocks(&self) -> u64 {
+        self.runs.iter().map(|r| r.1).sum::<u64>()
     }
 }
 
@@ -57,6 +66,7 @@ pub(crate) struct Files {
     lpf: FileMap,
     resize: Option<FileMap>,
     pub journal: Option<FileMap>,
+    orphan: Option<FileMap>,
 }
 
 impl Files {
@@ -78,11 +88,17 @@ impl Files {
         } else {
             None
         };
+        let orphan = if b.plan.features.compat.contains(CompatFeatures::ORPHAN_FILE) {
+            Some(alloc_file(b, first, orphan_blocks(b.plan.blocks_count), extents)?)
+        } else {
+            None
+        };
         Ok(Self {
             root,
             lpf,
             resize,
             journal,
+            orphan,
         })
     }
 
@@ -115,6 +131,7 @@ impl Files {
             Some(&self.lpf),
             self.resize.as_ref(),
             self.journal.as_ref(),
+            self.orphan.as_ref(),
         ]
         .into_iter()
         .flatten()
@@ -131,9 +148,15 @@ impl Files {
                 }
             }
         }
+        if let Some(o) = &self.orphan {
+            for blk in data_blocks(o) {
+                w.write_block(b, blk, &orphan_block(b, blk))?;
+            }
+        }
         let isz = usize::from(b.plan.inode_size);
-        let mut table = vec![0u8; LPF_INO as usize * isz];
-        for ino in 1..=LPF_INO {
+        let last = b.plan.used_inodes();
+        let mut table = vec![0u8; last as usize * isz];
+        for ino in 1..=last {
             let rec = self.inode_record(b, ino);
             table[(ino as usize - 1) * isz..ino as usize * isz].copy_from_slice(&rec);
         }
@@ -171,6 +194,10 @@ impl Files {
                 let size = f.runs.iter().map(|r| r.1).sum::<u64>() * bs;
                 (f, mode::S_IFREG | 0o600, 1, size, extents, (0, 0))
             }),
+            ORPHAN_INO => self
+                .orphan
+                .as_ref()
+                .map(|f| (f, mode::S_IFREG | 0o600, 1, f.data_blocks() * bs, extents, (0, 0))),
             _ => None,
         };
         let mut raw = RawInode::parse(&[0u8; 160], 160).expect("a zero inode parses");
@@ -500,5 +527,31 @@ fn journal_superblock(b: &Build) -> Vec<u8> {
     put(0x18, 1);
     put(0x40, 1);
     buf[0x30..0x40].copy_from_slice(&b.uuid);
+    buf
+}
+
+/// `ext2fs_default_orphan_file_blocks`: 32 blocks below 128 Ki blocks, one
+/// per 4096 blocks below 2 Mi blocks, else 512.
+fn orphan_blocks(blocks: u64) -> u64 {
+    match blocks {
+        _ if blocks < 128 * 1024 => 32,
+        _ if blocks < 2 * 1024 * 1024 => blocks / 4096,
+        _ => 512,
+    }
+}
+
+/// An empty orphan-file block: zero slots and the tail (`ob_magic`, and
+/// under metadata_csum `ob_checksum` over the logical block number and the
+/// slots, seeded by the inode; the kernel's `ext4_orphan_file_block_csum`
+/// takes the physical block number).
+fn orphan_block(b: &Build, blk: u64) -> Vec<u8> {
+    let bs = b.plan.block_size as usize;
+    let mut buf = vec![0u8; bs];
+    buf[bs - 8..bs - 4].copy_from_slice(&ORPHAN_MAGIC.to_le_bytes());
+    if b.plan.features.metadata_csum() {
+        let c = ext4kit_format::checksum::crc32c_raw(inode_seed(b, ORPHAN_INO), &blk.to_le_bytes());
+        let c = ext4kit_format::checksum::crc32c_raw(c, &buf[..bs - 8]);
+        buf[bs - 4..].copy_from_slice(&c.to_le_bytes());
+    }
     buf
 }

@@ -253,7 +253,8 @@ const SUPPORTED: Features = Features {
         CompatFeatures::HAS_JOURNAL.0
             | CompatFeatures::EXT_ATTR.0
             | CompatFeatures::RESIZE_INODE.0
-            | CompatFeatures::DIR_INDEX.0,
+            | CompatFeatures::DIR_INDEX.0
+            | CompatFeatures::ORPHAN_FILE.0,
     ),
     incompat: IncompatFeatures(
         IncompatFeatures::FILETYPE.0

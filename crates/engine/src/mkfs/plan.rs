@@ -142,6 +142,11 @@ impl Plan {
         if plan.journal_blocks == 0 {
             plan.features.compat.0 &= !CompatFeatures::HAS_JOURNAL.0;
         }
+        if plan.journal_blocks == 0 && plan.features.compat.contains(CompatFeatures::ORPHAN_FILE) {
+            return Err(invalid(
+                "orphan_file needs a journal (has_journal, and room for one)".into(),
+            ));
+        }
         Ok(plan)
     }
 
@@ -306,6 +311,15 @@ impl Plan {
     /// True with `uninit_bg` or `metadata_csum`: groups carry flags and checksums.
     pub fn has_group_csum(&self) -> bool {
         self.features.has_group_csum()
+    }
+
+    /// Inodes in use on the new file system: 1–11, and 12 for the orphan file.
+    pub fn used_inodes(&self) -> u32 {
+        if self.features.compat.contains(CompatFeatures::ORPHAN_FILE) {
+            FIRST_INO + 1
+        } else {
+            FIRST_INO
+        }
     }
 
     /// Pointers per block (`EXT2_ADDR_PER_BLOCK`).

@@ -100,7 +100,7 @@ pub(crate) fn zero_tables(b: &Build, w: &mut Writer<'_>) -> Result<()> {
 fn inode_usage(b: &Build, g: u32) -> (u32, u32) {
     let ipg = b.plan.inodes_per_group;
     let first = g * ipg + 1;
-    let used = FIRST_INO.saturating_sub(first - 1).min(ipg);
+    let used = b.plan.used_inodes().saturating_sub(first - 1).min(ipg);
     let dirs = [2u32, FIRST_INO].iter().filter(|&&i| (i - 1) / ipg == g).count() as u32;
     (used, dirs)
 }
@@ -263,7 +263,7 @@ fn superblock(b: &Build, files: &Files, free_blocks: u64) -> RawSuperblock {
     sb.s_r_blocks_count_hi.set((p.reserved_blocks >> 32) as u32);
     sb.s_free_blocks_count_lo.set(free_blocks as u32);
     sb.s_free_blocks_count_hi.set((free_blocks >> 32) as u32);
-    sb.s_free_inodes_count.set(inodes - FIRST_INO);
+    sb.s_free_inodes_count.set(inodes - p.used_inodes());
     sb.s_first_data_block.set(p.first_data_block);
     let log = p.block_size.trailing_zeros() - 10;
     sb.s_log_block_size.set(log);
@@ -331,5 +331,8 @@ fn superblock(b: &Build, files: &Files, free_blocks: u64) -> RawSuperblock {
         overhead += u64::from(p.journal_blocks);
     }
     sb.s_overhead_clusters.set(overhead as u32);
+    if p.features.compat.contains(CompatFeatures::ORPHAN_FILE) {
+        sb.s_orphan_file_inum.set(FIRST_INO + 1);
+    }
     sb
 }
