@@ -155,6 +155,30 @@ fn sixteen_tib_sparse() {
         return;
     };
     check(dir.path(), "16T", &[], true);
+    // Same layout as mke2fs, journal extent leaf included.
+    let (ours, theirs) = (dir.path().join("ours.img"), dir.path().join("theirs.img"));
+    make(&ours, "16T", &[]);
+    run_mke2fs(&theirs, 16 << 40, &["-t", "ext4"]);
+    assert_eq!(dumpe2fs(&ours), dumpe2fs(&theirs), "dumpe2fs of 16 TiB");
+}
+
+/// mke2fs on a fresh sparse file with the fixed UUID, hash seed and time.
+fn run_mke2fs(img: &Path, bytes: u64, args: &[&str]) {
+    std::fs::File::create(img).unwrap().set_len(bytes).unwrap();
+    let e = format!("hash_seed={SEED}");
+    let out = Command::new(tools::require_tool("mke2fs").unwrap())
+        .env("E2FSPROGS_FAKE_TIME", EPOCH)
+        .args(["-q", "-F"])
+        .args(args)
+        .args(["-U", UUID, "-E", &e])
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mke2fs {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Same options, UUID, hash seed and time as mke2fs: identical images but
@@ -185,22 +209,7 @@ fn matches_mke2fs() {
         std::fs::remove_file(&ours).ok();
         make(&ours, size, args);
         let bytes = ext4kit_engine::mkfs::parse_size(size).unwrap();
-        std::fs::File::create(&theirs).unwrap().set_len(bytes).unwrap();
-        let mut mke2fs_args: Vec<&str> = vec!["-q", "-F"];
-        mke2fs_args.extend_from_slice(args);
-        let e = format!("hash_seed={SEED}");
-        mke2fs_args.extend_from_slice(&["-U", UUID, "-E", &e]);
-        let out = Command::new(tools::require_tool("mke2fs").unwrap())
-            .env("E2FSPROGS_FAKE_TIME", EPOCH)
-            .args(&mke2fs_args)
-            .arg(&theirs)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mke2fs {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_mke2fs(&theirs, bytes, args);
         assert_eq!(dumpe2fs(&ours), dumpe2fs(&theirs), "dumpe2fs of {args:?} {size}");
         if bytes <= 64 << 20 {
             compare_bytes(&ours, &theirs, &format!("{args:?} {size}"));

@@ -270,7 +270,7 @@ fn inode_seed(b: &Build, ino: u32) -> u32 {
 }
 
 /// Allocates `n` data blocks from `goal` and maps them with extents (an
-/// extent leaf block first when more than four extents are needed, as
+/// extent leaf block when more than four extents are needed, where
 /// `ext2fs_fallocate` places it) or with indirect blocks interleaved.
 fn alloc_file(b: &mut Build, goal: u64, n: u64, extents: bool) -> Result<FileMap> {
     if extents {
@@ -285,9 +285,18 @@ fn alloc_extents(b: &mut Build, goal: u64, n: u64) -> Result<FileMap> {
     let mut f = FileMap::default();
     let mut runs = free_runs(b, goal, n, true);
     let leaf = if runs.len() > 4 {
-        let blk = b.map.new_block(goal)?;
+        // As ext2fs_fallocate: the fifth extent splits the in-inode root;
+        // the leaf goes at the first free block from the one before the
+        // data, and the rest of the data follows it.
+        runs.truncate(5);
+        for &(s, len) in &runs {
+            b.map.mark(s, len);
+        }
+        let blk = b.map.new_block(runs[0].0.saturating_sub(1))?;
         b.map.mark(blk, 1);
-        runs = free_runs(b, goal, n, true);
+        let (s, len) = runs[4];
+        let done: u64 = runs.iter().map(|r| r.1).sum();
+        runs.extend(free_runs(b, s + len, n - done, true));
         Some(blk)
     } else {
         None
@@ -331,6 +340,7 @@ fn alloc_extents(b: &mut Build, goal: u64, n: u64) -> Result<FileMap> {
             if exts.len() > usize::from(cap) {
                 return Err(Error::Unsupported(format!("a file of {} extents", exts.len())));
             }
+            let exts4 = exts[..4].to_vec();
             let mut buf = vec![0u8; bs];
             encode_node(
                 &ExtentNode {
@@ -351,7 +361,15 @@ fn alloc_extents(b: &mut Build, goal: u64, n: u64) -> Result<FileMap> {
                 depth: 1,
                 entries: NodeEntries::Index(vec![idx]),
             };
-            encode_node(&root, &mut f.i_block);
+            // libext2fs splits a full root: slots 1–3 keep the first four
+            // extents' bytes behind the new index entry.
+            let first4 = ExtentNode {
+                header: header(root_max),
+                depth: 0,
+                entries: NodeEntries::Leaf(exts4),
+            };
+            encode_node(&first4, &mut f.i_block);
+            encode_node(&root, &mut f.i_block[..24]);
             f.meta.push((blk, buf));
         }
     }
