@@ -69,6 +69,8 @@ enum Command {
     Chmod(cmd::edit::ChmodArgs),
     /// Change owner and group.
     Chown(cmd::edit::ChownArgs),
+    /// Create a new, empty file system (like mke2fs).
+    Mkfs(cmd::mkfs::Args),
 }
 
 fn main() -> ExitCode {
@@ -88,6 +90,7 @@ fn main() -> ExitCode {
         Command::Write(a) => cmd::edit::write(a),
         Command::Chmod(a) => cmd::edit::chmod(a),
         Command::Chown(a) => cmd::edit::chown(a),
+        Command::Mkfs(a) => cmd::mkfs::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -32,6 +32,7 @@ pub mod error;
 mod fs;
 pub mod inode;
 pub mod journal;
+pub mod mkfs;
 mod mount;
 mod ops;
 mod path;

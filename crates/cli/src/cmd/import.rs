@@ -32,21 +32,40 @@ pub struct Args {
 /// Copies the tree in.
 pub fn run(a: Args) -> Result<()> {
     let fs = open_rw(&a.image)?;
-    let dest = fs.resolve_opts(a.dest.as_bytes(), true)?;
+    import(&fs, &a.src, &a.dest, false)
+}
+
+/// Copies `src` into directory `dest` of `fs`; with `own_root`, the
+/// directory also takes `src`'s owner, mode, times and xattrs (`mkfs -d`).
+pub fn import(fs: &Filesystem, src: &Path, dest_path: &str, own_root: bool) -> Result<()> {
+    let dest = fs.resolve_opts(dest_path.as_bytes(), true)?;
     if !dest.is_dir() {
-        bail!("{}: not a directory in the image", a.dest);
+        bail!("{dest_path}: not a directory in the image");
     }
     let mut im = Importer {
-        fs: &fs,
+        fs,
         links: HashMap::new(),
         buf: vec![0u8; 1 << 20],
     };
-    let meta = fs::symlink_metadata(&a.src).with_context(|| a.src.display().to_string())?;
+    let meta = fs::symlink_metadata(src).with_context(|| src.display().to_string())?;
     if meta.is_dir() {
-        im.dir_contents(&a.src, dest.ino)?;
+        im.dir_contents(src, dest.ino)?;
+        if own_root {
+            let perm = (meta.mode() & 0o7777) as u16;
+            fs.setattr(
+                dest.ino,
+                &SetAttr {
+                    perm: Some(perm),
+                    uid: Some(meta.uid()),
+                    gid: Some(meta.gid()),
+                    ..SetAttr::default()
+                },
+            )?;
+            im.finish(src, dest.ino, &meta)?;
+        }
     } else {
-        let name = a.src.file_name().context("source has no file name")?;
-        im.entry(&a.src, dest.ino, name.as_bytes())?;
+        let name = src.file_name().context("source has no file name")?;
+        im.entry(src, dest.ino, name.as_bytes())?;
     }
     fs.sync()?;
     Ok(())

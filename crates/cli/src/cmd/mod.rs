@@ -6,5 +6,6 @@ pub mod export;
 pub mod import;
 pub mod info;
 pub mod ls;
+pub mod mkfs;
 pub mod stat;
 mod util;

@@ -1,0 +1,175 @@
+//! `ext4kit mkfs IMAGE [SIZE]`: a new, empty file system, with mke2fs's flags.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use ext4kit_engine::device::FileDevice;
+use ext4kit_engine::mkfs::{MkfsOptions, mkfs, parse_size, parse_uuid};
+use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
+
+/// Arguments of `mkfs`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The image file (created sparse when absent) or block device.
+    image: PathBuf,
+    /// File-system size (e.g. 64M, 1G, 16T); default: the whole image.
+    size: Option<String>,
+    /// File-system type: ext2, ext3 or ext4.
+    #[arg(short = 't', default_value = "ext4")]
+    fs_type: String,
+    /// Block size in bytes.
+    #[arg(short = 'b')]
+    block_size: Option<u32>,
+    /// Inode size in bytes.
+    #[arg(short = 'I')]
+    inode_size: Option<u16>,
+    /// Bytes per inode.
+    #[arg(short = 'i')]
+    bytes_per_inode: Option<u64>,
+    /// Number of inodes.
+    #[arg(short = 'N')]
+    inodes: Option<u64>,
+    /// Percentage of blocks reserved for root.
+    #[arg(short = 'm')]
+    reserved_percent: Option<f64>,
+    /// Features: feat,^feat,…
+    #[arg(short = 'O')]
+    features: Vec<String>,
+    /// Groups per flex group.
+    #[arg(short = 'G')]
+    flex: Option<u32>,
+    /// Extended options: stride=, stripe_width=, lazy_itable_init=, root_owner=uid:gid, hash_seed=.
+    #[arg(short = 'E')]
+    extended: Vec<String>,
+    /// Volume label.
+    #[arg(short = 'L')]
+    label: Option<String>,
+    /// File-system UUID.
+    #[arg(short = 'U')]
+    uuid: Option<String>,
+    /// Overwrite an existing file system.
+    #[arg(short = 'F')]
+    force: bool,
+    /// Quiet: print nothing.
+    #[arg(short = 'q')]
+    quiet: bool,
+    /// Populate from a directory (copies the tree in, like `ext4kit import`).
+    #[arg(short = 'd')]
+    root_dir: Option<PathBuf>,
+}
+
+/// Builds the options, prepares the image and lays out the file system.
+pub fn run(a: Args) -> Result<()> {
+    let mut opts = options(&a)?;
+    let size = a.size.as_deref().map(parse_size).transpose()?;
+    let (dev, zeroed) = prepare(&a.image, size, a.force)?;
+    opts.size_bytes = size;
+    opts.device_zeroed = zeroed;
+    let r = mkfs(&dev, &opts).with_context(|| format!("{}", a.image.display()))?;
+    drop(dev);
+    if let Some(src) = &a.root_dir {
+        populate(&a.image, src)?;
+    }
+    if !a.quiet {
+        let p = &r.plan;
+        outln!(
+            "{}: {} blocks of {} bytes, {} inodes, {} groups, {} free blocks, journal {} blocks",
+            a.image.display(),
+            p.blocks_count,
+            p.block_size,
+            r.inodes_count,
+            p.group_count,
+            r.free_blocks,
+            r.journal_blocks
+        );
+    }
+    Ok(())
+}
+
+fn options(a: &Args) -> Result<MkfsOptions> {
+    let mut o = MkfsOptions {
+        fs_type: a.fs_type.parse()?,
+        ..MkfsOptions::default()
+    };
+    o.block_size = a.block_size;
+    o.inode_size = a.inode_size;
+    o.bytes_per_inode = a.bytes_per_inode;
+    o.inode_count = a.inodes;
+    if let Some(m) = a.reserved_percent {
+        o.reserved_percent = m;
+    }
+    for f in &a.features {
+        o.add_features(f);
+    }
+    for e in &a.extended {
+        o.add_extended(e)?;
+    }
+    o.groups_per_flex = a.flex;
+    o.label = a.label.clone().unwrap_or_default();
+    if o.label.len() > 16 {
+        bail!("volume label {:?} is longer than 16 bytes", o.label);
+    }
+    o.uuid = a.uuid.as_deref().map(parse_uuid).transpose()?;
+    Ok(o)
+}
+
+/// Opens (or creates) the image. A regular file is truncated to zero and
+/// extended sparse, so it reads as zeros, which mkfs is told.
+fn prepare(path: &Path, size: Option<u64>, force: bool) -> Result<(FileDevice, bool)> {
+    let exists = path.exists();
+    if exists
+        && !force
+        && let Some(kind) = existing_fs(path)
+    {
+        bail!(
+            "{} contains a {kind} file system; use -F to overwrite it",
+            path.display()
+        );
+    }
+    let meta = exists.then(|| std::fs::metadata(path)).transpose()?;
+    let regular = meta.as_ref().is_none_or(|m| m.is_file());
+    if regular {
+        let len = match (size, &meta) {
+            (Some(s), _) => s,
+            (None, Some(m)) if m.len() > 0 => m.len(),
+            _ => bail!("{}: give a SIZE to create the image", path.display()),
+        };
+        let f = OpenOptions::new().create(true).write(true).truncate(false).open(path)?;
+        let keep = meta.as_ref().map_or(0, |m| m.len()).max(len);
+        f.set_len(0)
+            .and_then(|()| f.set_len(keep))
+            .with_context(|| format!("cannot size {}", path.display()))?;
+    }
+    let dev = FileDevice::open(path, true)?;
+    Ok((dev, regular))
+}
+
+/// "ext2/ext3/ext4" when the image already holds one.
+fn existing_fs(path: &Path) -> Option<&'static str> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut buf = [0u8; 1024];
+    f.seek(SeekFrom::Start(1024)).ok()?;
+    f.read_exact(&mut buf).ok()?;
+    let sb = RawSuperblock::parse(&buf).ok()?;
+    if sb.s_magic.get() != EXT4_SUPER_MAGIC {
+        return None;
+    }
+    let f = sb.features();
+    Some(if f.incompat.0 & !0x16 != 0 || f.ro_compat.0 & !0x3 != 0 {
+        "ext4"
+    } else if f.compat.0 & 0x4 != 0 {
+        "ext3"
+    } else {
+        "ext2"
+    })
+}
+
+/// `-d`: opens the new file system and copies `src` in, root metadata included.
+fn populate(image: &Path, src: &Path) -> Result<()> {
+    use ext4kit_engine::{Filesystem, OpenOptions};
+    let dev = FileDevice::open(image, true)?;
+    let fs = Filesystem::open(Box::new(dev), OpenOptions::default()).with_context(|| format!("{}", image.display()))?;
+    super::import::import(&fs, src, "/", true).with_context(|| format!("populating from {}", src.display()))
+}

@@ -1,0 +1,317 @@
+//! `ext4kit mkfs` against the oracles. Every image of the matrix (sizes from
+//! 1 MiB to 16 TiB, block sizes 1–64 KiB, ext2/3/4, 64bit on and off, flex
+//! groups of 1–256, inode sizes 128–512, meta_bg, uninit_bg, metadata_csum_seed,
+//! orphan_file, block-mapped journals) must pass `e2fsck -fn`, open in the engine with the
+//! root directory listing `.`, `..`, `lost+found`, and, where the kernel can
+//! mount it (not 64 KiB blocks), take a file and a directory through a
+//! read-write loop mount and pass `e2fsck -fn` again. A subset is compared
+//! with `mke2fs` on the same options, UUID, hash seed and time: byte for byte
+//! (but for `s_kbytes_written` and the superblock checksum covering it) up to
+//! 64 MiB, and as whole `dumpe2fs` listings above.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ext4kit_engine::device::FileDevice;
+use ext4kit_engine::{Filesystem, OpenOptions};
+use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
+use ext4kit_testkit::tools::{self, assert_fsck_clean, require_tools, skip_unless};
+
+const UUID: &str = "11111111-2222-3333-4444-555555555555";
+const SEED: &str = "66666666-7777-8888-9999-aaaaaaaaaaaa";
+const EPOCH: &str = "1700000000";
+
+/// Runs `ext4kit mkfs` with a fixed UUID, hash seed and time.
+fn ext4kit_mkfs(img: &Path, size: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .env("SOURCE_DATE_EPOCH", EPOCH)
+        .arg("mkfs")
+        .arg("-q")
+        .args(args)
+        .args(["-U", UUID, "-E", &format!("hash_seed={SEED}")])
+        .arg(img)
+        .arg(size)
+        .output()
+        .expect("run ext4kit")
+}
+
+fn make(img: &Path, size: &str, args: &[&str]) {
+    let out = ext4kit_mkfs(img, size, args);
+    assert!(
+        out.status.success(),
+        "mkfs {args:?} {size}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The root directory as the engine reads it.
+fn root_names(img: &Path) -> Vec<String> {
+    let dev = FileDevice::open(img, false).expect("open image");
+    let fs = Filesystem::open(Box::new(dev), OpenOptions::default()).expect("engine opens the new image");
+    let root = fs.resolve(b"/").expect("root");
+    let mut names: Vec<String> = fs
+        .read_dir(&root)
+        .expect("read root")
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Loop-mounts read-write, writes a file and a directory, unmounts.
+fn kernel_round_trip(img: &Path) {
+    let mnt = LoopMount::rw(img, &[]).expect("kernel mounts the new image read-write");
+    std::fs::write(mnt.path().join("hello.txt"), b"hello from the kernel\n").expect("create a file");
+    std::fs::create_dir(mnt.path().join("dir")).expect("create a directory");
+    std::fs::write(mnt.path().join("dir/inner"), vec![7u8; 100_000]).expect("create a file in the directory");
+    mnt.unmount().expect("unmount");
+}
+
+/// One matrix entry: mkfs, fsck, engine open, kernel round trip, fsck.
+fn check(dir: &Path, size: &str, args: &[&str], mountable: bool) {
+    let name: String = format!("{size}{}", args.join(""))
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    let img = dir.join(format!("{name}.img"));
+    make(&img, size, args);
+    assert_fsck_clean(&img).unwrap_or_else(|e| panic!("{args:?} {size}: {e}"));
+    assert_eq!(root_names(&img), [".", "..", "lost+found"], "{args:?} {size}");
+    if mountable && can_loop_mount().is_ok() {
+        kernel_round_trip(&img);
+        assert_fsck_clean(&img).unwrap_or_else(|e| panic!("{args:?} {size} after the kernel wrote: {e}"));
+    }
+    std::fs::remove_file(&img).ok();
+}
+
+fn setup() -> Option<tempfile::TempDir> {
+    skip_unless(require_tools(&["e2fsck", "mke2fs", "dumpe2fs"]))?;
+    if let Err(why) = can_loop_mount() {
+        eprintln!("SKIPPED (kernel round trips only): {why}");
+    }
+    Some(tempfile::tempdir().expect("tempdir"))
+}
+
+#[test]
+fn sizes_and_types() {
+    let Some(dir) = setup() else { return };
+    for (size, args) in [
+        ("1M", &[][..]),
+        ("8M", &["-t", "ext2"][..]),
+        ("64M", &["-t", "ext3"][..]),
+        ("64M", &[][..]),
+        ("1G", &[][..]),
+        ("64G", &[][..]),
+        ("256M", &["-t", "ext4", "-O", "^extent,^64bit"][..]),
+    ] {
+        check(dir.path(), size, args, true);
+    }
+}
+
+#[test]
+fn block_and_inode_sizes() {
+    let Some(dir) = setup() else { return };
+    for (size, args, mountable) in [
+        ("64M", &["-b", "1024"][..], true),
+        ("64M", &["-b", "2048"][..], true),
+        ("64M", &["-b", "4096"][..], true),
+        ("1G", &["-b", "65536"][..], false),
+        ("64M", &["-I", "128"][..], true),
+        ("64M", &["-I", "512"][..], true),
+        ("64M", &["-N", "100000", "-m", "1"][..], true),
+    ] {
+        check(dir.path(), size, args, mountable);
+    }
+}
+
+#[test]
+fn features_and_flex_groups() {
+    let Some(dir) = setup() else { return };
+    for (size, args) in [
+        ("64M", &["-O", "^64bit"][..]),
+        ("1G", &["-G", "1"][..]),
+        ("1G", &["-G", "4"][..]),
+        ("1G", &["-G", "256"][..]),
+        ("64M", &["-O", "meta_bg,^resize_inode"][..]),
+        ("64M", &["-O", "^metadata_csum,uninit_bg"][..]),
+        ("64M", &["-O", "metadata_csum_seed"][..]),
+        ("64M", &["-O", "orphan_file"][..]),
+        ("256M", &["-t", "ext3", "-O", "orphan_file"][..]),
+        ("64M", &["-t", "ext2", "-E", "stride=16,stripe_width=64"][..]),
+    ] {
+        check(dir.path(), size, args, true);
+    }
+}
+
+/// 16 TiB needs a file system that allows 16 TiB files; tmpfs does.
+#[test]
+fn sixteen_tib_sparse() {
+    let Some(_dir) = setup() else { return };
+    let shm = PathBuf::from("/dev/shm");
+    let Some(dir) =
+        skip_unless(tempfile::tempdir_in(&shm).map_err(|e| format!("no /dev/shm for a 16 TiB sparse image: {e}")))
+    else {
+        return;
+    };
+    check(dir.path(), "16T", &[], true);
+    // Same layout as mke2fs, journal extent leaf included.
+    let (ours, theirs) = (dir.path().join("ours.img"), dir.path().join("theirs.img"));
+    make(&ours, "16T", &[]);
+    run_mke2fs(&theirs, 16 << 40, &["-t", "ext4"]);
+    assert_eq!(dumpe2fs(&ours), dumpe2fs(&theirs), "dumpe2fs of 16 TiB");
+}
+
+/// mke2fs on a fresh sparse file with the fixed UUID, hash seed and time.
+fn run_mke2fs(img: &Path, bytes: u64, args: &[&str]) {
+    std::fs::File::create(img).unwrap().set_len(bytes).unwrap();
+    let e = format!("hash_seed={SEED}");
+    let out = Command::new(tools::require_tool("mke2fs").unwrap())
+        .env("E2FSPROGS_FAKE_TIME", EPOCH)
+        .args(["-q", "-F"])
+        .args(args)
+        .args(["-U", UUID, "-E", &e])
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mke2fs {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Same options, UUID, hash seed and time as mke2fs: identical images but
+/// for `s_kbytes_written` and `s_checksum` in each superblock copy (the
+/// byte counts of the two tools differ).
+#[test]
+fn matches_mke2fs() {
+    let Some(dir) = setup() else { return };
+    for (size, args) in [
+        ("8M", &["-t", "ext2"][..]),
+        ("64M", &["-t", "ext3"][..]),
+        ("64M", &["-t", "ext4"][..]),
+        ("64M", &["-t", "ext4", "-O", "meta_bg,^resize_inode"][..]),
+        ("64M", &["-t", "ext4", "-O", "^metadata_csum,uninit_bg", "-G", "4"][..]),
+        (
+            "64M",
+            &["-t", "ext4", "-b", "2048", "-I", "128", "-O", "metadata_csum_seed"][..],
+        ),
+        ("64M", &["-t", "ext4", "-N", "100000"][..]),
+        ("64M", &["-t", "ext4", "-O", "orphan_file,metadata_csum_seed"][..]),
+        ("64M", &["-t", "ext3", "-O", "orphan_file"][..]),
+        ("1G", &["-t", "ext4"][..]),
+        ("1G", &["-t", "ext4", "-b", "65536"][..]),
+        ("64G", &["-t", "ext4"][..]),
+    ] {
+        let ours = dir.path().join("ours.img");
+        let theirs = dir.path().join("theirs.img");
+        std::fs::remove_file(&ours).ok();
+        make(&ours, size, args);
+        let bytes = ext4kit_engine::mkfs::parse_size(size).unwrap();
+        run_mke2fs(&theirs, bytes, args);
+        assert_eq!(dumpe2fs(&ours), dumpe2fs(&theirs), "dumpe2fs of {args:?} {size}");
+        if bytes <= 64 << 20 {
+            compare_bytes(&ours, &theirs, &format!("{args:?} {size}"));
+        }
+    }
+}
+
+/// `dumpe2fs` output without the lines that carry byte counts.
+fn dumpe2fs(img: &Path) -> String {
+    let out = tools::run_ok("dumpe2fs", &[img]).expect("dumpe2fs");
+    out.stdout
+        .lines()
+        .filter(|l| !l.starts_with("Lifetime writes:") && !l.starts_with("Checksum:"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn compare_bytes(a: &Path, b: &Path, what: &str) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert_eq!(x.len(), y.len(), "{what}: lengths");
+    let diffs: Vec<usize> = (0..x.len())
+        .filter(|&i| x[i] != y[i])
+        .filter(|&i| {
+            // s_kbytes_written (0x178) and s_checksum (0x3FC) of a superblock copy.
+            let off = i % 1024;
+            !((0x178..0x180).contains(&off) || off >= 0x3FC)
+        })
+        .collect();
+    assert!(
+        diffs.is_empty(),
+        "{what}: {} bytes differ, first at {:#x}",
+        diffs.len(),
+        diffs[0]
+    );
+}
+
+#[test]
+fn identical_inputs_give_identical_images() {
+    let Some(dir) = setup() else { return };
+    let sha = |p: &Path| tools::run_ok("sha256sum", &[p]).expect("sha256sum").stdout[..64].to_string();
+    let (a, b) = (dir.path().join("a.img"), dir.path().join("b.img"));
+    make(&a, "64M", &["-L", "repro"]);
+    make(&b, "64M", &["-L", "repro"]);
+    assert_eq!(sha(&a), sha(&b));
+    // Without -U the UUID is random.
+    let c = dir.path().join("c.img");
+    let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args(["mkfs", "-q"])
+        .arg(&c)
+        .arg("64M")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_ne!(sha(&a), sha(&c));
+}
+
+#[test]
+fn refusals_are_clear() {
+    let Some(dir) = setup() else { return };
+    let img = dir.path().join("x.img");
+    make(&img, "8M", &[]);
+    let err = |args: &[&str], size: &str| String::from_utf8_lossy(&ext4kit_mkfs(&img, size, args).stderr).into_owned();
+    assert!(err(&[], "8M").contains("contains a ext4 file system"), "no -F");
+    make(&img, "8M", &["-F", "-t", "ext2"]);
+    assert!(err(&["-F", "-d", "/nonexistent-source"], "8M").contains("nonexistent-source"));
+    let e = err(&["-F", "-O", "bigalloc,inline_data"], "8M");
+    assert!(e.contains("bigalloc") && e.contains("inline_data"), "{e}");
+    assert!(err(&["-F"], "16K").contains("too small"));
+    assert!(err(&["-F", "-O", "meta_bg"], "8M").contains("resize_inode"));
+    assert!(err(&["-F", "-t", "ext2", "-O", "orphan_file"], "8M").contains("journal"));
+}
+
+/// `mkfs -d`: the fixture tree through mkfs + import equals the source in
+/// the kernel's view (root directory metadata included), e2fsck-clean.
+#[test]
+fn populate_from_a_directory() {
+    use ext4kit_testkit::compare::{CompareOptions, compare_trees, format_differences};
+    use ext4kit_testkit::fixture::{TreeOptions, build_tree};
+    let Some(dir) = setup() else { return };
+    let src = dir.path().join("src");
+    build_tree(
+        &src,
+        &TreeOptions {
+            hole_only_len: 64 << 20,
+            ..TreeOptions::small()
+        },
+    )
+    .unwrap();
+    let img = dir.path().join("d.img");
+    let out = ext4kit_mkfs(&img, "256M", &["-d", src.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_fsck_clean(&img).unwrap();
+    if skip_unless(can_loop_mount()).is_none() {
+        return;
+    }
+    let mnt = LoopMount::ro(&img).unwrap();
+    let diffs = compare_trees(&src, mnt.path(), CompareOptions::default());
+    assert!(
+        diffs.is_empty(),
+        "{} differences:\n{}",
+        diffs.len(),
+        format_differences(&diffs)
+    );
+    mnt.unmount().unwrap();
+}

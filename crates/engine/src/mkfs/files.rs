@@ -1,0 +1,575 @@
+//! The files of a new file system: the root directory (inode 2),
+//! `lost+found` (inode 11), the resize inode (7) with its double-indirect
+//! block listing the reserved GDT blocks and each reserved block listing its
+//! backups, and the journal (inode 8) with an empty jbd2 v2 superblock.
+//! Blocks are allocated in mke2fs's order (root, lost+found, resize, journal)
+//! from mke2fs's goals, so placements match on the same geometry.
+//!
+//! See `Documentation/filesystems/ext4/special_inodes.rst`, `directory.rst`,
+//! `ifork.rst` and `journal.rst`.
+
+use ext4kit_format::dir_entry::{TAIL_SIZE, encode_entry, set_block_checksum};
+use ext4kit_format::extent::{
+    EXT4_EXT_MAGIC, Extent, ExtentIdx, ExtentNode, NodeEntries, RawExtentHeader, encode_node,
+};
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
+use ext4kit_format::inode::{I_BLOCK_SIZE, RawInode, flags, mode, set_inode_checksum};
+
+use super::Build;
+use super::write::Writer;
+use crate::error::{Error, Result};
+
+const ROOT_INO: u32 = 2;
+const RESIZE_INO: u32 = 7;
+const JOURNAL_INO: u32 = 8;
+const LPF_INO: u32 = 11;
+const ORPHAN_INO: u32 = 12;
+/// `ob_magic` of an orphan-file block tail.
+const ORPHAN_MAGIC: u32 = 0x0B10_CA04;
+const MAX_EXTENT_LEN: u64 = 32768;
+
+/// One allocated file: its `i_block`, data runs, mapping blocks, size.
+#[derive(Debug, Clone)]
+pub(crate) struct FileMap {
+    pub i_block: [u8; I_BLOCK_SIZE],
+    /// Data blocks in logical order, as (first, count) runs.
+    pub runs: Vec<(u64, u64)>,
+    /// Mapping blocks (extent leaves, indirect blocks) and their contents.
+    pub meta: Vec<(u64, Vec<u8>)>,
+}
+
+impl Default for FileMap {
+    fn default() -> Self {
+        Self {
+            i_block: [0; I_BLOCK_SIZE],
+            runs: Vec::new(),
+            meta: Vec::new(),
+        }
+    }
+}
+
+impl FileMap {
+    /// Data and mapping blocks (what `i_blocks` counts).
+    fn blocks(&self) -> u64 {
+        self.data_blocks() + self.meta.len() as u64
+    }
+
+    /// Data blocks only.
+    fn data_blocks(&self) -> u64 {
+        self.runs.iter().map(|r| r.1).sum::<u64>()
+    }
+}
+
+/// Everything allocated for the initial files.
+pub(crate) struct Files {
+    root: FileMap,
+    lpf: FileMap,
+    resize: Option<FileMap>,
+    pub journal: Option<FileMap>,
+    orphan: Option<FileMap>,
+}
+
+impl Files {
+    /// Allocates the blocks of every file in mke2fs's order.
+    pub fn allocate(b: &mut Build) -> Result<Self> {
+        let extents = b.plan.features.incompat.contains(IncompatFeatures::EXTENTS);
+        let first = u64::from(b.plan.first_data_block);
+        let root = alloc_file(b, first, 1, extents)?;
+        let lpf_blocks = (16384 / u64::from(b.plan.block_size)).clamp(2, 12);
+        let lpf = alloc_file(b, first, lpf_blocks, extents)?;
+        let resize = if b.plan.features.compat.contains(CompatFeatures::RESIZE_INODE) {
+            Some(resize_map(b)?)
+        } else {
+            None
+        };
+        let journal = if b.plan.journal_blocks > 0 {
+            let goal = if extents { journal_goal(b) } else { first };
+            Some(alloc_file(b, goal, u64::from(b.plan.journal_blocks), extents)?)
+        } else {
+            None
+        };
+        let orphan = if b.plan.features.compat.contains(CompatFeatures::ORPHAN_FILE) {
+            Some(alloc_file(b, first, orphan_blocks(b.plan.blocks_count), extents)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            root,
+            lpf,
+            resize,
+            journal,
+            orphan,
+        })
+    }
+
+    /// Writes the files' blocks and inodes 1–11 (reserved ones zeroed with
+    /// their checksum, as mke2fs's `write_reserved_inodes`).
+    pub fn write(&self, b: &Build, w: &mut Writer<'_>) -> Result<()> {
+        let bs = b.plan.block_size as usize;
+        let ft = if b.plan.features.incompat.contains(IncompatFeatures::FILETYPE) {
+            2
+        } else {
+            0
+        };
+        let root_blk = dir_block(
+            b,
+            ROOT_INO,
+            &[(b".", ROOT_INO), (b"..", ROOT_INO), (b"lost+found", LPF_INO)],
+            ft,
+        );
+        w.write_block(b, self.root.runs[0].0, &root_blk)?;
+        for (i, blk) in data_blocks(&self.lpf).enumerate() {
+            let entries: &[(&[u8], u32)] = if i == 0 {
+                &[(b".", LPF_INO), (b"..", ROOT_INO)]
+            } else {
+                &[]
+            };
+            w.write_block(b, blk, &dir_block(b, LPF_INO, entries, ft))?;
+        }
+        for f in [
+            Some(&self.root),
+            Some(&self.lpf),
+            self.resize.as_ref(),
+            self.journal.as_ref(),
+            self.orphan.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            for (blk, data) in &f.meta {
+                w.write_block(b, *blk, data)?;
+            }
+        }
+        if let Some(j) = &self.journal {
+            w.write_block(b, j.runs[0].0, &journal_superblock(b))?;
+            if !b.opts.device_zeroed {
+                for &(s, n) in &j.runs {
+                    w.zero_blocks(b, s, n, Some(j.runs[0].0))?;
+                }
+            }
+        }
+        if let Some(o) = &self.orphan {
+            for blk in data_blocks(o) {
+                w.write_block(b, blk, &orphan_block(b, blk))?;
+            }
+        }
+        let isz = usize::from(b.plan.inode_size);
+        let last = b.plan.used_inodes();
+        let mut table = vec![0u8; last as usize * isz];
+        for ino in 1..=last {
+            let rec = self.inode_record(b, ino);
+            table[(ino as usize - 1) * isz..ino as usize * isz].copy_from_slice(&rec);
+        }
+        let nblocks = table.len().div_ceil(bs);
+        table.resize(nblocks * bs, 0);
+        w.write_at_block(b.tables[0].inode_table, &table, bs)
+    }
+
+    fn inode_record(&self, b: &Build, ino: u32) -> Vec<u8> {
+        let extents = b.plan.features.incompat.contains(IncompatFeatures::EXTENTS);
+        let bs = u64::from(b.plan.block_size);
+        let (owner_uid, owner_gid) = b.opts.root_owner;
+        let file = match ino {
+            ROOT_INO => Some((
+                &self.root,
+                mode::S_IFDIR | 0o755,
+                3,
+                bs,
+                extents,
+                (owner_uid, owner_gid),
+            )),
+            LPF_INO => Some((
+                &self.lpf,
+                mode::S_IFDIR | 0o700,
+                2,
+                self.lpf.blocks() * bs,
+                extents,
+                (0, 0),
+            )),
+            RESIZE_INO => self.resize.as_ref().map(|f| {
+                let apb = bs / 4;
+                (f, mode::S_IFREG | 0o600, 1, (apb * apb + apb + 12) * bs, false, (0, 0))
+            }),
+            JOURNAL_INO => self.journal.as_ref().map(|f| {
+                let size = f.runs.iter().map(|r| r.1).sum::<u64>() * bs;
+                (f, mode::S_IFREG | 0o600, 1, size, extents, (0, 0))
+            }),
+            ORPHAN_INO => self
+                .orphan
+                .as_ref()
+                .map(|f| (f, mode::S_IFREG | 0o600, 1, f.data_blocks() * bs, extents, (0, 0))),
+            _ => None,
+        };
+        let mut raw = RawInode::parse(&[0u8; 160], 160).expect("a zero inode parses");
+        if let Some((f, m, links, size, ext, (uid, gid))) = file {
+            raw.i_mode.set(m);
+            raw.i_links_count.set(links);
+            raw.set_size(size);
+            raw.i_uid.set(uid as u16);
+            raw.i_uid_high.set((uid >> 16) as u16);
+            raw.i_gid.set(gid as u16);
+            raw.i_gid_high.set((gid >> 16) as u16);
+            let sectors = f.blocks() * bs / 512;
+            raw.i_blocks_lo.set(sectors as u32);
+            raw.i_blocks_high.set((sectors >> 32) as u16);
+            raw.i_block = f.i_block;
+            if ext {
+                raw.i_flags.set(flags::EXTENTS);
+            }
+            if b.plan.inode_size > 128 {
+                raw.i_extra_isize.set(32);
+                raw.i_crtime.set(b.now);
+            }
+        }
+        if file.is_some() || ino == 1 {
+            raw.i_atime.set(b.now);
+            raw.i_ctime.set(b.now);
+            raw.i_mtime.set(b.now);
+        }
+        let mut rec = vec![0u8; usize::from(b.plan.inode_size)];
+        raw.encode_into(&mut rec);
+        if b.plan.features.metadata_csum() {
+            set_inode_checksum(&mut rec, b.csum_seed, ino).expect("inode sizes are powers of two");
+        }
+        rec
+    }
+}
+
+/// The data blocks of `f` in logical order.
+fn data_blocks(f: &FileMap) -> impl Iterator<Item = u64> + '_ {
+    f.runs.iter().flat_map(|&(s, n)| s..s + n)
+}
+
+/// A directory block holding `entries`, the last one stretched to the end
+/// (or one empty entry when there are none), with a checksum tail under
+/// metadata_csum.
+fn dir_block(b: &Build, ino: u32, entries: &[(&[u8], u32)], ft: u8) -> Vec<u8> {
+    let bs = b.plan.block_size as usize;
+    let csum = b.plan.features.metadata_csum();
+    let end = if csum { bs - TAIL_SIZE } else { bs };
+    let mut buf = vec![0u8; bs];
+    if entries.is_empty() {
+        encode_entry(&mut buf, 0, 0, end, 0, b"", bs);
+    }
+    let mut off = 0;
+    for (i, (name, target)) in entries.iter().enumerate() {
+        let len = if i + 1 == entries.len() { end - off } else { 12 };
+        encode_entry(&mut buf, off, *target, len, ft, name, bs);
+        off += len;
+    }
+    if csum {
+        set_block_checksum(&mut buf, inode_seed(b, ino));
+    }
+    buf
+}
+
+/// The checksum seed of inode `ino` (generation 0).
+fn inode_seed(b: &Build, ino: u32) -> u32 {
+    let seed = ext4kit_format::checksum::crc32c_raw(b.csum_seed, &ino.to_le_bytes());
+    ext4kit_format::checksum::crc32c_raw(seed, &0u32.to_le_bytes())
+}
+
+/// Allocates `n` data blocks from `goal` and maps them with extents (an
+/// extent leaf block when more than four extents are needed, where
+/// `ext2fs_fallocate` places it) or with indirect blocks interleaved.
+fn alloc_file(b: &mut Build, goal: u64, n: u64, extents: bool) -> Result<FileMap> {
+    if extents {
+        alloc_extents(b, goal, n)
+    } else {
+        alloc_indirect(b, goal, n)
+    }
+}
+
+fn alloc_extents(b: &mut Build, goal: u64, n: u64) -> Result<FileMap> {
+    let bs = b.plan.block_size as usize;
+    let mut f = FileMap::default();
+    let mut runs = free_runs(b, goal, n, true);
+    let leaf = if runs.len() > 4 {
+        // As ext2fs_fallocate: the fifth extent splits the in-inode root;
+        // the leaf goes at the first free block from the one before the
+        // data, and the rest of the data follows it.
+        runs.truncate(5);
+        for &(s, len) in &runs {
+            b.map.mark(s, len);
+        }
+        let blk = b.map.new_block(runs[0].0.saturating_sub(1))?;
+        b.map.mark(blk, 1);
+        let (s, len) = runs[4];
+        let done: u64 = runs.iter().map(|r| r.1).sum();
+        runs.extend(free_runs(b, s + len, n - done, true));
+        Some(blk)
+    } else {
+        None
+    };
+    for &(s, len) in &runs {
+        b.map.mark(s, len);
+    }
+    let mut logical = 0u32;
+    let exts: Vec<Extent> = runs
+        .iter()
+        .map(|&(s, len)| {
+            let e = Extent {
+                logical,
+                len: len as u16,
+                physical: s,
+                unwritten: false,
+            };
+            logical += len as u32;
+            e
+        })
+        .collect();
+    let header = |max: u16| RawExtentHeader {
+        eh_magic: EXT4_EXT_MAGIC.into(),
+        eh_entries: 0.into(),
+        eh_max: max.into(),
+        eh_depth: 0.into(),
+        eh_generation: 0.into(),
+    };
+    let root_max = 4;
+    match leaf {
+        None => {
+            let node = ExtentNode {
+                header: header(root_max),
+                depth: 0,
+                entries: NodeEntries::Leaf(exts),
+            };
+            encode_node(&node, &mut f.i_block);
+        }
+        Some(blk) => {
+            let cap = ext4kit_format::extent::node_capacity(bs, false);
+            if exts.len() > usize::from(cap) {
+                return Err(Error::Unsupported(format!("a file of {} extents", exts.len())));
+            }
+            let exts4 = exts[..4].to_vec();
+            let mut buf = vec![0u8; bs];
+            encode_node(
+                &ExtentNode {
+                    header: header(cap),
+                    depth: 0,
+                    entries: NodeEntries::Leaf(exts),
+                },
+                &mut buf,
+            );
+            if b.plan.features.metadata_csum() {
+                let seed = inode_seed(b, JOURNAL_INO);
+                ext4kit_format::extent::set_block_checksum(&mut buf, seed)
+                    .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+            }
+            let idx = ExtentIdx { logical: 0, child: blk };
+            let root = ExtentNode {
+                header: header(root_max),
+                depth: 1,
+                entries: NodeEntries::Index(vec![idx]),
+            };
+            // libext2fs splits a full root: slots 1–3 keep the first four
+            // extents' bytes behind the new index entry.
+            let first4 = ExtentNode {
+                header: header(root_max),
+                depth: 0,
+                entries: NodeEntries::Leaf(exts4),
+            };
+            encode_node(&first4, &mut f.i_block);
+            encode_node(&root, &mut f.i_block[..24]);
+            f.meta.push((blk, buf));
+        }
+    }
+    f.runs = runs;
+    Ok(f)
+}
+
+/// Free runs from `goal` covering `n` blocks, each at most one extent long.
+fn free_runs(b: &Build, goal: u64, n: u64, cap: bool) -> Vec<(u64, u64)> {
+    let mut runs = Vec::new();
+    let (mut cursor, mut left) = (goal, n);
+    while left > 0 {
+        let Ok(s) = b.map.new_block(cursor) else { break };
+        let limit = if cap { left.min(MAX_EXTENT_LEN) } else { left };
+        let len = b.map.free_run(s, limit);
+        runs.push((s, len));
+        left -= len;
+        cursor = s + len;
+    }
+    runs
+}
+
+/// Block-mapped allocation: data blocks in order with each indirect block
+/// allocated just before the first data block it maps.
+fn alloc_indirect(b: &mut Build, goal: u64, n: u64) -> Result<FileMap> {
+    let apb = u64::from(b.plan.addr_per_block());
+    let mut f = FileMap::default();
+    let mut words = [0u32; 15];
+    let mut cursor = goal;
+    let mut next = |b: &mut Build| -> Result<u64> {
+        let blk = b.map.new_block(cursor)?;
+        b.map.mark(blk, 1);
+        cursor = blk + 1;
+        Ok(blk)
+    };
+    // Index into f.meta of the current node at each height (1 = IND).
+    let mut cur = [usize::MAX; 4];
+    for i in 0..n {
+        let path = block_path(i, apb);
+        let depth = path.len() - 1;
+        for h in (1..=depth).rev() {
+            if path[depth - h + 1..].iter().any(|&x| x != 0) {
+                continue;
+            }
+            let blk = next(b)?;
+            if h == depth {
+                words[path[0] as usize] = blk as u32;
+            } else {
+                put_word(&mut f.meta[cur[h]].1, path[depth - h] as usize, blk as u32);
+            }
+            f.meta.push((blk, vec![0u8; b.plan.block_size as usize]));
+            cur[h - 1] = f.meta.len() - 1;
+        }
+        let data = next(b)?;
+        if depth == 0 {
+            words[path[0] as usize] = data as u32;
+        } else {
+            put_word(&mut f.meta[cur[0]].1, path[depth] as usize, data as u32);
+        }
+        match f.runs.last_mut() {
+            Some((s, len)) if *s + *len == data => *len += 1,
+            _ => f.runs.push((data, 1)),
+        }
+    }
+    for (i, w) in words.iter().enumerate() {
+        f.i_block[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+    }
+    Ok(f)
+}
+
+/// `[i_block slot, index in the top node, …, index in the IND node]`.
+fn block_path(i: u64, apb: u64) -> Vec<u64> {
+    if i < 12 {
+        return vec![i];
+    }
+    let i = i - 12;
+    if i < apb {
+        return vec![12, i];
+    }
+    let i = i - apb;
+    if i < apb * apb {
+        return vec![13, i / apb, i % apb];
+    }
+    let i = i - apb * apb;
+    vec![14, i / (apb * apb), (i / apb) % apb, i % apb]
+}
+
+fn put_word(buf: &mut [u8], idx: usize, v: u32) {
+    buf[idx * 4..idx * 4 + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// The resize inode: a double-indirect block whose entries (from
+/// `desc_blocks` on, modulo the block's capacity) are the primary reserved
+/// GDT blocks; each of those lists the same block in every backup group.
+fn resize_map(b: &mut Build) -> Result<FileMap> {
+    let p = &b.plan;
+    let bs = p.block_size as usize;
+    let apb = u64::from(p.addr_per_block());
+    let sb_blk = u64::from(p.first_data_block);
+    let goal = sb_blk + u64::from(p.desc_blocks + p.reserved_gdt) + 2 + u64::from(p.inode_blocks_per_group);
+    let backups: Vec<u32> = (1..p.group_count).filter(|&g| p.has_super(g)).collect();
+    let mut dind = vec![0u8; bs];
+    let mut f = FileMap::default();
+    for k in 0..u64::from(p.reserved_gdt) {
+        let gdt_blk = sb_blk + 1 + u64::from(p.desc_blocks) + k;
+        put_word(
+            &mut dind,
+            ((u64::from(p.desc_blocks) + k) % apb) as usize,
+            gdt_blk as u32,
+        );
+        let mut list = vec![0u8; bs];
+        for (i, &g) in backups.iter().enumerate().take(apb as usize) {
+            put_word(
+                &mut list,
+                i,
+                (gdt_blk + u64::from(g) * u64::from(p.blocks_per_group)) as u32,
+            );
+        }
+        f.meta.push((gdt_blk, list));
+    }
+    // The backups are charged to the inode (i_blocks) though not data.
+    let charged = u64::from(p.reserved_gdt) * backups.len() as u64;
+    f.runs = vec![(0, charged)];
+    let blk = b.map.new_block(goal)?;
+    b.map.mark(blk, 1);
+    f.meta.push((blk, dind));
+    f.i_block[13 * 4..14 * 4].copy_from_slice(&(blk as u32).to_le_bytes());
+    Ok(f)
+}
+
+/// `get_midpoint_journal_block`: the start of the emptiest group around the
+/// middle of the file system (of its flex group with flex_bg).
+fn journal_goal(b: &Build) -> u64 {
+    let p = &b.plan;
+    let free = |g: u32| {
+        let (lo, hi) = (p.group_first_block(g), p.group_last_block(g) + 1);
+        (hi - lo) - b.map.used_in(lo, hi)
+    };
+    let mut group = p.group_of_block((p.blocks_count - u64::from(p.first_data_block)) / 2);
+    let flex = p.flex_size();
+    let start = if p.log_groups_per_flex > 0 && group > flex {
+        group &= !(flex - 1);
+        while group < p.group_count && free(group) == 0 {
+            group += 1;
+        }
+        if group == p.group_count {
+            group = 0;
+        }
+        group
+    } else {
+        group.saturating_sub(1)
+    };
+    let end = if group + 1 < p.group_count { group + 1 } else { group };
+    let mut best = start;
+    for g in start + 1..=end {
+        if free(g) > free(best) {
+            best = g;
+        }
+    }
+    p.group_first_block(best)
+}
+
+/// An empty jbd2 v2 superblock as mke2fs writes it: block size, length,
+/// first block 1, sequence 1, start 0 (clean), the fs UUID, one user.
+fn journal_superblock(b: &Build) -> Vec<u8> {
+    let mut buf = vec![0u8; b.plan.block_size as usize];
+    let mut put = |off: usize, v: u32| buf[off..off + 4].copy_from_slice(&v.to_be_bytes());
+    put(0x0, ext4kit_format::journal::JBD2_MAGIC);
+    put(0x4, 4); // JBD2_SUPERBLOCK_V2
+    put(0xC, b.plan.block_size);
+    put(0x10, b.plan.journal_blocks);
+    put(0x14, 1);
+    put(0x18, 1);
+    put(0x40, 1);
+    buf[0x30..0x40].copy_from_slice(&b.uuid);
+    buf
+}
+
+/// `ext2fs_default_orphan_file_blocks`: 32 blocks below 128 Ki blocks, one
+/// per 4096 blocks below 2 Mi blocks, else 512.
+fn orphan_blocks(blocks: u64) -> u64 {
+    match blocks {
+        _ if blocks < 128 * 1024 => 32,
+        _ if blocks < 2 * 1024 * 1024 => blocks / 4096,
+        _ => 512,
+    }
+}
+
+/// An empty orphan-file block: zero slots and the tail (`ob_magic`, and
+/// under metadata_csum `ob_checksum` over the logical block number and the
+/// slots, seeded by the inode; the kernel's `ext4_orphan_file_block_csum`
+/// takes the physical block number).
+fn orphan_block(b: &Build, blk: u64) -> Vec<u8> {
+    let bs = b.plan.block_size as usize;
+    let mut buf = vec![0u8; bs];
+    buf[bs - 8..bs - 4].copy_from_slice(&ORPHAN_MAGIC.to_le_bytes());
+    if b.plan.features.metadata_csum() {
+        let c = ext4kit_format::checksum::crc32c_raw(inode_seed(b, ORPHAN_INO), &blk.to_le_bytes());
+        let c = ext4kit_format::checksum::crc32c_raw(c, &buf[..bs - 8]);
+        buf[bs - 4..].copy_from_slice(&c.to_le_bytes());
+    }
+    buf
+}

@@ -1,0 +1,372 @@
+//! Where everything goes: the used-block map of the new file system (a set of
+//! ranges, so a 16 TiB layout costs memory per range, not per block), the
+//! superblock and descriptor copies of each group, and the placement of each
+//! group's bitmaps and inode table — packed at the start of each flex group
+//! exactly as e2fsprogs' `ext2fs_allocate_group_table` packs them.
+//!
+//! See `Documentation/filesystems/ext4/overview.rst` ("Flexible Block
+//! Groups", "Meta Block Groups") and `bitmaps.rst`.
+
+use std::collections::BTreeMap;
+
+use ext4kit_format::features::IncompatFeatures;
+
+use super::plan::Plan;
+use crate::error::{Error, Result};
+
+/// The blocks in use, as disjoint `start -> end` (exclusive) ranges.
+#[derive(Debug, Clone)]
+pub struct UsedMap {
+    ranges: BTreeMap<u64, u64>,
+    blocks: u64,
+    first: u64,
+}
+
+impl UsedMap {
+    /// An empty map over a file system of `blocks` blocks.
+    pub fn new(plan: &Plan) -> Self {
+        Self {
+            ranges: BTreeMap::new(),
+            blocks: plan.blocks_count,
+            first: u64::from(plan.first_data_block),
+        }
+    }
+
+    /// Marks `len` blocks from `start` used.
+    pub fn mark(&mut self, start: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let (mut s, mut e) = (start, start + len);
+        if let Some((&ps, &pe)) = self.ranges.range(..=s).next_back()
+            && pe >= s
+        {
+            s = ps;
+            e = e.max(pe);
+        }
+        let absorbed: Vec<(u64, u64)> = self.ranges.range(s..=e).map(|(&a, &b)| (a, b)).collect();
+        for (a, b) in absorbed {
+            self.ranges.remove(&a);
+            e = e.max(b);
+        }
+        self.ranges.insert(s, e);
+    }
+
+    /// The end of the used range overlapping `[b, b + n)`, if any.
+    fn blocker(&self, b: u64, n: u64) -> Option<u64> {
+        self.ranges
+            .range(..b + n)
+            .next_back()
+            .and_then(|(_, &e)| (e > b).then_some(e))
+    }
+
+    fn search(&self, mut b: u64, hi: u64, n: u64) -> Option<u64> {
+        loop {
+            if b >= hi || b + n > self.blocks {
+                return None;
+            }
+            match self.blocker(b, n) {
+                None => return Some(b),
+                Some(end) => b = end,
+            }
+        }
+    }
+
+    /// `ext2fs_get_free_blocks2`: the first `n` free blocks in a row at a
+    /// start in `[start, finish)`, wrapping to the first data block when
+    /// `finish <= start`; 0 means "the first data block" for `start` and
+    /// "same as start" for `finish`.
+    pub fn get_free(&self, start: u64, finish: u64, n: u64) -> Option<u64> {
+        let start = if start == 0 { self.first } else { start };
+        let finish = if finish == 0 { start } else { finish };
+        let n = n.max(1);
+        if finish > start {
+            return self.search(start, finish, n);
+        }
+        self.search(start, u64::MAX, n)
+            .or_else(|| self.search(self.first, finish, n))
+    }
+
+    /// The first free block at or after `goal`, wrapping around.
+    pub fn new_block(&self, goal: u64) -> Result<u64> {
+        let goal = if goal >= self.blocks { self.first } else { goal };
+        self.get_free(goal, goal, 1).ok_or_else(no_space)
+    }
+
+    /// Length of the free run starting at the free block `s`, at most `limit`.
+    pub fn free_run(&self, s: u64, limit: u64) -> u64 {
+        let next_used = self.ranges.range(s..).next().map_or(self.blocks, |(&a, _)| a);
+        (next_used.min(self.blocks) - s).min(limit)
+    }
+
+    /// True when `block` is used.
+    pub fn is_used(&self, block: u64) -> bool {
+        self.blocker(block, 1).is_some()
+    }
+
+    /// Calls `f(start, end)` for each used range clipped to `[lo, hi)`.
+    pub fn for_each_in(&self, lo: u64, hi: u64, mut f: impl FnMut(u64, u64)) {
+        let first = self.ranges.range(..=lo).next_back().map(|(&s, _)| s).unwrap_or(lo);
+        for (&s, &e) in self.ranges.range(first..hi) {
+            let (a, b) = (s.max(lo), e.min(hi));
+            if a < b {
+                f(a, b);
+            }
+        }
+    }
+
+    /// Number of used blocks in `[lo, hi)`.
+    pub fn used_in(&self, lo: u64, hi: u64) -> u64 {
+        let mut n = 0;
+        self.for_each_in(lo, hi, |a, b| n += b - a);
+        n
+    }
+}
+
+fn no_space() -> Error {
+    Error::InvalidArgument("the device is too small: no room left for the file system's metadata".into())
+}
+
+/// Where a group's superblock and descriptor copies are
+/// (`ext2fs_super_and_bgd_loc2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GroupBase {
+    /// The superblock copy, if the group holds one.
+    pub super_block: Option<u64>,
+    /// First block and length of the old-style descriptor table (plus
+    /// reserved GDT blocks) copy.
+    pub old_desc: Option<(u64, u64)>,
+    /// The meta_bg descriptor block held by this group.
+    pub meta_desc: Option<u64>,
+}
+
+impl GroupBase {
+    /// Blocks this layout uses.
+    pub fn used(&self) -> u64 {
+        u64::from(self.super_block.is_some())
+            + self.old_desc.map_or(0, |(_, n)| n)
+            + u64::from(self.meta_desc.is_some())
+    }
+}
+
+/// The superblock and descriptor copies in `group`.
+pub fn group_base(plan: &Plan, group: u32) -> GroupBase {
+    let first = plan.group_first_block(group);
+    let has_super = plan.has_super(group);
+    let meta_bg = plan.features.incompat.contains(IncompatFeatures::META_BG);
+    let dpb = plan.descs_per_block();
+    let mut base = GroupBase {
+        super_block: has_super.then_some(first),
+        ..GroupBase::default()
+    };
+    if !meta_bg || group / dpb < plan.first_meta_bg {
+        let old = if meta_bg {
+            plan.first_meta_bg
+        } else {
+            plan.desc_blocks + plan.reserved_gdt
+        };
+        if has_super && old > 0 {
+            let n = u64::from(old).min(plan.blocks_count - (first + 1));
+            base.old_desc = Some((first + 1, n));
+        }
+    } else if matches!(group % dpb, 0 | 1) || group % dpb == dpb - 1 {
+        base.meta_desc = Some(first + u64::from(has_super));
+    }
+    base
+}
+
+/// The blocks of one group's own metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GroupTables {
+    /// Block bitmap.
+    pub block_bitmap: u64,
+    /// Inode bitmap.
+    pub inode_bitmap: u64,
+    /// First inode-table block.
+    pub inode_table: u64,
+}
+
+/// Marks every group's superblock and descriptor copies used
+/// (`ext2fs_reserve_super_and_bgd` for each group).
+pub fn reserve_bases(plan: &Plan, map: &mut UsedMap) {
+    for g in 0..plan.group_count {
+        let b = group_base(plan, g);
+        if let Some(s) = b.super_block {
+            map.mark(s, 1);
+        }
+        if let Some((s, n)) = b.old_desc {
+            map.mark(s, n);
+        }
+        if let Some(s) = b.meta_desc {
+            map.mark(s, 1);
+        }
+    }
+}
+
+/// Places every group's bitmaps and inode table, in group order, as
+/// `ext2fs_allocate_tables` does.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when a table does not fit.
+pub fn allocate_tables(plan: &Plan, map: &mut UsedMap, stride: u32) -> Result<Vec<GroupTables>> {
+    let mut tables = Vec::with_capacity(plan.group_count as usize);
+    for g in 0..plan.group_count {
+        let t = allocate_group(plan, map, &tables, g, stride)?;
+        tables.push(t);
+    }
+    Ok(tables)
+}
+
+struct FlexCtx {
+    size: u32,
+    last_grp: u32,
+    rem: u32,
+}
+
+fn allocate_group(plan: &Plan, map: &mut UsedMap, prev: &[GroupTables], g: u32, stride: u32) -> Result<GroupTables> {
+    let flex_on = plan.features.incompat.contains(IncompatFeatures::FLEX_BG) && plan.log_groups_per_flex > 0;
+    let group_blk = plan.group_first_block(g);
+    let itb = u64::from(plan.inode_blocks_per_group);
+    if !flex_on {
+        let last_blk = plan.group_last_block(g);
+        let mut start = group_blk;
+        if stride > 0 {
+            let s = map.get_free(group_blk, last_blk, 1).ok_or_else(no_space)? + itb;
+            let s = s + (u64::from(stride) * u64::from(g)) % (last_blk.saturating_sub(s) + 1);
+            start = if s >= last_blk { group_blk } else { s };
+        }
+        let bb = take_one(map, start, group_blk, last_blk)?;
+        let ib = take_one(map, start, group_blk, last_blk)?;
+        let it = map.get_free(group_blk, last_blk, itb).ok_or_else(no_space)?;
+        map.mark(it, itb);
+        return Ok(GroupTables {
+            block_bitmap: bb,
+            inode_bitmap: ib,
+            inode_table: it,
+        });
+    }
+    let size = plan.flex_size();
+    let last_grp = (g | (size - 1)).min(plan.group_count - 1);
+    let fx = FlexCtx {
+        size,
+        last_grp,
+        rem: last_grp - g + 1,
+    };
+    let last_blk = plan.group_last_block(last_grp);
+    let mut table_offset = u64::from(size);
+    let first_in_flex = g.is_multiple_of(size);
+    if first_in_flex && last_grp == plan.group_count - 1 {
+        let t = last_grp & (size - 1);
+        table_offset = if t == 0 { u64::from(size) } else { u64::from(t) + 1 };
+    }
+    let prev_g = (!first_in_flex).then(|| prev[g as usize - 1]);
+    let hint = prev_g.map_or(0, |p| p.block_bitmap + 1);
+    let start = flexbg_offset(plan, map, g, hint, &fx, 1);
+    let bb = take_one(map, start, group_blk, last_blk)?;
+    let hint = prev_g.map_or(bb + table_offset, |p| p.inode_bitmap + 1);
+    let start = flexbg_offset(plan, map, g, hint, &fx, 1);
+    let ib = take_one(map, start, group_blk, last_blk)?;
+    let hint = prev_g.map_or(ib + table_offset, |p| p.inode_table + itb);
+    let start = flexbg_offset(plan, map, g, hint, &fx, itb);
+    let it = map.get_free(start, last_blk, itb).ok_or_else(no_space)?;
+    map.mark(it, itb);
+    Ok(GroupTables {
+        block_bitmap: bb,
+        inode_bitmap: ib,
+        inode_table: it,
+    })
+}
+
+fn take_one(map: &mut UsedMap, start: u64, group_blk: u64, last_blk: u64) -> Result<u64> {
+    let b = map
+        .get_free(start, last_blk, 1)
+        .or_else(|| map.get_free(group_blk, last_blk, 1))
+        .ok_or_else(no_space)?;
+    map.mark(b, 1);
+    Ok(b)
+}
+
+/// `flexbg_offset`: where to look for the next table of the flex group.
+fn flexbg_offset(plan: &Plan, map: &UsedMap, g: u32, hint: u64, fx: &FlexCtx, elem: u64) -> u64 {
+    let size = (u64::from(fx.rem) * elem).min(u64::from(plan.blocks_per_group / 4));
+    if hint != 0
+        && hint < plan.blocks_count
+        && let Some(b) = map.get_free(hint, hint + size, elem)
+    {
+        return b;
+    }
+    let start = plan.group_first_block(fx.size * (g / fx.size));
+    let last = plan.group_last_block(fx.last_grp);
+    map.get_free(start, last, size)
+        .or_else(|| map.get_free(start, last, elem))
+        .or_else(|| map.get_free(0, last, elem))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mkfs::options::MkfsOptions;
+
+    fn layout(size: u64, edit: impl FnOnce(&mut MkfsOptions)) -> (Plan, Vec<GroupTables>) {
+        let mut o = MkfsOptions::default();
+        edit(&mut o);
+        let plan = Plan::new(&o, size).unwrap();
+        let mut map = UsedMap::new(&plan);
+        reserve_bases(&plan, &mut map);
+        let t = allocate_tables(&plan, &mut map, o.stride).unwrap();
+        (plan, t)
+    }
+
+    #[test]
+    fn used_map_merges_and_searches() {
+        let plan = Plan::new(&MkfsOptions::default(), 64 << 20).unwrap();
+        let mut m = UsedMap::new(&plan);
+        m.mark(10, 5);
+        m.mark(15, 5);
+        m.mark(5, 6);
+        assert_eq!(m.ranges.len(), 1);
+        assert_eq!(m.used_in(0, 100), 15);
+        assert_eq!(m.get_free(6, 100, 3), Some(20));
+        assert_eq!(m.get_free(1, 5, 4), Some(1));
+        assert_eq!(m.get_free(2, 5, 4), None);
+        assert!(m.is_used(19) && !m.is_used(20));
+    }
+
+    // Block numbers are mke2fs 1.47.0's for the same options (dumpe2fs).
+    #[test]
+    fn flex_tables_pack_like_mke2fs_64m() {
+        let (_, t) = layout(64 << 20, |_| {});
+        assert_eq!(
+            (t[0].block_bitmap, t[0].inode_bitmap, t[0].inode_table),
+            (259, 267, 275)
+        );
+        assert_eq!(
+            (t[1].block_bitmap, t[1].inode_bitmap, t[1].inode_table),
+            (260, 268, 787)
+        );
+        assert_eq!(t[7].block_bitmap, 266);
+    }
+
+    #[test]
+    fn sixteen_tib_flex_group_65536() {
+        let (_, t) = layout(16 << 40, |_| {});
+        assert_eq!(
+            (t[0].block_bitmap, t[0].inode_bitmap, t[0].inode_table),
+            (2049, 2065, 2081)
+        );
+        let g = &t[65536];
+        assert_eq!(
+            (g.block_bitmap, g.inode_bitmap, g.inode_table),
+            (2147483648, 2147483664, 2147483680)
+        );
+    }
+
+    #[test]
+    fn meta_bg_descriptor_blocks() {
+        let (p, t) = layout(64 << 20, |o| o.add_features("meta_bg,^resize_inode"));
+        assert_eq!(group_base(&p, 0).meta_desc, Some(2));
+        assert_eq!(group_base(&p, 1).meta_desc, Some(8194));
+        assert_eq!(t[0].block_bitmap, 3);
+    }
+}

@@ -1,0 +1,302 @@
+//! [`MkfsOptions`]: what `mke2fs` takes on its command line, parsed from the
+//! same strings (`-t ext4`, `-O ^resize_inode,meta_bg`, `-E stride=16`,
+//! sizes like `64M`), and the defaults of `/etc/mke2fs.conf`.
+
+use ext4kit_format::features::{CompatFeatures, Features, IncompatFeatures, RoCompatFeatures};
+
+use crate::error::{Error, Result};
+
+/// The `-t` file-system type: selects the default feature set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FsType {
+    /// `ext2`: the base features only.
+    Ext2,
+    /// `ext3`: base + `has_journal`.
+    Ext3,
+    /// `ext4`: base + journal, extents, flex_bg, metadata_csum, 64bit…
+    #[default]
+    Ext4,
+}
+
+impl std::str::FromStr for FsType {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "ext2" => Ok(Self::Ext2),
+            "ext3" => Ok(Self::Ext3),
+            "ext4" => Ok(Self::Ext4),
+            _ => Err(Error::InvalidArgument(format!(
+                "unknown file-system type {s:?} (ext2, ext3 or ext4)"
+            ))),
+        }
+    }
+}
+
+impl FsType {
+    /// The features `mke2fs.conf` gives this type: `base_features` plus the
+    /// type's own list.
+    pub fn default_features(self) -> Features {
+        let mut f = Features {
+            compat: CompatFeatures::RESIZE_INODE | CompatFeatures::DIR_INDEX | CompatFeatures::EXT_ATTR,
+            incompat: IncompatFeatures::FILETYPE,
+            ro_compat: RoCompatFeatures::SPARSE_SUPER | RoCompatFeatures::LARGE_FILE,
+        };
+        if self != Self::Ext2 {
+            f.compat = f.compat | CompatFeatures::HAS_JOURNAL;
+        }
+        if self == Self::Ext4 {
+            f.incompat = f.incompat | IncompatFeatures::EXTENTS | IncompatFeatures::FLEX_BG | IncompatFeatures::BIT64;
+            f.ro_compat = f.ro_compat
+                | RoCompatFeatures::HUGE_FILE
+                | RoCompatFeatures::METADATA_CSUM
+                | RoCompatFeatures::DIR_NLINK
+                | RoCompatFeatures::EXTRA_ISIZE;
+        }
+        f
+    }
+}
+
+/// Everything `mkfs` needs to lay out a file system. `Default` is
+/// `mke2fs -t ext4` with every size taken from the device.
+#[derive(Debug, Clone)]
+pub struct MkfsOptions {
+    /// `-t`: default feature set.
+    pub fs_type: FsType,
+    /// File-system size in bytes; `None` uses the whole device.
+    pub size_bytes: Option<u64>,
+    /// `-b`: block size (1024–65536); `None` picks it from the size like mke2fs.
+    pub block_size: Option<u32>,
+    /// `-I`: inode record size (128–block size, a power of two); default 256.
+    pub inode_size: Option<u16>,
+    /// `-i`: bytes per inode; `None` picks it from the size like mke2fs.
+    pub bytes_per_inode: Option<u64>,
+    /// `-N`: minimum number of inodes (overrides `-i`).
+    pub inode_count: Option<u64>,
+    /// `-m`: percentage of blocks reserved for root (default 5).
+    pub reserved_percent: f64,
+    /// `-O` edits applied in order over the type's defaults: (name, on).
+    pub feature_edits: Vec<(String, bool)>,
+    /// `-G`: groups per flex group (power of two, default 16).
+    pub groups_per_flex: Option<u32>,
+    /// `-E stride=`: RAID stride in blocks.
+    pub stride: u32,
+    /// `-E stripe_width=`: RAID stripe width in blocks.
+    pub stripe_width: u32,
+    /// `-E lazy_itable_init=` (default true): leave inode tables the kernel
+    /// can zero lazily unwritten.
+    pub lazy_itable_init: bool,
+    /// `-E root_owner=uid:gid` (default 0:0).
+    pub root_owner: (u32, u32),
+    /// `-E hash_seed=`; `None` draws a random one.
+    pub hash_seed: Option<[u8; 16]>,
+    /// `-U`; `None` draws a random (version 4) UUID.
+    pub uuid: Option<[u8; 16]>,
+    /// `-L`: volume label (at most 16 bytes).
+    pub label: String,
+    /// Every time stamp written; `None` uses `SOURCE_DATE_EPOCH` when set,
+    /// else the current time.
+    pub timestamp: Option<u32>,
+    /// The caller guarantees the device reads as zeros (a freshly created or
+    /// truncated image file): inode tables and the journal are then not
+    /// written and groups are marked `ITABLE_ZEROED`, as mke2fs does after a
+    /// discard that zeroes.
+    pub device_zeroed: bool,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        Self {
+            fs_type: FsType::Ext4,
+            size_bytes: None,
+            block_size: None,
+            inode_size: None,
+            bytes_per_inode: None,
+            inode_count: None,
+            reserved_percent: 5.0,
+            feature_edits: Vec::new(),
+            groups_per_flex: None,
+            stride: 0,
+            stripe_width: 0,
+            lazy_itable_init: true,
+            root_owner: (0, 0),
+            hash_seed: None,
+            uuid: None,
+            label: String::new(),
+            timestamp: None,
+            device_zeroed: false,
+        }
+    }
+}
+
+impl MkfsOptions {
+    /// Adds the edits of an `-O` list (`feat,^feat,…`). Names are checked
+    /// when the layout is planned.
+    pub fn add_features(&mut self, list: &str) {
+        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match item.strip_prefix('^') {
+                Some(name) => self.feature_edits.push((name.to_string(), false)),
+                None => self.feature_edits.push((item.to_string(), true)),
+            }
+        }
+    }
+
+    /// Applies an `-E` list: `stride=`, `stripe_width=` (or `stripe-width=`),
+    /// `lazy_itable_init=`, `root_owner=uid:gid`, `hash_seed=UUID`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming an unknown option or a bad value.
+    pub fn add_extended(&mut self, list: &str) -> Result<()> {
+        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item.split_once('=').unwrap_or((item, ""));
+            let bad = || Error::InvalidArgument(format!("bad value in extended option {item:?}"));
+            match key {
+                "stride" => self.stride = value.parse().map_err(|_| bad())?,
+                "stripe_width" | "stripe-width" => self.stripe_width = value.parse().map_err(|_| bad())?,
+                "lazy_itable_init" => {
+                    self.lazy_itable_init = value.is_empty() || value.parse::<u32>().map_err(|_| bad())? != 0
+                }
+                "root_owner" => {
+                    let (u, g) = value.split_once(':').ok_or_else(bad)?;
+                    self.root_owner = (u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?);
+                }
+                "hash_seed" => self.hash_seed = Some(parse_uuid(value)?),
+                _ => return Err(Error::InvalidArgument(format!("unknown extended option {key:?}"))),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` into its 16 bytes.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] unless 32 hex digits (dashes ignored).
+pub fn parse_uuid(s: &str) -> Result<[u8; 16]> {
+    let hex: Vec<u8> = s.bytes().filter(|&b| b != b'-').collect();
+    let bad = || Error::InvalidArgument(format!("invalid UUID {s:?}"));
+    if hex.len() != 32 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 16];
+    for (i, pair) in hex.chunks(2).enumerate() {
+        let text = std::str::from_utf8(pair).map_err(|_| bad())?;
+        out[i] = u8::from_str_radix(text, 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+/// Parses a size like `64M`, `1G`, `16T`, `512K` or a plain byte count
+/// (binary units, as mke2fs and truncate read them).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for anything else or an overflow.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let bad = || Error::InvalidArgument(format!("invalid size {s:?}"));
+    let t = s.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                'P' => 50,
+                _ => return Err(bad()),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
+/// The final feature set: the type's defaults with the `-O` edits applied.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for an unknown name; [`Error::Unsupported`]
+/// naming every feature this mkfs cannot lay out (bigalloc, quota, …).
+pub(crate) fn resolve_features(opts: &MkfsOptions) -> Result<Features> {
+    let mut f = opts.fs_type.default_features();
+    for (name, on) in &opts.feature_edits {
+        let name = name.as_str();
+        let flip = |bits: &mut u32, bit: u32| if *on { *bits |= bit } else { *bits &= !bit };
+        if let Some(b) = CompatFeatures::from_name(name) {
+            flip(&mut f.compat.0, b.0);
+        } else if let Some(b) = IncompatFeatures::from_name(name) {
+            flip(&mut f.incompat.0, b.0);
+        } else if let Some(b) = RoCompatFeatures::from_name(name) {
+            flip(&mut f.ro_compat.0, b.0);
+        } else if name == "extents" {
+            flip(&mut f.incompat.0, IncompatFeatures::EXTENTS.0);
+        } else {
+            return Err(Error::InvalidArgument(format!("unknown feature {name:?}")));
+        }
+    }
+    let unsupported = Features {
+        compat: CompatFeatures(f.compat.0 & !SUPPORTED.compat.0),
+        incompat: IncompatFeatures(f.incompat.0 & !SUPPORTED.incompat.0),
+        ro_compat: RoCompatFeatures(f.ro_compat.0 & !SUPPORTED.ro_compat.0),
+    };
+    if unsupported != Features::default() {
+        return Err(Error::Unsupported(format!(
+            "mkfs cannot create these features yet: {}",
+            unsupported.names().join(", ")
+        )));
+    }
+    Ok(f)
+}
+
+/// The features this mkfs lays out.
+const SUPPORTED: Features = Features {
+    compat: CompatFeatures(
+        CompatFeatures::HAS_JOURNAL.0
+            | CompatFeatures::EXT_ATTR.0
+            | CompatFeatures::RESIZE_INODE.0
+            | CompatFeatures::DIR_INDEX.0
+            | CompatFeatures::ORPHAN_FILE.0,
+    ),
+    incompat: IncompatFeatures(
+        IncompatFeatures::FILETYPE.0
+            | IncompatFeatures::META_BG.0
+            | IncompatFeatures::EXTENTS.0
+            | IncompatFeatures::BIT64.0
+            | IncompatFeatures::FLEX_BG.0
+            | IncompatFeatures::CSUM_SEED.0
+            | IncompatFeatures::LARGEDIR.0,
+    ),
+    ro_compat: RoCompatFeatures(
+        RoCompatFeatures::SPARSE_SUPER.0
+            | RoCompatFeatures::LARGE_FILE.0
+            | RoCompatFeatures::HUGE_FILE.0
+            | RoCompatFeatures::GDT_CSUM.0
+            | RoCompatFeatures::DIR_NLINK.0
+            | RoCompatFeatures::EXTRA_ISIZE.0
+            | RoCompatFeatures::METADATA_CSUM.0,
+    ),
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_lists_parse_like_mke2fs() {
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("16T").unwrap(), 16 << 40);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("12Q").is_err());
+        let mut o = MkfsOptions::default();
+        o.add_features("^resize_inode,meta_bg");
+        o.add_extended("stride=4,root_owner=1000:100,hash_seed=66666666-7777-8888-9999-aaaaaaaaaaaa")
+            .unwrap();
+        let f = resolve_features(&o).unwrap();
+        assert!(f.incompat.contains(IncompatFeatures::META_BG));
+        assert!(!f.compat.contains(CompatFeatures::RESIZE_INODE));
+        assert_eq!(o.root_owner, (1000, 100));
+        assert_eq!(o.hash_seed.unwrap()[0], 0x66);
+        o.add_features("bigalloc,quota");
+        let e = resolve_features(&o).unwrap_err().to_string();
+        assert!(e.contains("bigalloc") && e.contains("quota"), "{e}");
+    }
+}

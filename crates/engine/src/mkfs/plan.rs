@@ -1,0 +1,494 @@
+//! The pure part of mkfs: from [`MkfsOptions`] and a device size, the
+//! geometry of the new file system — block size, block and inode counts,
+//! groups, inode-table size, descriptor blocks, reserved GDT blocks, flex
+//! group size, journal size — computed the way e2fsprogs' `mke2fs` and
+//! `ext2fs_initialize` compute them, so that the same options give the same
+//! numbers. Where each group's tables go is [`super::layout`]'s business.
+//!
+//! See `Documentation/filesystems/ext4/overview.rst` ("Blocks", "Block
+//! Groups", "Flexible Block Groups", "Meta Block Groups").
+
+use ext4kit_format::features::{CompatFeatures, Features, IncompatFeatures, RoCompatFeatures};
+
+use super::options::{MkfsOptions, resolve_features};
+use crate::error::{Error, Result};
+
+/// `(1 << 16) - 8`: the most blocks a group may have (`EXT2_MAX_BLOCKS_PER_GROUP`).
+const MAX_BLOCKS_PER_GROUP: u32 = (1 << 16) - 8;
+/// First non-reserved inode.
+pub const FIRST_INO: u32 = 11;
+
+/// The geometry of the file system to create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Feature sets after mke2fs's adjustments.
+    pub features: Features,
+    /// Block size in bytes.
+    pub block_size: u32,
+    /// Total blocks (after dropping a too-small last group).
+    pub blocks_count: u64,
+    /// 1 with 1 KiB blocks, else 0.
+    pub first_data_block: u32,
+    /// Blocks per group.
+    pub blocks_per_group: u32,
+    /// Number of groups.
+    pub group_count: u32,
+    /// Inodes per group (a multiple of 8 filling whole table blocks).
+    pub inodes_per_group: u32,
+    /// Inode-table blocks per group.
+    pub inode_blocks_per_group: u32,
+    /// Inode record size.
+    pub inode_size: u16,
+    /// Group descriptor size (32, or 64 with `64bit`).
+    pub desc_size: u16,
+    /// Blocks of the descriptor table.
+    pub desc_blocks: u32,
+    /// Reserved GDT blocks for online growth (resize inode).
+    pub reserved_gdt: u32,
+    /// `s_first_meta_bg` (0 unless `meta_bg`).
+    pub first_meta_bg: u32,
+    /// `s_log_groups_per_flex` (0 without flex_bg or with `-G 1`).
+    pub log_groups_per_flex: u8,
+    /// Blocks reserved for root.
+    pub reserved_blocks: u64,
+    /// Journal blocks (0: no journal).
+    pub journal_blocks: u32,
+}
+
+impl Plan {
+    /// Computes the geometry for a device of `device_bytes` bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for impossible options (block or inode size,
+    /// flex size, too many inodes, a device too small), naming the value;
+    /// [`Error::Unsupported`] for features mkfs cannot create.
+    pub fn new(opts: &MkfsOptions, device_bytes: u64) -> Result<Self> {
+        let bytes = opts.size_bytes.unwrap_or(device_bytes);
+        if bytes > device_bytes {
+            return Err(invalid(format!(
+                "size {bytes} is larger than the device ({device_bytes} bytes)"
+            )));
+        }
+        let mut features = resolve_features(opts)?;
+        check_feature_combinations(&mut features)?;
+        let (type_block_size, inode_ratio) = size_type_defaults(bytes);
+        let block_size = opts.block_size.unwrap_or(type_block_size);
+        if !block_size.is_power_of_two() || !(1024..=65536).contains(&block_size) {
+            return Err(invalid(format!(
+                "invalid block size {block_size} (1024 to 65536, a power of two)"
+            )));
+        }
+        let blocks = bytes / u64::from(block_size);
+        if blocks > u64::from(u32::MAX) && !features.incompat.contains(IncompatFeatures::BIT64) {
+            return Err(invalid(format!("{blocks} blocks need the 64bit feature")));
+        }
+        if blocks >= 1 << 48 {
+            return Err(invalid(format!("{blocks} blocks is more than ext4 can address")));
+        }
+        if features.incompat.contains(IncompatFeatures::BIT64) && blocks > u64::from(u32::MAX) {
+            // mke2fs: the resize inode's block map cannot reach past 2^32.
+            features.compat.0 &= !CompatFeatures::RESIZE_INODE.0;
+        }
+        let inode_size = opts.inode_size.unwrap_or(256);
+        if inode_size < 128 || !inode_size.is_power_of_two() || u32::from(inode_size) > block_size {
+            return Err(invalid(format!(
+                "invalid inode size {inode_size} (128 to the block size, a power of two)"
+            )));
+        }
+        let ratio = opts.bytes_per_inode.unwrap_or(inode_ratio).max(u64::from(block_size));
+        let want_inodes = opts
+            .inode_count
+            .unwrap_or(blocks.saturating_mul(u64::from(block_size)) / ratio);
+        if want_inodes > u64::from(u32::MAX) {
+            return Err(invalid(format!("{want_inodes} inodes is more than 2^32 - 1")));
+        }
+        let log_groups_per_flex = flex_log(opts, &features)?;
+        let reserved_blocks = (opts.reserved_percent * blocks as f64 / 100.0) as u64;
+        if !(0.0..=50.0).contains(&opts.reserved_percent) {
+            return Err(invalid(format!(
+                "reserved blocks percentage {} is not 0 to 50",
+                opts.reserved_percent
+            )));
+        }
+        let mut plan = Self {
+            features,
+            block_size,
+            blocks_count: blocks,
+            first_data_block: u32::from(block_size == 1024),
+            blocks_per_group: (block_size * 8).min(MAX_BLOCKS_PER_GROUP),
+            group_count: 0,
+            inodes_per_group: 0,
+            inode_blocks_per_group: 0,
+            inode_size,
+            desc_size: if features.incompat.contains(IncompatFeatures::BIT64) {
+                64
+            } else {
+                32
+            },
+            desc_blocks: 0,
+            reserved_gdt: 0,
+            first_meta_bg: 0,
+            log_groups_per_flex,
+            reserved_blocks,
+            journal_blocks: 0,
+        };
+        if let Some(shrunk) = plan.fit(want_inodes as u32)? {
+            // As ext2fs_initialize: rescaled to the count after the last
+            // shrink, even when a later retry restored the count.
+            let ratio = 100.0 * reserved_blocks as f64 / blocks as f64;
+            plan.reserved_blocks = (ratio * shrunk as f64 / 100.0) as u64;
+        }
+        plan.journal_blocks = plan.journal_size();
+        if plan.journal_blocks == 0 {
+            plan.features.compat.0 &= !CompatFeatures::HAS_JOURNAL.0;
+        }
+        if plan.journal_blocks == 0 && plan.features.compat.contains(CompatFeatures::ORPHAN_FILE) {
+            return Err(invalid(
+                "orphan_file needs a journal (has_journal, and room for one)".into(),
+            ));
+        }
+        Ok(plan)
+    }
+
+    /// The `ext2fs_initialize` loop: groups, inodes per group, reserved GDT
+    /// blocks; drops a last group too small for its own metadata. Returns
+    /// the block count after the last such drop, if any.
+    fn fit(&mut self, want_inodes: u32) -> Result<Option<u64>> {
+        let requested_blocks = self.blocks_count;
+        let mut shrunk = None;
+        loop {
+            self.group_count = group_count(self.blocks_count, self.first_data_block, self.blocks_per_group)?;
+            self.desc_blocks = self.group_count.div_ceil(self.descs_per_block());
+            let ipg = want_inodes.max(FIRST_INO + 1).div_ceil(self.group_count);
+            if ipg > self.block_size * 8 {
+                if self.blocks_per_group < 256 {
+                    return Err(invalid("too many inodes for the block size".into()));
+                }
+                self.blocks_per_group -= 8;
+                self.blocks_count = requested_blocks;
+                continue;
+            }
+            self.set_inodes_per_group(ipg);
+            self.set_reserved_gdt();
+            let overhead = 3 + self.inode_blocks_per_group + self.reserved_gdt + self.desc_blocks_in_group0();
+            if overhead > self.blocks_per_group {
+                return Err(invalid(
+                    "too many inodes: the inode table does not fit in a group".into(),
+                ));
+            }
+            let rem = (self.blocks_count - u64::from(self.first_data_block)) % u64::from(self.blocks_per_group);
+            let last_overhead = u64::from(self.last_group_overhead());
+            if self.group_count == 1 && rem != 0 && rem < last_overhead {
+                return Err(too_small(self.blocks_count));
+            }
+            if rem != 0 && rem < last_overhead + 50 {
+                self.blocks_count -= rem;
+                shrunk = Some(self.blocks_count);
+                continue;
+            }
+            return Ok(shrunk);
+        }
+    }
+
+    fn desc_blocks_in_group0(&self) -> u32 {
+        if self.features.incompat.contains(IncompatFeatures::META_BG) {
+            1
+        } else {
+            self.desc_blocks
+        }
+    }
+
+    fn last_group_overhead(&self) -> u32 {
+        let mut overhead = 2 + self.inode_blocks_per_group;
+        if self.has_super(self.group_count - 1) {
+            overhead += 1 + self.desc_blocks + self.reserved_gdt;
+        }
+        overhead
+    }
+
+    fn set_inodes_per_group(&mut self, ipg: u32) {
+        let bs = self.block_size;
+        let isz = u32::from(self.inode_size);
+        let max_ipg = (1 << 16) - bs / isz;
+        let mut ipg = ipg.min(max_ipg);
+        loop {
+            let blocks = (ipg * isz).div_ceil(bs);
+            let mut filled = blocks * bs / isz;
+            filled = filled.max(8) & !7;
+            if u64::from(filled) * u64::from(self.group_count) > u64::from(u32::MAX) {
+                ipg -= 8;
+                continue;
+            }
+            self.inodes_per_group = filled;
+            self.inode_blocks_per_group = (filled * isz).div_ceil(bs);
+            return;
+        }
+    }
+
+    /// `calc_reserved_gdt_blocks`: room to grow to 1024 times the size or
+    /// 2^32 blocks, whichever is smaller, at most one block of addresses;
+    /// then mke2fs's switch to meta_bg when the tables would eat more than
+    /// 3/4 of a group.
+    fn set_reserved_gdt(&mut self) {
+        self.reserved_gdt = 0;
+        if self.features.compat.contains(CompatFeatures::RESIZE_INODE) {
+            let max_blocks: u64 = if self.blocks_count < u64::from(u32::MAX) / 1024 {
+                self.blocks_count * 1024
+            } else {
+                u64::from(u32::MAX)
+            };
+            let rsv_groups = (max_blocks - u64::from(self.first_data_block)).div_ceil(u64::from(self.blocks_per_group));
+            let rsv_desc = rsv_groups.div_ceil(u64::from(self.descs_per_block()));
+            let rsv = rsv_desc.saturating_sub(u64::from(self.desc_blocks));
+            // e2fsprogs computes this unsigned: a negative result wraps and is capped.
+            let rsv = if rsv_desc < u64::from(self.desc_blocks) {
+                u64::MAX
+            } else {
+                rsv
+            };
+            self.reserved_gdt = rsv.min(u64::from(self.block_size / 4)) as u32;
+        }
+        if self.reserved_gdt + self.desc_blocks > self.blocks_per_group * 3 / 4 {
+            self.features.incompat.0 |= IncompatFeatures::META_BG.0;
+            self.features.compat.0 &= !CompatFeatures::RESIZE_INODE.0;
+            self.reserved_gdt = 0;
+        }
+    }
+
+    /// `ext2fs_default_journal_size` (in blocks, whatever the block size).
+    fn journal_size(&self) -> u32 {
+        if !self.features.compat.contains(CompatFeatures::HAS_JOURNAL) {
+            return 0;
+        }
+        let n = self.blocks_count;
+        match n {
+            _ if n < 2048 => 0,
+            _ if n < 32768 => 1024,
+            _ if n < 256 * 1024 => 4096,
+            _ if n < 512 * 1024 => 8192,
+            _ if n < 4096 * 1024 => 16384,
+            _ if n < 8192 * 1024 => 32768,
+            _ if n < 16384 * 1024 => 65536,
+            _ if n < 32768 * 1024 => 131072,
+            _ => 262144,
+        }
+    }
+
+    /// Descriptors per block.
+    pub fn descs_per_block(&self) -> u32 {
+        self.block_size / u32::from(self.desc_size)
+    }
+
+    /// Groups per flex group (1 without packing).
+    pub fn flex_size(&self) -> u32 {
+        1 << self.log_groups_per_flex
+    }
+
+    /// First block of `group`.
+    pub fn group_first_block(&self, group: u32) -> u64 {
+        u64::from(self.first_data_block) + u64::from(group) * u64::from(self.blocks_per_group)
+    }
+
+    /// Last block of `group` (the last group may be short).
+    pub fn group_last_block(&self, group: u32) -> u64 {
+        (self.group_first_block(group) + u64::from(self.blocks_per_group) - 1).min(self.blocks_count - 1)
+    }
+
+    /// The group holding `block`.
+    pub fn group_of_block(&self, block: u64) -> u32 {
+        ((block.saturating_sub(u64::from(self.first_data_block))) / u64::from(self.blocks_per_group)) as u32
+    }
+
+    /// Whether `group` holds a superblock backup (all of them without
+    /// sparse_super; else 0, 1 and powers of 3, 5, 7).
+    pub fn has_super(&self, group: u32) -> bool {
+        if group <= 1 || !self.features.ro_compat.contains(RoCompatFeatures::SPARSE_SUPER) {
+            return true;
+        }
+        !group.is_multiple_of(2) && [3u32, 5, 7].iter().any(|&b| is_power_of(group, b))
+    }
+
+    /// True with `uninit_bg` or `metadata_csum`: groups carry flags and checksums.
+    pub fn has_group_csum(&self) -> bool {
+        self.features.has_group_csum()
+    }
+
+    /// Inodes in use on the new file system: 1–11, and 12 for the orphan file.
+    pub fn used_inodes(&self) -> u32 {
+        if self.features.compat.contains(CompatFeatures::ORPHAN_FILE) {
+            FIRST_INO + 1
+        } else {
+            FIRST_INO
+        }
+    }
+
+    /// Pointers per block (`EXT2_ADDR_PER_BLOCK`).
+    pub fn addr_per_block(&self) -> u32 {
+        self.block_size / 4
+    }
+}
+
+fn is_power_of(mut n: u32, base: u32) -> bool {
+    while n > 1 && n.is_multiple_of(base) {
+        n /= base;
+    }
+    n == 1
+}
+
+fn group_count(blocks: u64, first: u32, bpg: u32) -> Result<u32> {
+    if blocks <= u64::from(first) {
+        return Err(too_small(blocks));
+    }
+    u32::try_from((blocks - u64::from(first)).div_ceil(u64::from(bpg))).map_err(|_| invalid("too many groups".into()))
+}
+
+/// mke2fs's size types (`floppy`, `small`, `default`, `big`, `huge`) as
+/// `/etc/mke2fs.conf` defines them: (block size, bytes per inode).
+fn size_type_defaults(bytes: u64) -> (u32, u64) {
+    const MIB: u64 = 1 << 20;
+    match bytes {
+        _ if bytes < 3 * MIB => (1024, 8192),
+        _ if bytes < 512 * MIB => (1024, 4096),
+        _ if bytes < 4 << 40 => (4096, 16384),
+        _ if bytes < 16 << 40 => (4096, 32768),
+        _ => (4096, 65536),
+    }
+}
+
+fn flex_log(opts: &MkfsOptions, f: &Features) -> Result<u8> {
+    let flex = f.incompat.contains(IncompatFeatures::FLEX_BG);
+    match opts.groups_per_flex {
+        Some(_) if !flex => Err(invalid("-G needs the flex_bg feature".into())),
+        Some(g) if !g.is_power_of_two() || g > 1 << 31 => {
+            Err(invalid(format!("flex_bg size {g} is not a power of two")))
+        }
+        Some(g) => Ok(g.trailing_zeros() as u8),
+        None if flex => Ok(4),
+        None => Ok(0),
+    }
+}
+
+/// The feature rules of mke2fs that refuse or adjust combinations.
+fn check_feature_combinations(f: &mut Features) -> Result<()> {
+    if f.incompat.contains(IncompatFeatures::META_BG) && f.compat.contains(CompatFeatures::RESIZE_INODE) {
+        return Err(invalid(
+            "the resize_inode and meta_bg features are not compatible (add ^resize_inode)".into(),
+        ));
+    }
+    if f.incompat.contains(IncompatFeatures::CSUM_SEED) && !f.metadata_csum() {
+        return Err(invalid("metadata_csum_seed needs metadata_csum".into()));
+    }
+    if f.compat.contains(CompatFeatures::RESIZE_INODE) && !f.ro_compat.contains(RoCompatFeatures::SPARSE_SUPER) {
+        return Err(invalid(
+            "reserved online resize blocks need sparse_super (add ^resize_inode)".into(),
+        ));
+    }
+    if f.incompat.contains(IncompatFeatures::BIT64) && !f.incompat.contains(IncompatFeatures::EXTENTS) {
+        return Err(invalid(
+            "extents must be enabled for a 64-bit file system (add -O extent or ^64bit)".into(),
+        ));
+    }
+    if f.metadata_csum() {
+        // metadata_csum supersedes uninit_bg.
+        f.ro_compat.0 &= !RoCompatFeatures::GDT_CSUM.0;
+    }
+    Ok(())
+}
+
+fn invalid(msg: String) -> Error {
+    Error::InvalidArgument(msg)
+}
+
+fn too_small(blocks: u64) -> Error {
+    invalid(format!("the device is too small for a file system ({blocks} blocks)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mkfs::options::FsType;
+
+    fn plan(size: u64, edit: impl FnOnce(&mut MkfsOptions)) -> Plan {
+        let mut o = MkfsOptions::default();
+        edit(&mut o);
+        Plan::new(&o, size).unwrap()
+    }
+
+    // Expected values are mke2fs 1.47.0's, read with dumpe2fs -h.
+    #[test]
+    fn ext4_64m_matches_mke2fs() {
+        let p = plan(64 << 20, |_| {});
+        assert_eq!((p.block_size, p.blocks_count, p.group_count), (1024, 65536, 8));
+        assert_eq!((p.inodes_per_group, p.inode_blocks_per_group), (2048, 512));
+        assert_eq!((p.reserved_gdt, p.reserved_blocks, p.journal_blocks), (256, 3276, 4096));
+    }
+
+    #[test]
+    fn ext3_64m_has_32_byte_descriptors() {
+        let p = plan(64 << 20, |o| o.fs_type = FsType::Ext3);
+        assert_eq!((p.desc_size, p.reserved_gdt), (32, 255));
+    }
+
+    #[test]
+    fn one_gib_and_one_mib() {
+        let p = plan(1 << 30, |_| {});
+        assert_eq!(
+            (p.block_size, p.inodes_per_group, p.reserved_gdt, p.journal_blocks),
+            (4096, 8192, 127, 8192)
+        );
+        let p = plan(1 << 20, |_| {});
+        assert_eq!((p.inodes_per_group, p.reserved_gdt, p.journal_blocks), (128, 7, 0));
+        assert!(!p.features.compat.contains(CompatFeatures::HAS_JOURNAL));
+    }
+
+    #[test]
+    fn sixteen_tib_drops_resize_inode() {
+        let p = plan(16 << 40, |_| {});
+        assert_eq!(
+            (p.blocks_count, p.group_count, p.inodes_per_group),
+            (1 << 32, 131072, 2048)
+        );
+        assert!(!p.features.compat.contains(CompatFeatures::RESIZE_INODE));
+        assert_eq!((p.desc_blocks, p.journal_blocks), (2048, 262144));
+    }
+
+    #[test]
+    fn too_small_and_bad_options_are_errors() {
+        let o = MkfsOptions::default();
+        assert!(Plan::new(&o, 8 << 10).is_err());
+        let mut o = MkfsOptions::default();
+        o.add_features("meta_bg");
+        assert!(
+            Plan::new(&o, 64 << 20)
+                .unwrap_err()
+                .to_string()
+                .contains("resize_inode")
+        );
+        let o = MkfsOptions {
+            block_size: Some(3000),
+            ..Default::default()
+        };
+        assert!(Plan::new(&o, 64 << 20).is_err());
+    }
+
+    #[test]
+    fn many_inodes_shrink_the_groups_like_mke2fs() {
+        // mke2fs -t ext4 -N 100000 on 64 MiB: 13 groups of 5296 blocks.
+        let p = plan(64 << 20, |o| o.inode_count = Some(100_000));
+        assert_eq!(
+            (p.blocks_per_group, p.group_count, p.inodes_per_group),
+            (5296, 13, 7696)
+        );
+        assert_eq!(
+            (p.blocks_count, p.inode_blocks_per_group, p.reserved_blocks),
+            (65536, 1924, 3181)
+        );
+    }
+
+    #[test]
+    fn short_last_group_is_dropped() {
+        // 8 MiB + 40 KiB: a 40-block last group cannot hold its own tables.
+        let p = plan((8 << 20) + (40 << 10), |o| o.fs_type = FsType::Ext2);
+        assert_eq!(p.blocks_count, 8193);
+    }
+}
