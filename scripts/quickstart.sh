@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds ext4kit, makes a small ext4 image from this repository's sources with
-# mkfs.ext4, and reads it back with ext4kit: info, ls, cat, stat, export.
+# Builds ext4kit, makes a small ext4 image of this repository's sources with
+# `ext4kit mkfs -d`, and reads it back with ext4kit: info, ls, cat, stat, export.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p ext4kit-cli
@@ -8,7 +8,7 @@ E=target/release/ext4kit
 IMG=target/quickstart.img
 OUT=target/quickstart-export
 rm -f "$IMG"; rm -rf "$OUT"
-mkfs.ext4 -q -F -d crates "$IMG" 64M
+$E mkfs -q -F -d crates "$IMG" 64M
 $E info -H "$IMG" | head -20
 echo "--- ls -l /"
 $E ls -l "$IMG" /

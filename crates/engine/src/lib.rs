@@ -11,17 +11,27 @@
 //! system beyond the device it is given. Front ends (the `ext4kit` CLI, the
 //! FUSE adapter) call only its public API.
 //!
-//! ```no_run
-//! use ext4kit_engine::{Filesystem, OpenOptions, device::FileDevice};
+//! Make a file system in memory, write to it, read it back:
+//!
+//! ```
+//! use ext4kit_engine::device::MemDevice;
+//! use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
+//! use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let dev = FileDevice::open("disk.img".as_ref(), false)?;
+//! let dev = MemDevice::new(vec![0; 16 << 20]);
+//! mkfs(&dev, &MkfsOptions::default())?;
 //! let fs = Filesystem::open(Box::new(dev), OpenOptions::default())?;
-//! let inode = fs.resolve(b"/etc/hostname")?;
-//! let mut buf = vec![0u8; inode.size() as usize];
-//! let n = fs.read_at(&inode, 0, &mut buf)?;
-//! println!("{}", String::from_utf8_lossy(&buf[..n]));
+//! let attr = Attr { perm: 0o755, uid: 0, gid: 0 };
+//! let dir = fs.create(ROOT_INO, b"notes", NodeKind::Directory, attr)?;
+//! let file = fs.create(dir.ino, b"hello.txt", NodeKind::Regular, Attr { perm: 0o644, ..attr })?;
+//! fs.write(file.ino, 0, b"hello, ext4")?;
+//! fs.sync()?;
+//! let inode = fs.resolve(b"/notes/hello.txt")?;
+//! assert_eq!(fs.read_all(&inode, 1 << 20)?, b"hello, ext4");
 //! # Ok(()) }
 //! ```
+//!
+//! An image file is opened with `device::FileDevice::open(path, writable)`.
 
 mod alloc;
 mod cache;
