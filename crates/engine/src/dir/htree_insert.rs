@@ -365,6 +365,11 @@ impl Txn<'_> {
             params.block_size,
             params.metadata_csum,
         ));
+        if path.len() != 2 {
+            return Err(Error::Unsupported(
+                "splitting index nodes of a three-level (large_dir) htree".into(),
+            ));
+        }
         if path[0].entries.len() >= root_limit {
             return Err(Error::NoSpace);
         }

@@ -223,6 +223,12 @@ impl Txn<'_> {
         match &mut entries {
             NodeEntries::Leaf(v) => insert_sorted(v, e),
             NodeEntries::Index(idx) => {
+                if idx.is_empty() {
+                    return Err(Error::inconsistent(
+                        Location::Inode(inode.ino),
+                        "empty extent index node",
+                    ));
+                }
                 let i = idx.partition_point(|x| x.logical <= e.logical).saturating_sub(1);
                 idx[i].logical = idx[i].logical.min(e.logical);
                 let child_block = idx[i].child;
