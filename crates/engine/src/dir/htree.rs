@@ -158,12 +158,8 @@ impl Filesystem {
                 block: pblk,
                 inode: dir.ino,
             };
-            if let Some(e) = self
-                .dir_block_entries(dir, &buf, leaf.into(), at)?
-                .into_iter()
-                .find(|e| e.name == name)
-            {
-                return Ok(Some(e.ino));
+            if let Some(ino) = self.scan_dir_block(dir, &buf, leaf.into(), at, |e| e.name == name)? {
+                return Ok(Some(ino));
             }
             match self.next_leaf(dir, &mut path, params)? {
                 Some(next_hash) if next_hash & 1 == 1 && next_hash & !1 == hash => continue,

@@ -107,6 +107,29 @@ impl Filesystem {
         logical: u64,
         at: Location,
     ) -> Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        self.scan_dir_block(dir, buf, logical, at, |e| {
+            out.push(DirEntry {
+                ino: e.inode,
+                name: e.name.to_vec(),
+                file_type: file_type_code(e.file_type),
+            });
+            false
+        })?;
+        Ok(out)
+    }
+
+    /// Verifies the block (as [`Self::dir_block_entries`]) and calls `f` on
+    /// each live, checked entry without copying it, until `f` returns true;
+    /// returns the entry's inode number when it does.
+    pub(crate) fn scan_dir_block(
+        &self,
+        dir: &Inode,
+        buf: &[u8],
+        logical: u64,
+        at: Location,
+        mut f: impl FnMut(&dir_entry::DirEntry<'_>) -> bool,
+    ) -> Result<Option<u32>> {
         let bs = buf.len();
         // Index blocks first: a root converted from a linear block keeps the
         // old leaf tail's bytes at its end, so "has a tail" proves nothing there.
@@ -123,28 +146,23 @@ impl Filesystem {
         }
         let used = if tail { bs - dir_entry::TAIL_SIZE } else { bs };
         let filetype = self.geo.features.incompat.contains(IncompatFeatures::FILETYPE);
-        let mut out = Vec::new();
         for e in DirEntryIter::new(&buf[..used], bs, filetype) {
             let e = e.map_err(|e| Error::format(at, e))?;
             if e.inode == 0 {
                 continue;
             }
             if e.inode > self.geo.inodes_count {
-                return Err(Error::inconsistent(
-                    at,
-                    format!(
-                        "entry at byte {} names inode {} beyond the inode count",
-                        e.offset, e.inode
-                    ),
-                ));
+                let what = format!(
+                    "entry at byte {} names inode {} beyond the inode count",
+                    e.offset, e.inode
+                );
+                return Err(Error::inconsistent(at, what));
             }
             check_name(e.name, at, e.offset)?;
-            out.push(DirEntry {
-                ino: e.inode,
-                name: e.name.to_vec(),
-                file_type: file_type_code(e.file_type),
-            });
+            if f(&e) {
+                return Ok(Some(e.inode));
+            }
         }
-        Ok(out)
+        Ok(None)
     }
 }
