@@ -178,9 +178,7 @@ impl Txn<'_> {
 
     /// Adds an entry to the indexed `dir`, splitting the leaf if it is full.
     pub(crate) fn htree_add(&mut self, dir: &mut Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
-        let (code, levels) = self.root_info(dir)?;
-        let hash = self.name_hash(name, code)?;
-        let path = self.descend(dir, hash, levels)?;
+        let (code, hash, path) = self.descend(dir, name)?;
         let leaf = path.last().map_or(0, |f| f.entries[f.at].block);
         let phys = self.phys_of(dir, leaf.into())?;
         if self.insert_in_block(dir, phys, name, ino, ft)? {
@@ -194,28 +192,17 @@ impl Txn<'_> {
         Err(Error::Unsupported("a directory leaf with no room after a split".into()))
     }
 
-    fn root_info(&self, dir: &Inode) -> Result<(u8, u8)> {
-        let phys = self.phys_of(dir, 0)?;
-        let buf = self.block(phys, dir.ino)?;
-        let root = DxRoot::parse(&buf, &self.dx_params()).map_err(|e| {
-            Error::format(
-                Location::Block {
-                    block: phys,
-                    inode: dir.ino,
-                },
-                e,
-            )
-        })?;
-        Ok((root.header.info.hash_version, root.indirect_levels()))
-    }
-
-    /// The index frames from the root down to the bottom index block.
-    fn descend(&self, dir: &Inode, hash: u32, levels: u8) -> Result<Vec<Frame>> {
+    /// Reads the root once, hashes `name` with the root's hash version and
+    /// walks down to the bottom index block: (version code, hash, frames).
+    fn descend(&self, dir: &Inode, name: &[u8]) -> Result<(u8, u32, Vec<Frame>)> {
         let params = self.dx_params();
         let phys = self.phys_of(dir, 0)?;
         let buf = self.block(phys, dir.ino)?;
         let at = |block| Location::Block { block, inode: dir.ino };
         let root = DxRoot::parse(&buf, &params).map_err(|e| Error::format(at(phys), e))?;
+        let code = root.header.info.hash_version;
+        let hash = self.name_hash(name, code)?;
+        let levels = root.indirect_levels();
         let mut path = vec![Frame {
             logical: 0,
             root: true,
@@ -234,7 +221,7 @@ impl Txn<'_> {
                 entries: node.entries,
             });
         }
-        Ok(path)
+        Ok((code, hash, path))
     }
 }
 
