@@ -163,12 +163,10 @@ impl<'a> Txn<'a> {
         if geo.features.metadata_csum() {
             let bb = self.block(d.block_bitmap(), 0)?;
             let c = bitmap_checksum(fs.csum_seed, &bb, geo.blocks_per_group as usize / 8, geo.desc_size);
-            d.bg_block_bitmap_csum_lo.set(c as u16);
-            d.bg_block_bitmap_csum_hi.set((c >> 16) as u16);
+            d.set_block_bitmap_csum(c);
             let ib = self.block(d.inode_bitmap(), 0)?;
             let c = bitmap_checksum(fs.csum_seed, &ib, geo.inodes_per_group as usize / 8, geo.desc_size);
-            d.bg_inode_bitmap_csum_lo.set(c as u16);
-            d.bg_inode_bitmap_csum_hi.set((c >> 16) as u16);
+            d.set_inode_bitmap_csum(c);
         }
         let ds = usize::from(geo.desc_size);
         let uuid = fs.sb.read().s_uuid;

@@ -114,6 +114,19 @@ impl RawGroupDesc {
         join16(self.bg_inode_bitmap_csum_hi.get(), self.bg_inode_bitmap_csum_lo.get())
     }
 
+    /// Stores a block-bitmap checksum from [`bitmap_checksum`] (the high
+    /// half only exists in 64-byte descriptors and is 0 otherwise).
+    pub fn set_block_bitmap_csum(&mut self, c: u32) {
+        self.bg_block_bitmap_csum_lo.set(c as u16);
+        self.bg_block_bitmap_csum_hi.set((c >> 16) as u16);
+    }
+
+    /// Stores an inode-bitmap checksum from [`bitmap_checksum`].
+    pub fn set_inode_bitmap_csum(&mut self, c: u32) {
+        self.bg_inode_bitmap_csum_lo.set(c as u16);
+        self.bg_inode_bitmap_csum_hi.set((c >> 16) as u16);
+    }
+
     /// The descriptor checksum as the kernel computes it: with
     /// `metadata_csum`, the low 16 bits of crc32c(seed, le32 group, desc with
     /// `bg_checksum` zeroed); with `gdt_csum`, crc16 over uuid, group and the

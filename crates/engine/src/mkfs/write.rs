@@ -155,9 +155,7 @@ fn descriptor(b: &Build, g: u32, w: &mut Writer<'_>) -> Result<RawGroupDesc> {
         w.write_block(b, t.block_bitmap, &bitmap)?;
         if p.features.metadata_csum() {
             let c = bitmap_checksum(b.csum_seed, &bitmap, (p.blocks_per_group / 8) as usize, p.desc_size);
-            d.bg_block_bitmap_csum_lo.set(c as u16);
-            d.bg_block_bitmap_csum_hi
-                .set(if p.desc_size >= 64 { (c >> 16) as u16 } else { 0 });
+            d.set_block_bitmap_csum(c);
         }
     }
     if !inode_uninit {
@@ -165,9 +163,7 @@ fn descriptor(b: &Build, g: u32, w: &mut Writer<'_>) -> Result<RawGroupDesc> {
         w.write_block(b, t.inode_bitmap, &bitmap)?;
         if p.features.metadata_csum() {
             let c = bitmap_checksum(b.csum_seed, &bitmap, (p.inodes_per_group / 8) as usize, p.desc_size);
-            d.bg_inode_bitmap_csum_lo.set(c as u16);
-            d.bg_inode_bitmap_csum_hi
-                .set(if p.desc_size >= 64 { (c >> 16) as u16 } else { 0 });
+            d.set_inode_bitmap_csum(c);
         }
     }
     let c = d.compute_checksum(&p.features, b.csum_seed, &b.uuid, g, usize::from(p.desc_size));
