@@ -12,6 +12,7 @@ macro_rules! outln {
 }
 
 mod cmd;
+mod logger;
 mod open;
 
 use std::path::PathBuf;
@@ -71,10 +72,24 @@ enum Command {
     Chown(cmd::edit::ChownArgs),
     /// Create a new, empty file system (like mke2fs).
     Mkfs(cmd::mkfs::Args),
+    /// Serve the image through FUSE at a mount point.
+    Mount(cmd::mount::Args),
+    /// Unmount, waiting until the server has finished writing the image.
+    Umount(cmd::mount::UmountArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    logger::init();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let as_helper = argv
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|n| n == "mount.fuse.ext4kit" || n == "mount.ext4kit");
+    let cli = if as_helper {
+        Cli::parse_from(cmd::mount::helper_args(&argv))
+    } else {
+        Cli::parse()
+    };
     let r = match cli.command {
         Command::Info(a) => cmd::info::run(a),
         Command::Ls(a) => cmd::ls::run(a),
@@ -91,6 +106,8 @@ fn main() -> ExitCode {
         Command::Chmod(a) => cmd::edit::chmod(a),
         Command::Chown(a) => cmd::edit::chown(a),
         Command::Mkfs(a) => cmd::mkfs::run(a),
+        Command::Mount(a) => cmd::mount::run(a),
+        Command::Umount(a) => cmd::mount::umount(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -46,6 +46,7 @@ pub mod mkfs;
 mod mount;
 mod ops;
 mod path;
+mod statfs;
 mod txn;
 
 pub use device::BlockDevice;
@@ -54,3 +55,4 @@ pub use fs::{DirtyJournal, Filesystem, OpenOptions};
 pub use inode::map::Run;
 pub use inode::{Inode, Metadata, ROOT_INO};
 pub use ops::{Attr, NodeKind, RenameFlags, SetAttr, XattrSet};
+pub use statfs::StatFs;

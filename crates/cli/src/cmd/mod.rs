@@ -7,5 +7,6 @@ pub mod import;
 pub mod info;
 pub mod ls;
 pub mod mkfs;
+pub mod mount;
 pub mod stat;
 mod util;

@@ -1,0 +1,200 @@
+//! `ext4kit mount` and `ext4kit umount`, and the `mount.fuse.ext4kit`
+//! helper that `mount -t fuse.ext4kit` and `/etc/fstab` run.
+//!
+//! `mount` serves in the foreground unless `--daemon`: then the process
+//! starts itself again detached, waits until the kernel accepted the
+//! mount, and returns — the child's first line on stdout says it did.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use ext4kit_engine::device::FileDevice;
+use ext4kit_engine::mkfs::{MkfsOptions, mkfs, parse_size};
+use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions};
+use ext4kit_fuse::MountConfig;
+
+/// Environment variable marking the detached child of `mount --daemon`.
+const DAEMON_CHILD: &str = "EXT4KIT_DAEMON_CHILD";
+/// What the child prints once mounted.
+const READY: &str = "ext4kit: mounted";
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The image file.
+    image: PathBuf,
+    /// Where to mount it.
+    mountpoint: PathBuf,
+    /// Mount options, comma-separated (ro, noatime, errors=, uid=IMAGE:HOST,
+    /// allow_other, fstype=fuse…; see the README).
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+    /// Return once mounted, serving in the background.
+    #[arg(short = 'd', long)]
+    daemon: bool,
+    /// Make an ext4 image of this size first if IMAGE does not exist (e.g. 1G).
+    #[arg(long, value_name = "SIZE")]
+    create: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UmountArgs {
+    /// The mount point.
+    mountpoint: PathBuf,
+    /// Seconds to wait for the server to finish writing.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let mut cfg = MountConfig::default();
+    for o in &a.options {
+        cfg.apply(o).map_err(anyhow::Error::msg)?;
+    }
+    if a.daemon && std::env::var_os(DAEMON_CHILD).is_none() {
+        return spawn_daemon();
+    }
+    if !a.mountpoint.is_dir() {
+        bail!("{}: mount point is not a directory", a.mountpoint.display());
+    }
+    if let Some(size) = &a.create {
+        create_image(&a.image, size)?;
+    }
+    let fs = open(&a.image, &cfg)?;
+    let _image_lock = ext4kit_fuse::lock_image(&a.image)?;
+    let source = cfg.fsname.clone().unwrap_or_else(|| {
+        std::fs::canonicalize(&a.image)
+            .unwrap_or(a.image.clone())
+            .display()
+            .to_string()
+    });
+    let daemon = std::env::var_os(DAEMON_CHILD).is_some();
+    ext4kit_fuse::serve(fs, &source, &a.mountpoint, cfg, || {
+        if daemon {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
+        }
+    })
+    .with_context(|| format!("serving {} at {}", a.image.display(), a.mountpoint.display()))
+}
+
+fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
+    let dev = FileDevice::open(image, !cfg.read_only).with_context(|| format!("cannot open {}", image.display()))?;
+    let opts = OpenOptions {
+        verify_checksums: !cfg.ignore_checksums,
+        dirty_journal: DirtyJournal::Refuse,
+        sync_writes: cfg.sync,
+        ..OpenOptions::default()
+    };
+    let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;
+    if !cfg.read_only
+        && let Some(why) = fs.read_only_reason()
+    {
+        bail!(
+            "{}: cannot be mounted read-write ({why}); mount it with -o ro",
+            image.display()
+        );
+    }
+    Ok(fs)
+}
+
+/// `--create`: an ext4 image with the default options, when none exists.
+fn create_image(image: &Path, size: &str) -> Result<()> {
+    if image.exists() {
+        return Ok(());
+    }
+    let bytes = parse_size(size)?;
+    let f = std::fs::File::create_new(image).with_context(|| format!("cannot create {}", image.display()))?;
+    f.set_len(bytes)?;
+    drop(f);
+    let dev = FileDevice::open(image, true)?;
+    let opts = MkfsOptions {
+        size_bytes: Some(bytes),
+        device_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(&dev, &opts).with_context(|| format!("making a file system on {}", image.display()))?;
+    Ok(())
+}
+
+/// Starts this command again as a detached child and waits for it to
+/// report the mount (or to fail, its message going to our stderr).
+fn spawn_daemon() -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the ext4kit executable")?;
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let mut child = Command::new(exe)
+        .args(args)
+        .env(DAEMON_CHILD, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .context("cannot start the server")?;
+    let out = child.stdout.take().context("no pipe from the server")?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    if line.trim_end() == READY {
+        return Ok(());
+    }
+    let status = child.wait()?;
+    bail!("the server did not mount ({status})")
+}
+
+/// `ext4kit umount DIR`: unmounts and waits until the server has closed
+/// the image, so the image is complete when this returns.
+pub fn umount(a: UmountArgs) -> Result<()> {
+    let lock = ext4kit_fuse::server_lock_path(&a.mountpoint)?;
+    if let Err(e) = nix::mount::umount(&a.mountpoint) {
+        if e != nix::errno::Errno::EPERM {
+            bail!("cannot unmount {}: {e}", a.mountpoint.display());
+        }
+        let status = Command::new("fusermount3").arg("-u").arg(&a.mountpoint).status()?;
+        if !status.success() {
+            bail!("fusermount3 -u {} failed", a.mountpoint.display());
+        }
+    }
+    wait_for_server(&lock, Duration::from_secs(a.timeout))
+}
+
+fn wait_for_server(lock: &Path, timeout: Duration) -> Result<()> {
+    let Ok(file) = std::fs::File::open(lock) else {
+        return Ok(());
+    };
+    let deadline = Instant::now() + timeout;
+    let mut file = file;
+    loop {
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
+            Ok(_) => return Ok(()),
+            Err((f, _)) if Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(_) => bail!("the server is still writing after {} s", timeout.as_secs()),
+        }
+    }
+}
+
+/// Arguments of `mount.fuse.ext4kit SOURCE DIR [-o OPTS] [-n] [-s] [-v]`
+/// (as `mount(8)` calls a helper) turned into `ext4kit mount … --daemon`.
+pub fn helper_args(argv: &[OsString]) -> Vec<OsString> {
+    let mut out: Vec<OsString> = vec!["ext4kit".into(), "mount".into()];
+    let mut it = argv.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("-o") => {
+                if let Some(v) = it.next() {
+                    out.push("-o".into());
+                    out.push(v.clone());
+                }
+            }
+            Some("-n" | "-s" | "-v" | "-f") => {}
+            _ => out.push(a.clone()),
+        }
+    }
+    out.push("--daemon".into());
+    out
+}

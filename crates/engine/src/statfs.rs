@@ -1,0 +1,69 @@
+//! `statfs(2)` figures (`ext4_statfs`): sizes in blocks with the metadata
+//! overhead taken out, as `df` shows them on a kernel mount.
+
+use ext4kit_format::features::IncompatFeatures;
+
+use crate::fs::Filesystem;
+
+/// File-system totals for `statfs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    /// Block size in bytes.
+    pub block_size: u32,
+    /// Blocks usable for data: all blocks less the static metadata.
+    pub blocks: u64,
+    /// Free blocks.
+    pub blocks_free: u64,
+    /// Free blocks an unprivileged user may take (free less reserved).
+    pub blocks_available: u64,
+    /// Inodes.
+    pub files: u64,
+    /// Free inodes.
+    pub files_free: u64,
+    /// Longest name.
+    pub name_max: u32,
+}
+
+impl Filesystem {
+    /// Totals for `statfs`. The overhead is `s_overhead_clusters` when
+    /// mke2fs recorded it, else what `ext4_calculate_overhead` counts:
+    /// superblock and descriptor copies, bitmaps, inode tables, the journal.
+    pub fn statfs(&self) -> StatFs {
+        let sb = self.superblock();
+        let free = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32);
+        let reserved = u64::from(sb.s_r_blocks_count_lo.get()) | (u64::from(sb.s_r_blocks_count_hi.get()) << 32);
+        let overhead = match u64::from(sb.s_overhead_clusters.get()) {
+            0 => self.metadata_overhead(),
+            n => n,
+        };
+        StatFs {
+            block_size: self.geo.block_size,
+            blocks: self.geo.blocks_count.saturating_sub(overhead),
+            blocks_free: free,
+            blocks_available: free.saturating_sub(reserved),
+            files: u64::from(self.geo.inodes_count),
+            files_free: u64::from(sb.s_free_inodes_count.get()),
+            name_max: 255,
+        }
+    }
+
+    /// Blocks that never hold file data.
+    fn metadata_overhead(&self) -> u64 {
+        let sb = self.superblock();
+        let meta_bg = self.geo.features.incompat.contains(IncompatFeatures::META_BG);
+        let gdt_blocks = if meta_bg {
+            u64::from(sb.s_first_meta_bg.get())
+        } else {
+            u64::from(self.geo.group_count.div_ceil(self.geo.descs_per_block()))
+        };
+        let per_copy = 1 + gdt_blocks + u64::from(sb.s_reserved_gdt_blocks.get());
+        let copies = (0..self.geo.group_count).filter(|&g| self.group_has_super(g)).count() as u64;
+        let tables = u64::from(self.geo.group_count) * (2 + u64::from(self.geo.inode_table_blocks));
+        let journal = self
+            .journal_info()
+            .superblock
+            .as_ref()
+            .map_or(0, |j| u64::from(j.max_len));
+        u64::from(self.geo.first_data_block) + copies * per_copy + tables + journal
+    }
+}

@@ -1,0 +1,194 @@
+//! File data operations: open/create/release (the engine counts open files
+//! so an unlinked file lives until its last close), read/write, fsync,
+//! fallocate, SEEK_DATA/SEEK_HOLE, copy_file_range and the inode-flags
+//! ioctls (`chattr`/`lsattr`).
+
+use ext4kit_engine::NodeKind;
+use fuser::{Errno, INodeNo, Request};
+
+use super::{Ext4Fuse, MAX_IO, Res};
+use crate::handles::Handle;
+#[allow(unused_imports)]
+use crate::pending::PendingApi as _;
+
+/// `FS_IOC_GETFLAGS` / `FS_IOC_SETFLAGS` (and their 32-bit twins): the
+/// kernel forwards `chattr`/`lsattr` as these with a 4-byte value.
+const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
+const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
+const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+
+/// Flags `lsattr` may see (`EXT4_FL_USER_VISIBLE`).
+const USER_VISIBLE: u32 = 0x705B_DFFF;
+
+impl Ext4Fuse {
+    pub(super) fn open_file(&self, ino: INodeNo, flags: i32) -> Res<u64> {
+        let ino = self.ino(ino)?;
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            self.writable()?;
+        }
+        self.fs.open_file(ino).map_err(|e| self.errno(e))?;
+        Ok(self.handles.insert(Handle::File { ino }))
+    }
+
+    pub(super) fn create_file(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &[u8],
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+    ) -> Res<(ext4kit_engine::Inode, u64)> {
+        let inode = self.create_node(req, parent, name, NodeKind::Regular, mode)?;
+        self.fs.open_file(inode.ino).map_err(|e| self.errno(e))?;
+        let fh = self.handles.insert(Handle::File { ino: inode.ino });
+        Ok((inode, fh))
+    }
+
+    pub(super) fn close_handle(&self, fh: u64) -> Res<()> {
+        match self.handles.remove(fh) {
+            Some(Handle::File { ino }) => self.fs.release_file(ino).map_err(|e| self.errno(e)),
+            Some(Handle::Dir { .. }) => Ok(()),
+            None => Err(Errno::EBADF),
+        }
+    }
+
+    /// Closes whatever the kernel left open (at unmount).
+    pub(super) fn release_all(&self) {
+        for h in self.handles.drain() {
+            if let Handle::File { ino } = h
+                && let Err(e) = self.fs.release_file(ino)
+            {
+                log::error!("ext4kit: closing inode {ino} at unmount: {e}");
+            }
+        }
+    }
+
+    pub(super) fn read_data(&self, ino: INodeNo, offset: u64, size: u32) -> Res<Vec<u8>> {
+        let ino = self.ino(ino)?;
+        let inode = self.inode(ino)?;
+        let len = inode.size().saturating_sub(offset).min(u64::from(size.min(MAX_IO)));
+        let mut buf = vec![0u8; len as usize];
+        let n = self.fs.read_at(&inode, offset, &mut buf).map_err(|e| self.errno(e))?;
+        buf.truncate(n);
+        self.note_access(ino);
+        Ok(buf)
+    }
+
+    fn atime_policy(&self) -> crate::pending::AtimePolicy {
+        use crate::options::AtimeMode;
+        match self.cfg.atime {
+            AtimeMode::NoAtime => crate::pending::AtimePolicy::NoAtime,
+            AtimeMode::Relatime => crate::pending::AtimePolicy::Relatime,
+            AtimeMode::Strict => crate::pending::AtimePolicy::Strict,
+        }
+    }
+
+    /// Updates the access time as the `atime` option says.
+    fn note_access(&self, ino: u32) {
+        if self.writable().is_err() {
+            return;
+        }
+        if let Err(e) = self.fs.touch_atime(ino, self.atime_policy()) {
+            log::warn!("ext4kit: updating the access time of inode {ino}: {e}");
+        }
+    }
+
+    pub(super) fn write_data(&self, ino: INodeNo, offset: u64, data: &[u8]) -> Res<u32> {
+        self.writable()?;
+        let n = self.fs.write(self.ino(ino)?, offset, data).map_err(|e| self.errno(e))?;
+        if self.cfg.sync {
+            self.sync_all()?;
+        }
+        Ok(n as u32)
+    }
+
+    pub(super) fn sync_all(&self) -> Res<()> {
+        self.fs.sync().map_err(|e| self.errno(e))
+    }
+
+    pub(super) fn allocate(&self, ino: INodeNo, offset: u64, len: u64, mode: i32) -> Res<()> {
+        self.writable()?;
+        let mode = crate::pending::FallocMode::from_linux_flags(mode as u32).map_err(|e| self.errno(e))?;
+        self.fs
+            .fallocate(self.ino(ino)?, offset, len, mode)
+            .map_err(|e| self.errno(e))
+    }
+
+    pub(super) fn seek(&self, ino: INodeNo, offset: i64, whence: i32) -> Res<i64> {
+        let ino = self.ino(ino)?;
+        let offset = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+        let r = match whence {
+            libc::SEEK_DATA => self.fs.seek_data(ino, offset),
+            libc::SEEK_HOLE => self.fs.seek_hole(ino, offset),
+            _ => return Err(Errno::EINVAL),
+        };
+        let pos = r.map_err(|e| self.errno(e))?;
+        i64::try_from(pos).map_err(|_| Errno::EOVERFLOW)
+    }
+
+    /// Copies in chunks inside the engine's process: one request instead
+    /// of a read and a write per page through the kernel.
+    pub(super) fn copy_range(
+        &self,
+        from: INodeNo,
+        mut off_in: u64,
+        to: INodeNo,
+        mut off_out: u64,
+        len: u64,
+    ) -> Res<u32> {
+        self.writable()?;
+        let (from, to) = (self.ino(from)?, self.ino(to)?);
+        let len = len.min(u64::from(u32::MAX) & !(u64::from(MAX_IO) - 1));
+        let mut done = 0u64;
+        while done < len {
+            let inode = self.inode(from)?;
+            let want = (len - done)
+                .min(u64::from(MAX_IO))
+                .min(inode.size().saturating_sub(off_in));
+            if want == 0 {
+                break;
+            }
+            let mut buf = vec![0u8; want as usize];
+            let n = self.fs.read_at(&inode, off_in, &mut buf).map_err(|e| self.errno(e))?;
+            if n == 0 {
+                break;
+            }
+            self.fs.write(to, off_out, &buf[..n]).map_err(|e| self.errno(e))?;
+            done += n as u64;
+            off_in += n as u64;
+            off_out += n as u64;
+        }
+        Ok(done as u32)
+    }
+
+    pub(super) fn inode_ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        cmd: u32,
+        input: &[u8],
+        out_size: u32,
+    ) -> Res<Vec<u8>> {
+        let ino = self.ino(ino)?;
+        match cmd {
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => {
+                let flags = self.inode(ino)?.raw.flags() & USER_VISIBLE;
+                let mut out = flags.to_le_bytes().to_vec();
+                out.resize((out_size as usize).clamp(4, 8), 0);
+                Ok(out)
+            }
+            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
+                self.writable()?;
+                let raw: [u8; 4] = input.get(..4).and_then(|b| b.try_into().ok()).ok_or(Errno::EINVAL)?;
+                let privileged = req.uid() == 0;
+                self.fs
+                    .set_flags(ino, u32::from_le_bytes(raw), privileged)
+                    .map_err(|e| self.errno(e))?;
+                Ok(Vec::new())
+            }
+            _ => Err(Errno::ENOTTY),
+        }
+    }
+}

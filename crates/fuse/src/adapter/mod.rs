@@ -1,0 +1,466 @@
+//! [`Ext4Fuse`]: the `fuser::Filesystem` over an engine [`Filesystem`]. The
+//! trait implementation here only unpacks requests and sends replies; each
+//! operation is a method in `names`, `files`, `dirs` or `xattrs` that
+//! returns a `Result` and calls the engine, which holds every rule about
+//! the on-disk format.
+
+mod dirs;
+mod files;
+mod names;
+mod xattrs;
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
+use ext4kit_engine::{Error, Filesystem, Inode};
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::attr::{ext4_ino, file_attr};
+use crate::handles::Handles;
+use crate::options::{MountConfig, OnError};
+
+/// Largest read or write request (the kernel's `max_pages_limit` of 256 pages).
+const MAX_IO: u32 = 1 << 20;
+
+/// The FUSE file system: an engine plus the state a mount needs (handles,
+/// options, whether errors made it read-only).
+pub struct Ext4Fuse {
+    pub(crate) fs: Arc<Filesystem>,
+    pub(crate) cfg: MountConfig,
+    pub(crate) handles: Handles,
+    /// Set by `errors=remount-ro` after corruption is found.
+    pub(crate) forced_ro: AtomicBool,
+}
+
+type Res<T> = Result<T, Errno>;
+
+impl Ext4Fuse {
+    /// Serves `fs` with the options in `cfg`.
+    pub fn new(fs: Arc<Filesystem>, cfg: MountConfig) -> Self {
+        Self {
+            fs,
+            cfg,
+            handles: Handles::default(),
+            forced_ro: AtomicBool::new(false),
+        }
+    }
+
+    /// The errno for an engine error, after applying the `errors=` policy
+    /// to corruption.
+    pub(crate) fn errno(&self, e: Error) -> Errno {
+        if matches!(e, Error::Corrupt(_) | Error::BadChecksum { .. }) {
+            log::error!("ext4kit: {e}");
+            match self.cfg.errors {
+                OnError::Continue => {}
+                OnError::RemountRo => {
+                    if !self.forced_ro.swap(true, Ordering::Relaxed) {
+                        log::error!("ext4kit: errors=remount-ro: no further changes will be made");
+                    }
+                }
+                OnError::Panic => {
+                    log::error!("ext4kit: errors=panic: stopping at once");
+                    std::process::exit(70);
+                }
+            }
+        }
+        Errno::from_i32(e.errno())
+    }
+
+    /// Errors with EROFS unless changes are allowed.
+    pub(crate) fn writable(&self) -> Res<()> {
+        if self.cfg.read_only || self.forced_ro.load(Ordering::Relaxed) {
+            return Err(Errno::EROFS);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn ino(&self, n: INodeNo) -> Res<u32> {
+        ext4_ino(n).ok_or(Errno::ENOENT)
+    }
+
+    pub(crate) fn inode(&self, ino: u32) -> Res<Inode> {
+        self.fs.inode(ino).map_err(|e| self.errno(e))
+    }
+
+    pub(crate) fn attr_of(&self, inode: &Inode) -> Res<FileAttr> {
+        let m = self.fs.metadata(inode).map_err(|e| self.errno(e))?;
+        Ok(file_attr(&m, self.fs.geometry().block_size, &self.cfg))
+    }
+
+    pub(crate) fn reply_entry(&self, inode: &Inode, reply: ReplyEntry) {
+        match self.attr_of(inode) {
+            Ok(a) => reply.entry_with_ttls(
+                &self.cfg.entry_timeout,
+                &self.cfg.attr_timeout,
+                &a,
+                Generation(u64::from(inode.raw.i_generation.get())),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+fn name_bytes(name: &OsStr) -> &[u8] {
+    name.as_bytes()
+}
+
+fn reply_empty(r: Res<()>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+impl fuser::Filesystem for Ext4Fuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut want = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_EXPORT_SUPPORT
+            | InitFlags::FUSE_HAS_IOCTL_DIR;
+        if self.cfg.writeback_cache && !self.cfg.read_only {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        let have = config.capabilities();
+        let _ = config.add_capabilities(want & have);
+        let _ = config.set_max_write(MAX_IO);
+        let _ = config.set_max_readahead(MAX_IO);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        let _ = config.set_time_granularity(std::time::Duration::from_nanos(1));
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.release_all();
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.lookup_name(parent, name_bytes(name)) {
+            Ok(Some(inode)) => self.reply_entry(&inode, reply),
+            Ok(None) => self.reply_negative(reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.ino(ino).and_then(|i| self.inode(i)).and_then(|i| self.attr_of(&i)) {
+            Ok(a) => reply.attr(&self.cfg.attr_timeout, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let change = names::Change {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+        };
+        match self.set_attributes(ino, &change) {
+            Ok(a) => reply.attr(&self.cfg.attr_timeout, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.read_link(ino) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        match self.make_node(req, parent, name_bytes(name), mode, umask, rdev) {
+            Ok(inode) => self.reply_entry(&inode, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        match self.make_dir(req, parent, name_bytes(name), mode, umask) {
+            Ok(inode) => self.reply_entry(&inode, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(self.remove_name(parent, name_bytes(name), false), reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(self.remove_name(parent, name_bytes(name), true), reply);
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        match self.make_symlink(req, parent, name_bytes(link_name), target.as_os_str().as_bytes()) {
+            Ok(inode) => self.reply_entry(&inode, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.rename_entry(parent, name_bytes(name), newparent, name_bytes(newname), flags);
+        reply_empty(r, reply);
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        match self.hard_link(ino, newparent, name_bytes(newname)) {
+            Ok(inode) => self.reply_entry(&inode, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_file(ino, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.read_data(ino, offset, size) {
+            Ok(buf) => reply.data(&buf),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.write_data(ino, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(self.close_handle(fh.0), reply);
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply_empty(self.sync_all(), reply);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_dir(ino) {
+            Ok(fh) => reply.opened(
+                FileHandle(fh),
+                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
+        self.list_dir(fh.0, offset, reply);
+    }
+
+    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectoryPlus) {
+        self.list_dir_plus(fh.0, offset, reply);
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        reply_empty(self.close_handle(fh.0), reply);
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply_empty(self.sync_all(), reply);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs.statfs();
+        reply.statfs(
+            s.blocks,
+            s.blocks_free,
+            s.blocks_available,
+            s.files,
+            s.files_free,
+            s.block_size,
+            s.name_max,
+            s.block_size,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(self.set_xattr(ino, name_bytes(name), value, flags), reply);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattrs::reply_sized(self.get_xattr(ino, name_bytes(name)), size, reply);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattrs::reply_sized(self.list_xattrs(ino), size, reply);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(self.remove_xattr(ino, name_bytes(name)), reply);
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Mounted with default_permissions: the kernel checks access itself.
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.create_file(req, parent, name_bytes(name), mode, umask, flags) {
+            Ok((inode, fh)) => match self.attr_of(&inode) {
+                Ok(a) => reply.created(
+                    &self.cfg.entry_timeout,
+                    &a,
+                    Generation(u64::from(inode.raw.i_generation.get())),
+                    FileHandle(fh),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                ),
+                Err(e) => reply.error(e),
+            },
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        match self.inode_ioctl(req, ino, cmd, in_data, out_size) {
+            Ok(out) => reply.ioctl(0, &out),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(self.allocate(ino, offset, length, mode), reply);
+    }
+
+    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        match self.seek(ino, offset, whence) {
+            Ok(o) => reply.offset(o),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        match self.copy_range(ino_in, offset_in, ino_out, offset_out, len) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+}

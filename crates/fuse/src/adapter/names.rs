@@ -1,0 +1,210 @@
+//! Name and attribute operations: lookup, getattr/setattr, creating nodes,
+//! links, removal and rename. The ownership of new inodes follows the VFS's
+//! `inode_init_owner` (the caller's ids, the group of a setgid directory),
+//! since with FUSE that rule is the server's to apply.
+
+use std::time::SystemTime;
+
+use ext4kit_engine::{Attr, Inode, NodeKind, SetAttr};
+use fuser::{Errno, FileAttr, INodeNo, RenameFlags, ReplyEntry, Request, TimeOrNow};
+
+use super::{Ext4Fuse, Res};
+use crate::attr::{decode_rdev, timestamp};
+use crate::options::IdMap;
+
+/// The parts of a `setattr` request the engine acts on.
+pub(super) struct Change {
+    pub(super) mode: Option<u32>,
+    pub(super) uid: Option<u32>,
+    pub(super) gid: Option<u32>,
+    pub(super) size: Option<u64>,
+    pub(super) atime: Option<TimeOrNow>,
+    pub(super) mtime: Option<TimeOrNow>,
+}
+
+fn time_of(t: TimeOrNow) -> ext4kit_format::inode::Timestamp {
+    match t {
+        TimeOrNow::SpecificTime(t) => timestamp(t),
+        TimeOrNow::Now => timestamp(SystemTime::now()),
+    }
+}
+
+impl Ext4Fuse {
+    /// The inode `name` names in `parent`, or `None` when there is none.
+    pub(super) fn lookup_name(&self, parent: INodeNo, name: &[u8]) -> Res<Option<Inode>> {
+        let dir = self.inode(self.ino(parent)?)?;
+        match self.fs.lookup(&dir, name) {
+            Ok(ino) => self.inode(ino).map(Some),
+            Err(ext4kit_engine::Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(self.errno(e)),
+        }
+    }
+
+    /// A negative entry: the kernel remembers the name is absent for the
+    /// entry timeout (only this mount can create it, and creating through
+    /// the kernel drops the negative entry).
+    pub(super) fn reply_negative(&self, reply: ReplyEntry) {
+        if self.cfg.entry_timeout.is_zero() {
+            return reply.error(Errno::ENOENT);
+        }
+        let mut attr = crate::attr::file_attr(&empty_metadata(), 0, &self.cfg);
+        attr.ino = INodeNo(0);
+        reply.entry(&self.cfg.entry_timeout, &attr, fuser::Generation(0));
+    }
+
+    pub(super) fn set_attributes(&self, ino: INodeNo, c: &Change) -> Res<FileAttr> {
+        self.writable()?;
+        let ino = self.ino(ino)?;
+        if let Some(size) = c.size {
+            self.fs.truncate(ino, size).map_err(|e| self.errno(e))?;
+        }
+        let set = SetAttr {
+            perm: c.mode.map(|m| (m & 0o7777) as u16),
+            uid: c.uid.map(|u| IdMap::to_image(self.cfg.uid_map, u)),
+            gid: c.gid.map(|g| IdMap::to_image(self.cfg.gid_map, g)),
+            atime: c.atime.map(time_of),
+            mtime: c.mtime.map(time_of),
+        };
+        let inode = if set == SetAttr::default() && c.size.is_some() {
+            self.inode(ino)?
+        } else {
+            self.fs.setattr(ino, &set).map_err(|e| self.errno(e))?
+        };
+        self.attr_of(&inode)
+    }
+
+    pub(super) fn read_link(&self, ino: INodeNo) -> Res<Vec<u8>> {
+        let inode = self.inode(self.ino(ino)?)?;
+        self.fs.read_link(&inode).map_err(|e| self.errno(e))
+    }
+
+    /// Owner and mode bits of a new inode in `parent` (`inode_init_owner`).
+    fn owner(&self, req: &Request, parent: &Inode, mode: u32, is_dir: bool) -> Attr {
+        let mut perm = (mode & 0o7777) as u16;
+        let setgid_parent = parent.raw.permissions() & 0o2000 != 0;
+        let gid = if setgid_parent {
+            if is_dir {
+                perm |= 0o2000;
+            }
+            parent.raw.gid()
+        } else {
+            IdMap::to_image(self.cfg.gid_map, req.gid())
+        };
+        Attr {
+            perm,
+            uid: IdMap::to_image(self.cfg.uid_map, req.uid()),
+            gid,
+        }
+    }
+
+    pub(super) fn create_node(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &[u8],
+        kind: NodeKind,
+        mode: u32,
+    ) -> Res<Inode> {
+        self.writable()?;
+        let parent = self.ino(parent)?;
+        let dir = self.inode(parent)?;
+        let attr = self.owner(req, &dir, mode, kind == NodeKind::Directory);
+        self.fs.create(parent, name, kind, attr).map_err(|e| self.errno(e))
+    }
+
+    pub(super) fn make_node(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &[u8],
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+    ) -> Res<Inode> {
+        let (major, minor) = decode_rdev(rdev);
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => NodeKind::Regular,
+            libc::S_IFCHR => NodeKind::CharDevice(major, minor),
+            libc::S_IFBLK => NodeKind::BlockDevice(major, minor),
+            libc::S_IFIFO => NodeKind::Fifo,
+            libc::S_IFSOCK => NodeKind::Socket,
+            libc::S_IFDIR => NodeKind::Directory,
+            _ => return Err(Errno::EINVAL),
+        };
+        self.create_node(req, parent, name, kind, mode)
+    }
+
+    pub(super) fn make_dir(&self, req: &Request, parent: INodeNo, name: &[u8], mode: u32, _umask: u32) -> Res<Inode> {
+        self.create_node(req, parent, name, NodeKind::Directory, mode)
+    }
+
+    pub(super) fn make_symlink(&self, req: &Request, parent: INodeNo, name: &[u8], target: &[u8]) -> Res<Inode> {
+        self.create_node(req, parent, name, NodeKind::Symlink(target.to_vec()), 0o777)
+    }
+
+    pub(super) fn remove_name(&self, parent: INodeNo, name: &[u8], dir: bool) -> Res<()> {
+        self.writable()?;
+        let parent = self.ino(parent)?;
+        let r = if dir {
+            self.fs.rmdir(parent, name)
+        } else {
+            self.fs.unlink(parent, name)
+        };
+        r.map_err(|e| self.errno(e))
+    }
+
+    pub(super) fn rename_entry(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+        new_parent: INodeNo,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Res<()> {
+        self.writable()?;
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) || flags.bits() & !0b111 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let how = ext4kit_engine::RenameFlags {
+            noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+        };
+        self.fs
+            .rename(self.ino(parent)?, name, self.ino(new_parent)?, new_name, how)
+            .map_err(|e| self.errno(e))
+    }
+
+    pub(super) fn hard_link(&self, ino: INodeNo, new_parent: INodeNo, new_name: &[u8]) -> Res<Inode> {
+        self.writable()?;
+        let ino = self.ino(ino)?;
+        self.fs
+            .link(ino, self.ino(new_parent)?, new_name)
+            .map_err(|e| match e {
+                ext4kit_engine::Error::IsDir(_) => Errno::EPERM,
+                e => self.errno(e),
+            })?;
+        self.inode(ino)
+    }
+}
+
+/// Metadata for a negative entry's placeholder attributes.
+fn empty_metadata() -> ext4kit_engine::Metadata {
+    let zero = ext4kit_format::inode::Timestamp { secs: 0, nsecs: 0 };
+    ext4kit_engine::Metadata {
+        ino: 0,
+        file_type: ext4kit_format::inode::FileType::Regular,
+        perm: 0,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        nlink: 0,
+        blocks: 0,
+        atime: zero,
+        mtime: zero,
+        ctime: zero,
+        crtime: None,
+        rdev: (0, 0),
+        flags: 0,
+        generation: 0,
+    }
+}

@@ -1,0 +1,61 @@
+//! Extended attributes, with the size protocol of `getxattr(2)` and
+//! `listxattr(2)`: a zero size asks for the length, a short buffer is
+//! ERANGE.
+
+use ext4kit_engine::XattrSet;
+use fuser::{Errno, INodeNo, ReplyXattr};
+
+use super::{Ext4Fuse, Res};
+
+/// `XATTR_CREATE` / `XATTR_REPLACE`.
+const XATTR_CREATE: i32 = 1;
+const XATTR_REPLACE: i32 = 2;
+
+pub(super) fn reply_sized(r: Res<Vec<u8>>, size: u32, reply: ReplyXattr) {
+    match r {
+        Ok(v) if size == 0 => match u32::try_from(v.len()) {
+            Ok(n) => reply.size(n),
+            Err(_) => reply.error(Errno::E2BIG),
+        },
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(e),
+    }
+}
+
+impl Ext4Fuse {
+    pub(super) fn set_xattr(&self, ino: INodeNo, name: &[u8], value: &[u8], flags: i32) -> Res<()> {
+        self.writable()?;
+        let how = match flags & (XATTR_CREATE | XATTR_REPLACE) {
+            0 => XattrSet::Any,
+            XATTR_CREATE => XattrSet::Create,
+            XATTR_REPLACE => XattrSet::Replace,
+            _ => return Err(Errno::EINVAL),
+        };
+        self.fs
+            .set_xattr(self.ino(ino)?, name, value, how)
+            .map_err(|e| self.errno(e))
+    }
+
+    pub(super) fn get_xattr(&self, ino: INodeNo, name: &[u8]) -> Res<Vec<u8>> {
+        let inode = self.inode(self.ino(ino)?)?;
+        self.fs.xattr(&inode, name).map_err(|e| self.errno(e))
+    }
+
+    /// Names, each followed by a NUL, as `listxattr` returns them.
+    pub(super) fn list_xattrs(&self, ino: INodeNo) -> Res<Vec<u8>> {
+        let inode = self.inode(self.ino(ino)?)?;
+        let all = self.fs.xattrs(&inode).map_err(|e| self.errno(e))?;
+        let mut out = Vec::new();
+        for x in all {
+            out.extend_from_slice(&x.name);
+            out.push(0);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn remove_xattr(&self, ino: INodeNo, name: &[u8]) -> Res<()> {
+        self.writable()?;
+        self.fs.remove_xattr(self.ino(ino)?, name).map_err(|e| self.errno(e))
+    }
+}

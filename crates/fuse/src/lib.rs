@@ -1,0 +1,23 @@
+//! The FUSE front end of ext4kit: serves an ext2/3/4 image through
+//! `/dev/fuse` so every program can use it as a file system.
+//!
+//! It owns the translation between FUSE requests and the engine's library
+//! API — inode numbers, handles, `stat` fields, `-o` options, the `errors=`
+//! policy — and the life of a mount (signals, clean unmount). It holds no
+//! file-system logic: every rule about the on-disk format is the engine's
+//! ([`ext4kit_engine`]). It may call the engine and `fuser`; the CLI calls
+//! [`serve`].
+//!
+//! Transport: `fuser` 0.18, pure Rust, mounting with `mount(2)` when root,
+//! one cloned `/dev/fuse` descriptor per serving thread.
+
+mod adapter;
+mod attr;
+mod handles;
+pub mod options;
+mod pending;
+mod session;
+
+pub use adapter::Ext4Fuse;
+pub use options::{AtimeMode, IdMap, MountConfig, OnError};
+pub use session::{lock_image, serve, server_lock_path};

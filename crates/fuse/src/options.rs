@@ -1,0 +1,322 @@
+//! `-o` mount options: ext4's own names where the concept is the same
+//! (`ro`, `noatime`, `errors=`…), FUSE's for the transport (`allow_other`,
+//! `default_permissions`), and ours for caching. An option the engine cannot
+//! honour yet is refused by name, never ignored: a user who asks for
+//! `data=journal` must not get `data=ordered` silently.
+
+use std::time::Duration;
+
+/// When reads update the access time (`noatime`, `relatime`, `strictatime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimeMode {
+    /// Never.
+    NoAtime,
+    /// When atime is older than mtime/ctime or a day old (the kernel's default).
+    #[default]
+    Relatime,
+    /// On every read.
+    Strict,
+}
+
+/// What an error found in on-disk metadata does (`errors=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// Report it and go on.
+    Continue,
+    /// Refuse every further change (the default, as mke2fs sets it).
+    #[default]
+    RemountRo,
+    /// Stop serving at once, leaving the image as it is.
+    Panic,
+}
+
+/// A uid or gid mapping between the image and this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdMap {
+    /// The id stored in the image.
+    pub image: u32,
+    /// The id shown (and accepted) on this machine.
+    pub host: u32,
+}
+
+impl IdMap {
+    /// Image id to host id; the two ids swap places so the map stays one-to-one.
+    pub fn to_host(map: Option<Self>, id: u32) -> u32 {
+        match map {
+            Some(m) if id == m.image => m.host,
+            Some(m) if id == m.host => m.image,
+            _ => id,
+        }
+    }
+
+    /// Host id to image id (the inverse of [`IdMap::to_host`]).
+    pub fn to_image(map: Option<Self>, id: u32) -> u32 {
+        Self::to_host(map, id)
+    }
+}
+
+/// Everything `-o` can set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountConfig {
+    /// Serve read-only.
+    pub read_only: bool,
+    /// Access-time policy.
+    pub atime: AtimeMode,
+    /// Reaction to corruption.
+    pub errors: OnError,
+    /// `uid=IMAGE:HOST`.
+    pub uid_map: Option<IdMap>,
+    /// `gid=IMAGE:HOST`.
+    pub gid_map: Option<IdMap>,
+    /// Let other users in (`allow_other`).
+    pub allow_other: bool,
+    /// Let root in besides the owner (`allow_root`).
+    pub allow_root: bool,
+    /// Mount as type `fuse` instead of `fuse.ext4kit` (`fstype=fuse`), for
+    /// test suites that look for the plain type.
+    pub plain_fuse_type: bool,
+    /// How long the kernel may trust attributes and names (`attr_timeout=`,
+    /// `entry_timeout=`, seconds). Only this process changes the image, so
+    /// the kernel's caches stay right as long as it mounts the image.
+    pub attr_timeout: Duration,
+    /// See `attr_timeout`.
+    pub entry_timeout: Duration,
+    /// Request-serving threads (`threads=`).
+    pub threads: usize,
+    /// Let the kernel cache writes (`writeback_cache`, default on).
+    pub writeback_cache: bool,
+    /// Flush the image after every change (`sync`).
+    pub sync: bool,
+    /// Kernel flags passed through: `nodev`, `nosuid`, `noexec` (and their opposites).
+    pub dev: bool,
+    /// See `dev`.
+    pub suid: bool,
+    /// See `dev`.
+    pub exec: bool,
+    /// Read even when metadata checksums do not match (`nochecksums`).
+    pub ignore_checksums: bool,
+    /// Source name shown in /proc/mounts (`fsname=`).
+    pub fsname: Option<String>,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        Self {
+            read_only: false,
+            atime: AtimeMode::Relatime,
+            errors: OnError::RemountRo,
+            uid_map: None,
+            gid_map: None,
+            allow_other: false,
+            allow_root: false,
+            plain_fuse_type: false,
+            attr_timeout: Duration::from_secs(60),
+            entry_timeout: Duration::from_secs(60),
+            threads: 4,
+            writeback_cache: true,
+            sync: false,
+            dev: true,
+            suid: true,
+            exec: true,
+            ignore_checksums: false,
+            fsname: None,
+        }
+    }
+}
+
+/// Options of ext4 that need the journal or the new allocators.
+const NOT_YET: &[&str] = &[
+    "data",
+    "commit",
+    "delalloc",
+    "nodelalloc",
+    "stripe",
+    "journal_checksum",
+    "journal_async_commit",
+    "barrier",
+    "nobarrier",
+    "discard",
+    "nodiscard",
+    "auto_da_alloc",
+    "noauto_da_alloc",
+    "dax",
+    "usrquota",
+    "grpquota",
+    "prjquota",
+    "quota",
+    "journal_dev",
+    "norecovery",
+    "noload",
+    "inode_readahead_blks",
+    "max_batch_time",
+    "min_batch_time",
+    "journal_ioprio",
+];
+
+/// Options `mount(8)` and fstab pass along that mean nothing here.
+const HARMLESS: &[&str] = &[
+    "defaults",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "_netdev",
+    "nofail",
+    "async",
+    "relatime",
+    "rw",
+    "default_permissions",
+    "acl",
+    "user_xattr",
+];
+
+impl MountConfig {
+    /// Applies a comma-separated option list (as after `-o`).
+    ///
+    /// # Errors
+    /// A message naming the option that is unknown, malformed, or not
+    /// supported yet.
+    pub fn apply(&mut self, list: &str) -> Result<(), String> {
+        for opt in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let (key, value) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            self.apply_one(key, value)
+                .map_err(|why| format!("mount option `{opt}`: {why}"))?;
+        }
+        Ok(())
+    }
+
+    fn apply_one(&mut self, key: &str, value: Option<&str>) -> Result<(), String> {
+        if NOT_YET.contains(&key) {
+            return Err("not supported yet (it needs the journal or the new allocators)".into());
+        }
+        if HARMLESS.contains(&key) || key.starts_with("x-") || key.starts_with("comment=") {
+            if key == "relatime" {
+                self.atime = AtimeMode::Relatime;
+            }
+            if key == "rw" {
+                self.read_only = false;
+            }
+            return Ok(());
+        }
+        let flag = |v: Option<&str>| match v {
+            None => Ok(()),
+            Some(_) => Err("takes no value".to_string()),
+        };
+        match key {
+            "ro" => flag(value).map(|()| self.read_only = true),
+            "noatime" | "nodiratime" => flag(value).map(|()| self.atime = AtimeMode::NoAtime),
+            "strictatime" | "atime" => flag(value).map(|()| self.atime = AtimeMode::Strict),
+            "errors" => {
+                self.errors = match value {
+                    Some("continue") => OnError::Continue,
+                    Some("remount-ro") => OnError::RemountRo,
+                    Some("panic") => OnError::Panic,
+                    _ => return Err("expects continue, remount-ro or panic".into()),
+                };
+                Ok(())
+            }
+            "uid" => parse_map(value).map(|m| self.uid_map = Some(m)),
+            "gid" => parse_map(value).map(|m| self.gid_map = Some(m)),
+            "allow_other" => flag(value).map(|()| self.allow_other = true),
+            "allow_root" => flag(value).map(|()| self.allow_root = true),
+            "fstype" => match value {
+                Some(v @ ("fuse" | "fuse.ext4kit")) => {
+                    self.plain_fuse_type = v == "fuse";
+                    Ok(())
+                }
+                _ => Err("expects fuse or fuse.ext4kit".into()),
+            },
+            "attr_timeout" => parse_secs(value).map(|d| self.attr_timeout = d),
+            "entry_timeout" => parse_secs(value).map(|d| self.entry_timeout = d),
+            "threads" => match value.and_then(|v| v.parse::<usize>().ok()) {
+                Some(n @ 1..=64) => {
+                    self.threads = n;
+                    Ok(())
+                }
+                _ => Err("expects a number of threads from 1 to 64".into()),
+            },
+            "writeback_cache" => flag(value).map(|()| self.writeback_cache = true),
+            "nowriteback_cache" => flag(value).map(|()| self.writeback_cache = false),
+            "sync" => flag(value).map(|()| self.sync = true),
+            "dev" | "nodev" => flag(value).map(|()| self.dev = key == "dev"),
+            "suid" | "nosuid" => flag(value).map(|()| self.suid = key == "suid"),
+            "exec" | "noexec" => flag(value).map(|()| self.exec = key == "exec"),
+            "nochecksums" => flag(value).map(|()| self.ignore_checksums = true),
+            "fsname" => match value {
+                Some(v) if !v.is_empty() && !v.contains(',') => {
+                    self.fsname = Some(v.to_string());
+                    Ok(())
+                }
+                _ => Err("expects a name".into()),
+            },
+            _ => Err("unknown option".into()),
+        }
+    }
+}
+
+fn parse_map(value: Option<&str>) -> Result<IdMap, String> {
+    let bad = || "expects IMAGE_ID:HOST_ID, e.g. uid=1001:1000".to_string();
+    let (image, host) = value.and_then(|v| v.split_once(':')).ok_or_else(bad)?;
+    Ok(IdMap {
+        image: image.parse().map_err(|_| bad())?,
+        host: host.parse().map_err(|_| bad())?,
+    })
+}
+
+fn parse_secs(value: Option<&str>) -> Result<Duration, String> {
+    value
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s))
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| "expects seconds from 0 to 86400".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ext4_and_fuse_options() {
+        let mut c = MountConfig::default();
+        c.apply("ro,noatime,errors=continue,uid=1001:1000,allow_other,fstype=fuse,attr_timeout=0.5")
+            .unwrap();
+        assert!(c.read_only && c.allow_other && c.plain_fuse_type);
+        assert_eq!(c.atime, AtimeMode::NoAtime);
+        assert_eq!(c.errors, OnError::Continue);
+        assert_eq!(
+            c.uid_map,
+            Some(IdMap {
+                image: 1001,
+                host: 1000
+            })
+        );
+        assert_eq!(c.attr_timeout, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn refuses_unsupported_and_unknown_options_by_name() {
+        let e = MountConfig::default().apply("rw,data=journal").unwrap_err();
+        assert!(e.contains("data=journal") && e.contains("not supported yet"), "{e}");
+        let e = MountConfig::default().apply("bogus").unwrap_err();
+        assert!(e.contains("bogus") && e.contains("unknown"), "{e}");
+        assert!(MountConfig::default().apply("ro=1").is_err());
+        assert!(MountConfig::default().apply("uid=5").is_err());
+        assert!(MountConfig::default().apply("threads=0").is_err());
+    }
+
+    #[test]
+    fn id_maps_swap_both_ways() {
+        let m = Some(IdMap {
+            image: 1001,
+            host: 1000,
+        });
+        assert_eq!(IdMap::to_host(m, 1001), 1000);
+        assert_eq!(IdMap::to_host(m, 1000), 1001);
+        assert_eq!(IdMap::to_host(m, 0), 0);
+        assert_eq!(IdMap::to_image(m, 1000), 1001);
+    }
+}

@@ -1,0 +1,149 @@
+//! Serving a mount: open the image, mount it through `/dev/fuse` with the
+//! FUSE options the configuration implies, serve requests on several
+//! threads until unmounted (by `umount`, `fusermount -u`, or a SIGINT,
+//! SIGTERM or SIGHUP to this process), then close every file left open
+//! and leave the image clean.
+//!
+//! `ext4kit umount` must be able to wait for that last step, since the
+//! kernel's `umount` returns before the server has finished: the server
+//! holds an exclusive lock on a file named after the mount point for as
+//! long as it runs ([`server_lock_path`]).
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ext4kit_engine::Filesystem;
+use fuser::{Config, MountOption, SessionACL};
+use nix::fcntl::{Flock, FlockArg};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::adapter::Ext4Fuse;
+use crate::options::MountConfig;
+#[allow(unused_imports)]
+use crate::pending::PendingApi as _;
+
+/// Where the lock of the server for `mountpoint` lives.
+pub fn server_lock_path(mountpoint: &Path) -> io::Result<PathBuf> {
+    let canonical = std::fs::canonicalize(mountpoint)?;
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|_| !nix::unistd::geteuid().is_root())
+        .map_or_else(|| PathBuf::from("/run/ext4kit"), |d| PathBuf::from(d).join("ext4kit"));
+    let key: String = canonical
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    Ok(base.join(format!("{key}.lock")))
+}
+
+/// Takes the server lock for `mountpoint` (held until dropped).
+fn lock_server(mountpoint: &Path) -> io::Result<Flock<File>> {
+    let path = server_lock_path(mountpoint)?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let file = File::create(&path)?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("another ext4kit server holds {}: {e}", path.display()),
+        )
+    })
+}
+
+/// Takes an exclusive lock on the image so a second ext4kit cannot serve it
+/// at the same time.
+pub fn lock_image(image: &Path) -> io::Result<Flock<File>> {
+    let file = File::open(image)?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("{} is in use by another ext4kit process", image.display()),
+        )
+    })
+}
+
+fn fuse_config(cfg: &MountConfig, source: &str) -> Config {
+    let mut opts = vec![MountOption::FSName(source.to_string()), MountOption::DefaultPermissions];
+    if !cfg.plain_fuse_type {
+        // A kernel option (not fuser's Subtype, which only fusermount
+        // reads): /proc/mounts then shows type fuse.ext4kit.
+        opts.push(MountOption::CUSTOM("subtype=ext4kit".into()));
+    }
+    opts.push(if cfg.read_only {
+        MountOption::RO
+    } else {
+        MountOption::RW
+    });
+    opts.push(if cfg.dev { MountOption::Dev } else { MountOption::NoDev });
+    opts.push(if cfg.suid {
+        MountOption::Suid
+    } else {
+        MountOption::NoSuid
+    });
+    opts.push(if cfg.exec {
+        MountOption::Exec
+    } else {
+        MountOption::NoExec
+    });
+    if cfg.atime == crate::options::AtimeMode::NoAtime {
+        opts.push(MountOption::NoAtime);
+    }
+    if cfg.sync {
+        opts.push(MountOption::Sync);
+    }
+    let mut c = Config::default();
+    c.mount_options = opts;
+    c.acl = if cfg.allow_other {
+        SessionACL::All
+    } else if cfg.allow_root {
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    c.n_threads = Some(cfg.threads);
+    c.clone_fd = true;
+    c
+}
+
+/// Mounts `fs` at `mountpoint` and serves it until unmounted. `mounted` runs
+/// once the kernel has accepted the mount (the daemon reports success to
+/// its parent there). Returns after the image was closed cleanly.
+///
+/// # Errors
+/// Mounting fails (no `/dev/fuse`, not a directory, not permitted), the
+/// session ends with an error, or closing the image fails.
+pub fn serve(
+    fs: Filesystem,
+    source: &str,
+    mountpoint: &Path,
+    cfg: MountConfig,
+    mounted: impl FnOnce(),
+) -> io::Result<()> {
+    let _server = lock_server(mountpoint)?;
+    let fs = Arc::new(fs);
+    let config = fuse_config(&cfg, source);
+    let adapter = Ext4Fuse::new(fs.clone(), cfg);
+    let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
+    let mut unmounter = session.unmount_callable();
+    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    let handle = signals.handle();
+    std::thread::Builder::new()
+        .name("ext4kit-signals".into())
+        .spawn(move || {
+            if signals.forever().next().is_some()
+                && let Err(e) = unmounter.unmount()
+            {
+                log::error!("ext4kit: unmounting on signal: {e}");
+            }
+        })?;
+    mounted();
+    let served = session.run();
+    handle.close();
+    let fs = Arc::try_unwrap(fs).map_err(|_| io::Error::other("the file system is still in use after the session"))?;
+    let closed = fs.unmount().map_err(io::Error::from);
+    served.and(closed)
+}
