@@ -138,6 +138,9 @@ pub enum Error {
     /// The link count would exceed its limit.
     #[error("too many links: {0}")]
     TooManyLinks(String),
+    /// The operation is refused for this kind of inode (`EACCES`).
+    #[error("permission denied: {0}")]
+    AccessDenied(String),
     /// The directory is not empty.
     #[error("directory not empty: {0}")]
     NotEmpty(String),
@@ -186,6 +189,7 @@ impl Error {
             Self::NoSpace => libc::ENOSPC,
             Self::Exists(_) => libc::EEXIST,
             Self::NotEmpty(_) => libc::ENOTEMPTY,
+            Self::AccessDenied(_) => libc::EACCES,
             Self::FileTooBig => libc::EFBIG,
             Self::TooManyLinks(_) => libc::EMLINK,
         }

@@ -56,7 +56,7 @@ pub fn run(a: Args) -> Result<()> {
         cfg.apply(o).map_err(anyhow::Error::msg)?;
     }
     if a.daemon && std::env::var_os(DAEMON_CHILD).is_none() {
-        return spawn_daemon();
+        return spawn_daemon(&a);
     }
     if !a.mountpoint.is_dir() {
         bail!("{}: mount point is not a directory", a.mountpoint.display());
@@ -77,6 +77,7 @@ pub fn run(a: Args) -> Result<()> {
         if daemon {
             let mut out = std::io::stdout();
             let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
+            detach_output();
         }
     })
     .with_context(|| format!("serving {} at {}", a.image.display(), a.mountpoint.display()))
@@ -102,6 +103,19 @@ fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
     Ok(fs)
 }
 
+/// Points the detached server's stdout and stderr away from whoever
+/// started it (a caller reading them to the end would wait forever):
+/// to `EXT4KIT_LOG_FILE` when set, else to /dev/null.
+fn detach_output() {
+    let log = std::env::var_os("EXT4KIT_LOG_FILE")
+        .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
+    let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") else {
+        return;
+    };
+    let _ = nix::unistd::dup2_stdout(&null);
+    let _ = nix::unistd::dup2_stderr(log.as_ref().unwrap_or(&null));
+}
+
 /// `--create`: an ext4 image with the default options, when none exists.
 fn create_image(image: &Path, size: &str) -> Result<()> {
     if image.exists() {
@@ -123,9 +137,15 @@ fn create_image(image: &Path, size: &str) -> Result<()> {
 
 /// Starts this command again as a detached child and waits for it to
 /// report the mount (or to fail, its message going to our stderr).
-fn spawn_daemon() -> Result<()> {
+fn spawn_daemon(a: &Args) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the ext4kit executable")?;
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let mut args: Vec<OsString> = vec!["mount".into(), a.image.clone().into(), a.mountpoint.clone().into()];
+    for o in &a.options {
+        args.extend(["-o".into(), o.into()]);
+    }
+    if let Some(size) = &a.create {
+        args.extend(["--create".into(), size.into()]);
+    }
     let mut child = Command::new(exe)
         .args(args)
         .env(DAEMON_CHILD, "1")

@@ -3,6 +3,7 @@
 //! or, on any error (no space, a name that exists, an unsupported layout),
 //! leaves the image untouched.
 
+mod acl;
 mod attr;
 mod create;
 mod remove;

@@ -5,7 +5,7 @@
 //! takes a private copy and the shared block's count drops by one.
 
 use ext4kit_format::xattr::encode::{NewValue, NewXattr, encode_block, encode_ibody, sort_for_block};
-use ext4kit_format::xattr::{self, XattrValue, acl};
+use ext4kit_format::xattr::{self, XattrValue};
 
 use crate::clock;
 use crate::error::{Error, Location, Result};
@@ -28,7 +28,7 @@ pub enum XattrSet {
 }
 
 /// An attribute as stored: name index, suffix, on-disk value.
-type Stored = (u8, Vec<u8>, Vec<u8>);
+pub(crate) type Stored = (u8, Vec<u8>, Vec<u8>);
 
 impl Filesystem {
     /// Sets attribute `name` of `ino` to `value` (POSIX ACLs in the VFS form).
@@ -39,11 +39,10 @@ impl Filesystem {
     /// [`Error::NoSpace`] when the attributes fit neither inode nor block.
     pub fn set_xattr(&self, ino: u32, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         let (index, suffix) = split(name)?;
-        let value = if index == 2 || index == 3 {
-            acl::vfs_to_disk(value).map_err(|e| Error::InvalidArgument(format!("bad POSIX ACL: {e}")))?
-        } else {
-            value.to_vec()
-        };
+        if index == super::acl::ACCESS || index == super::acl::DEFAULT {
+            return self.set_acl(ino, index, name, value, how);
+        }
+        let value = value.to_vec();
         self.change_xattrs(ino, |ibody, block| {
             let existed = remove_from(ibody, index, suffix) | remove_from(block, index, suffix);
             match how {
@@ -117,7 +116,7 @@ fn as_new(list: &[Stored]) -> Vec<NewXattr<'_>> {
 
 impl Txn<'_> {
     /// The in-inode and block attributes of `inode` as stored.
-    fn stored_xattrs(&self, inode: &Inode) -> Result<(Vec<Stored>, Vec<Stored>)> {
+    pub(crate) fn stored_xattrs(&self, inode: &Inode) -> Result<(Vec<Stored>, Vec<Stored>)> {
         let at = Location::Inode(inode.ino);
         let collect = |entries: Vec<xattr::XattrEntry<'_>>| -> Result<Vec<Stored>> {
             entries
@@ -171,7 +170,12 @@ impl Txn<'_> {
     }
 
     /// Stores the lists: in-inode entries while they fit, the rest in the block.
-    fn place_xattrs(&mut self, inode: &mut Inode, mut ibody: Vec<Stored>, mut block: Vec<Stored>) -> Result<()> {
+    pub(crate) fn place_xattrs(
+        &mut self,
+        inode: &mut Inode,
+        mut ibody: Vec<Stored>,
+        mut block: Vec<Stored>,
+    ) -> Result<()> {
         let start = 128 + usize::from(inode.raw.i_extra_isize.get());
         let region_len = inode.record.len().saturating_sub(start);
         while !ibody.is_empty() && (region_len == 0 || encode_ibody(&as_new(&ibody), region_len).is_err()) {

@@ -167,6 +167,33 @@ pub fn vfs_to_disk(value: &[u8]) -> Result<Vec<u8>> {
     from_vfs(value).and_then(|e| to_disk(&e))
 }
 
+/// The permission bits an access ACL implies for a file of mode `perm`,
+/// and whether the ACL says no more than those bits (then ext4 stores no
+/// ACL at all: `posix_acl_equiv_mode`). A mask entry stands in for the
+/// group bits.
+///
+/// # Errors
+/// An entry with a tag no ACL may hold (reported as `e_tag`).
+pub fn equiv_mode(entries: &[AclEntry], perm: u16) -> Result<(u16, bool)> {
+    let mut mode = 0u16;
+    let mut equivalent = true;
+    for (i, e) in entries.iter().enumerate() {
+        let p = e.perm & 0o7;
+        match e.tag {
+            ACL_USER_OBJ => mode |= p << 6,
+            ACL_GROUP_OBJ => mode |= p << 3,
+            ACL_OTHER => mode |= p,
+            ACL_MASK => {
+                mode = (mode & !0o070) | (p << 3);
+                equivalent = false;
+            }
+            ACL_USER | ACL_GROUP => equivalent = false,
+            t => return Err(FormatError::invalid(VFS, "e_tag", i * 8 + 4, t.into())),
+        }
+    }
+    Ok(((perm & !0o777) | mode, equivalent))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +208,28 @@ mod tests {
             e(ACL_MASK, 7, ACL_UNDEFINED_ID),
             e(ACL_OTHER, 0, ACL_UNDEFINED_ID),
         ]
+    }
+
+    #[test]
+    fn equiv_mode_takes_the_mask_for_group_bits() {
+        let e = |tag, perm| AclEntry {
+            tag,
+            perm,
+            id: ACL_UNDEFINED_ID,
+        };
+        let base = [e(ACL_USER_OBJ, 7), e(ACL_GROUP_OBJ, 5), e(ACL_OTHER, 4)];
+        assert_eq!(equiv_mode(&base, 0o4000).unwrap(), (0o4754, true));
+        let masked = [e(ACL_USER_OBJ, 6), e(ACL_GROUP_OBJ, 7), e(ACL_MASK, 4), e(ACL_OTHER, 0)];
+        assert_eq!(equiv_mode(&masked, 0).unwrap(), (0o640, false));
+        let named = [
+            e(ACL_USER_OBJ, 6),
+            e(ACL_USER, 6),
+            e(ACL_GROUP_OBJ, 4),
+            e(ACL_MASK, 6),
+            e(ACL_OTHER, 4),
+        ];
+        assert_eq!(equiv_mode(&named, 0).unwrap(), (0o664, false));
+        assert!(equiv_mode(&[e(0x40, 7)], 0).is_err());
     }
 
     #[test]

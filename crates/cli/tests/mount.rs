@@ -1,0 +1,299 @@
+//! `ext4kit mount` end to end through the real FUSE device: real programs
+//! (cp -a, tar, git, make and cc) on the mount, then `e2fsck -fn` and a
+//! kernel loop mount of the image must agree with what was written. Needs
+//! root and /dev/fuse; skips loudly otherwise.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ext4kit_testkit::compare::{CompareOptions, compare_trees, format_differences};
+use ext4kit_testkit::fixture::{TreeOptions, build_tree};
+use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount, is_mounted};
+use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
+use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ext4kit"))
+}
+
+fn make_image(dir: &Path, size: &str, extra: &[&str]) -> PathBuf {
+    let img = dir.join("img.ext4");
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .args(extra)
+        .arg(&img)
+        .arg(size)
+        .output()
+        .expect("run mkfs.ext4");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    img
+}
+
+fn assert_clean(img: &Path) {
+    let r = e2fsck_fn(img).expect("run e2fsck");
+    assert!(r.is_clean(), "e2fsck -fn: {}", r.output);
+}
+
+fn run_in(dir: &Path, program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn ready() -> bool {
+    skip_unless(can_fuse_mount()).is_some() && skip_unless(require_tool("mkfs.ext4")).is_some()
+}
+
+/// A tree with every kind of object, copied with `cp -a`, reads back the
+/// same through the mount, after unmounting through the kernel, and is
+/// e2fsck-clean.
+#[test]
+fn cp_a_of_every_object_kind_matches_through_fuse_and_the_kernel() {
+    if !ready() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    build_tree(&src, &TreeOptions::small()).unwrap();
+    let img = make_image(work.path(), "256M", &["-b", "4096"]);
+    let m = FuseMount::start(exe(), &img, "").unwrap();
+    let dest = m.path().join("tree");
+    let out = Command::new("cp").arg("-a").arg(&src).arg(&dest).output().unwrap();
+    assert!(out.status.success(), "cp -a: {}", String::from_utf8_lossy(&out.stderr));
+    let diffs = compare_trees(&src, &dest, CompareOptions::default());
+    assert!(diffs.is_empty(), "through FUSE:\n{}", format_differences(&diffs));
+    assert!(m.unmount().unwrap().success());
+    assert_clean(&img);
+    if skip_unless(can_loop_mount()).is_some() {
+        let k = LoopMount::ro(&img).unwrap();
+        let diffs = compare_trees(&src, &k.path().join("tree"), CompareOptions::default());
+        assert!(diffs.is_empty(), "through the kernel:\n{}", format_differences(&diffs));
+    }
+}
+
+/// git clone + git fsck, tar extract + compare, and a C build on the mount.
+#[test]
+fn git_tar_and_a_c_build_work_on_the_mount() {
+    if !ready() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "512M", &[]);
+    let m = FuseMount::start(exe(), &img, "").unwrap();
+    let mnt = m.path().to_path_buf();
+
+    let src = work.path().join("src");
+    build_tree(&src, &TreeOptions::small()).unwrap();
+    if skip_unless(require_tool("tar")).is_some() {
+        let tarball = work.path().join("t.tar");
+        run_in(
+            work.path(),
+            "tar",
+            &[
+                "--format=posix",
+                "-cSf",
+                tarball.to_str().unwrap(),
+                "-C",
+                src.to_str().unwrap(),
+                ".",
+            ],
+        );
+        std::fs::create_dir(mnt.join("untar")).unwrap();
+        run_in(&mnt.join("untar"), "tar", &["xpf", tarball.to_str().unwrap()]);
+        let opts = CompareOptions {
+            root_metadata: false,
+            ..CompareOptions::default()
+        };
+        let diffs = compare_trees(&src, &mnt.join("untar"), opts);
+        assert!(diffs.is_empty(), "tar x:\n{}", format_differences(&diffs));
+    }
+    if skip_unless(require_tool("git")).is_some() {
+        let repo = work.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        run_in(&repo, "git", &["init", "-q"]);
+        for i in 0..40 {
+            std::fs::write(repo.join(format!("f{i}.txt")), format!("file {i}\n").repeat(i * 50 + 1)).unwrap();
+            run_in(&repo, "git", &["add", "."]);
+            run_in(
+                &repo,
+                "git",
+                &[
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "commit",
+                    "-qm",
+                    &format!("c{i}"),
+                ],
+            );
+        }
+        run_in(&mnt, "git", &["clone", "-q", repo.to_str().unwrap(), "clone"]);
+        run_in(&mnt.join("clone"), "git", &["fsck", "--full", "--strict"]);
+        run_in(&mnt.join("clone"), "git", &["gc", "-q"]);
+        run_in(&mnt.join("clone"), "git", &["fsck", "--full"]);
+        let st = Command::new("git")
+            .args(["status", "--porcelain"])
+            .current_dir(mnt.join("clone"))
+            .output()
+            .unwrap();
+        assert!(
+            st.stdout.is_empty(),
+            "clone is dirty: {}",
+            String::from_utf8_lossy(&st.stdout)
+        );
+    }
+    if skip_unless(require_tool("make")).is_some() && skip_unless(require_tool("cc")).is_some() {
+        let p = mnt.join("cproj");
+        std::fs::create_dir(&p).unwrap();
+        for i in 0..8 {
+            std::fs::write(
+                p.join(format!("m{i}.c")),
+                format!("int f{i}(int x) {{ return x * {i} + 1; }}\n"),
+            )
+            .unwrap();
+        }
+        let calls: String = (0..8).map(|i| format!("int f{i}(int); s += f{i}(s);\n")).collect();
+        std::fs::write(
+            p.join("main.c"),
+            format!(
+                "#include <stdio.h>\n{}int main(void) {{ int s = 1; {calls} printf(\"%d\\n\", s); return 0; }}\n",
+                ""
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            p.join("Makefile"),
+            "OBJS = main.o m0.o m1.o m2.o m3.o m4.o m5.o m6.o m7.o\nprog: $(OBJS)\n\tcc -o $@ $(OBJS)\n%.o: %.c\n\tcc -O1 -c $<\n",
+        )
+        .unwrap();
+        run_in(&p, "make", &["-j2", "-s"]);
+        let out = Command::new(p.join("prog")).output().unwrap();
+        let mut s: i64 = 1;
+        for i in 0..8 {
+            s += s * i + 1;
+        }
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), s.to_string());
+    }
+    assert!(m.unmount().unwrap().success());
+    assert_clean(&img);
+}
+
+/// Options the engine cannot honour are refused by name; `ro` refuses
+/// writes with EROFS; `fstype=fuse` mounts with the plain type.
+#[test]
+fn options_are_honoured_or_refused() {
+    if !ready() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "64M", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(exe())
+        .arg("mount")
+        .arg(&img)
+        .arg(dir.path())
+        .args(["-o", "data=journal"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("data=journal") && err.contains("not supported yet"),
+        "{err}"
+    );
+    assert!(!is_mounted(dir.path()));
+
+    let m = FuseMount::start(exe(), &img, "ro,fstype=fuse").unwrap();
+    let e = std::fs::write(m.path().join("x"), b"no").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let canon = std::fs::canonicalize(m.path()).unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.contains(canon.to_str().unwrap()))
+        .unwrap()
+        .to_string();
+    assert_eq!(line.split_whitespace().nth(2), Some("fuse"), "{line}");
+    assert!(m.unmount().unwrap().success());
+
+    let m = FuseMount::start(exe(), &img, "").unwrap();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let canon = std::fs::canonicalize(m.path()).unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.contains(canon.to_str().unwrap()))
+        .unwrap()
+        .to_string();
+    assert_eq!(line.split_whitespace().nth(2), Some("fuse.ext4kit"), "{line}");
+    assert!(m.unmount().unwrap().success());
+    assert_clean(&img);
+}
+
+/// SIGTERM and SIGINT unmount, flush and leave the image clean.
+#[test]
+fn signals_unmount_cleanly() {
+    if !ready() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "64M", &[]);
+    for (i, sig) in [rustix::process::Signal::TERM, rustix::process::Signal::INT]
+        .into_iter()
+        .enumerate()
+    {
+        let m = FuseMount::start(exe(), &img, "").unwrap();
+        let body = vec![i as u8 + 1; 300_000];
+        std::fs::write(m.path().join(format!("f{i}")), &body).unwrap();
+        let mnt = m.path().to_path_buf();
+        let status = m.signal_and_wait(sig).unwrap();
+        assert!(status.success(), "{status}");
+        assert!(!is_mounted(&mnt));
+        assert_clean(&img);
+        let cat = Command::new(exe())
+            .arg("cat")
+            .arg(&img)
+            .arg(format!("/f{i}"))
+            .output()
+            .unwrap();
+        assert_eq!(cat.stdout, body);
+    }
+}
+
+/// `mount.fuse.ext4kit` (how `mount -t fuse.ext4kit` and fstab reach us)
+/// mounts in the background and returns.
+#[test]
+fn mount_helper_mounts_in_the_background() {
+    if !ready() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "64M", &[]);
+    let helper = work.path().join("mount.fuse.ext4kit");
+    std::os::unix::fs::symlink(exe(), &helper).unwrap();
+    let mnt = work.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = Command::new(&helper)
+        .arg(&img)
+        .arg(&mnt)
+        .args(["-o", "rw,noatime"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(is_mounted(&mnt));
+    std::fs::write(mnt.join("hello"), b"from the helper").unwrap();
+    let out = Command::new(exe()).arg("umount").arg(&mnt).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!is_mounted(&mnt));
+    assert_clean(&img);
+    let cat = Command::new(exe()).arg("cat").arg(&img).arg("/hello").output().unwrap();
+    assert_eq!(cat.stdout, b"from the helper");
+}

@@ -1,0 +1,148 @@
+//! `ext4kit mount` as a test fixture: [`FuseMount`] starts the server in the
+//! foreground as a child process, waits until the kernel lists the mount,
+//! and on [`FuseMount::unmount`] (or drop) unmounts and waits for the
+//! server to exit, so the image is complete afterwards.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Says whether this process can serve FUSE mounts: root (FUSE mounts as
+/// another user need `fusermount3` and `user_allow_other`) and `/dev/fuse`.
+pub fn can_fuse_mount() -> Result<(), String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("FUSE mount tests run as root (mount(2) on /dev/fuse)".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("no /dev/fuse (modprobe fuse)".into());
+    }
+    Ok(())
+}
+
+/// True when `dir` is a mount point listed in /proc/mounts.
+pub fn is_mounted(dir: &Path) -> bool {
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return false;
+    };
+    std::fs::read_to_string("/proc/mounts").is_ok_and(|m| {
+        m.lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .any(|p| Path::new(&p.replace("\\040", " ")) == dir)
+    })
+}
+
+/// A running `ext4kit mount` on a private temporary directory.
+#[derive(Debug)]
+pub struct FuseMount {
+    exe: PathBuf,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl FuseMount {
+    /// Serves `image` with `-o options` (may be empty) using the `ext4kit`
+    /// binary `exe`; returns once mounted.
+    ///
+    /// # Errors
+    /// The server exits early (its stderr is in the message) or does not
+    /// mount within 30 s.
+    pub fn start(exe: &Path, image: &Path, options: &str) -> io::Result<FuseMount> {
+        let dir = tempfile::Builder::new().prefix("ext4kit-fuse-").tempdir()?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("mount").arg(image).arg(dir.path());
+        if !options.is_empty() {
+            cmd.arg("-o").arg(options);
+        }
+        let mut child = cmd.stdin(Stdio::null()).stderr(Stdio::piped()).spawn()?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !is_mounted(dir.path()) {
+            if let Some(status) = child.try_wait()? {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    use io::Read;
+                    let _ = e.read_to_string(&mut err);
+                }
+                return Err(io::Error::other(format!("ext4kit mount exited ({status}): {err}")));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(io::Error::other("ext4kit mount did not mount within 30 s"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(FuseMount {
+            exe: exe.to_path_buf(),
+            dir,
+            child: Some(child),
+        })
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Unmounts with `ext4kit umount` and waits for the server; returns its
+    /// exit status (success means it closed the image cleanly).
+    ///
+    /// # Errors
+    /// `ext4kit umount` fails, or the server does not exit within 120 s.
+    pub fn unmount(mut self) -> io::Result<ExitStatus> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> io::Result<ExitStatus> {
+        let Some(mut child) = self.child.take() else {
+            return Err(io::Error::other("already unmounted"));
+        };
+        let out = Command::new(&self.exe).arg("umount").arg(self.dir.path()).output()?;
+        if !out.status.success() {
+            let _ = child.kill();
+            return Err(io::Error::other(format!(
+                "ext4kit umount: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(io::Error::other("the server did not exit within 120 s"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends `signal` (e.g. `SIGTERM`) to the server and waits for it.
+    ///
+    /// # Errors
+    /// The signal cannot be sent or the server does not exit within 120 s.
+    pub fn signal_and_wait(mut self, signal: rustix::process::Signal) -> io::Result<ExitStatus> {
+        let mut child = self.child.take().ok_or_else(|| io::Error::other("already unmounted"))?;
+        let pid = rustix::process::Pid::from_child(&child);
+        rustix::process::kill_process(pid, signal)?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(io::Error::other("the server did not exit within 120 s"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for FuseMount {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.finish();
+        }
+    }
+}
