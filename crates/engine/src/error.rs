@@ -141,6 +141,13 @@ pub enum Error {
     /// The directory is not empty.
     #[error("directory not empty: {0}")]
     NotEmpty(String),
+    /// `SEEK_DATA`/`SEEK_HOLE` from an offset at or past the end of the
+    /// file, or `SEEK_DATA` with no data after it (lseek(2)'s `ENXIO`).
+    #[error("no data or hole at or after byte {offset}")]
+    NoSuchOffset {
+        /// The offset asked for.
+        offset: u64,
+    },
 }
 
 /// Result alias of the engine.
@@ -188,6 +195,7 @@ impl Error {
             Self::NotEmpty(_) => libc::ENOTEMPTY,
             Self::FileTooBig => libc::EFBIG,
             Self::TooManyLinks(_) => libc::EMLINK,
+            Self::NoSuchOffset { .. } => libc::ENXIO,
         }
     }
 }
