@@ -750,3 +750,29 @@ fn cross_check_with_kernel_1k() {
 fn cross_check_with_kernel_ext3_punch() {
     cross_check(&["-t", "ext3", "-b", "1024"], 1024);
 }
+
+/// An inline-data file is moved out of the inode first, as the kernel's
+/// `ext4_convert_inline_data` does; then it preallocates like any other.
+#[test]
+fn inline_file_is_converted_first() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let body = pattern(50, 4);
+    std::fs::write(src.join("s"), &body).unwrap();
+    let Some(img) = mkfs(d.path(), Some(&src), &["-b", "4096", "-O", "inline_data"], "32M") else {
+        return;
+    };
+    let mut model = body.clone();
+    {
+        let fs = open_rw(&img);
+        let inode = fs.resolve(b"/s").unwrap();
+        assert!(inode.has_inline_data(), "mke2fs -d stored it inline");
+        let op = Op::Falloc(ALLOC, 10, 3 * 4096);
+        engine_apply(&fs, inode.ino, &op);
+        model_apply(&mut model, &op);
+        assert!(!fs.resolve(b"/s").unwrap().has_inline_data());
+    }
+    let maps = check(&img, &[("s", &model)]);
+    assert_eq!(unwritten_blocks(&maps[0]), vec![(1, 3)], "{:?}", maps[0]);
+}
