@@ -53,4 +53,5 @@ pub use error::{Error, Location, Result};
 pub use fs::{DirtyJournal, Filesystem, OpenOptions};
 pub use inode::map::Run;
 pub use inode::{Inode, Metadata, ROOT_INO};
-pub use ops::{Attr, FallocMode, NodeKind, RenameFlags, SetAttr, XattrSet};
+pub use ops::FallocMode;
+pub use ops::{Attr, NodeKind, RenameFlags, SetAttr, XattrSet};
