@@ -144,6 +144,13 @@ pub enum Error {
     /// The directory is not empty.
     #[error("directory not empty: {0}")]
     NotEmpty(String),
+    /// `SEEK_DATA`/`SEEK_HOLE` from an offset at or past the end of the
+    /// file, or `SEEK_DATA` with no data after it (lseek(2)'s `ENXIO`).
+    #[error("no data or hole at or after byte {offset}")]
+    NoSuchOffset {
+        /// The offset asked for.
+        offset: u64,
+    },
 }
 
 /// Result alias of the engine.
@@ -192,6 +199,7 @@ impl Error {
             Self::AccessDenied(_) => libc::EACCES,
             Self::FileTooBig => libc::EFBIG,
             Self::TooManyLinks(_) => libc::EMLINK,
+            Self::NoSuchOffset { .. } => libc::ENXIO,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! reads it — paths, directories (linear, htree, inline), files through
 //! extent trees of any depth or ext2/3 block maps, symbolic links, device
 //! nodes, extended attributes — and changes it: every operation of
-//! [`Filesystem`] that writes (`create`, `write`, `truncate`, `setattr`,
+//! [`Filesystem`] that writes (`create`, `write`, `truncate`, `fallocate`, `setattr`,
 //! `link`, `unlink`, `rmdir`, `rename`, `set_xattr`, `remove_xattr`) is one
 //! transaction that commits whole or leaves the image untouched.
 //!
@@ -54,5 +54,6 @@ pub use error::{Error, Location, Result};
 pub use fs::{DirtyJournal, Filesystem, OpenOptions};
 pub use inode::map::Run;
 pub use inode::{Inode, Metadata, ROOT_INO};
+pub use ops::FallocMode;
 pub use ops::{Attr, NodeKind, RenameFlags, SetAttr, XattrSet};
 pub use statfs::StatFs;

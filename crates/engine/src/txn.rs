@@ -77,6 +77,13 @@ impl<'a> Txn<'a> {
         b
     }
 
+    /// Drops this transaction's copy of `block`, which the caller has just
+    /// freed: its pending contents must not reach the device, where the
+    /// block may be reused for file data later in the same transaction.
+    pub(crate) fn forget_block(&mut self, block: u64) {
+        self.blocks.remove(&block);
+    }
+
     /// Descriptor of `group` as this transaction sees it.
     pub(crate) fn group(&self, group: u32) -> Result<RawGroupDesc> {
         match self.groups.get(&group) {

@@ -3,7 +3,9 @@
 //! data, extended attributes).
 
 pub(crate) mod block_map;
+pub(crate) mod block_map_punch;
 pub(crate) mod block_map_write;
+pub(crate) mod extent_edit;
 pub(crate) mod extent_write;
 pub(crate) mod extents;
 pub(crate) mod inline;

@@ -6,14 +6,17 @@
 mod acl;
 mod attr;
 mod create;
+mod fallocate;
 mod remove;
 mod rename;
+mod seek;
 mod truncate;
 mod write;
 mod xattr;
 
 pub use attr::SetAttr;
 pub use create::{Attr, NodeKind};
+pub use fallocate::FallocMode;
 pub use rename::RenameFlags;
 pub use xattr::XattrSet;
 

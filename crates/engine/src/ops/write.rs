@@ -1,7 +1,9 @@
 //! Writing file data at any offset: mapped blocks are overwritten in place,
 //! unmapped ones (holes, or past the end) are allocated near their
 //! neighbours and mapped with new extents; partial blocks are read,
-//! modified and written whole. Data reaches the device before the metadata
+//! modified and written whole; blocks of unwritten (preallocated) extents
+//! are split out of them and become initialized, the unwritten parts of
+//! partial blocks reading as zeros. Data reaches the device before the metadata
 //! that points at it (see [`crate::txn::Txn::commit`]).
 
 use ext4kit_format::extent::{EXT_INIT_MAX_LEN, Extent};
@@ -10,6 +12,7 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
+use crate::inode::extent_edit;
 use crate::inode::extent_write::charge_blocks;
 use crate::inode::write::set_times;
 use crate::txn::Txn;
@@ -20,9 +23,9 @@ impl Filesystem {
     ///
     /// # Errors
     /// [`Error::IsDir`], [`Error::FileTooBig`] past 2^32 blocks,
-    /// [`Error::NoSpace`], [`Error::ReadOnly`]; [`Error::Unsupported`] for
-    /// block-mapped (ext2/ext3) files, unwritten extents and extent trees
-    /// that would need a second index level. Nothing changes on error.
+    /// [`Error::NoSpace`], [`Error::ReadOnly`]. Writing into an unwritten
+    /// (preallocated) extent turns the written blocks into initialized ones.
+    /// Nothing changes on error.
     pub fn write(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
         let mut txn = Txn::begin(self)?;
         let mut inode = txn.inode(ino)?;
@@ -58,7 +61,7 @@ impl Txn<'_> {
             let exts = self.body_runs(inode)?;
             let hit = exts.iter().find(|e| u64::from(e.logical) <= lblk && lblk < end_of(e));
             let (phys, n, fresh) = match hit {
-                Some(e) if e.unwritten => return Err(Error::Unsupported("writing into unwritten extents".into())),
+                Some(e) if e.unwritten => self.convert_for_write(inode, e, lblk, last)?,
                 Some(e) => (
                     e.physical + (lblk - u64::from(e.logical)),
                     end_of(e).min(last + 1) - lblk,
@@ -99,6 +102,19 @@ impl Txn<'_> {
         self.map_run(inode, e)?;
         charge_blocks(&mut inode.raw, i64::from(got), self.fs.geo.block_size);
         Ok((phys, u64::from(got), true))
+    }
+
+    /// Makes the blocks of unwritten extent `e` from `lblk` up to `last`
+    /// (or the extent's end) initialized, splitting `e` into up to three
+    /// pieces (`ext4_ext_convert_to_initialized`); returns (physical, count,
+    /// fresh = true): the blocks read as zeros until now, so the parts of
+    /// partial blocks the write does not cover are zero-filled, not read.
+    fn convert_for_write(&mut self, inode: &mut Inode, e: &Extent, lblk: u64, last: u64) -> Result<(u64, u64, bool)> {
+        let n = end_of(e).min(last + 1) - lblk;
+        let exts = self.extents(inode)?;
+        let edited = extent_edit::mark(&exts, lblk, lblk + n, false);
+        self.replace_extents(inode, edited)?;
+        Ok((e.physical + (lblk - u64::from(e.logical)), n, true))
     }
 
     /// Queues the data for `n` blocks from logical `lblk` at `phys`.
