@@ -122,8 +122,34 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Sleeps long enough for a coarse kernel clock tick, so that two
-/// timestamps taken around a change differ.
-pub fn tick() {
-    std::thread::sleep(std::time::Duration::from_millis(15));
+/// Whether the file system under `dir` keeps only whole seconds (e.g.
+/// ext4 with 128-byte inodes): a nanosecond time set on a probe file reads
+/// back with 0 ns. Measured once per process.
+pub fn whole_second_times(dir: &Path) -> bool {
+    static COARSE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *COARSE.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        let p = dir.join(".ext4kit-posix-granularity");
+        let t = nix::sys::time::TimeSpec::new(1_000_000_000, 123_456_789);
+        let ok = std::fs::write(&p, b"").is_ok()
+            && nix::sys::stat::utimensat(
+                nix::fcntl::AT_FDCWD,
+                &p,
+                &t,
+                &t,
+                nix::sys::stat::UtimensatFlags::FollowSymlink,
+            )
+            .is_ok();
+        let coarse = ok && std::fs::metadata(&p).is_ok_and(|m| m.mtime_nsec() == 0);
+        let _ = std::fs::remove_file(&p);
+        coarse
+    })
+}
+
+/// Sleeps long enough for the file system's timestamps to move on: a
+/// coarse kernel clock tick, or just over a second when only whole seconds
+/// are stored.
+pub fn tick(dir: &Path) {
+    let ms = if whole_second_times(dir) { 1100 } else { 15 };
+    std::thread::sleep(std::time::Duration::from_millis(ms));
 }

@@ -14,7 +14,7 @@ pub(crate) fn hardlinks(c: &Ctx) -> CheckResult {
     let (a, b) = (c.p("a"), c.p("b"));
     write_file(&a, b"shared")?;
     let ct = lstat(&a)?;
-    crate::util::tick();
+    crate::util::tick(&c.dir);
     std::fs::hard_link(&a, &b).at("link")?;
     let (ma, mb) = (lstat(&a)?, lstat(&b)?);
     ensure!(
@@ -109,7 +109,11 @@ pub(crate) fn mknod_nodes(c: &Ctx) -> CheckResult {
         &[Errno::EEXIST],
         "mkfifo existing",
     )?;
-    c.need_root()?;
+    if !c.is_root() {
+        return Err(crate::util::Failure::Skip(
+            "FIFO and socket passed; device nodes need root".into(),
+        ));
+    }
     let dev = makedev(4, 67);
     mknod(&c.p("chr"), SFlag::S_IFCHR, Mode::from_bits_truncate(0o620), dev).at("mknod chr")?;
     let m = lstat(&c.p("chr"))?;

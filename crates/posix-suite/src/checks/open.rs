@@ -39,7 +39,7 @@ pub(crate) fn trunc(c: &Ctx) -> CheckResult {
     let a = c.p("a");
     write_file(&a, &[7u8; 10000])?;
     let before = lstat(&a)?;
-    crate::util::tick();
+    crate::util::tick(&c.dir);
     open_flags(&a, false, true, libc::O_TRUNC).at("O_TRUNC")?;
     let after = lstat(&a)?;
     ensure!(after.len() == 0, "size {} after O_TRUNC", after.len());
