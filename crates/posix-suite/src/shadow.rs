@@ -26,6 +26,11 @@ impl Shadow {
         self.len == 0
     }
 
+    /// Offsets of the stored 64 KiB chunks (everything else is zero).
+    pub fn chunk_offsets(&self) -> impl Iterator<Item = u64> + '_ {
+        self.chunks.keys().map(|k| k * CHUNK)
+    }
+
     /// pwrite(2): stores `data` at `off`, growing the size if needed.
     pub fn write(&mut self, off: u64, data: &[u8]) {
         let mut done = 0usize;
