@@ -69,6 +69,19 @@ pub(crate) fn timestamp(t: SystemTime) -> Timestamp {
     }
 }
 
+/// A time from a `setattr` request. fuser 0.18 builds a time before 1970
+/// as epoch − (|secs| + nsecs) instead of epoch − |secs| + nsecs (its
+/// `system_time_from_time`); this undoes exactly that.
+pub(crate) fn request_timestamp(t: SystemTime) -> Timestamp {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(_) => timestamp(t),
+        Err(e) => Timestamp {
+            secs: -(e.duration().as_secs() as i64),
+            nsecs: e.duration().subsec_nanos(),
+        },
+    }
+}
+
 /// Linux's `new_encode_dev`: 12 bits of major, 20 of minor, interleaved.
 fn encode_rdev((major, minor): (u32, u32)) -> u32 {
     (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
@@ -117,6 +130,16 @@ mod tests {
         for dev in [(8, 1), (259, 70000), (0, 0), (4095, 0xfffff)] {
             assert_eq!(decode_rdev(encode_rdev(dev)), dev);
         }
+    }
+
+    #[test]
+    fn request_times_undo_fusers_pre_1970_conversion() {
+        // fuser turns (secs -5, nsecs 250 ms) into epoch - 5.25 s.
+        let sent = UNIX_EPOCH - Duration::new(5, 250_000_000);
+        let t = request_timestamp(sent);
+        assert_eq!((t.secs, t.nsecs), (-5, 250_000_000));
+        let later = UNIX_EPOCH + Duration::new(7, 9);
+        assert_eq!(request_timestamp(later), timestamp(later));
     }
 
     #[test]

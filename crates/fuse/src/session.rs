@@ -127,7 +127,9 @@ pub fn serve(
     let fs = Arc::new(fs);
     let config = fuse_config(&cfg, source);
     let adapter = Ext4Fuse::new(fs.clone(), cfg);
+    let notifier = adapter.notifier_slot();
     let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
+    let _ = notifier.set(session.notifier());
     let mut unmounter = session.unmount_callable();
     let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let handle = signals.handle();

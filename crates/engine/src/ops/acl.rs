@@ -9,6 +9,7 @@ use ext4kit_format::xattr::acl;
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
+use crate::inode::Inode;
 use crate::inode::write::touch_ctime;
 use crate::txn::Txn;
 
@@ -63,5 +64,62 @@ impl Filesystem {
         touch_ctime(&mut inode.raw, clock::now());
         txn.write_inode(&mut inode)?;
         txn.commit()
+    }
+}
+
+impl Filesystem {
+    /// Gives a new inode the ACLs its directory's default ACL implies
+    /// (`posix_acl_create`), or applies `umask` when there is none.
+    pub(crate) fn inherit_acl(&self, txn: &mut Txn<'_>, dir: &Inode, inode: &mut Inode, umask: u16) -> Result<()> {
+        let perm = inode.raw.permissions();
+        let default = match self.xattr(dir, b"system.posix_acl_default") {
+            Ok(v) => acl::from_vfs(&v).map_err(|e| Error::format(crate::error::Location::Inode(dir.ino), e))?,
+            Err(Error::NoAttribute(_)) => {
+                let r = &mut inode.raw;
+                r.i_mode.set((r.i_mode.get() & 0o170000) | (perm & !(umask & 0o777)));
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let mut access = default.clone();
+        let (mode, equivalent) = acl::create_masq(&mut access, perm);
+        let r = &mut inode.raw;
+        r.i_mode.set((r.i_mode.get() & 0o170000) | mode);
+        let to_disk =
+            |e: &[acl::AclEntry]| acl::to_disk(e).map_err(|e| Error::format(crate::error::Location::Inode(dir.ino), e));
+        let mut ibody = Vec::new();
+        if !equivalent {
+            ibody.push((ACCESS, Vec::new(), to_disk(&access)?));
+        }
+        if inode.is_dir() {
+            ibody.push((DEFAULT, Vec::new(), to_disk(&default)?));
+        }
+        if !ibody.is_empty() {
+            txn.place_xattrs(inode, ibody, Vec::new())?;
+        }
+        Ok(())
+    }
+}
+
+impl Txn<'_> {
+    /// Keeps an access ACL in step with a `chmod` of `inode` (ext4's
+    /// `ext4_setattr` → `posix_acl_chmod`).
+    pub(crate) fn chmod_acl(&mut self, inode: &mut Inode) -> Result<()> {
+        let (mut ibody, mut block) = self.stored_xattrs(inode)?;
+        let perm = inode.raw.permissions();
+        let at = crate::error::Location::Inode(inode.ino);
+        let mut changed = false;
+        for (index, _, value) in ibody.iter_mut().chain(block.iter_mut()) {
+            if *index == ACCESS {
+                let mut e = acl::from_disk(value).map_err(|e| Error::format(at, e))?;
+                acl::chmod_masq(&mut e, perm);
+                *value = acl::to_disk(&e).map_err(|e| Error::format(at, e))?;
+                changed = true;
+            }
+        }
+        if changed {
+            self.place_xattrs(inode, ibody, block)?;
+        }
+        Ok(())
     }
 }

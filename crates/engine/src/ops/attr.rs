@@ -59,6 +59,9 @@ impl Filesystem {
             r.i_mtime_extra.set(e);
         }
         touch_ctime(r, clock::now());
+        if set.perm.is_some() {
+            txn.chmod_acl(&mut inode)?;
+        }
         txn.write_inode(&mut inode)?;
         txn.commit()?;
         Ok(inode)

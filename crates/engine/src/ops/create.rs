@@ -67,6 +67,17 @@ impl Filesystem {
     /// layouts the write path does not handle yet (block-mapped or inline
     /// directories, a full htree leaf). Nothing changes on error.
     pub fn create(&self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr) -> Result<Inode> {
+        self.create_with_umask(parent, name, kind, attr, 0)
+    }
+
+    /// [`Filesystem::create`] as `open(2)`/`mkdir(2)` see it: when `parent`
+    /// has a default POSIX ACL the new inode inherits it (and a directory
+    /// keeps it as its own default) and `umask` is ignored; otherwise the
+    /// bits in `umask` are cleared from `attr.perm`.
+    ///
+    /// # Errors
+    /// As [`Filesystem::create`].
+    pub fn create_with_umask(&self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr, umask: u16) -> Result<Inode> {
         super::check_new_name(name)?;
         let mut txn = Txn::begin(self)?;
         // Names are checked against the directory as on disk, before an
@@ -94,6 +105,7 @@ impl Filesystem {
             gid: attr.gid,
         };
         let mut inode = txn.fresh_inode(ino, n)?;
+        self.inherit_acl(&mut txn, &dir, &mut inode, umask)?;
         self.fill_body(&mut txn, &mut inode, &kind, parent)?;
         txn.write_inode(&mut inode)?;
         txn.add_entry(&mut dir, name, ino, ft.dirent_code())?;

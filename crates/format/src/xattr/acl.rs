@@ -194,6 +194,58 @@ pub fn equiv_mode(entries: &[AclEntry], perm: u16) -> Result<(u16, bool)> {
     Ok(((perm & !0o777) | mode, equivalent))
 }
 
+/// The ACL a new inode gets from its directory's default ACL, and its
+/// permission bits (`posix_acl_create_masq`): the owner, mask (or owning
+/// group) and other entries are cut down to the requested `perm` and the
+/// bits to the entries. Returns the new bits and whether the ACL says no
+/// more than they do (then nothing is stored).
+pub fn create_masq(entries: &mut [AclEntry], perm: u16) -> (u16, bool) {
+    let mut mode = perm;
+    let mut equivalent = true;
+    let mut group = None;
+    let mut mask = None;
+    for (i, e) in entries.iter_mut().enumerate() {
+        match e.tag {
+            ACL_USER_OBJ => {
+                e.perm &= (mode >> 6) & 0o7;
+                mode &= (e.perm << 6) | !0o700;
+            }
+            ACL_OTHER => {
+                e.perm &= mode & 0o7;
+                mode &= e.perm | !0o007;
+            }
+            ACL_GROUP_OBJ => group = Some(i),
+            ACL_MASK => {
+                mask = Some(i);
+                equivalent = false;
+            }
+            _ => equivalent = false,
+        }
+    }
+    if let Some(i) = mask.or(group) {
+        let e = &mut entries[i];
+        e.perm &= (mode >> 3) & 0o7;
+        mode &= (e.perm << 3) | !0o070;
+    }
+    (mode, equivalent)
+}
+
+/// An access ACL after `chmod` to `perm` (`posix_acl_chmod_masq`): the
+/// owner and other entries take the new bits, and so does the mask, or the
+/// owning group when there is no mask.
+pub fn chmod_masq(entries: &mut [AclEntry], perm: u16) {
+    let has_mask = entries.iter().any(|e| e.tag == ACL_MASK);
+    for e in entries.iter_mut() {
+        match e.tag {
+            ACL_USER_OBJ => e.perm = (perm >> 6) & 0o7,
+            ACL_OTHER => e.perm = perm & 0o7,
+            ACL_MASK => e.perm = (perm >> 3) & 0o7,
+            ACL_GROUP_OBJ if !has_mask => e.perm = (perm >> 3) & 0o7,
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +282,42 @@ mod tests {
         ];
         assert_eq!(equiv_mode(&named, 0).unwrap(), (0o664, false));
         assert!(equiv_mode(&[e(0x40, 7)], 0).is_err());
+    }
+
+    #[test]
+    fn create_masq_cuts_entries_and_bits_to_each_other() {
+        let e = |tag, perm| AclEntry {
+            tag,
+            perm,
+            id: if tag == ACL_USER { 1000 } else { ACL_UNDEFINED_ID },
+        };
+        let mut d = [
+            e(ACL_USER_OBJ, 7),
+            e(ACL_USER, 7),
+            e(ACL_GROUP_OBJ, 5),
+            e(ACL_MASK, 7),
+            e(ACL_OTHER, 5),
+        ];
+        let (mode, equivalent) = create_masq(&mut d, 0o666);
+        assert_eq!((mode, equivalent), (0o664, false));
+        assert_eq!(d.map(|x| x.perm), [6, 7, 5, 6, 4]);
+        let mut plain = [e(ACL_USER_OBJ, 7), e(ACL_GROUP_OBJ, 0), e(ACL_OTHER, 0)];
+        assert_eq!(create_masq(&mut plain, 0o2777), (0o2700, true));
+    }
+
+    #[test]
+    fn chmod_masq_sets_the_mask_not_the_group() {
+        let e = |tag, perm| AclEntry {
+            tag,
+            perm,
+            id: ACL_UNDEFINED_ID,
+        };
+        let mut a = [e(ACL_USER_OBJ, 6), e(ACL_GROUP_OBJ, 4), e(ACL_MASK, 4), e(ACL_OTHER, 0)];
+        chmod_masq(&mut a, 0o751);
+        assert_eq!(a.map(|x| x.perm), [7, 4, 5, 1]);
+        let mut b = [e(ACL_USER_OBJ, 6), e(ACL_GROUP_OBJ, 4), e(ACL_OTHER, 0)];
+        chmod_masq(&mut b, 0o640);
+        assert_eq!(b.map(|x| x.perm), [6, 4, 0]);
     }
 
     #[test]

@@ -37,10 +37,10 @@ impl Ext4Fuse {
         parent: INodeNo,
         name: &[u8],
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
     ) -> Res<(ext4kit_engine::Inode, u64)> {
-        let inode = self.create_node(req, parent, name, NodeKind::Regular, mode)?;
+        let inode = self.create_node(req, parent, name, NodeKind::Regular, mode, umask)?;
         self.fs.open_file(inode.ino).map_err(|e| self.errno(e))?;
         let fh = self.handles.insert(Handle::File { ino: inode.ino });
         Ok((inode, fh))
@@ -110,7 +110,7 @@ impl Ext4Fuse {
 
     pub(super) fn allocate(&self, ino: INodeNo, offset: u64, len: u64, mode: i32) -> Res<()> {
         self.writable()?;
-        let mode = crate::pending::FallocMode::from_linux_flags(mode as u32).map_err(|e| self.errno(e))?;
+        let mode = ext4kit_engine::FallocMode::from_linux_flags(mode as u32).map_err(|e| self.errno(e))?;
         self.fs
             .fallocate(self.ino(ino)?, offset, len, mode)
             .map_err(|e| self.errno(e))

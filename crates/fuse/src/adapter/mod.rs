@@ -13,15 +13,16 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use ext4kit_engine::{Error, Filesystem, Inode};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo,
-    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::attr::{ext4_ino, file_attr};
@@ -39,6 +40,9 @@ pub struct Ext4Fuse {
     pub(crate) handles: Handles,
     /// Set by `errors=remount-ro` after corruption is found.
     pub(crate) forced_ro: AtomicBool,
+    /// Tells the kernel when its cached attributes went stale behind its
+    /// back (set once the session exists).
+    pub(crate) notifier: Arc<OnceLock<Notifier>>,
 }
 
 type Res<T> = Result<T, Errno>;
@@ -51,6 +55,23 @@ impl Ext4Fuse {
             cfg,
             handles: Handles::default(),
             forced_ro: AtomicBool::new(false),
+            notifier: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Where the session puts its notifier.
+    pub(crate) fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// Drops the kernel's cached attributes of `ino`. With the write-back
+    /// cache the kernel keeps size and times itself but not `st_blocks`,
+    /// which changes when its dirty pages reach us (on fsync and close).
+    pub(crate) fn refresh_attrs(&self, ino: INodeNo) {
+        if let Some(n) = self.notifier.get()
+            && let Err(e) = n.inval_inode(ino, -1, 0)
+        {
+            log::debug!("ext4kit: invalidating attributes of {ino:?}: {e}");
         }
     }
 
@@ -128,7 +149,11 @@ impl fuser::Filesystem for Ext4Fuse {
             | InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_ASYNC_DIO
             | InitFlags::FUSE_EXPORT_SUPPORT
-            | InitFlags::FUSE_HAS_IOCTL_DIR;
+            | InitFlags::FUSE_HAS_IOCTL_DIR
+            // The kernel checks permissions against our POSIX ACLs and
+            // leaves umask and default-ACL inheritance to the engine.
+            | InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_DONT_MASK;
         if self.cfg.writeback_cache && !self.cfg.read_only {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -292,8 +317,9 @@ impl fuser::Filesystem for Ext4Fuse {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         reply.ok();
+        self.refresh_attrs(ino);
     }
 
     fn release(
@@ -309,8 +335,9 @@ impl fuser::Filesystem for Ext4Fuse {
         reply_empty(self.close_handle(fh.0), reply);
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         reply_empty(self.sync_all(), reply);
+        self.refresh_attrs(ino);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

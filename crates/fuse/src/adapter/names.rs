@@ -9,7 +9,7 @@ use ext4kit_engine::{Attr, Inode, NodeKind, SetAttr};
 use fuser::{Errno, FileAttr, INodeNo, RenameFlags, ReplyEntry, Request, TimeOrNow};
 
 use super::{Ext4Fuse, Res};
-use crate::attr::{decode_rdev, timestamp};
+use crate::attr::{decode_rdev, request_timestamp, timestamp};
 use crate::options::IdMap;
 
 /// The parts of a `setattr` request the engine acts on.
@@ -24,7 +24,7 @@ pub(super) struct Change {
 
 fn time_of(t: TimeOrNow) -> ext4kit_format::inode::Timestamp {
     match t {
-        TimeOrNow::SpecificTime(t) => timestamp(t),
+        TimeOrNow::SpecificTime(t) => request_timestamp(t),
         TimeOrNow::Now => timestamp(SystemTime::now()),
     }
 }
@@ -97,6 +97,8 @@ impl Ext4Fuse {
         }
     }
 
+    /// Creates a node; with `FUSE_DONT_MASK` the kernel leaves `umask` to
+    /// us, and the engine applies it or the directory's default ACL.
     pub(super) fn create_node(
         &self,
         req: &Request,
@@ -104,12 +106,15 @@ impl Ext4Fuse {
         name: &[u8],
         kind: NodeKind,
         mode: u32,
+        umask: u32,
     ) -> Res<Inode> {
         self.writable()?;
         let parent = self.ino(parent)?;
         let dir = self.inode(parent)?;
         let attr = self.owner(req, &dir, mode, kind == NodeKind::Directory);
-        self.fs.create(parent, name, kind, attr).map_err(|e| self.errno(e))
+        self.fs
+            .create_with_umask(parent, name, kind, attr, (umask & 0o777) as u16)
+            .map_err(|e| self.errno(e))
     }
 
     pub(super) fn make_node(
@@ -118,7 +123,7 @@ impl Ext4Fuse {
         parent: INodeNo,
         name: &[u8],
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
     ) -> Res<Inode> {
         let (major, minor) = decode_rdev(rdev);
@@ -131,15 +136,15 @@ impl Ext4Fuse {
             libc::S_IFDIR => NodeKind::Directory,
             _ => return Err(Errno::EINVAL),
         };
-        self.create_node(req, parent, name, kind, mode)
+        self.create_node(req, parent, name, kind, mode, umask)
     }
 
-    pub(super) fn make_dir(&self, req: &Request, parent: INodeNo, name: &[u8], mode: u32, _umask: u32) -> Res<Inode> {
-        self.create_node(req, parent, name, NodeKind::Directory, mode)
+    pub(super) fn make_dir(&self, req: &Request, parent: INodeNo, name: &[u8], mode: u32, umask: u32) -> Res<Inode> {
+        self.create_node(req, parent, name, NodeKind::Directory, mode, umask)
     }
 
     pub(super) fn make_symlink(&self, req: &Request, parent: INodeNo, name: &[u8], target: &[u8]) -> Res<Inode> {
-        self.create_node(req, parent, name, NodeKind::Symlink(target.to_vec()), 0o777)
+        self.create_node(req, parent, name, NodeKind::Symlink(target.to_vec()), 0o777, 0)
     }
 
     pub(super) fn remove_name(&self, parent: INodeNo, name: &[u8], dir: bool) -> Res<()> {
