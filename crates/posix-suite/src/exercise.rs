@@ -166,7 +166,11 @@ impl Run<'_> {
         if self.log.len() == LOG_TAIL {
             self.log.pop_front();
         }
-        self.log.push_back(format!("#{} f{slot}: {what}", self.op));
+        let line = format!("#{} f{slot}: {what}", self.op);
+        if std::env::var_os("EXT4KIT_EXERCISE_TRACE").is_some() {
+            eprintln!("{line}");
+        }
+        self.log.push_back(line);
     }
 
     fn run_all(&mut self) -> Result<(), String> {

@@ -34,19 +34,22 @@ impl Filesystem {
         let first = offset / bs;
         let last = (offset + n as u64).div_ceil(bs);
         let runs = self.map_range(inode, first, last - first)?;
-        buf.fill(0);
+        // Holes and unwritten runs read as zeros; only the gaps are
+        // cleared, so a fully mapped read touches each byte once.
+        let mut done = 0usize;
         for r in runs.iter().filter(|r| !r.unwritten) {
             let run_start = r.logical * bs;
-            let run_end = r.end() * bs;
             let lo = run_start.max(offset);
-            let hi = run_end.min(offset + n as u64);
+            let hi = (r.end() * bs).min(offset + n as u64);
             if lo >= hi {
                 continue;
             }
-            let dev_off = r.physical * bs + (lo - run_start);
-            let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
-            self.read_bytes(dev_off, dst)?;
+            let (from, to) = ((lo - offset) as usize, (hi - offset) as usize);
+            buf[done..from.max(done)].fill(0);
+            self.read_bytes(r.physical * bs + (lo - run_start), &mut buf[from..to])?;
+            done = done.max(to);
         }
+        buf[done..].fill(0);
         Ok(n)
     }
 

@@ -121,9 +121,14 @@ impl Txn<'_> {
     fn put_blocks(&mut self, lblk: u64, phys: u64, n: u64, fresh: bool, offset: u64, data: &[u8]) -> Result<()> {
         let bs = u64::from(self.fs.geo.block_size);
         let (start, stop) = (lblk * bs, (lblk + n) * bs);
-        let mut buf = vec![0u8; (n * bs) as usize];
         let lo = offset.max(start);
         let hi = (offset + data.len() as u64).min(stop);
+        if lo == start && hi == stop {
+            // Whole blocks: one copy, no zero-fill first.
+            self.write_data(phys * bs, data[(lo - offset) as usize..(hi - offset) as usize].to_vec());
+            return Ok(());
+        }
+        let mut buf = vec![0u8; (n * bs) as usize];
         let partial_head = lo > start;
         let partial_tail = hi < stop;
         if !fresh && partial_head {

@@ -65,15 +65,28 @@ impl Ext4Fuse {
         }
     }
 
-    pub(super) fn read_data(&self, ino: INodeNo, offset: u64, size: u32) -> Res<Vec<u8>> {
+    /// Reads into this thread's buffer and hands the bytes to `reply`
+    /// (one buffer per serving thread: no allocation or zero-fill per read).
+    pub(super) fn read_data(&self, ino: INodeNo, offset: u64, size: u32, reply: impl FnOnce(&[u8])) -> Res<()> {
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
         let ino = self.ino(ino)?;
         let inode = self.inode(ino)?;
-        let len = inode.size().saturating_sub(offset).min(u64::from(size.min(MAX_IO)));
-        let mut buf = vec![0u8; len as usize];
-        let n = self.fs.read_at(&inode, offset, &mut buf).map_err(|e| self.errno(e))?;
-        buf.truncate(n);
+        let len = inode.size().saturating_sub(offset).min(u64::from(size.min(MAX_IO))) as usize;
+        BUF.with_borrow_mut(|buf| {
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            let n = self
+                .fs
+                .read_at(&inode, offset, &mut buf[..len])
+                .map_err(|e| self.errno(e))?;
+            reply(&buf[..n]);
+            Ok::<(), Errno>(())
+        })?;
         self.note_access(ino);
-        Ok(buf)
+        Ok(())
     }
 
     fn atime_policy(&self) -> crate::pending::AtimePolicy {

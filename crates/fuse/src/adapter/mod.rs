@@ -293,9 +293,14 @@ impl fuser::Filesystem for Ext4Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.read_data(ino, offset, size) {
-            Ok(buf) => reply.data(&buf),
-            Err(e) => reply.error(e),
+        let mut reply = Some(reply);
+        let r = self.read_data(ino, offset, size, |bytes| {
+            if let Some(r) = reply.take() {
+                r.data(bytes);
+            }
+        });
+        if let (Err(e), Some(r)) = (r, reply.take()) {
+            r.error(e);
         }
     }
 
