@@ -297,3 +297,76 @@ fn mount_helper_mounts_in_the_background() {
     let cat = Command::new(exe()).arg("cat").arg(&img).arg("/hello").output().unwrap();
     assert_eq!(cat.stdout, b"from the helper");
 }
+
+/// `errors=remount-ro` (the default) stops changes once corruption is met;
+/// `errors=continue` goes on.
+#[test]
+fn corruption_follows_the_errors_option() {
+    if !ready() || skip_unless(require_tool("debugfs")).is_none() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "64M", &[]);
+    let out = Command::new(exe())
+        .args(["touch"])
+        .arg(&img)
+        .arg("/victim")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("debugfs")
+        .args(["-w", "-R", "set_inode_field /victim checksum 0x1234"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (opts, writes_after) in [("", false), ("errors=continue", true)] {
+        let m = FuseMount::start(exe(), &img, opts).unwrap();
+        std::fs::write(m.path().join("before"), b"ok").unwrap();
+        let e = std::fs::metadata(m.path().join("victim")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADMSG), "{opts}: {e}");
+        let r = std::fs::write(m.path().join("after"), b"x");
+        match writes_after {
+            true => r.unwrap(),
+            false => assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EROFS), "{opts}"),
+        }
+        std::fs::remove_file(m.path().join("before")).ok();
+        assert!(m.unmount().unwrap().success());
+    }
+}
+
+/// `uid=IMAGE:HOST` shows the image's owner as the host's, and stores the
+/// host's as the image's.
+#[test]
+fn uid_and_gid_maps_translate_both_ways() {
+    if !ready() {
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, chown};
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "64M", &[]);
+    let out = Command::new(exe())
+        .args(["touch"])
+        .arg(&img)
+        .arg("/theirs")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let out = Command::new(exe())
+        .args(["chown"])
+        .arg(&img)
+        .args(["1001:1001", "/theirs"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = FuseMount::start(exe(), &img, "uid=1001:1000,gid=1001:1000").unwrap();
+    let md = std::fs::metadata(m.path().join("theirs")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (1000, 1000));
+    std::fs::write(m.path().join("mine"), b"").unwrap();
+    chown(m.path().join("mine"), Some(1000), Some(1000)).unwrap();
+    assert!(m.unmount().unwrap().success());
+    assert_clean(&img);
+    let st = Command::new(exe()).arg("stat").arg(&img).arg("/mine").output().unwrap();
+    let text = String::from_utf8_lossy(&st.stdout);
+    assert!(text.contains("1001"), "stored owner should be 1001:\n{text}");
+}

@@ -134,6 +134,17 @@ fn name_bytes(name: &OsStr) -> &[u8] {
     name.as_bytes()
 }
 
+/// How the kernel should cache an open file: keep its pages across opens
+/// (only this server changes the image), except with `O_DIRECT`, whose I/O
+/// then goes straight to us.
+fn open_flags(flags: i32) -> FopenFlags {
+    if flags & libc::O_DIRECT != 0 {
+        FopenFlags::FOPEN_DIRECT_IO
+    } else {
+        FopenFlags::FOPEN_KEEP_CACHE
+    }
+}
+
 fn reply_empty(r: Res<()>, reply: ReplyEmpty) {
     match r {
         Ok(()) => reply.ok(),
@@ -277,7 +288,7 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.open_file(ino, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(fh) => reply.opened(FileHandle(fh), open_flags(flags.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -432,7 +443,7 @@ impl fuser::Filesystem for Ext4Fuse {
                     &a,
                     Generation(u64::from(inode.raw.i_generation.get())),
                     FileHandle(fh),
-                    FopenFlags::FOPEN_KEEP_CACHE,
+                    open_flags(flags),
                 ),
                 Err(e) => reply.error(e),
             },
