@@ -1,6 +1,7 @@
 //! [`Filesystem`]: an opened image, its validated geometry and group
 //! descriptors, and the block-read primitives every other module uses.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -67,6 +68,10 @@ pub struct Filesystem {
     pub(crate) cache: BlockCache,
     pub(crate) read_only_reason: Option<String>,
     pub(crate) journal: crate::journal::JournalInfo,
+    /// Open counts by inode ([`Filesystem::open_file`]).
+    pub(crate) open_files: Mutex<HashMap<u32, u32>>,
+    /// The superblock's mounted/clean state in this session.
+    pub(crate) session: crate::session::Session,
 }
 
 impl std::fmt::Debug for Filesystem {
@@ -79,8 +84,8 @@ impl std::fmt::Debug for Filesystem {
 
 impl Drop for Filesystem {
     fn drop(&mut self) {
-        // Errors cannot be reported from drop; call `sync` to see them.
-        let _ = self.dev.flush();
+        // Errors cannot be reported from drop; `unmount` reports them.
+        let _ = self.close();
     }
 }
 

@@ -45,7 +45,9 @@ pub mod journal;
 pub mod mkfs;
 mod mount;
 mod ops;
+mod orphan;
 mod path;
+mod session;
 mod statfs;
 mod txn;
 
@@ -55,5 +57,9 @@ pub use fs::{DirtyJournal, Filesystem, OpenOptions};
 pub use inode::map::Run;
 pub use inode::{Inode, Metadata, ROOT_INO};
 pub use ops::FallocMode;
-pub use ops::{Attr, NodeKind, RenameFlags, SetAttr, XattrSet};
+pub use ops::{AtimePolicy, Attr, NodeKind, RenameFlags, SetAttr, XattrSet};
 pub use statfs::StatFs;
+/// Inode flag masks of `FS_IOC_GETFLAGS`/`FS_IOC_SETFLAGS`.
+pub mod flags {
+    pub use crate::ops::{USER_MODIFIABLE, USER_VISIBLE};
+}

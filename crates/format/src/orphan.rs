@@ -29,7 +29,7 @@ pub fn slots_per_block(block_size: usize) -> usize {
 /// Checks that `buf` is a whole orphan-file block: long enough for a tail
 /// and at least one slot, with `ob_magic` in place.
 pub fn check_block(buf: &[u8]) -> Result<()> {
-    if buf.len() < TAIL_SIZE + 4 || buf.len() % 4 != 0 {
+    if buf.len() < TAIL_SIZE + 4 || !buf.len().is_multiple_of(4) {
         return Err(FormatError::truncated(STRUCT, 1024, buf.len()));
     }
     let at = buf.len() - TAIL_SIZE;

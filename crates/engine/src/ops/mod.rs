@@ -7,6 +7,8 @@ mod acl;
 mod attr;
 mod create;
 mod fallocate;
+mod flags;
+mod open;
 mod remove;
 mod rename;
 mod seek;
@@ -17,8 +19,11 @@ mod xattr;
 pub use attr::SetAttr;
 pub use create::{Attr, NodeKind};
 pub use fallocate::FallocMode;
+pub use flags::{AtimePolicy, USER_MODIFIABLE, USER_VISIBLE};
 pub use rename::RenameFlags;
 pub use xattr::XattrSet;
+
+pub(crate) use remove::release as release_inode;
 
 use crate::error::{Error, Result};
 
