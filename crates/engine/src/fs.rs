@@ -39,6 +39,11 @@ pub struct OpenOptions {
     /// default: as with the kernel, changes are durable after
     /// [`Filesystem::sync`] or when the `Filesystem` is dropped.
     pub sync_writes: bool,
+    /// Count a session that writes as a mount, as the kernel does: bump
+    /// `s_mnt_count` and stamp `s_mtime` at the first write (default). Off
+    /// for building an image (like `mke2fs -d`), which is no mount; the
+    /// clean/in-use state in `s_state` is kept either way.
+    pub count_mount: bool,
 }
 
 impl Default for OpenOptions {
@@ -48,6 +53,7 @@ impl Default for OpenOptions {
             dirty_journal: DirtyJournal::Refuse,
             cache_bytes: 64 << 20,
             sync_writes: false,
+            count_mount: true,
         }
     }
 }

@@ -2,7 +2,8 @@
 //! (`ext4_setup_super`, `ext4_put_super`, `__ext4_error`): the first
 //! committed write of a session clears `EXT2_VALID_FS` in `s_state` (our
 //! writes are not journaled, so an interrupted session must look unchecked),
-//! counts the mount in `s_mnt_count`, stamps `s_mtime` and, with
+//! counts the mount in `s_mnt_count` and stamps `s_mtime` (unless
+//! [`crate::OpenOptions::count_mount`] is off) and, with
 //! `orphan_file`, sets `ORPHAN_PRESENT`; [`Filesystem::unmount`] (or a drop)
 //! frees the orphans still open and puts back the state found at open.
 //! Corruption met while writing sets `EXT2_ERROR_FS` and the
@@ -54,12 +55,14 @@ impl Session {
 
 /// What the first write of a session changes (the kernel's read-write
 /// mount without a journal, `ext4_setup_super`).
-pub(crate) fn mark_in_use(sb: &mut RawSuperblock) {
+pub(crate) fn mark_in_use(sb: &mut RawSuperblock, count_mount: bool) {
     sb.s_state.set(sb.s_state.get() & !STATE_VALID);
-    sb.s_mnt_count.set(sb.s_mnt_count.get().wrapping_add(1));
-    let now = clock::now().secs;
-    sb.s_mtime.set(now as u32);
-    sb.s_mtime_hi = (now >> 32) as u8;
+    if count_mount {
+        sb.s_mnt_count.set(sb.s_mnt_count.get().wrapping_add(1));
+        let now = clock::now().secs;
+        sb.s_mtime.set(now as u32);
+        sb.s_mtime_hi = (now >> 32) as u8;
+    }
     if sb.features().compat.contains(CompatFeatures::ORPHAN_FILE) {
         let ro = sb.s_feature_ro_compat.get() | RoCompatFeatures::ORPHAN_PRESENT.0;
         sb.s_feature_ro_compat.set(ro);

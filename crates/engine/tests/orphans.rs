@@ -343,6 +343,19 @@ fn superblock_state_follows_the_session() {
     fs.write(f.ino, 0, b"more").unwrap();
     fs.sync().unwrap();
     assert_eq!(count(&img).parse::<u32>().unwrap(), after);
+    fs.unmount().unwrap();
+    // Building an image is no mount: the count stays, the state still flips.
+    let opts = OpenOptions {
+        count_mount: false,
+        ..OpenOptions::default()
+    };
+    let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), opts).unwrap();
+    fs.create(ROOT_INO, b"y", NodeKind::Regular, ATTR).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(dumpe2fs_field(&img, "Filesystem state").unwrap(), "not clean");
+    assert_eq!(count(&img).parse::<u32>().unwrap(), after);
+    fs.unmount().unwrap();
+    let fs = open_rw(&img);
     // unmount frees what is still open and unlinked.
     let before = free_counts(&fs);
     let g = fs.create(ROOT_INO, b"g", NodeKind::Regular, ATTR).unwrap();
@@ -435,4 +448,53 @@ fn linked_orphans_lose_the_blocks_past_their_size() {
             );
         }
     }
+}
+
+#[test]
+fn orphan_file_of_our_mkfs_takes_and_gives_back_entries() {
+    use ext4kit_engine::mkfs::{MkfsOptions, mkfs as our_mkfs};
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("ours.img");
+    std::fs::File::create(&img).unwrap().set_len(32 << 20).unwrap();
+    let mut opts = MkfsOptions::default();
+    opts.add_features("orphan_file");
+    our_mkfs(&FileDevice::open(&img, true).unwrap(), &opts).unwrap();
+    let fs = open_rw(&img);
+    let f = fs.create(ROOT_INO, b"f", NodeKind::Regular, ATTR).unwrap();
+    fs.write(f.ino, 0, &data(10_000, 6)).unwrap();
+    fs.open_file(f.ino).unwrap();
+    fs.unlink(ROOT_INO, b"f").unwrap();
+    assert_eq!(fs.superblock().s_last_orphan.get(), 0, "the orphan file takes it");
+    fs.sync().unwrap();
+    let r = e2fsck_fn(&img).unwrap();
+    assert!(
+        r.output.contains("Orphan file (inode 12) block 0 is not clean"),
+        "{}",
+        r.output
+    );
+    fs.release_file(f.ino).unwrap();
+    fs.unmount().unwrap();
+    assert_eq!(dumpe2fs_field(&img, "Filesystem state").unwrap(), "clean");
+    assert_clean(&img, "our mkfs, orphan_file");
+}
+
+#[test]
+fn removed_inodes_take_no_new_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = new_image(dir.path(), &[]) else { return };
+    let fs = open_rw(&img);
+    let d = fs.create(ROOT_INO, b"d", NodeKind::Directory, ATTR).unwrap();
+    let f = fs.create(ROOT_INO, b"f", NodeKind::Regular, ATTR).unwrap();
+    let g = fs.create(ROOT_INO, b"g", NodeKind::Regular, ATTR).unwrap();
+    fs.open_file(d.ino).unwrap();
+    fs.open_file(f.ino).unwrap();
+    fs.rmdir(ROOT_INO, b"d").unwrap();
+    fs.unlink(ROOT_INO, b"f").unwrap();
+    let gone = |r: ext4kit_engine::Result<()>| assert_eq!(r.unwrap_err().errno(), libc::ENOENT);
+    gone(fs.create(d.ino, b"x", NodeKind::Regular, ATTR).map(|_| ()));
+    gone(fs.link(f.ino, ROOT_INO, b"back"));
+    gone(fs.link(g.ino, d.ino, b"into-dead"));
+    gone(fs.rename(ROOT_INO, b"g", d.ino, b"g", RenameFlags::default()));
+    fs.unmount().unwrap();
+    assert_clean(&img, "after refusals and unmount");
 }

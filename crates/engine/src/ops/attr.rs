@@ -96,7 +96,10 @@ impl Filesystem {
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
+        super::require_live(&dir)?;
         let mut target = txn.inode(ino)?;
+        // An unlinked inode, open or not, gets no new name (`vfs_link`).
+        super::require_live(&target)?;
         let shown = || String::from_utf8_lossy(name).into_owned();
         if target.is_dir() {
             return Err(Error::IsDir(shown()));

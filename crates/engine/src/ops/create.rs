@@ -92,6 +92,7 @@ impl Filesystem {
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
+        super::require_live(&dir)?;
         match self.lookup(&dir, name) {
             Ok(_) => return Err(Error::Exists(String::from_utf8_lossy(name).into_owned())),
             Err(Error::NotFound(_)) => {}

@@ -27,6 +27,16 @@ pub(crate) use remove::release as release_inode;
 
 use crate::error::{Error, Result};
 
+/// [`Error::NotFound`] for an inode with no links left: a directory
+/// removed while open takes no new names (`IS_DEADDIR`), an unlinked file
+/// no new link.
+pub(crate) fn require_live(inode: &crate::inode::Inode) -> Result<()> {
+    if inode.raw.links() == 0 {
+        return Err(Error::NotFound(format!("inode {} has been removed", inode.ino)));
+    }
+    Ok(())
+}
+
 /// Checks a name for a new directory entry.
 pub(crate) fn check_new_name(name: &[u8]) -> Result<()> {
     if name.len() > 255 {

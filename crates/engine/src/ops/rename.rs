@@ -117,6 +117,7 @@ fn check_flags(txn: &Txn<'_>, from: (u32, u32), to: (u32, Option<u32>)) -> Resul
     require_changeable(&txn.inode(from.0)?)?;
     require_changeable(&txn.inode(from.1)?)?;
     require_mutable(&txn.inode(to.0)?)?;
+    super::require_live(&txn.inode(to.0)?)?;
     if let Some(d) = to.1 {
         require_changeable(&txn.inode(to.0)?)?;
         require_changeable(&txn.inode(d)?)?;
