@@ -3,8 +3,15 @@
 //! extent trees of any depth or ext2/3 block maps, symbolic links, device
 //! nodes, extended attributes — and changes it: every operation of
 //! [`Filesystem`] that writes (`create`, `write`, `truncate`, `fallocate`, `setattr`,
-//! `link`, `unlink`, `rmdir`, `rename`, `set_xattr`, `remove_xattr`) is one
-//! transaction that commits whole or leaves the image untouched.
+//! `link`, `unlink`, `rmdir`, `rename`, `set_xattr`, `remove_xattr`,
+//! `set_flags`, `touch_atime`) is one transaction that commits whole or
+//! leaves the image untouched.
+//!
+//! Open files are counted (`open_file`, `release_file`): an inode whose last
+//! name goes while it is open stays on the orphan list until its last
+//! release, as in the kernel, and a writable open finishes the orphans a
+//! crash left. The superblock says "not clean" from a session's first write
+//! until `unmount` (or drop).
 //!
 //! Layering: this crate calls [`ext4kit_format`] for every on-disk structure
 //! and a [`BlockDevice`] for every byte; it never touches the host file
