@@ -11,7 +11,7 @@ use std::path::Path;
 use common::{mkfs, run};
 use ext4kit_engine::device::FileDevice;
 use ext4kit_engine::{
-    AtimePolicy, Attr, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO, RenameFlags, SetAttr, XattrSet,
+    AtimePolicy, Attr, Error, FallocMode, Filesystem, NodeKind, OpenOptions, ROOT_INO, RenameFlags, SetAttr, XattrSet,
 };
 use ext4kit_format::inode::{Timestamp, flags as fl};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
@@ -105,6 +105,10 @@ fn immutable_refuses_every_change() {
     eperm(fs.set_xattr(f.ino, b"user.b", b"2", XattrSet::Any), "set_xattr");
     eperm(fs.remove_xattr(f.ino, b"user.a"), "remove_xattr");
     eperm(
+        fs.fallocate(f.ino, 0, 4096, FallocMode::Allocate { keep_size: true }),
+        "fallocate",
+    );
+    eperm(
         fs.set_flags(f.ino, fl::IMMUTABLE | fl::EXTENTS | fl::NOATIME, true),
         "other flags while immutable",
     );
@@ -176,6 +180,9 @@ fn append_only_allows_appending_only() {
     );
     eperm(fs.link(f.ino, ROOT_INO, b"log2"), "link");
     eperm(fs.set_xattr(f.ino, b"user.x", b"1", XattrSet::Any), "set_xattr");
+    eperm(fs.fallocate(f.ino, 0, 4096, FallocMode::PunchHole), "punch hole");
+    fs.fallocate(f.ino, 0, 8192, FallocMode::Allocate { keep_size: true })
+        .unwrap();
     // Unprivileged changes of other flags keep APPEND as it is.
     fs.set_flags(f.ino, fl::APPEND | fl::EXTENTS | NODUMP, false).unwrap();
     eperm(fs.set_flags(f.ino, fl::EXTENTS | NODUMP, false), "unprivileged clear");
