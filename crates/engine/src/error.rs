@@ -151,6 +151,10 @@ pub enum Error {
         /// The offset asked for.
         offset: u64,
     },
+    /// The inode's flags forbid the change (immutable, append-only) or it
+    /// needs a privilege the caller lacks.
+    #[error("operation not permitted: {0}")]
+    NotPermitted(String),
 }
 
 /// Result alias of the engine.
@@ -200,6 +204,7 @@ impl Error {
             Self::FileTooBig => libc::EFBIG,
             Self::TooManyLinks(_) => libc::EMLINK,
             Self::NoSuchOffset { .. } => libc::ENXIO,
+            Self::NotPermitted(_) => libc::EPERM,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! [`Filesystem`]: an opened image, its validated geometry and group
 //! descriptors, and the block-read primitives every other module uses.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -38,6 +39,11 @@ pub struct OpenOptions {
     /// default: as with the kernel, changes are durable after
     /// [`Filesystem::sync`] or when the `Filesystem` is dropped.
     pub sync_writes: bool,
+    /// Count a session that writes as a mount, as the kernel does: bump
+    /// `s_mnt_count` and stamp `s_mtime` at the first write (default). Off
+    /// for building an image (like `mke2fs -d`), which is no mount; the
+    /// clean/in-use state in `s_state` is kept either way.
+    pub count_mount: bool,
 }
 
 impl Default for OpenOptions {
@@ -47,6 +53,7 @@ impl Default for OpenOptions {
             dirty_journal: DirtyJournal::Refuse,
             cache_bytes: 64 << 20,
             sync_writes: false,
+            count_mount: true,
         }
     }
 }
@@ -67,6 +74,10 @@ pub struct Filesystem {
     pub(crate) cache: BlockCache,
     pub(crate) read_only_reason: Option<String>,
     pub(crate) journal: crate::journal::JournalInfo,
+    /// Open counts by inode ([`Filesystem::open_file`]).
+    pub(crate) open_files: Mutex<HashMap<u32, u32>>,
+    /// The superblock's mounted/clean state in this session.
+    pub(crate) session: crate::session::Session,
 }
 
 impl std::fmt::Debug for Filesystem {
@@ -79,8 +90,8 @@ impl std::fmt::Debug for Filesystem {
 
 impl Drop for Filesystem {
     fn drop(&mut self) {
-        // Errors cannot be reported from drop; call `sync` to see them.
-        let _ = self.dev.flush();
+        // Errors cannot be reported from drop; `unmount` reports them.
+        let _ = self.close();
     }
 }
 

@@ -3,8 +3,15 @@
 //! extent trees of any depth or ext2/3 block maps, symbolic links, device
 //! nodes, extended attributes — and changes it: every operation of
 //! [`Filesystem`] that writes (`create`, `write`, `truncate`, `fallocate`, `setattr`,
-//! `link`, `unlink`, `rmdir`, `rename`, `set_xattr`, `remove_xattr`) is one
-//! transaction that commits whole or leaves the image untouched.
+//! `link`, `unlink`, `rmdir`, `rename`, `set_xattr`, `remove_xattr`,
+//! `set_flags`, `touch_atime`) is one transaction that commits whole or
+//! leaves the image untouched.
+//!
+//! Open files are counted (`open_file`, `release_file`): an inode whose last
+//! name goes while it is open stays on the orphan list until its last
+//! release, as in the kernel, and a writable open finishes the orphans a
+//! crash left. The superblock says "not clean" from a session's first write
+//! until `unmount` (or drop).
 //!
 //! Layering: this crate calls [`ext4kit_format`] for every on-disk structure
 //! and a [`BlockDevice`] for every byte; it never touches the host file
@@ -45,7 +52,9 @@ pub mod journal;
 pub mod mkfs;
 mod mount;
 mod ops;
+mod orphan;
 mod path;
+mod session;
 mod statfs;
 mod txn;
 
@@ -55,5 +64,9 @@ pub use fs::{DirtyJournal, Filesystem, OpenOptions};
 pub use inode::map::Run;
 pub use inode::{Inode, Metadata, ROOT_INO};
 pub use ops::FallocMode;
-pub use ops::{Attr, NodeKind, RenameFlags, SetAttr, XattrSet};
+pub use ops::{AtimePolicy, Attr, NodeKind, RenameFlags, SetAttr, XattrSet};
 pub use statfs::StatFs;
+/// Inode flag masks of `FS_IOC_GETFLAGS`/`FS_IOC_SETFLAGS`.
+pub mod flags {
+    pub use crate::ops::{USER_MODIFIABLE, USER_VISIBLE};
+}

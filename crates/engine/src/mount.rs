@@ -62,6 +62,7 @@ impl Filesystem {
             read_only_reason = Some("the device is read-only".into());
         }
         let csum_seed = sb.csum_seed();
+        let state_at_open = sb.s_state.get();
         let cache = BlockCache::new(opts.cache_bytes, geo.block_size as usize);
         let mut fs = Self {
             dev,
@@ -74,11 +75,20 @@ impl Filesystem {
             cache,
             read_only_reason,
             journal: Default::default(),
+            open_files: Mutex::new(Default::default()),
+            session: crate::session::Session::new(state_at_open),
         };
         fs.groups = RwLock::new(fs.load_group_descs()?);
         fs.journal = fs.inspect_journal()?;
         if fs.journal.needs_recovery && fs.opts.dirty_journal == DirtyJournal::Refuse {
             return Err(Error::NeedsRecovery);
+        }
+        // As the kernel's mount does; corruption in the list is recorded
+        // in the superblock and leaves the rest for e2fsck.
+        if let Err(e) = fs.noting_errors("orphan_cleanup", fs.orphan_cleanup())
+            && !matches!(e, Error::Corrupt(_) | Error::BadChecksum { .. })
+        {
+            return Err(e);
         }
         Ok(fs)
     }

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ext4kit_format::group_desc::{RawGroupDesc, bitmap_checksum};
+use ext4kit_format::superblock::RawSuperblock;
 use parking_lot::MutexGuard;
 
 use crate::error::{Error, Location, Result};
@@ -28,6 +29,12 @@ pub(crate) struct Txn<'a> {
     data: Vec<(u64, Vec<u8>)>,
     free_blocks_delta: i64,
     free_inodes_delta: i64,
+    /// The superblock as this transaction changes it (orphan list head,
+    /// state, features), when it does.
+    sb: Option<RawSuperblock>,
+    /// This is the unmount transaction: it restores the clean state
+    /// rather than marking the file system in use.
+    closing: bool,
 }
 
 impl<'a> Txn<'a> {
@@ -44,6 +51,8 @@ impl<'a> Txn<'a> {
             data: Vec::new(),
             free_blocks_delta: 0,
             free_inodes_delta: 0,
+            sb: None,
+            closing: false,
         })
     }
 
@@ -103,6 +112,24 @@ impl<'a> Txn<'a> {
         self.free_inodes_delta += inodes;
     }
 
+    /// The superblock as this transaction sees it.
+    pub(crate) fn superblock(&self) -> RawSuperblock {
+        self.sb.unwrap_or_else(|| *self.fs.sb.read())
+    }
+
+    /// Write access to the superblock's fields (free counts excepted: use
+    /// [`Txn::count`]); stored with a fresh checksum at commit.
+    pub(crate) fn sb_mut(&mut self) -> &mut RawSuperblock {
+        let fs = self.fs;
+        self.sb.get_or_insert_with(|| *fs.sb.read())
+    }
+
+    /// Marks this as the transaction that ends the session (see
+    /// [`crate::session`]): it does not count as the session's first write.
+    pub(crate) fn set_closing(&mut self) {
+        self.closing = true;
+    }
+
     /// File data to write at byte `offset` before any metadata.
     pub(crate) fn write_data(&mut self, offset: u64, bytes: Vec<u8>) {
         self.data.push((offset, bytes));
@@ -159,6 +186,7 @@ impl<'a> Txn<'a> {
             live[g as usize] = d;
         }
         *fs.sb.write() = sb;
+        fs.session.committed(self.closing);
         Ok(())
     }
 
@@ -186,8 +214,11 @@ impl<'a> Txn<'a> {
         Ok(d)
     }
 
-    fn finish_superblock(&self) -> ext4kit_format::superblock::RawSuperblock {
-        let mut sb = *self.fs.sb.read();
+    fn finish_superblock(&self) -> RawSuperblock {
+        let mut sb = self.superblock();
+        if !self.closing && !self.fs.session.in_use() {
+            crate::session::mark_in_use(&mut sb, self.fs.opts.count_mount);
+        }
         let free = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32);
         let free = free.saturating_add_signed(self.free_blocks_delta);
         sb.s_free_blocks_count_lo.set(free as u32);

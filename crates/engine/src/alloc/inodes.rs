@@ -48,6 +48,20 @@ impl Txn<'_> {
         self.adjust_group_inodes(g, i, 1, is_dir)
     }
 
+    /// True when `ino`'s bit is set in its group's inode bitmap (an
+    /// `INODE_UNINIT` group has none in use).
+    pub(crate) fn inode_in_use(&self, ino: u32) -> Result<bool> {
+        let Some((g, i)) = self.fs.geo.inode_location(ino) else {
+            return Ok(false);
+        };
+        let d = self.group(g)?;
+        let uninit = d.flags() & ext4kit_format::group_desc::BG_INODE_UNINIT != 0;
+        if uninit && self.fs.geo.features.has_group_csum() {
+            return Ok(false);
+        }
+        Ok(test_bit(&self.block(d.inode_bitmap(), 0)?, i))
+    }
+
     fn adjust_group_inodes(&mut self, g: u32, index: u32, delta: i32, is_dir: bool) -> Result<()> {
         let ipg = self.fs.geo.inodes_per_group;
         let mut d = self.group(g)?;

@@ -32,10 +32,21 @@ impl Filesystem {
     /// Changes the attributes of `ino`; returns the inode as written.
     ///
     /// # Errors
-    /// [`Error::ReadOnly`], corruption of the inode.
+    /// [`Error::ReadOnly`], [`Error::NotPermitted`] for an immutable inode
+    /// (or an append-only one, any field set), corruption of the inode.
     pub fn setattr(&self, ino: u32, set: &SetAttr) -> Result<Inode> {
+        self.noting_errors("setattr", self.setattr_in_txn(ino, set))
+    }
+
+    fn setattr_in_txn(&self, ino: u32, set: &SetAttr) -> Result<Inode> {
         let mut txn = Txn::begin(self)?;
         let mut inode = txn.inode(ino)?;
+        // ext4_setattr: nothing on an immutable inode; on an append-only
+        // one no mode, owner or explicit time.
+        super::flags::require_mutable(&inode)?;
+        if *set != SetAttr::default() {
+            super::flags::require_changeable(&inode)?;
+        }
         let r = &mut inode.raw;
         if let Some(p) = set.perm {
             r.i_mode.set((r.i_mode.get() & 0o170000) | (p & 0o7777));
@@ -71,19 +82,30 @@ impl Filesystem {
     ///
     /// # Errors
     /// [`Error::Exists`], [`Error::NotDir`], [`Error::IsDir`] (hard links to
-    /// directories are refused, as `EPERM` in the kernel), [`Error::TooManyLinks`].
+    /// directories are refused, as `EPERM` in the kernel), [`Error::TooManyLinks`],
+    /// [`Error::NotPermitted`] when `ino` is immutable or append-only or
+    /// `parent` immutable.
     pub fn link(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
+        self.noting_errors("link", self.link_in_txn(ino, parent, name))
+    }
+
+    fn link_in_txn(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
         super::check_new_name(name)?;
         let mut txn = Txn::begin(self)?;
         let dir = txn.inode(parent)?;
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
+        super::require_live(&dir)?;
         let mut target = txn.inode(ino)?;
+        // An unlinked inode, open or not, gets no new name (`vfs_link`).
+        super::require_live(&target)?;
         let shown = || String::from_utf8_lossy(name).into_owned();
         if target.is_dir() {
             return Err(Error::IsDir(shown()));
         }
+        super::flags::require_changeable(&target)?;
+        super::flags::require_mutable(&dir)?;
         if target.raw.links() >= LINK_MAX {
             return Err(Error::TooManyLinks(shown()));
         }

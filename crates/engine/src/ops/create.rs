@@ -63,7 +63,8 @@ impl Filesystem {
     ///
     /// # Errors
     /// [`Error::Exists`], [`Error::NotDir`], [`Error::NameTooLong`],
-    /// [`Error::NoSpace`], [`Error::ReadOnly`]; [`Error::Unsupported`] for
+    /// [`Error::NoSpace`], [`Error::ReadOnly`], [`Error::NotPermitted`] in an
+    /// immutable directory; [`Error::Unsupported`] for
     /// layouts the write path does not handle yet (block-mapped or inline
     /// directories, a full htree leaf). Nothing changes on error.
     pub fn create(&self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr) -> Result<Inode> {
@@ -78,6 +79,11 @@ impl Filesystem {
     /// # Errors
     /// As [`Filesystem::create`].
     pub fn create_with_umask(&self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr, umask: u16) -> Result<Inode> {
+        let r = self.create_in_txn(parent, name, kind, attr, umask);
+        self.noting_errors("create", r)
+    }
+
+    fn create_in_txn(&self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr, umask: u16) -> Result<Inode> {
         super::check_new_name(name)?;
         let mut txn = Txn::begin(self)?;
         // Names are checked against the directory as on disk, before an
@@ -86,11 +92,13 @@ impl Filesystem {
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
+        super::require_live(&dir)?;
         match self.lookup(&dir, name) {
             Ok(_) => return Err(Error::Exists(String::from_utf8_lossy(name).into_owned())),
             Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
+        super::flags::require_mutable(&dir)?;
         let mut dir = txn.inode_for_change(parent)?;
         let is_dir = kind == NodeKind::Directory;
         if is_dir && dir.raw.links() >= LINK_MAX && !self.dir_nlink() {

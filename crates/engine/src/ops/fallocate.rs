@@ -131,6 +131,12 @@ impl Filesystem {
         let mut txn = Txn::begin(self)?;
         let mut inode = txn.inode(ino)?;
         inode.require_regular()?;
+        // vfs_fallocate: nothing on an immutable file, only plain
+        // allocation on an append-only one.
+        match mode {
+            FallocMode::Allocate { .. } => super::flags::require_mutable(&inode)?,
+            _ => super::flags::require_changeable(&inode)?,
+        }
         if mode == FallocMode::PunchHole && offset >= inode.size() {
             return Ok(());
         }

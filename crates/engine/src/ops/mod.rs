@@ -7,6 +7,8 @@ mod acl;
 mod attr;
 mod create;
 mod fallocate;
+mod flags;
+mod open;
 mod remove;
 mod rename;
 mod seek;
@@ -17,10 +19,23 @@ mod xattr;
 pub use attr::SetAttr;
 pub use create::{Attr, NodeKind};
 pub use fallocate::FallocMode;
+pub use flags::{AtimePolicy, USER_MODIFIABLE, USER_VISIBLE};
 pub use rename::RenameFlags;
 pub use xattr::XattrSet;
 
+pub(crate) use remove::release as release_inode;
+
 use crate::error::{Error, Result};
+
+/// [`Error::NotFound`] for an inode with no links left: a directory
+/// removed while open takes no new names (`IS_DEADDIR`), an unlinked file
+/// no new link.
+pub(crate) fn require_live(inode: &crate::inode::Inode) -> Result<()> {
+    if inode.raw.links() == 0 {
+        return Err(Error::NotFound(format!("inode {} has been removed", inode.ino)));
+    }
+    Ok(())
+}
 
 /// Checks a name for a new directory entry.
 pub(crate) fn check_new_name(name: &[u8]) -> Result<()> {

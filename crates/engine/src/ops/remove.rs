@@ -1,6 +1,8 @@
 //! Removing names: `unlink` of non-directories and `rmdir` of empty
-//! directories. The last link frees the inode and its blocks at once (no
-//! open-file tracking yet: the orphan list comes with the FUSE front end).
+//! directories. The last link frees the inode and its blocks at once,
+//! unless the inode is open ([`Filesystem::open_file`]): then its link
+//! count drops to 0 and it goes on the orphan list in the same
+//! transaction, to be freed by the last [`Filesystem::release_file`].
 
 use ext4kit_format::inode::FileType;
 
@@ -16,18 +18,21 @@ impl Filesystem {
     ///
     /// # Errors
     /// [`Error::NotFound`], [`Error::IsDir`], [`Error::ReadOnly`],
+    /// [`Error::NotPermitted`] when `parent` or the file is immutable or
+    /// append-only,
     /// [`Error::Unsupported`] for block-mapped bodies. Nothing changes on error.
     pub fn unlink(&self, parent: u32, name: &[u8]) -> Result<()> {
-        self.remove(parent, name, false)
+        self.noting_errors("unlink", self.remove(parent, name, false))
     }
 
     /// Removes the empty directory `name` from `parent`.
     ///
     /// # Errors
     /// [`Error::NotFound`], [`Error::NotDir`], [`Error::NotEmpty`],
-    /// [`Error::ReadOnly`]. Nothing changes on error.
+    /// [`Error::ReadOnly`], [`Error::NotPermitted`] (immutable or
+    /// append-only). Nothing changes on error.
     pub fn rmdir(&self, parent: u32, name: &[u8]) -> Result<()> {
-        self.remove(parent, name, true)
+        self.noting_errors("rmdir", self.remove(parent, name, true))
     }
 
     fn remove(&self, parent: u32, name: &[u8], want_dir: bool) -> Result<()> {
@@ -36,6 +41,8 @@ impl Filesystem {
         let ino = self.lookup(&txn.inode(parent)?, name)?;
         let mut dir = txn.inode_for_change(parent)?;
         let mut target = txn.inode(ino)?;
+        super::flags::require_changeable(&dir)?;
+        super::flags::require_changeable(&target)?;
         let shown = || String::from_utf8_lossy(name).into_owned();
         match (target.is_dir(), want_dir) {
             (true, false) => return Err(Error::IsDir(shown())),
@@ -44,14 +51,7 @@ impl Filesystem {
             _ => {}
         }
         txn.remove_entry(&dir, name)?;
-        let links = target.raw.links();
-        if want_dir || links <= 1 {
-            release(&mut txn, &mut target)?;
-        } else {
-            target.raw.i_links_count.set(links - 1);
-            touch_ctime(&mut target.raw, clock::now());
-        }
-        txn.write_inode(&mut target)?;
+        drop_link(&mut txn, &mut target)?;
         if want_dir && dir.raw.links() > 2 {
             dir.raw.i_links_count.set(dir.raw.links() - 1);
         }
@@ -61,11 +61,16 @@ impl Filesystem {
     }
 }
 
-/// Drops one name of `inode` (all of a directory's): frees it with the
-/// last, else counts the link off; writes the inode.
+/// Drops one name of `inode` (all of a directory's): with the last, frees
+/// it — or, when it is open, sets its link count to 0 and puts it on the
+/// orphan list (`ext4_orphan_add`); else counts the link off. Writes the inode.
 pub(crate) fn drop_link(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
     let links = inode.raw.links();
-    if inode.is_dir() || links <= 1 {
+    if (inode.is_dir() || links <= 1) && txn.fs.is_open(inode.ino) {
+        inode.raw.i_links_count.set(0);
+        touch_ctime(&mut inode.raw, clock::now());
+        txn.orphan_add(inode)?;
+    } else if inode.is_dir() || links <= 1 {
         release(txn, inode)?;
     } else {
         inode.raw.i_links_count.set(links - 1);
@@ -75,7 +80,7 @@ pub(crate) fn drop_link(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
 }
 
 /// Frees the body and the inode itself (`ext4_evict_inode` for the last link).
-fn release(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
+pub(crate) fn release(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
     let ft = inode.file_type()?;
     let has_blocks = inode.raw.i_blocks_lo.get() != 0 || inode.raw.i_blocks_high.get() != 0;
     let fast_symlink = ft == FileType::Symlink && !inode.uses_extents() && inode.size() < 60;

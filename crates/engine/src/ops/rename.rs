@@ -26,8 +26,21 @@ impl Filesystem {
     /// [`Error::NotFound`], [`Error::Exists`] (noreplace), [`Error::IsDir`] /
     /// [`Error::NotDir`] for a type mismatch with the replaced name,
     /// [`Error::NotEmpty`], [`Error::InvalidArgument`] for moving a directory
-    /// into itself. Nothing changes on error.
+    /// into itself, [`Error::NotPermitted`] when a name or inode involved is
+    /// immutable or append-only. Nothing changes on error.
     pub fn rename(
+        &self,
+        old_parent: u32,
+        old_name: &[u8],
+        new_parent: u32,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        let r = self.rename_in_txn(old_parent, old_name, new_parent, new_name, flags);
+        self.noting_errors("rename", r)
+    }
+
+    fn rename_in_txn(
         &self,
         old_parent: u32,
         old_name: &[u8],
@@ -46,6 +59,9 @@ impl Filesystem {
             Err(Error::NotFound(_)) => None,
             Err(e) => return Err(e),
         };
+        if dst_ino != Some(src_ino) {
+            check_flags(&txn, (old_parent, src_ino), (new_parent, dst_ino))?;
+        }
         let shown = || String::from_utf8_lossy(new_name).into_owned();
         if txn.inode(src_ino)?.is_dir() && old_parent != new_parent {
             self.refuse_loop(&txn, src_ino, new_parent)?;
@@ -90,6 +106,23 @@ impl Filesystem {
         }
         Err(Error::InvalidArgument("directory parents form a loop".into()))
     }
+}
+
+/// The VFS's `may_delete` / `may_create` flag checks: the source and a
+/// replaced target, and the directories they leave, must be neither
+/// immutable nor append-only; the directory gaining a name must not be
+/// immutable.
+fn check_flags(txn: &Txn<'_>, from: (u32, u32), to: (u32, Option<u32>)) -> Result<()> {
+    use super::flags::{require_changeable, require_mutable};
+    require_changeable(&txn.inode(from.0)?)?;
+    require_changeable(&txn.inode(from.1)?)?;
+    require_mutable(&txn.inode(to.0)?)?;
+    super::require_live(&txn.inode(to.0)?)?;
+    if let Some(d) = to.1 {
+        require_changeable(&txn.inode(to.0)?)?;
+        require_changeable(&txn.inode(d)?)?;
+    }
+    Ok(())
 }
 
 fn code(inode: &Inode) -> Result<u8> {

@@ -18,13 +18,19 @@ impl Filesystem {
     /// Sets the size of regular file `ino` to `size`.
     ///
     /// # Errors
-    /// [`Error::IsDir`], [`Error::FileTooBig`], [`Error::ReadOnly`];
+    /// [`Error::IsDir`], [`Error::FileTooBig`], [`Error::ReadOnly`],
+    /// [`Error::NotPermitted`] for immutable and append-only files;
     /// [`Error::Unsupported`] for block-mapped or inline files. Nothing
     /// changes on error.
     pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
+        self.noting_errors("truncate", self.truncate_in_txn(ino, size))
+    }
+
+    fn truncate_in_txn(&self, ino: u32, size: u64) -> Result<()> {
         let mut txn = Txn::begin(self)?;
         let mut inode = txn.inode(ino)?;
         inode.require_regular()?;
+        super::flags::require_changeable(&inode)?;
         if size.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
             return Err(Error::FileTooBig);
         }
@@ -47,7 +53,8 @@ impl Filesystem {
 }
 
 impl Txn<'_> {
-    fn shrink(&mut self, inode: &mut Inode, size: u64) -> Result<()> {
+    /// Frees the blocks of an extent-mapped `inode` past `size` bytes.
+    pub(crate) fn shrink(&mut self, inode: &mut Inode, size: u64) -> Result<()> {
         let bs = u64::from(self.fs.geo.block_size);
         let keep = size.div_ceil(bs);
         let mut kept = Vec::new();

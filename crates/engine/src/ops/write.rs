@@ -23,6 +23,8 @@ impl Filesystem {
     ///
     /// # Errors
     /// [`Error::IsDir`], [`Error::FileTooBig`] past 2^32 blocks,
+    /// [`Error::NotPermitted`] for an immutable file or below the end of an
+    /// append-only one,
     /// [`Error::NoSpace`], [`Error::ReadOnly`]. Writing into an unwritten
     /// (preallocated) extent turns the written blocks into initialized ones.
     /// Nothing changes on error.
@@ -30,6 +32,7 @@ impl Filesystem {
         let mut txn = Txn::begin(self)?;
         let mut inode = txn.inode(ino)?;
         inode.require_regular()?;
+        super::flags::check_write(&inode, offset)?;
         let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
         if end.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
             return Err(Error::FileTooBig);

@@ -36,7 +36,8 @@ impl Filesystem {
     /// # Errors
     /// [`Error::Exists`] / [`Error::NoAttribute`] per `how`,
     /// [`Error::Unsupported`] for an unknown name prefix or `ea_inode` values,
-    /// [`Error::NoSpace`] when the attributes fit neither inode nor block.
+    /// [`Error::NoSpace`] when the attributes fit neither inode nor block,
+    /// [`Error::NotPermitted`] for an immutable or append-only inode.
     pub fn set_xattr(&self, ino: u32, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         let (index, suffix) = split(name)?;
         if index == super::acl::ACCESS || index == super::acl::DEFAULT {
@@ -60,7 +61,8 @@ impl Filesystem {
     /// Removes attribute `name` of `ino`.
     ///
     /// # Errors
-    /// [`Error::NoAttribute`] when it does not exist.
+    /// [`Error::NoAttribute`] when it does not exist, [`Error::NotPermitted`]
+    /// for an immutable or append-only inode.
     pub fn remove_xattr(&self, ino: u32, name: &[u8]) -> Result<()> {
         let (index, suffix) = split(name)?;
         self.change_xattrs(ino, |ibody, block| {
@@ -77,8 +79,19 @@ impl Filesystem {
         ino: u32,
         edit: impl FnOnce(&mut Vec<Stored>, &mut Vec<Stored>) -> Result<()>,
     ) -> Result<()> {
+        self.noting_errors("xattr", self.change_xattrs_in_txn(ino, edit))
+    }
+
+    fn change_xattrs_in_txn(
+        &self,
+        ino: u32,
+        edit: impl FnOnce(&mut Vec<Stored>, &mut Vec<Stored>) -> Result<()>,
+    ) -> Result<()> {
         let mut txn = Txn::begin(self)?;
         let mut inode = txn.inode(ino)?;
+        // xattr_permission: no attribute changes on immutable or
+        // append-only inodes.
+        super::flags::require_changeable(&inode)?;
         let (mut ibody, mut block) = txn.stored_xattrs(&inode)?;
         edit(&mut ibody, &mut block)?;
         txn.place_xattrs(&mut inode, ibody, block)?;

@@ -89,12 +89,12 @@ impl Ext4Fuse {
         Ok(())
     }
 
-    fn atime_policy(&self) -> crate::pending::AtimePolicy {
+    fn atime_policy(&self) -> ext4kit_engine::AtimePolicy {
         use crate::options::AtimeMode;
         match self.cfg.atime {
-            AtimeMode::NoAtime => crate::pending::AtimePolicy::NoAtime,
-            AtimeMode::Relatime => crate::pending::AtimePolicy::Relatime,
-            AtimeMode::Strict => crate::pending::AtimePolicy::Strict,
+            AtimeMode::NoAtime => ext4kit_engine::AtimePolicy::NoAtime,
+            AtimeMode::Relatime => ext4kit_engine::AtimePolicy::Relatime,
+            AtimeMode::Strict => ext4kit_engine::AtimePolicy::Strict,
         }
     }
 
