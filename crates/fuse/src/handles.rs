@@ -1,6 +1,5 @@
-//! Open file and directory handles. A file handle remembers how it was
-//! opened (append-only files may only be opened for appending); a directory
-//! handle holds the listing taken at `opendir` (and again at offset 0, so
+//! Open file and directory handles. A file handle names its inode (the
+//! engine counts it open until release); a directory handle holds the listing taken at `opendir` (and again at offset 0, so
 //! `rewinddir` sees new names), which gives `telldir`/`seekdir` offsets that
 //! stay valid while the directory changes.
 

@@ -15,7 +15,6 @@ mod adapter;
 mod attr;
 mod handles;
 pub mod options;
-mod pending;
 mod session;
 
 pub use adapter::Ext4Fuse;

@@ -22,8 +22,6 @@ use signal_hook::iterator::Signals;
 
 use crate::adapter::Ext4Fuse;
 use crate::options::MountConfig;
-#[allow(unused_imports)]
-use crate::pending::PendingApi as _;
 
 /// Where the lock of the server for `mountpoint` lives.
 pub fn server_lock_path(mountpoint: &Path) -> io::Result<PathBuf> {

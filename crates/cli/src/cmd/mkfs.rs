@@ -170,6 +170,13 @@ fn existing_fs(path: &Path) -> Option<&'static str> {
 fn populate(image: &Path, src: &Path) -> Result<()> {
     use ext4kit_engine::{Filesystem, OpenOptions};
     let dev = FileDevice::open(image, true)?;
-    let fs = Filesystem::open(Box::new(dev), OpenOptions::default()).with_context(|| format!("{}", image.display()))?;
-    super::import::import(&fs, src, "/", true).with_context(|| format!("populating from {}", src.display()))
+    // Building the image is not a mount: no mount count, no mount time
+    // (as with mke2fs -d).
+    let opts = OpenOptions {
+        count_mount: false,
+        ..OpenOptions::default()
+    };
+    let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;
+    super::import::import(&fs, src, "/", true).with_context(|| format!("populating from {}", src.display()))?;
+    fs.unmount().with_context(|| format!("closing {}", image.display()))
 }

@@ -92,6 +92,25 @@ fn mask_for(ft: FileType, flags: u32) -> u32 {
 }
 
 impl Filesystem {
+    /// Whether `inode` may be opened as asked (the VFS's `may_open`): an
+    /// immutable file not for writing, an append-only one for writing only
+    /// with `O_APPEND` and never with `O_TRUNC`. A FUSE server must check
+    /// this itself, since the kernel does not see ext4's flags.
+    ///
+    /// # Errors
+    /// [`Error::NotPermitted`].
+    pub fn check_open(&self, inode: &Inode, write: bool, append: bool, truncate: bool) -> Result<()> {
+        let f = inode.raw.flags();
+        let refuse = |why: &str| Err(Error::NotPermitted(format!("inode {}: {why}", inode.ino)));
+        if f & fl::IMMUTABLE != 0 && (write || truncate) {
+            return refuse("immutable");
+        }
+        if f & fl::APPEND != 0 && ((write && !append) || truncate) {
+            return refuse("append-only: open for appending");
+        }
+        Ok(())
+    }
+
     /// Sets the user-changeable flags of `ino` (`FS_IOC_SETFLAGS`):
     /// visible but unchangeable bits are ignored (chattr passes back what
     /// `GETFLAGS` gave); ctime becomes now. `privileged` stands for

@@ -8,8 +8,6 @@ use fuser::{Errno, INodeNo, Request};
 
 use super::{Ext4Fuse, MAX_IO, Res};
 use crate::handles::Handle;
-#[allow(unused_imports)]
-use crate::pending::PendingApi as _;
 
 /// `FS_IOC_GETFLAGS` / `FS_IOC_SETFLAGS` (and their 32-bit twins): the
 /// kernel forwards `chattr`/`lsattr` as these with a 4-byte value.
@@ -18,14 +16,45 @@ const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
 const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
 const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
 
-/// Flags `lsattr` may see (`EXT4_FL_USER_VISIBLE`).
-const USER_VISIBLE: u32 = 0x705B_DFFF;
+/// `FS_IOC_FSGETXATTR` / `FS_IOC_FSSETXATTR` (`struct fsxattr`, 28 bytes):
+/// the kernel asks for these around every flags change (`fileattr_get`).
+const FS_IOC_FSGETXATTR: u32 = 0x801C_581F;
+const FS_IOC_FSSETXATTR: u32 = 0x401C_5820;
+
+/// Inode flags and their `FS_XFLAG_*` twins (`fileattr_fill_flags`).
+const XFLAGS: [(u32, u32); 6] = [
+    (0x10, 0x08),         // IMMUTABLE
+    (0x20, 0x10),         // APPEND
+    (0x08, 0x20),         // SYNC
+    (0x80, 0x40),         // NOATIME
+    (0x40, 0x80),         // NODUMP
+    (0x2000_0000, 0x200), // PROJINHERIT
+];
+
+fn to_xflags(flags: u32) -> u32 {
+    XFLAGS
+        .iter()
+        .filter(|(f, _)| flags & f != 0)
+        .fold(0, |x, (_, xf)| x | xf)
+}
+
+fn from_xflags(old: u32, xflags: u32) -> u32 {
+    XFLAGS
+        .iter()
+        .fold(old, |f, &(fl, xf)| if xflags & xf != 0 { f | fl } else { f & !fl })
+}
 
 impl Ext4Fuse {
     pub(super) fn open_file(&self, ino: INodeNo, flags: i32) -> Res<u64> {
         let ino = self.ino(ino)?;
-        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let truncate = flags & libc::O_TRUNC != 0;
+        if write || truncate {
             self.writable()?;
+            let inode = self.inode(ino)?;
+            self.fs
+                .check_open(&inode, write, flags & libc::O_APPEND != 0, truncate)
+                .map_err(|e| self.errno(e))?;
         }
         self.fs.open_file(ino).map_err(|e| self.errno(e))?;
         Ok(self.handles.insert(Handle::File { ino }))
@@ -187,7 +216,7 @@ impl Ext4Fuse {
         let ino = self.ino(ino)?;
         match cmd {
             FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => {
-                let flags = self.inode(ino)?.raw.flags() & USER_VISIBLE;
+                let flags = self.inode(ino)?.raw.flags() & ext4kit_engine::flags::USER_VISIBLE;
                 let mut out = flags.to_le_bytes().to_vec();
                 out.resize((out_size as usize).clamp(4, 8), 0);
                 Ok(out)
@@ -198,6 +227,22 @@ impl Ext4Fuse {
                 let privileged = req.uid() == 0;
                 self.fs
                     .set_flags(ino, u32::from_le_bytes(raw), privileged)
+                    .map_err(|e| self.errno(e))?;
+                Ok(Vec::new())
+            }
+            FS_IOC_FSGETXATTR => {
+                let mut out = vec![0u8; 28];
+                out[..4].copy_from_slice(&to_xflags(self.inode(ino)?.raw.flags()).to_le_bytes());
+                out.truncate(out_size as usize);
+                Ok(out)
+            }
+            FS_IOC_FSSETXATTR => {
+                self.writable()?;
+                let raw: [u8; 4] = input.get(..4).and_then(|b| b.try_into().ok()).ok_or(Errno::EINVAL)?;
+                let old = self.inode(ino)?.raw.flags() & ext4kit_engine::flags::USER_VISIBLE;
+                let flags = from_xflags(old, u32::from_le_bytes(raw));
+                self.fs
+                    .set_flags(ino, flags, req.uid() == 0)
                     .map_err(|e| self.errno(e))?;
                 Ok(Vec::new())
             }
