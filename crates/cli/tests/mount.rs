@@ -378,3 +378,37 @@ fn uid_and_gid_maps_translate_both_ways() {
     let text = String::from_utf8_lossy(&st.stdout);
     assert!(text.contains("1001"), "stored owner should be 1001:\n{text}");
 }
+
+/// `df` on the mount shows what it shows on a kernel mount of the image:
+/// size less metadata, used, and available less both reserves.
+#[test]
+fn statfs_matches_the_kernel() {
+    if !ready() || skip_unless(can_loop_mount()).is_none() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    for (size, extra) in [
+        ("256M", &[][..]),
+        ("2G", &["-b", "4096"][..]),
+        ("128M", &["-t", "ext2"][..]),
+    ] {
+        let img = make_image(work.path(), size, extra);
+        let fields = |p: &Path| {
+            let s = nix::sys::statvfs::statvfs(p).unwrap();
+            let bs = s.fragment_size();
+            (
+                s.blocks() * bs,
+                s.blocks_free() * bs,
+                s.blocks_available() * bs,
+                s.files(),
+                s.files_free(),
+            )
+        };
+        let k = LoopMount::ro(&img).unwrap();
+        let kernel = fields(k.path());
+        k.unmount().unwrap();
+        let m = FuseMount::start(exe(), &img, "ro").unwrap();
+        assert_eq!(fields(m.path()), kernel, "{size} {extra:?}");
+        assert!(m.unmount().unwrap().success());
+    }
+}

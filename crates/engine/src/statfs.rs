@@ -14,7 +14,9 @@ pub struct StatFs {
     pub blocks: u64,
     /// Free blocks.
     pub blocks_free: u64,
-    /// Free blocks an unprivileged user may take (free less reserved).
+    /// Free blocks an unprivileged user may take: free less the root
+    /// reserve (`s_r_blocks_count`) and ext4's own reserve for extent
+    /// splits (2% of the blocks, at most 4096: `ext4_calculate_resv_clusters`).
     pub blocks_available: u64,
     /// Inodes.
     pub files: u64,
@@ -36,11 +38,17 @@ impl Filesystem {
             0 => self.metadata_overhead(),
             n => n,
         };
+        let extents = self.geo.features.incompat.contains(IncompatFeatures::EXTENTS);
+        let resv = if extents {
+            (self.geo.blocks_count / 50).min(4096)
+        } else {
+            0
+        };
         StatFs {
             block_size: self.geo.block_size,
             blocks: self.geo.blocks_count.saturating_sub(overhead),
             blocks_free: free,
-            blocks_available: free.saturating_sub(reserved),
+            blocks_available: free.saturating_sub(reserved + resv),
             files: u64::from(self.geo.inodes_count),
             files_free: u64::from(sb.s_free_inodes_count.get()),
             name_max: 255,
