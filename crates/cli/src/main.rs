@@ -76,6 +76,8 @@ enum Command {
     Mount(cmd::mount::Args),
     /// Unmount, waiting until the server has finished writing the image.
     Umount(cmd::mount::UmountArgs),
+    /// Benchmarks: `bench mount` compares kernel ext4, fuse2fs and ext4kit.
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -108,6 +110,7 @@ fn main() -> ExitCode {
         Command::Mkfs(a) => cmd::mkfs::run(a),
         Command::Mount(a) => cmd::mount::run(a),
         Command::Umount(a) => cmd::mount::umount(a),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod cat;
 pub mod edit;
 pub mod export;

@@ -1,0 +1,57 @@
+//! `ext4kit bench mount`: the same workloads on the same kind of image,
+//! mounted three ways — kernel ext4 through a loop device, fuse2fs
+//! (e2fsprogs' FUSE driver) and `ext4kit mount` — so that the FUSE front
+//! end can be compared with its peer and with the kernel within one run on
+//! one machine.
+//!
+//! Every target gets a fresh image made with the same `mkfs.ext4` options,
+//! is mounted, runs the selected workloads, is unmounted (waiting until the
+//! server has written the image) and is checked with `e2fsck -fn`: a dirty
+//! image makes the run fail, however fast it was.
+//!
+//! Workloads use only safe std / nix calls on a directory path, so they
+//! work on any mounted file system; see [`workloads`].
+
+pub mod config;
+pub mod report;
+pub mod rng;
+pub mod system;
+pub mod tarball;
+pub mod target;
+pub mod workloads;
+
+pub use config::{Config, Sizes, Target, Workload};
+pub use report::{FsckOutcome, Metric, Report, TargetReport, WorkloadResult};
+
+/// Runs the benchmark described by `cfg`: every target in turn, each on a
+/// fresh image. Never panics on a failing target; failures and skips are
+/// recorded in the report (see [`Report::failed`]).
+pub fn run(cfg: &Config) -> anyhow::Result<Report> {
+    let work = cfg.work_dir()?;
+    let tarball = if cfg.workloads.contains(&Workload::Untar) {
+        let path = work.path().join("tree.tar");
+        let started = std::time::Instant::now();
+        tarball::write_source_tree(&path, cfg.sizes().untar_files, 0x7a11)?;
+        log(&format!(
+            "built {} ({} files) in {:.1} s",
+            path.display(),
+            cfg.sizes().untar_files,
+            started.elapsed().as_secs_f64()
+        ));
+        Some(path)
+    } else {
+        None
+    };
+    let mut report = Report::new(cfg);
+    for &t in &cfg.targets {
+        let r = target::run_target(cfg, t, work.path(), tarball.as_deref());
+        report.targets.push(r);
+    }
+    Ok(report)
+}
+
+/// Progress on stderr: the benchmark takes minutes and stdout carries the
+/// report.
+pub(crate) fn log(msg: &str) {
+    eprintln!("bench: {msg}");
+}

@@ -1,0 +1,124 @@
+//! `ext4kit bench mount --quick` end to end: every target this machine
+//! can run (kernel loop mount, fuse2fs, ext4kit's FUSE mount) runs every
+//! workload on its own fresh image, and every image is e2fsck-clean
+//! afterwards. The only test that runs the benchmark; it checks that the
+//! report is complete, never how fast anything was.
+
+use std::path::Path;
+use std::process::Command;
+
+use ext4kit_testkit::fuse::can_fuse_mount;
+use ext4kit_testkit::mount::can_loop_mount;
+use ext4kit_testkit::tools::{require_tool, skip_unless};
+use serde_json::Value;
+
+const TARGETS: [&str; 3] = ["kernel", "fuse2fs", "ext4kit"];
+const WORKLOADS: [&str; 7] = [
+    "create", "postmark", "seqwrite", "seqread", "untar", "cached", "threads",
+];
+
+/// Whether the benchmark must run `target` here (else it must say why
+/// not). Under CI (`CI` set) fuse2fs is installed by .ci/run, so a
+/// missing one fails the test.
+fn expected_to_run(target: &str) -> bool {
+    match target {
+        "kernel" => can_loop_mount().is_ok(),
+        "fuse2fs" => require_tool("fuse2fs").is_ok() || std::env::var_os("CI").is_some(),
+        _ => true,
+    }
+}
+
+fn check_target(t: &Value) {
+    let name = t["target"].as_str().expect("target name");
+    if !expected_to_run(name) {
+        eprintln!("SKIPPED: target {name}: {}", t["skipped"]);
+        assert!(t["skipped"].is_string(), "{name} neither ran nor said why: {t}");
+        return;
+    }
+    assert!(t["skipped"].is_null(), "{name} was skipped: {}", t["skipped"]);
+    assert!(t["error"].is_null(), "{name} failed: {}", t["error"]);
+    let fsck = &t["fsck"];
+    assert_eq!(
+        fsck["clean"],
+        Value::Bool(true),
+        "{name}: e2fsck -fn: {}",
+        fsck["output"]
+    );
+    let runs = t["workloads"].as_array().expect("workloads");
+    let names: Vec<&str> = runs.iter().filter_map(|w| w["workload"].as_str()).collect();
+    assert_eq!(names, WORKLOADS, "{name}: workloads run");
+    for w in runs {
+        assert!(w["error"].is_null(), "{name} {}: {}", w["workload"], w["error"]);
+        let metrics = w["metrics"].as_array().expect("metrics");
+        assert!(!metrics.is_empty(), "{name} {}: no figures", w["workload"]);
+        for m in metrics {
+            let v = m["value"].as_f64().unwrap_or(f64::NAN);
+            assert!(v.is_finite() && v >= 0.0, "{name} {}: {m}", w["workload"]);
+        }
+    }
+}
+
+#[test]
+fn quick_bench_runs_every_available_target_and_leaves_clean_images() {
+    if skip_unless(can_fuse_mount()).is_none() || skip_unless(require_tool("mkfs.ext4")).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args([
+            "bench",
+            "mount",
+            "--quick",
+            "--targets",
+            "kernel,fuse2fs,ext4kit",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .expect("run ext4kit bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ext4kit bench failed:\n{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("JSON");
+    let targets = report["targets"].as_array().expect("targets");
+    let names: Vec<&str> = targets.iter().filter_map(|t| t["target"].as_str()).collect();
+    assert_eq!(names, TARGETS);
+    targets.iter().for_each(check_target);
+    for w in WORKLOADS {
+        assert!(stdout.contains(&format!("### {w}\n")), "no table for {w}:\n{stdout}");
+    }
+    assert!(stdout.contains("| ext4kit/kernel |"), "no ratio column:\n{stdout}");
+    assert_no_leftovers(dir.path());
+}
+
+/// Clean images are removed and nothing stays mounted.
+fn assert_no_leftovers(dir: &Path) {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let dir = std::fs::canonicalize(dir).expect("canonical dir");
+    assert!(
+        !mounts.contains(&*dir.to_string_lossy()),
+        "a mount under {} is left:\n{mounts}",
+        dir.display()
+    );
+    let images: Vec<_> = walk(&dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "ext4"))
+        .collect();
+    assert!(images.is_empty(), "images left behind: {images:?}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
