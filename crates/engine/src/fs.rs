@@ -44,6 +44,9 @@ pub struct OpenOptions {
     /// for building an image (like `mke2fs -d`), which is no mount; the
     /// clean/in-use state in `s_state` is kept either way.
     pub count_mount: bool,
+    /// Most bytes of committed metadata held in memory before they are
+    /// written back (see the `writeback` module); 64 MiB by default.
+    pub writeback_bytes: usize,
 }
 
 impl Default for OpenOptions {
@@ -54,6 +57,7 @@ impl Default for OpenOptions {
             cache_bytes: 64 << 20,
             sync_writes: false,
             count_mount: true,
+            writeback_bytes: 64 << 20,
         }
     }
 }
@@ -78,6 +82,8 @@ pub struct Filesystem {
     pub(crate) open_files: Mutex<HashMap<u32, u32>>,
     /// The superblock's mounted/clean state in this session.
     pub(crate) session: crate::session::Session,
+    /// Committed metadata not yet written to the device.
+    pub(crate) dirty: Mutex<crate::writeback::Dirty>,
 }
 
 impl std::fmt::Debug for Filesystem {
@@ -96,11 +102,13 @@ impl Drop for Filesystem {
 }
 
 impl Filesystem {
-    /// Makes every committed change durable (flushes the device).
+    /// Makes every committed change durable: writes the metadata waiting
+    /// in memory, then flushes the device.
     ///
     /// # Errors
-    /// [`Error::Io`] when the device cannot flush.
+    /// [`Error::Io`] when the device cannot write or flush.
     pub fn sync(&self) -> Result<()> {
+        self.write_back()?;
         self.dev.flush().map_err(|source| Error::Io { offset: 0, source })
     }
 
@@ -189,16 +197,23 @@ impl Filesystem {
         if let Some(b) = self.cache.get(block) {
             return Ok(b);
         }
+        if let Some(b) = self.dirty_block(block) {
+            self.cache.insert_if_absent(block, b.clone());
+            return Ok(b);
+        }
         let n = ahead.clamp(1, self.geo.blocks_count - block) as usize;
         let bs = self.block_size();
         let mut buf = vec![0u8; n * bs];
         self.read_bytes(block << self.geo.block_size_log2, &mut buf)?;
-        let first: Arc<[u8]> = buf[..bs].into();
-        self.cache.insert(block, first.clone());
-        for (i, chunk) in buf.chunks_exact(bs).enumerate().skip(1) {
-            self.cache.insert_if_absent(block + i as u64, chunk.into());
+        // A block changed since (or while) it was read keeps its newer copy.
+        let mut first = None;
+        for (i, chunk) in buf.chunks_exact(bs).enumerate() {
+            let b = block + i as u64;
+            let data: Arc<[u8]> = self.dirty_block(b).unwrap_or_else(|| chunk.into());
+            self.cache.insert_if_absent(b, data.clone());
+            first.get_or_insert(data);
         }
-        Ok(first)
+        first.ok_or_else(|| Error::inconsistent(Location::Block { block, inode: owner }, "empty metadata read"))
     }
 
     /// Reads one metadata block through the cache.

@@ -57,6 +57,7 @@ mod path;
 mod session;
 mod statfs;
 mod txn;
+mod writeback;
 
 pub use device::BlockDevice;
 pub use error::{Error, Location, Result};

@@ -77,6 +77,7 @@ impl Filesystem {
             journal: Default::default(),
             open_files: Mutex::new(Default::default()),
             session: crate::session::Session::new(state_at_open),
+            dirty: Mutex::new(Default::default()),
         };
         fs.groups = RwLock::new(fs.load_group_descs()?);
         fs.journal = fs.inspect_journal()?;

@@ -3,8 +3,10 @@
 //! descriptors and superblock counters are changed in the transaction's
 //! overlay. [`Txn::commit`] writes file data first, then the metadata with
 //! fresh checksums (bitmaps, descriptors, superblock), then flushes — the
-//! `data=ordered` order (device writes are ordered; the flush comes with
-//! [`Filesystem::sync`] or, with `sync_writes`, after every commit). Dropping an uncommitted transaction changes nothing,
+//! `data=ordered` order: data goes to the device at commit, metadata to
+//! the write-back cache (`writeback`), which writes it later; the flush
+//! comes with [`Filesystem::sync`] or, with `sync_writes`, after every
+//! commit). Dropping an uncommitted transaction changes nothing,
 //! so an operation that fails half-way (no space, a name that exists) leaves
 //! the image as it was. Without a journal the commit writes in place; the
 //! journal issue puts the jbd2 log between the overlay and the device.
@@ -35,6 +37,8 @@ pub(crate) struct Txn<'a> {
     /// This is the unmount transaction: it restores the clean state
     /// rather than marking the file system in use.
     closing: bool,
+    /// Block ranges freed here: they leave the write-back set at commit.
+    freed: Vec<(u64, u64)>,
 }
 
 impl<'a> Txn<'a> {
@@ -53,6 +57,7 @@ impl<'a> Txn<'a> {
             free_inodes_delta: 0,
             sb: None,
             closing: false,
+            freed: Vec::new(),
         })
     }
 
@@ -91,6 +96,18 @@ impl<'a> Txn<'a> {
     /// block may be reused for file data later in the same transaction.
     pub(crate) fn forget_block(&mut self, block: u64) {
         self.blocks.remove(&block);
+    }
+
+    /// Records that `len` blocks from `start` were freed: any copy this
+    /// transaction holds is dropped (the block may come back as file data,
+    /// which a stale metadata copy must never overwrite), and at commit
+    /// they leave the write-back set.
+    pub(crate) fn note_freed(&mut self, start: u64, len: u64) {
+        let held: Vec<u64> = self.blocks.range(start..start + len).map(|(b, _)| *b).collect();
+        for b in held {
+            self.blocks.remove(&b);
+        }
+        self.freed.push((start, len));
     }
 
     /// Descriptor of `group` as this transaction sees it.
@@ -166,26 +183,17 @@ impl<'a> Txn<'a> {
             finished.push((g, self.finish_group(g, desc)?));
         }
         let sb = self.finish_superblock();
-        for (block, bytes) in &self.blocks {
-            let off = block << fs.geo.block_size_log2;
-            fs.dev
-                .write_at(off, bytes)
-                .map_err(|source| Error::Io { offset: off, source })?;
+        {
+            let mut live = fs.groups.write();
+            for (g, d) in finished {
+                live[g as usize] = d;
+            }
+            *fs.sb.write() = sb;
         }
-        fs.dev
-            .write_at(1024, &sb.encode())
-            .map_err(|source| Error::Io { offset: 1024, source })?;
+        fs.publish(std::mem::take(&mut self.blocks), &self.freed)?;
         if fs.opts.sync_writes {
             fs.sync()?;
         }
-        for (block, bytes) in std::mem::take(&mut self.blocks) {
-            fs.cache.insert(block, bytes.into());
-        }
-        let mut live = fs.groups.write();
-        for (g, d) in finished {
-            live[g as usize] = d;
-        }
-        *fs.sb.write() = sb;
         fs.session.committed(self.closing);
         Ok(())
     }

@@ -23,6 +23,9 @@ use signal_hook::iterator::Signals;
 use crate::adapter::Ext4Fuse;
 use crate::options::MountConfig;
 
+/// How often committed metadata is written to the image while mounted.
+const WRITEBACK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where the lock of the server for `mountpoint` lives.
 pub fn server_lock_path(mountpoint: &Path) -> io::Result<PathBuf> {
     let canonical = std::fs::canonicalize(mountpoint)?;
@@ -140,9 +143,26 @@ pub fn serve(
                 log::error!("ext4kit: unmounting on signal: {e}");
             }
         })?;
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let flusher = {
+        let fs = fs.clone();
+        std::thread::Builder::new()
+            .name("ext4kit-writeback".into())
+            .spawn(move || {
+                // Changes wait in memory at most this long (the kernel's
+                // dirty_writeback interval), then go to the image.
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(WRITEBACK_INTERVAL) {
+                    if let Err(e) = fs.sync() {
+                        log::error!("ext4kit: writing back: {e}");
+                    }
+                }
+            })?
+    };
     mounted();
     let served = session.run();
     handle.close();
+    let _ = stop.send(());
+    let _ = flusher.join();
     let fs = Arc::try_unwrap(fs).map_err(|_| io::Error::other("the file system is still in use after the session"))?;
     let closed = fs.unmount().map_err(io::Error::from);
     served.and(closed)

@@ -40,6 +40,7 @@ impl Txn<'_> {
 
     /// Frees `len` blocks from `start` (all inside one group).
     pub(crate) fn free_blocks(&mut self, start: u64, len: u64) -> Result<()> {
+        self.note_freed(start, len);
         let geo = self.fs.geo.clone();
         let mut b = start;
         while b < start + len {

@@ -139,7 +139,9 @@ impl Ext4Fuse {
 
     pub(super) fn write_data(&self, ino: INodeNo, offset: u64, data: &[u8]) -> Res<u32> {
         self.writable()?;
-        let n = self.fs.write(self.ino(ino)?, offset, data).map_err(|e| self.errno(e))?;
+        let ino = self.ino(ino)?;
+        let n = self.fs.write(ino, offset, data).map_err(|e| self.errno(e))?;
+        self.written.lock().insert(ino);
         if self.cfg.sync {
             self.sync_all()?;
         }

@@ -43,6 +43,8 @@ pub struct Ext4Fuse {
     /// Tells the kernel when its cached attributes went stale behind its
     /// back (set once the session exists).
     pub(crate) notifier: Arc<OnceLock<Notifier>>,
+    /// Inodes written since their attributes were last refreshed.
+    pub(crate) written: parking_lot::Mutex<std::collections::HashSet<u32>>,
 }
 
 type Res<T> = Result<T, Errno>;
@@ -56,6 +58,7 @@ impl Ext4Fuse {
             handles: Handles::default(),
             forced_ro: AtomicBool::new(false),
             notifier: Arc::new(OnceLock::new()),
+            written: Default::default(),
         }
     }
 
@@ -64,10 +67,15 @@ impl Ext4Fuse {
         self.notifier.clone()
     }
 
-    /// Drops the kernel's cached attributes of `ino`. With the write-back
-    /// cache the kernel keeps size and times itself but not `st_blocks`,
-    /// which changes when its dirty pages reach us (on fsync and close).
+    /// Drops the kernel's cached attributes of `ino` if it was written since
+    /// the last time. With the write-back cache the kernel keeps size and
+    /// times itself but not `st_blocks`, which changes when its dirty pages
+    /// reach us (on fsync and close).
     pub(crate) fn refresh_attrs(&self, ino: INodeNo) {
+        let Some(e) = ext4_ino(ino) else { return };
+        if !self.written.lock().remove(&e) {
+            return;
+        }
         if let Some(n) = self.notifier.get()
             && let Err(e) = n.inval_inode(ino, -1, 0)
         {
