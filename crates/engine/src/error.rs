@@ -129,6 +129,12 @@ pub enum Error {
     /// No free blocks or inodes are left.
     #[error("no space left on the file system")]
     NoSpace,
+    /// A hashed directory's index is full at the deepest level the file
+    /// system allows (two index levels, three with `large_dir`), so no leaf
+    /// can split: `ENOSPC`, as the kernel's `ext4_dx_add_entry` ("index
+    /// full, reach max htree level"). Free blocks may remain.
+    #[error("directory index full: {0}")]
+    DirIndexFull(String),
     /// The name exists already.
     #[error("file exists: {0}")]
     Exists(String),
@@ -197,7 +203,7 @@ impl Error {
             Self::InvalidArgument(_) => libc::EINVAL,
             Self::NoAttribute(_) => libc::ENODATA,
             Self::ReadOnly => libc::EROFS,
-            Self::NoSpace => libc::ENOSPC,
+            Self::NoSpace | Self::DirIndexFull(_) => libc::ENOSPC,
             Self::Exists(_) => libc::EEXIST,
             Self::NotEmpty(_) => libc::ENOTEMPTY,
             Self::AccessDenied(_) => libc::EACCES,

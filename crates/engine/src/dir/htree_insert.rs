@@ -3,8 +3,10 @@
 //! up becomes an htree (root in block 0, entries moved into two hash-sorted
 //! leaves); a full leaf splits at its median hash into a new block whose
 //! first hash joins the index (with the continuation bit when equal hashes
-//! straddle the split). A full index root grows a second level. Deeper
-//! growth (a full second level, `large_dir` third levels) is refused.
+//! straddle the split). Full index blocks split upward; a full root moves
+//! its entries one level down (a second level, or with `large_dir` a third).
+//! A tree that would need more levels than the file system allows is
+//! refused with `ENOSPC`, as the kernel does.
 
 use ext4kit_format::dir_entry::{self, DirEntryIter, encode_entry, rec_len_for};
 use ext4kit_format::extent::Extent;
@@ -184,6 +186,7 @@ impl Txn<'_> {
         if self.insert_in_block(dir, phys, name, ino, ft)? {
             return Ok(());
         }
+        self.check_index_room(dir, &path)?;
         let (split_hash, new_phys) = self.split_leaf(dir, phys, code, path)?;
         let target = if hash >= split_hash & !1 { new_phys } else { phys };
         if self.insert_in_block(dir, target, name, ino, ft)? {
@@ -287,97 +290,120 @@ impl Txn<'_> {
         Ok((split, new_phys))
     }
 
-    /// Inserts `entry` after the taken slot of the bottom index block,
-    /// growing the root into a second level when the root is full.
+    /// Inserts `entry` after the taken slot of the bottom index block. A
+    /// block that overflows splits in two and its upper half's first hash
+    /// goes one level up, as far as needed; an overflowing root moves its
+    /// entries one level down, so the tree grows at the top and every leaf
+    /// stays at the same depth (`ext4_dx_add_entry`). The caller has checked
+    /// with [`Self::check_index_room`] that the tree may grow.
     fn index_insert(&mut self, dir: &mut Inode, path: &mut [Frame], entry: DxEntry) -> Result<()> {
-        let params = self.dx_params();
-        let depth = path.len();
-        let bottom = &mut path[depth - 1];
-        bottom.entries.insert(bottom.at + 1, entry);
-        let limit = if bottom.root {
-            ext4kit_format::htree::root_limit(params.block_size, params.metadata_csum)
+        let mut entry = entry;
+        for level in (0..path.len()).rev() {
+            let frame = &mut path[level];
+            frame.entries.insert(frame.at + 1, entry);
+            let entries = std::mem::take(&mut frame.entries);
+            let (logical, root) = (frame.logical, frame.root);
+            if entries.len() <= self.index_limit(root) {
+                return self.rewrite_index(dir, logical, root, entries);
+            }
+            if root {
+                return self.grow_root(dir, entries);
+            }
+            entry = self.split_node(dir, logical, entries)?;
+        }
+        Err(Error::inconsistent(
+            Location::Inode(dir.ino),
+            "htree path without a root block",
+        ))
+    }
+
+    /// Entries one index block holds: `dx_root_limit` or `dx_node_limit`.
+    fn index_limit(&self, root: bool) -> usize {
+        let p = self.dx_params();
+        usize::from(if root {
+            ext4kit_format::htree::root_limit(p.block_size, p.metadata_csum)
         } else {
-            ext4kit_format::htree::node_limit(params.block_size, params.metadata_csum)
-        };
-        if bottom.entries.len() <= usize::from(limit) {
-            let (logical, root, entries) = (bottom.logical, bottom.root, std::mem::take(&mut bottom.entries));
-            return self.rewrite_index(dir, logical, root, entries);
+            ext4kit_format::htree::node_limit(p.block_size, p.metadata_csum)
+        })
+    }
+
+    /// Refuses a leaf split the index could not record: every index block on
+    /// `path` is full and the tree already has the most levels the file
+    /// system allows (`ext4_dir_htree_level`: 2, or 3 with `large_dir`).
+    /// The kernel returns `ENOSPC` here; checked before anything changes.
+    fn check_index_room(&self, dir: &Inode, path: &[Frame]) -> Result<()> {
+        let full = path.iter().all(|f| f.entries.len() >= self.index_limit(f.root));
+        let params = self.dx_params();
+        let max = usize::from(ext4kit_format::htree::max_indirect_levels(params.large_dir)) + 1;
+        if !full || path.len() < max {
+            return Ok(());
         }
-        if !bottom.root {
-            return self.split_node(dir, path);
-        }
-        // Root full: move its entries into a new node under a one-entry root.
-        let entries = std::mem::take(&mut bottom.entries);
-        let (node_logical, node_phys) = self.grow_dir(dir)?;
-        let (left, right) = {
-            let mut l = entries;
-            let r = l.split_off(l.len() / 2);
-            (l, r)
+        let hint = if params.large_dir {
+            ""
+        } else {
+            " (the large_dir feature allows 3)"
         };
-        let (right_logical, right_phys) = self.grow_dir(dir)?;
-        let right_hash = right[0].hash;
-        self.store_index(dir, node_phys, Index::Node(DxNode::new(left, &params)), true)?;
-        self.store_index(dir, right_phys, Index::Node(DxNode::new(right, &params)), true)?;
+        Err(Error::DirIndexFull(format!(
+            "directory inode {} has reached the maximum htree depth of {max} levels{hint}",
+            dir.ino
+        )))
+    }
+
+    /// The root overflowed (`entries` is one over its limit): its entries
+    /// move into two new index nodes one level down, the root keeps one
+    /// entry for each, and `dx_root_info.indirect_levels` grows by one.
+    fn grow_root(&mut self, dir: &mut Inode, entries: Vec<DxEntry>) -> Result<()> {
+        let params = self.dx_params();
         let root_phys = self.phys_of(dir, 0)?;
         let buf = self.block(root_phys, dir.ino)?;
-        let mut root = DxRoot::parse(&buf, &params).map_err(|e| {
-            Error::format(
-                Location::Block {
-                    block: root_phys,
-                    inode: dir.ino,
-                },
-                e,
-            )
-        })?;
+        let at = Location::Block {
+            block: root_phys,
+            inode: dir.ino,
+        };
+        let mut root = DxRoot::parse(&buf, &params).map_err(|e| Error::format(at, e))?;
+        let levels = root.header.info.indirect_levels + 1;
+        if levels > ext4kit_format::htree::max_indirect_levels(params.large_dir) {
+            return Err(Error::DirIndexFull(format!(
+                "directory inode {} cannot grow its htree past {levels} levels",
+                dir.ino
+            )));
+        }
+        let mut left = entries;
+        let right = left.split_off(left.len() / 2);
+        let right_hash = right[0].hash;
+        let (left_logical, left_phys) = self.grow_dir(dir)?;
+        let (right_logical, right_phys) = self.grow_dir(dir)?;
+        self.store_index(dir, left_phys, Index::Node(DxNode::new(left, &params)), true)?;
+        self.store_index(dir, right_phys, Index::Node(DxNode::new(right, &params)), true)?;
         root.entries = vec![
             DxEntry {
                 hash: 0,
-                block: node_logical as u32,
+                block: left_logical as u32,
             },
             DxEntry {
                 hash: right_hash,
                 block: right_logical as u32,
             },
         ];
-        root.header.info.indirect_levels = 1;
+        root.header.info.indirect_levels = levels;
         self.store_index(dir, root_phys, Index::Root(root), false)
     }
 
-    /// Splits the full bottom node of a two-level tree in two and adds the
-    /// upper half's first hash to the root (refused when the root is full:
-    /// that needs `large_dir`'s third level).
-    fn split_node(&mut self, dir: &mut Inode, path: &mut [Frame]) -> Result<()> {
+    /// Splits the overflowing index node at `logical` (holding `entries`,
+    /// one over its limit) in two: the lower half stays, the upper half
+    /// goes to a new node. Returns the entry the parent must take for it.
+    fn split_node(&mut self, dir: &mut Inode, logical: u64, entries: Vec<DxEntry>) -> Result<DxEntry> {
         let params = self.dx_params();
-        let root_limit = usize::from(ext4kit_format::htree::root_limit(
-            params.block_size,
-            params.metadata_csum,
-        ));
-        if path.len() != 2 {
-            return Err(Error::Unsupported(
-                "splitting index nodes of a three-level (large_dir) htree".into(),
-            ));
-        }
-        if path[0].entries.len() >= root_limit {
-            return Err(Error::NoSpace);
-        }
-        let bottom = &mut path[1];
-        let mut left = std::mem::take(&mut bottom.entries);
+        let mut left = entries;
         let right = left.split_off(left.len() / 2);
-        let left_logical = bottom.logical;
-        let right_hash = right[0].hash;
+        let hash = right[0].hash;
         let (right_logical, right_phys) = self.grow_dir(dir)?;
         self.store_index(dir, right_phys, Index::Node(DxNode::new(right, &params)), true)?;
-        self.rewrite_index(dir, left_logical, false, left)?;
-        let root = &mut path[0];
-        root.entries.insert(
-            root.at + 1,
-            DxEntry {
-                hash: right_hash,
-                block: right_logical as u32,
-            },
-        );
-        let entries = std::mem::take(&mut root.entries);
-        self.rewrite_index(dir, 0, true, entries)
+        self.rewrite_index(dir, logical, false, left)?;
+        Ok(DxEntry {
+            hash,
+            block: right_logical as u32,
+        })
     }
 
     fn rewrite_index(&mut self, dir: &Inode, logical: u64, root: bool, entries: Vec<DxEntry>) -> Result<()> {
