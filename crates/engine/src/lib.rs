@@ -41,6 +41,7 @@
 //! An image file is opened with `device::FileDevice::open(path, writable)`.
 
 mod alloc;
+mod batch;
 mod cache;
 mod clock;
 pub mod device;
@@ -58,6 +59,7 @@ mod session;
 mod statfs;
 mod txn;
 
+pub use batch::{Batch, BatchOptions};
 pub use device::BlockDevice;
 pub use error::{Error, Location, Result};
 pub use fs::{DirtyJournal, Filesystem, OpenOptions};

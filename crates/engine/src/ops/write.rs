@@ -30,25 +30,31 @@ impl Filesystem {
     /// Nothing changes on error.
     pub fn write(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
         let mut txn = Txn::begin(self)?;
-        let mut inode = txn.inode(ino)?;
-        inode.require_regular()?;
-        super::flags::check_write(&inode, offset)?;
-        let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
-        if end.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
-            return Err(Error::FileTooBig);
-        }
-        txn.write_range(&mut inode, offset, data)?;
-        if end > inode.size() {
-            inode.raw.set_size(end);
-        }
-        set_times(&mut inode.raw, clock::now(), false);
-        txn.write_inode(&mut inode)?;
+        let n = txn.write(ino, offset, data)?;
         txn.commit()?;
-        Ok(data.len())
+        Ok(n)
     }
 }
 
 impl Txn<'_> {
+    /// The body of [`Filesystem::write`] inside this transaction.
+    pub(crate) fn write(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
+        let mut inode = self.inode(ino)?;
+        inode.require_regular()?;
+        super::flags::check_write(&inode, offset)?;
+        let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+        if end.div_ceil(u64::from(self.fs.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
+            return Err(Error::FileTooBig);
+        }
+        self.write_range(&mut inode, offset, data)?;
+        if end > inode.size() {
+            inode.raw.set_size(end);
+        }
+        set_times(&mut inode.raw, clock::now(), false);
+        self.write_inode(&mut inode)?;
+        Ok(data.len())
+    }
+
     /// Writes `data` at `offset` of an extent-mapped `inode` (size untouched).
     pub(crate) fn write_range(&mut self, inode: &mut Inode, offset: u64, data: &[u8]) -> Result<()> {
         if data.is_empty() {
