@@ -300,14 +300,15 @@ impl<'a> Txn<'a> {
     }
 }
 
-/// Largest single device write [`write_runs`] builds by joining pieces.
-const MAX_RUN: usize = 1 << 20;
+/// Largest device write [`write_runs`] builds by joining pieces; larger
+/// pieces are written as they are (joining copies the bytes).
+const MAX_RUN: usize = 256 << 10;
 
 /// Writes `(offset, bytes)` pieces in the order given, joining a piece that
 /// starts where the one before it ended into the same request (up to
-/// [`MAX_RUN`] bytes): a batch's many inode-table and data blocks go out in
-/// a few large writes instead of one system call each. Order is kept, so
-/// of two pieces covering the same bytes the later one still wins.
+/// [`MAX_RUN`] bytes): a batch's many inode-table blocks and small files go
+/// out in a few larger writes instead of one system call each. Order is
+/// kept, so of two pieces covering the same bytes the later one still wins.
 fn write_runs<'b>(fs: &Filesystem, pieces: impl Iterator<Item = (u64, &'b [u8])>) -> Result<()> {
     let mut run: Vec<&[u8]> = Vec::new();
     let (mut start, mut len) = (0u64, 0usize);

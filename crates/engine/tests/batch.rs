@@ -97,7 +97,7 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
 fn times(i: u32) -> SetAttr {
     let t = Timestamp {
         secs: 1_600_000_000 + i64::from(i) * 977,
-        nsecs: i * 1_000_003 % 1_000_000_000,
+        nsecs: (u64::from(i) * 1_000_003 % 1_000_000_000) as u32,
     };
     SetAttr {
         atime: Some(t),
@@ -183,7 +183,9 @@ fn workload(o: &mut impl Ops, bs: usize) -> Vec<u32> {
         (b"chr", NodeKind::CharDevice(1, 3)),
         (b"blk", NodeKind::BlockDevice(300, 70000)),
     ] {
-        inos.push(o.create(top, name, kind, ATTR).unwrap().ino);
+        let ino = o.create(top, name, kind, ATTR).unwrap().ino;
+        o.setattr(ino, &times(ino)).unwrap();
+        inos.push(ino);
     }
     let first = o.lookup(many, b"file-with-a-longish-name-00000").unwrap();
     o.link(first, top, b"hard").unwrap();

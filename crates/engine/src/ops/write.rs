@@ -137,6 +137,16 @@ impl Txn<'_> {
             self.write_data(phys * bs, data[(lo - offset) as usize..(hi - offset) as usize].to_vec());
             return Ok(());
         }
+        let piece = &data[(lo - offset) as usize..(hi - offset) as usize];
+        if fresh && lo == start {
+            // New blocks from their start: the data, then zeros to the
+            // block's end (no zero-fill of what the data covers).
+            let mut buf = Vec::with_capacity((n * bs) as usize);
+            buf.extend_from_slice(piece);
+            buf.resize((n * bs) as usize, 0);
+            self.write_data(phys * bs, buf);
+            return Ok(());
+        }
         let mut buf = vec![0u8; (n * bs) as usize];
         let partial_head = lo > start;
         let partial_tail = hi < stop;
@@ -147,8 +157,7 @@ impl Txn<'_> {
             let at = ((n - 1) * bs) as usize;
             self.read_data((phys + n - 1) * bs, &mut buf[at..])?;
         }
-        buf[(lo - start) as usize..(hi - start) as usize]
-            .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+        buf[(lo - start) as usize..(hi - start) as usize].copy_from_slice(piece);
         self.write_data(phys * bs, buf);
         Ok(())
     }
