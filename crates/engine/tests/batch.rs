@@ -139,7 +139,10 @@ fn workload(o: &mut impl Ops, bs: usize) -> Vec<u32> {
     inos.push(f);
     // A directory of 700 files: becomes an htree and splits leaves inside
     // the batch; every name is looked up before it is added.
-    let many = o.create(top, b"many", NodeKind::Directory, Attr { perm: 0o755, ..ATTR }).unwrap().ino;
+    let many = o
+        .create(top, b"many", NodeKind::Directory, Attr { perm: 0o755, ..ATTR })
+        .unwrap()
+        .ino;
     inos.push(many);
     for i in 0..700u32 {
         let name = format!("file-with-a-longish-name-{i:05}");
@@ -177,7 +180,10 @@ fn workload(o: &mut impl Ops, bs: usize) -> Vec<u32> {
     inos.push(big);
     let target = vec![b'x'; 200];
     for (name, kind) in [
-        (&b"short-link"[..], NodeKind::Symlink(b"many/file-with-a-longish-name-00001".to_vec())),
+        (
+            &b"short-link"[..],
+            NodeKind::Symlink(b"many/file-with-a-longish-name-00001".to_vec()),
+        ),
         (b"long-link", NodeKind::Symlink(target)),
         (b"fifo", NodeKind::Fifo),
         (b"chr", NodeKind::CharDevice(1, 3)),
@@ -245,12 +251,17 @@ fn assert_clean(img: &Path) {
 
 #[test]
 fn batch_equals_one_by_one() {
-    for args in [&["-O", "metadata_csum"][..], &["-b", "1024", "-O", "^metadata_csum"][..]] {
+    for args in [
+        &["-O", "metadata_csum"][..],
+        &["-b", "1024", "-O", "^metadata_csum"][..],
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let (da, db) = (tmp.path().join("a"), tmp.path().join("b"));
         std::fs::create_dir_all(&da).unwrap();
         std::fs::create_dir_all(&db).unwrap();
-        let Some(img_a) = mkfs(&da, None, args, "32M") else { return };
+        let Some(img_a) = mkfs(&da, None, args, "32M") else {
+            return;
+        };
         std::fs::copy(&img_a, db.join("img")).unwrap();
         let img_b = db.join("img");
         let (inos_a, tree_a, free_a) = {
@@ -277,7 +288,9 @@ fn batch_equals_one_by_one() {
         assert_eq!(inos_a, inos_b, "{args:?}: same inode numbers");
         assert_eq!(free_a, free_b, "{args:?}: same free counts");
         for (p, a) in &tree_a {
-            let b = tree_b.get(p).unwrap_or_else(|| panic!("{args:?}: {p} missing from the batch image"));
+            let b = tree_b
+                .get(p)
+                .unwrap_or_else(|| panic!("{args:?}: {p} missing from the batch image"));
             if p.is_empty() {
                 continue; // the root's mtime is the time of the run
             }
@@ -294,7 +307,11 @@ fn batch_equals_one_by_one() {
                 ..CompareOptions::default()
             };
             let diffs = compare_trees(ma.path(), mb.path(), opts);
-            assert!(diffs.is_empty(), "{args:?}: kernel views differ:\n{}", format_differences(&diffs));
+            assert!(
+                diffs.is_empty(),
+                "{args:?}: kernel views differ:\n{}",
+                format_differences(&diffs)
+            );
             let acl = xattr::get(mb.path().join("top/acl/inherits"), "system.posix_acl_access").unwrap();
             assert!(acl.is_some(), "the inherited access ACL is visible to the kernel");
             mb.unmount().unwrap();
@@ -306,13 +323,13 @@ fn batch_equals_one_by_one() {
 #[test]
 fn enospc_mid_batch_keeps_exactly_the_committed_part() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(img) = mkfs(tmp.path(), None, &["-b", "1024", "-N", "256"], "4M") else { return };
-    let bs;
+    let Some(img) = mkfs(tmp.path(), None, &["-b", "1024", "-N", "256"], "4M") else {
+        return;
+    };
     let chunk = 37 * 1024 + 123;
     // Operation i: even = create f{i/2}, odd = write its data.
     let (done, committed, abandoned) = {
         let fs = open_rw(&img);
-        bs = fs.block_size();
         let mut b = fs
             .batch_with(BatchOptions {
                 max_ops: 10,
@@ -322,7 +339,7 @@ fn enospc_mid_batch_keeps_exactly_the_committed_part() {
         let mut done = 0u64;
         let err = loop {
             let n = done / 2;
-            let r = if done % 2 == 0 {
+            let r = if done.is_multiple_of(2) {
                 b.create(ROOT_INO, format!("f{n}").as_bytes(), NodeKind::Regular, ATTR)
                     .map(|_| ())
             } else {
@@ -381,5 +398,4 @@ fn enospc_mid_batch_keeps_exactly_the_committed_part() {
         }
         m.unmount().unwrap();
     }
-    let _ = bs;
 }
