@@ -208,9 +208,6 @@ impl<'a> Batch<'a> {
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {}", dir.ino)));
         }
-        if name == b"." || name == b".." {
-            return self.fs.lookup(&dir, name);
-        }
         match txn.find_entry(&dir, name)?.0 {
             Some(ino) => Ok(ino),
             None => Err(Error::NotFound(String::from_utf8_lossy(name).into_owned())),

@@ -188,7 +188,7 @@ impl Txn<'_> {
 
     /// The ".." entry of the one-block directory `dir`, read through this
     /// transaction (the block may exist only here so far).
-    fn dotdot(&self, dir: &Inode, block: u64) -> Result<u32> {
+    pub(super) fn dotdot(&self, dir: &Inode, block: u64) -> Result<u32> {
         let at = Location::Block { block, inode: dir.ino };
         let buf = self.block(block, dir.ino)?;
         for e in DirEntryIter::new(&buf, buf.len(), true) {

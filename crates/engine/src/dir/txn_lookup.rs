@@ -15,7 +15,7 @@ use crate::inode::Inode;
 use crate::txn::Txn;
 
 impl Txn<'_> {
-    /// Finds `name` (not "." or "..") in directory `dir` as this
+    /// Finds `name` in directory `dir` as this
     /// transaction sees it: its inode number if present, and, for an
     /// indexed directory, where the name belongs.
     pub(crate) fn find_entry(&self, dir: &Inode, name: &[u8]) -> Result<(Option<u32>, Option<HtreeSpot>)> {
@@ -28,6 +28,14 @@ impl Txn<'_> {
                 Ok(hit.is_none())
             })?;
             return Ok((hit, None));
+        }
+        if name == b"." {
+            return Ok((Some(dir.ino), None));
+        }
+        if name == b".." {
+            // First in block 0, whether that is a leaf or an index root.
+            let block = self.phys_of(dir, 0)?;
+            return Ok((Some(self.dotdot(dir, block)?), None));
         }
         let indexed = dir.raw.has_flag(flags::INDEX) && self.fs.geo.features.compat.contains(CompatFeatures::DIR_INDEX);
         // An index this code cannot walk (unknown hash, bad root) is
