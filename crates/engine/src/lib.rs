@@ -5,7 +5,9 @@
 //! [`Filesystem`] that writes (`create`, `write`, `truncate`, `fallocate`, `setattr`,
 //! `link`, `unlink`, `rmdir`, `rename`, `set_xattr`, `remove_xattr`,
 //! `set_flags`, `touch_atime`) is one transaction that commits whole or
-//! leaves the image untouched.
+//! leaves the image untouched. A [`Batch`] runs many of them in one
+//! transaction that commits every few thousand operations (image building:
+//! `mkfs -d`, `import`), so blocks they share are written once per commit.
 //!
 //! Open files are counted (`open_file`, `release_file`): an inode whose last
 //! name goes while it is open stays on the orphan list until its last
