@@ -12,19 +12,8 @@
 //! Inside a batch every operation sees the ones before it: inodes, names
 //! (lookups for `EEXIST` go through the transaction's copies of directory
 //! blocks), attributes and file data (reads overlay the queued data).
-//!
-//! ## Failure
-//!
-//! An operation that fails before changing anything (a name that exists,
-//! a missing inode, an immutable file, an invalid argument) returns its
-//! error and the batch goes on. An operation that fails after it started
-//! changing the transaction (no space half-way through a create or a
-//! write), and any corruption or I/O error, abandons the batch: the uncommitted
-//! operations are discarded and the image stays exactly as the last commit
-//! left it — the first [`Batch::committed`] operations, all of them, and
-//! nothing after. Every later call then returns [`Error::InvalidArgument`].
-//! Dropping a `Batch` without [`Batch::finish`] discards the operations
-//! since its last commit in the same way.
+
+//! What a failure leaves is told at [`Batch`].
 
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
@@ -51,13 +40,25 @@ impl Default for BatchOptions {
     }
 }
 
-/// Operations sharing one transaction, committed in chunks (see the
-/// [module documentation](self) for what a failure leaves). Holds the file
+/// Operations sharing one transaction, committed in chunks. Holds the file
 /// system's writer lock while open: the thread that owns it must not call
 /// [`Filesystem`]'s write methods until it is finished or dropped, and
 /// reads through [`Filesystem`] see the image as last committed — read
 /// through [`Batch::inode`] and [`Batch::lookup`] to see the batch's own
 /// changes.
+///
+/// ## Failure
+///
+/// An operation that fails before changing anything (a name that exists,
+/// a missing inode, an immutable file, an invalid argument) returns its
+/// error and the batch goes on. An operation that fails after it started
+/// changing the transaction (no space half-way through a create or a
+/// write), and any corruption or I/O error, abandons the batch: the uncommitted
+/// operations are discarded and the image stays exactly as the last commit
+/// left it — the first [`Batch::committed`] operations, all of them, and
+/// nothing after. Every later call then returns [`Error::InvalidArgument`].
+/// Dropping a `Batch` without [`Batch::finish`] discards the operations
+/// since its last commit in the same way.
 #[must_use = "a Batch discards its uncommitted operations when dropped without finish()"]
 pub struct Batch<'a> {
     fs: &'a Filesystem,
@@ -135,8 +136,8 @@ impl<'a> Batch<'a> {
     /// [`Filesystem::create`] inside the batch.
     ///
     /// # Errors
-    /// As [`Filesystem::create`]; see the module documentation for what a
-    /// failure does to the batch.
+    /// As [`Filesystem::create`]; see [`Batch`] for what a failure does
+    /// to the batch.
     pub fn create(&mut self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr) -> Result<Inode> {
         self.run(Some("create"), |t| t.create(parent, name, kind, attr, 0))
     }
