@@ -168,10 +168,15 @@ impl Filesystem {
     }
 
     /// Reads `buf.len()` bytes at byte `offset` of the device.
+    /// Reads `buf.len()` bytes at byte `offset`, as committed: metadata
+    /// still waiting in the write-back cache is laid over what the device
+    /// holds, so a directory read as a file sees its latest entries.
     pub(crate) fn read_bytes(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.dev
             .read_at(offset, buf)
-            .map_err(|source| Error::Io { offset, source })
+            .map_err(|source| Error::Io { offset, source })?;
+        self.overlay_dirty(offset, buf);
+        Ok(())
     }
 
     /// Checks that `block` lies inside the file system.
@@ -205,12 +210,12 @@ impl Filesystem {
         let bs = self.block_size();
         let mut buf = vec![0u8; n * bs];
         self.read_bytes(block << self.geo.block_size_log2, &mut buf)?;
-        // A block changed since (or while) it was read keeps its newer copy.
+        // read_bytes laid the write-back copies over the device's; a block
+        // committed while this read ran is already cached and kept.
         let mut first = None;
         for (i, chunk) in buf.chunks_exact(bs).enumerate() {
-            let b = block + i as u64;
-            let data: Arc<[u8]> = self.dirty_block(b).unwrap_or_else(|| chunk.into());
-            self.cache.insert_if_absent(b, data.clone());
+            let data: Arc<[u8]> = chunk.into();
+            self.cache.insert_if_absent(block + i as u64, data.clone());
             first.get_or_insert(data);
         }
         first.ok_or_else(|| Error::inconsistent(Location::Block { block, inode: owner }, "empty metadata read"))

@@ -5,7 +5,9 @@
 //! [`Filesystem`] that writes (`create`, `write`, `truncate`, `fallocate`, `setattr`,
 //! `link`, `unlink`, `rmdir`, `rename`, `set_xattr`, `remove_xattr`,
 //! `set_flags`, `touch_atime`) is one transaction that commits whole or
-//! leaves the image untouched.
+//! leaves the image untouched. A [`Batch`] runs many of them in one
+//! transaction that commits every few thousand operations (image building:
+//! `mkfs -d`, `import`), so blocks they share are written once per commit.
 //!
 //! Open files are counted (`open_file`, `release_file`): an inode whose last
 //! name goes while it is open stays on the orphan list until its last
@@ -41,6 +43,7 @@
 //! An image file is opened with `device::FileDevice::open(path, writable)`.
 
 mod alloc;
+mod batch;
 mod cache;
 mod clock;
 pub mod device;
@@ -59,6 +62,7 @@ mod statfs;
 mod txn;
 mod writeback;
 
+pub use batch::{Batch, BatchOptions};
 pub use device::BlockDevice;
 pub use error::{Error, Location, Result};
 pub use fs::{DirtyJournal, Filesystem, OpenOptions};

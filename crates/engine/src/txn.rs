@@ -29,6 +29,13 @@ pub(crate) struct Txn<'a> {
     blocks: BTreeMap<u64, Vec<u8>>,
     groups: BTreeMap<u32, RawGroupDesc>,
     data: Vec<(u64, Vec<u8>)>,
+    /// Bytes in `data`, to bound what a batch queues.
+    data_bytes: usize,
+    /// Counts calls that may change what this transaction will write: a
+    /// batch compares it before and after an operation to tell a failure
+    /// that changed nothing (the transaction stays usable) from one that
+    /// left half an operation behind.
+    changes: u64,
     free_blocks_delta: i64,
     free_inodes_delta: i64,
     /// The superblock as this transaction changes it (orphan list head,
@@ -39,6 +46,18 @@ pub(crate) struct Txn<'a> {
     closing: bool,
     /// Block ranges freed here: they leave the write-back set at commit.
     freed: Vec<(u64, u64)>,
+}
+
+impl Filesystem {
+    /// Runs `body` in a transaction of its own and commits it: one public
+    /// operation. On error the transaction is dropped (the image is as it
+    /// was, the writer lock released) before the error is returned.
+    pub(crate) fn in_txn<T>(&self, body: impl FnOnce(&mut Txn<'_>) -> Result<T>) -> Result<T> {
+        let mut txn = Txn::begin(self)?;
+        let v = body(&mut txn)?;
+        txn.commit()?;
+        Ok(v)
+    }
 }
 
 impl<'a> Txn<'a> {
@@ -53,6 +72,8 @@ impl<'a> Txn<'a> {
             blocks: BTreeMap::new(),
             groups: BTreeMap::new(),
             data: Vec::new(),
+            data_bytes: 0,
+            changes: 0,
             free_blocks_delta: 0,
             free_inodes_delta: 0,
             sb: None,
@@ -69,9 +90,25 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// Calls `f` on block `block` as this transaction sees it, without
+    /// copying a block this transaction holds.
+    pub(crate) fn with_block<R>(&self, block: u64, owner: u32, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        match self.blocks.get(&block) {
+            Some(b) => Ok(f(b)),
+            None => Ok(f(&self.fs.meta_block(block, owner)?)),
+        }
+    }
+
+    /// True when this transaction holds its own copy of `block`: it was
+    /// read (and checked) or written earlier in the transaction.
+    pub(crate) fn holds(&self, block: u64) -> bool {
+        self.blocks.contains_key(&block)
+    }
+
     /// Write access to block `block` (`ext4_journal_get_write_access`): the
     /// first call copies it into the transaction.
     pub(crate) fn block_mut(&mut self, block: u64, owner: u32) -> Result<&mut Vec<u8>> {
+        self.changes += 1;
         if !self.blocks.contains_key(&block) {
             let cur = self.fs.meta_block(block, owner)?;
             self.blocks.insert(block, cur.to_vec());
@@ -84,6 +121,7 @@ impl<'a> Txn<'a> {
     /// A block this transaction fills from scratch (a newly allocated
     /// directory, extent or bitmap block): no read needed.
     pub(crate) fn new_block(&mut self, block: u64) -> &mut Vec<u8> {
+        self.changes += 1;
         let bs = self.fs.block_size();
         let b = self.blocks.entry(block).or_default();
         b.clear();
@@ -95,6 +133,7 @@ impl<'a> Txn<'a> {
     /// freed: its pending contents must not reach the device, where the
     /// block may be reused for file data later in the same transaction.
     pub(crate) fn forget_block(&mut self, block: u64) {
+        self.changes += 1;
         self.blocks.remove(&block);
     }
 
@@ -120,11 +159,13 @@ impl<'a> Txn<'a> {
 
     /// Replaces the descriptor of `group` (its checksum is set at commit).
     pub(crate) fn set_group(&mut self, group: u32, desc: RawGroupDesc) {
+        self.changes += 1;
         self.groups.insert(group, desc);
     }
 
     /// Records a change of the free-block and free-inode totals.
     pub(crate) fn count(&mut self, blocks: i64, inodes: i64) {
+        self.changes += 1;
         self.free_blocks_delta += blocks;
         self.free_inodes_delta += inodes;
     }
@@ -137,6 +178,7 @@ impl<'a> Txn<'a> {
     /// Write access to the superblock's fields (free counts excepted: use
     /// [`Txn::count`]); stored with a fresh checksum at commit.
     pub(crate) fn sb_mut(&mut self) -> &mut RawSuperblock {
+        self.changes += 1;
         let fs = self.fs;
         self.sb.get_or_insert_with(|| *fs.sb.read())
     }
@@ -149,7 +191,21 @@ impl<'a> Txn<'a> {
 
     /// File data to write at byte `offset` before any metadata.
     pub(crate) fn write_data(&mut self, offset: u64, bytes: Vec<u8>) {
+        self.changes += 1;
+        self.data_bytes += bytes.len();
         self.data.push((offset, bytes));
+    }
+
+    /// How many calls so far may have changed what this transaction writes
+    /// (see the field); equal counts mean nothing changed in between.
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// Bytes this transaction would write now: queued file data plus its
+    /// copies of metadata blocks.
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.data_bytes + self.blocks.len() * self.fs.block_size()
     }
 
     /// Reads `buf.len()` bytes of file data at device byte `offset` as this
@@ -169,14 +225,26 @@ impl<'a> Txn<'a> {
     }
 
     /// Writes everything: data, then metadata with checksums, then the
-    /// superblock; flushes the device; publishes the new state.
+    /// superblock; flushes the device when asked to; publishes the new state.
     pub(crate) fn commit(mut self) -> Result<()> {
+        self.write_out()
+    }
+
+    /// Commits what this transaction holds and keeps it open, empty, with
+    /// the writer lock still held: a batch's intermediate commit. On error
+    /// the image may hold part of the writes (as with [`Txn::commit`]) and
+    /// the transaction must be dropped.
+    pub(crate) fn commit_and_continue(&mut self) -> Result<()> {
+        self.write_out()
+    }
+
+    fn write_out(&mut self) -> Result<()> {
         let fs = self.fs;
-        for (off, bytes) in std::mem::take(&mut self.data) {
-            fs.dev
-                .write_at(off, &bytes)
-                .map_err(|source| Error::Io { offset: off, source })?;
-        }
+        // In the order queued (a later write to the same bytes wins), runs
+        // of adjacent pieces in one request each.
+        let data = std::mem::take(&mut self.data);
+        self.data_bytes = 0;
+        write_runs(fs, data.iter().map(|(off, b)| (*off, b.as_slice())))?;
         let groups = std::mem::take(&mut self.groups);
         let mut finished = Vec::with_capacity(groups.len());
         for (g, desc) in groups {
@@ -190,10 +258,14 @@ impl<'a> Txn<'a> {
             }
             *fs.sb.write() = sb;
         }
-        fs.publish(std::mem::take(&mut self.blocks), &self.freed)?;
+        let freed = std::mem::take(&mut self.freed);
+        fs.publish(std::mem::take(&mut self.blocks), &freed)?;
         if fs.opts.sync_writes {
             fs.sync()?;
         }
+        self.sb = None;
+        self.free_blocks_delta = 0;
+        self.free_inodes_delta = 0;
         fs.session.committed(self.closing);
         Ok(())
     }
@@ -237,4 +309,42 @@ impl<'a> Txn<'a> {
         sb.set_checksum();
         sb
     }
+}
+
+/// Largest device write [`write_runs`] builds by joining pieces; larger
+/// pieces are written as they are (joining copies the bytes).
+const MAX_RUN: usize = 256 << 10;
+
+/// Writes `(offset, bytes)` pieces in the order given, joining a piece that
+/// starts where the one before it ended into the same request (up to
+/// [`MAX_RUN`] bytes): a batch's many inode-table blocks and small files go
+/// out in a few larger writes instead of one system call each. Order is
+/// kept, so of two pieces covering the same bytes the later one still wins.
+pub(crate) fn write_runs<'b>(fs: &Filesystem, pieces: impl Iterator<Item = (u64, &'b [u8])>) -> Result<()> {
+    let mut run: Vec<&[u8]> = Vec::new();
+    let (mut start, mut len) = (0u64, 0usize);
+    let flush = |start: u64, run: &[&[u8]]| {
+        let joined;
+        let bytes = match run {
+            [] => return Ok(()),
+            [one] => *one,
+            many => {
+                joined = many.concat();
+                &joined[..]
+            }
+        };
+        fs.dev
+            .write_at(start, bytes)
+            .map_err(|source| Error::Io { offset: start, source })
+    };
+    for (off, bytes) in pieces {
+        if run.is_empty() || start + len as u64 != off || len + bytes.len() > MAX_RUN {
+            flush(start, &run)?;
+            run.clear();
+            (start, len) = (off, 0);
+        }
+        run.push(bytes);
+        len += bytes.len();
+    }
+    flush(start, &run)
 }

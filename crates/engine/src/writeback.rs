@@ -43,6 +43,28 @@ impl Filesystem {
         self.dirty.lock().blocks.get(&block).cloned()
     }
 
+    /// Copies the dirty blocks that overlap bytes `offset..offset + len`
+    /// of the device into `buf`.
+    pub(crate) fn overlay_dirty(&self, offset: u64, buf: &mut [u8]) {
+        if buf.is_empty() {
+            return;
+        }
+        let d = self.dirty.lock();
+        if d.blocks.is_empty() {
+            return;
+        }
+        let log2 = self.geo.block_size_log2;
+        let end = offset + buf.len() as u64;
+        for (block, bytes) in d.blocks.range(offset >> log2..=(end - 1) >> log2) {
+            let start = block << log2;
+            let (lo, hi) = (start.max(offset), (start + bytes.len() as u64).min(end));
+            if lo < hi {
+                buf[(lo - offset) as usize..(hi - offset) as usize]
+                    .copy_from_slice(&bytes[(lo - start) as usize..(hi - start) as usize]);
+            }
+        }
+    }
+
     /// Publishes a transaction's metadata (under the writer lock): `freed`
     /// ranges leave the dirty set, `blocks` enter it and the cache.
     pub(crate) fn publish(&self, blocks: BTreeMap<u64, Vec<u8>>, freed: &[(u64, u64)]) -> Result<()> {
@@ -85,12 +107,8 @@ impl Filesystem {
         if !clean {
             self.write_superblock(&sb)?;
         }
-        for (block, bytes) in &d.blocks {
-            let off = block << self.geo.block_size_log2;
-            self.dev
-                .write_at(off, bytes)
-                .map_err(|source| Error::Io { offset: off, source })?;
-        }
+        let log2 = self.geo.block_size_log2;
+        crate::txn::write_runs(self, d.blocks.iter().map(|(b, bytes)| (b << log2, &bytes[..])))?;
         if clean {
             self.write_superblock(&sb)?;
         }

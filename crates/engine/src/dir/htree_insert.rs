@@ -28,15 +28,25 @@ struct Moved {
 }
 
 /// One index block on the way down: its logical block and entries.
-struct Frame {
-    logical: u64,
-    root: bool,
-    entries: Vec<DxEntry>,
-    at: usize,
+#[derive(Clone)]
+pub(crate) struct Frame {
+    pub(super) logical: u64,
+    pub(super) root: bool,
+    pub(super) entries: Vec<DxEntry>,
+    pub(super) at: usize,
+}
+
+/// Where a name belongs in an htree: the root's hash version code, the
+/// name's hash and the index path down to its leaf. A lookup computes it
+/// and the insert that follows reuses it, so a create descends once.
+pub(crate) struct HtreeSpot {
+    pub(super) code: u8,
+    pub(super) hash: u32,
+    pub(super) path: Vec<Frame>,
 }
 
 impl Txn<'_> {
-    fn dx_params(&self) -> DxParams {
+    pub(super) fn dx_params(&self) -> DxParams {
         let f = self.fs.geo.features;
         DxParams {
             block_size: self.fs.geo.block_size,
@@ -59,7 +69,7 @@ impl Txn<'_> {
             .major)
     }
 
-    fn phys_of(&self, dir: &Inode, logical: u64) -> Result<u64> {
+    pub(super) fn phys_of(&self, dir: &Inode, logical: u64) -> Result<u64> {
         self.body_runs(dir)?
             .iter()
             .find(|e| u64::from(e.logical) <= logical && logical < u64::from(e.logical) + u64::from(e.len))
@@ -159,7 +169,7 @@ impl Txn<'_> {
             _ => 1,
         };
         let root_phys = self.phys_of(dir, 0)?;
-        let parent = self.fs.lookup(dir, b"..")?;
+        let parent = self.dotdot(dir, root_phys)?;
         let (moved, upper, split) = split_by_hash(self.leaf_entries(dir, root_phys, code)?);
         let (l1, p1) = self.grow_dir(dir)?;
         let (l2, p2) = self.grow_dir(dir)?;
@@ -174,13 +184,39 @@ impl Txn<'_> {
         });
         self.store_index(dir, root_phys, Index::Root(root), true)?;
         dir.raw.i_flags.set(dir.raw.flags() | flags::INDEX);
-        self.htree_add(dir, name, ino, ft)?;
+        self.htree_add(dir, name, ino, ft, None)?;
         Ok(true)
     }
 
-    /// Adds an entry to the indexed `dir`, splitting the leaf if it is full.
-    pub(crate) fn htree_add(&mut self, dir: &mut Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
-        let (code, hash, path) = self.descend(dir, name)?;
+    /// The ".." entry of the one-block directory `dir`, read through this
+    /// transaction (the block may exist only here so far).
+    pub(super) fn dotdot(&self, dir: &Inode, block: u64) -> Result<u32> {
+        let at = Location::Block { block, inode: dir.ino };
+        let buf = self.block(block, dir.ino)?;
+        for e in DirEntryIter::new(&buf, buf.len(), true) {
+            let e = e.map_err(|err| Error::format(at, err))?;
+            if e.inode != 0 && e.name == b".." {
+                return Ok(e.inode);
+            }
+        }
+        Err(Error::inconsistent(at, "directory block without a \"..\" entry"))
+    }
+
+    /// Adds an entry to the indexed `dir`, splitting the leaf if it is
+    /// full; `spot` is where a lookup in this transaction found the name
+    /// belongs (descended again when `None`).
+    pub(crate) fn htree_add(
+        &mut self,
+        dir: &mut Inode,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+        spot: Option<HtreeSpot>,
+    ) -> Result<()> {
+        let HtreeSpot { code, hash, path } = match spot {
+            Some(s) => s,
+            None => self.descend(dir, name)?,
+        };
         let leaf = path.last().map_or(0, |f| f.entries[f.at].block);
         let phys = self.phys_of(dir, leaf.into())?;
         if self.insert_in_block(dir, phys, name, ino, ft)? {
@@ -196,8 +232,8 @@ impl Txn<'_> {
     }
 
     /// Reads the root once, hashes `name` with the root's hash version and
-    /// walks down to the bottom index block: (version code, hash, frames).
-    fn descend(&self, dir: &Inode, name: &[u8]) -> Result<(u8, u32, Vec<Frame>)> {
+    /// walks down to the bottom index block.
+    pub(super) fn descend(&self, dir: &Inode, name: &[u8]) -> Result<HtreeSpot> {
         let params = self.dx_params();
         let phys = self.phys_of(dir, 0)?;
         let buf = self.block(phys, dir.ino)?;
@@ -224,7 +260,7 @@ impl Txn<'_> {
                 entries: node.entries,
             });
         }
-        Ok((code, hash, path))
+        Ok(HtreeSpot { code, hash, path })
     }
 }
 

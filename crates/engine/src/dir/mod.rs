@@ -6,6 +6,7 @@ mod htree;
 mod htree_insert;
 mod lookup;
 mod modify;
+mod txn_lookup;
 
 use ext4kit_format::dir_entry::{self, DirEntryIter};
 use ext4kit_format::features::IncompatFeatures;

@@ -14,13 +14,13 @@ use crate::txn::Txn;
 
 /// One directory block: its logical and physical number.
 #[derive(Debug, Clone, Copy)]
-struct DirBlock {
-    logical: u64,
-    physical: u64,
+pub(super) struct DirBlock {
+    pub(super) logical: u64,
+    pub(super) physical: u64,
 }
 
 impl Txn<'_> {
-    fn dir_blocks(&self, dir: &Inode) -> Result<Vec<DirBlock>> {
+    pub(super) fn dir_blocks(&self, dir: &Inode) -> Result<Vec<DirBlock>> {
         let mut out = Vec::new();
         for e in self.body_runs(dir)? {
             for i in 0..u64::from(e.len) {
@@ -120,8 +120,21 @@ impl Txn<'_> {
     /// Adds `name` → `ino` to `dir` (the caller has checked it is absent).
     /// The caller writes `dir`'s inode afterwards (its size may grow).
     pub(crate) fn add_entry(&mut self, dir: &mut Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        self.add_entry_at(dir, name, ino, ft, None)
+    }
+
+    /// [`Txn::add_entry`] given where [`Txn::find_entry`] found the name
+    /// belongs in an htree (`spot`), so the index is not descended twice.
+    pub(crate) fn add_entry_at(
+        &mut self,
+        dir: &mut Inode,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+        spot: Option<super::htree_insert::HtreeSpot>,
+    ) -> Result<()> {
         if dir.raw.has_flag(flags::INDEX) {
-            return self.htree_add(dir, name, ino, ft);
+            return self.htree_add(dir, name, ino, ft, spot);
         }
         let blocks = self.dir_blocks(dir)?;
         for b in &blocks {

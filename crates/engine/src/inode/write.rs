@@ -21,11 +21,8 @@ impl Txn<'_> {
     /// Inode `ino` as this transaction sees it.
     pub(crate) fn inode(&self, ino: u32) -> Result<Inode> {
         let slot = self.fs.inode_slot(ino)?;
-        let buf = self.block(slot.block, ino)?;
-        self.fs.decode_inode(
-            ino,
-            &buf[slot.offset..slot.offset + usize::from(self.fs.geo.inode_size)],
-        )
+        let end = slot.offset + usize::from(self.fs.geo.inode_size);
+        self.with_block(slot.block, ino, |buf| self.fs.decode_inode(ino, &buf[slot.offset..end]))?
     }
 
     /// Stores `inode` (its `raw` fields over its record) with a fresh checksum.

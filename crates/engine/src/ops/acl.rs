@@ -8,7 +8,6 @@ use ext4kit_format::xattr::acl;
 
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::fs::Filesystem;
 use crate::inode::Inode;
 use crate::inode::write::touch_ctime;
 use crate::txn::Txn;
@@ -19,15 +18,14 @@ use super::XattrSet;
 pub(crate) const ACCESS: u8 = 2;
 pub(crate) const DEFAULT: u8 = 3;
 
-impl Filesystem {
+impl Txn<'_> {
     /// Sets (or, with an empty value, removes) the ACL of kind `index`.
-    pub(crate) fn set_acl(&self, ino: u32, index: u8, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+    pub(crate) fn set_acl(&mut self, ino: u32, index: u8, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         let entries = match value {
             [] => None,
             v => Some(acl::from_vfs(v).map_err(|e| Error::InvalidArgument(format!("bad POSIX ACL: {e}")))?),
         };
-        let mut txn = Txn::begin(self)?;
-        let mut inode = txn.inode(ino)?;
+        let mut inode = self.inode(ino)?;
         let mut keep = entries.clone();
         if index == ACCESS {
             if let Some(e) = &entries {
@@ -45,7 +43,7 @@ impl Filesystem {
                 None => Ok(()),
             };
         }
-        let (mut ibody, mut block) = txn.stored_xattrs(&inode)?;
+        let (mut ibody, mut block) = self.stored_xattrs(&inode)?;
         let before = ibody.len() + block.len();
         ibody.retain(|(i, _, _)| *i != index);
         block.retain(|(i, _, _)| *i != index);
@@ -60,26 +58,24 @@ impl Filesystem {
             let disk = acl::to_disk(&e).map_err(|e| Error::InvalidArgument(format!("bad POSIX ACL: {e}")))?;
             ibody.push((index, Vec::new(), disk));
         }
-        txn.place_xattrs(&mut inode, ibody, block)?;
+        self.place_xattrs(&mut inode, ibody, block)?;
         touch_ctime(&mut inode.raw, clock::now());
-        txn.write_inode(&mut inode)?;
-        txn.commit()
+        self.write_inode(&mut inode)
     }
-}
 
-impl Filesystem {
     /// Gives a new inode the ACLs its directory's default ACL implies
-    /// (`posix_acl_create`), or applies `umask` when there is none.
-    pub(crate) fn inherit_acl(&self, txn: &mut Txn<'_>, dir: &Inode, inode: &mut Inode, umask: u16) -> Result<()> {
+    /// (`posix_acl_create`), or applies `umask` when there is none. The
+    /// directory's attributes are read through this transaction.
+    pub(crate) fn inherit_acl(&mut self, dir: &Inode, inode: &mut Inode, umask: u16) -> Result<()> {
         let perm = inode.raw.permissions();
-        let default = match self.xattr(dir, b"system.posix_acl_default") {
-            Ok(v) => acl::from_vfs(&v).map_err(|e| Error::format(crate::error::Location::Inode(dir.ino), e))?,
-            Err(Error::NoAttribute(_)) => {
+        let at = crate::error::Location::Inode(dir.ino);
+        let default = match self.default_acl(dir)? {
+            Some(v) => acl::from_disk(&v).map_err(|e| Error::format(at, e))?,
+            None => {
                 let r = &mut inode.raw;
                 r.i_mode.set((r.i_mode.get() & 0o170000) | (perm & !(umask & 0o777)));
                 return Ok(());
             }
-            Err(e) => return Err(e),
         };
         let mut access = default.clone();
         let (mode, equivalent) = acl::create_masq(&mut access, perm);
@@ -95,13 +91,36 @@ impl Filesystem {
             ibody.push((DEFAULT, Vec::new(), to_disk(&default)?));
         }
         if !ibody.is_empty() {
-            txn.place_xattrs(inode, ibody, Vec::new())?;
+            self.place_xattrs(inode, ibody, Vec::new())?;
         }
         Ok(())
     }
-}
 
-impl Txn<'_> {
+    /// The stored (disk-form) `system.posix_acl_default` of `dir`, if any.
+    fn default_acl(&self, dir: &Inode) -> Result<Option<Vec<u8>>> {
+        if dir.record.len() <= 128 && dir.raw.file_acl() == 0 {
+            return Ok(None);
+        }
+        let (ibody, block) = match self.stored_xattrs(dir) {
+            Ok(lists) => lists,
+            // A value in an EA inode: read the attribute as stored.
+            Err(Error::Unsupported(_)) => {
+                return match self.fs.xattr(dir, b"system.posix_acl_default") {
+                    Ok(v) => acl::vfs_to_disk(&v)
+                        .map(Some)
+                        .map_err(|e| Error::format(crate::error::Location::Inode(dir.ino), e)),
+                    Err(Error::NoAttribute(_)) => Ok(None),
+                    Err(e) => Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(ibody
+            .into_iter()
+            .chain(block)
+            .find(|(i, _, _)| *i == DEFAULT)
+            .map(|(_, _, v)| v))
+    }
     /// Keeps an access ACL in step with a `chmod` of `inode` (ext4's
     /// `ext4_setattr` → `posix_acl_chmod`).
     pub(crate) fn chmod_acl(&mut self, inode: &mut Inode) -> Result<()> {

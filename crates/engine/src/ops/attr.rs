@@ -40,7 +40,34 @@ impl Filesystem {
 
     fn setattr_in_txn(&self, ino: u32, set: &SetAttr) -> Result<Inode> {
         let mut txn = Txn::begin(self)?;
-        let mut inode = txn.inode(ino)?;
+        let inode = txn.setattr(ino, set)?;
+        txn.commit()?;
+        Ok(inode)
+    }
+
+    /// Adds the name `name` in `parent` for the existing non-directory `ino`.
+    ///
+    /// # Errors
+    /// [`Error::Exists`], [`Error::NotDir`], [`Error::IsDir`] (hard links to
+    /// directories are refused, as `EPERM` in the kernel), [`Error::TooManyLinks`],
+    /// [`Error::NotPermitted`] when `ino` is immutable or append-only or
+    /// `parent` immutable.
+    pub fn link(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
+        self.noting_errors("link", self.link_in_txn(ino, parent, name))
+    }
+
+    fn link_in_txn(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
+        super::check_new_name(name)?;
+        let mut txn = Txn::begin(self)?;
+        txn.link(ino, parent, name)?;
+        txn.commit()
+    }
+}
+
+impl Txn<'_> {
+    /// The body of [`Filesystem::setattr`] inside this transaction.
+    pub(crate) fn setattr(&mut self, ino: u32, set: &SetAttr) -> Result<Inode> {
+        let mut inode = self.inode(ino)?;
         // ext4_setattr: nothing on an immutable inode; on an append-only
         // one no mode, owner or explicit time.
         super::flags::require_mutable(&inode)?;
@@ -71,33 +98,21 @@ impl Filesystem {
         }
         touch_ctime(r, clock::now());
         if set.perm.is_some() {
-            txn.chmod_acl(&mut inode)?;
+            self.chmod_acl(&mut inode)?;
         }
-        txn.write_inode(&mut inode)?;
-        txn.commit()?;
+        self.write_inode(&mut inode)?;
         Ok(inode)
     }
 
-    /// Adds the name `name` in `parent` for the existing non-directory `ino`.
-    ///
-    /// # Errors
-    /// [`Error::Exists`], [`Error::NotDir`], [`Error::IsDir`] (hard links to
-    /// directories are refused, as `EPERM` in the kernel), [`Error::TooManyLinks`],
-    /// [`Error::NotPermitted`] when `ino` is immutable or append-only or
-    /// `parent` immutable.
-    pub fn link(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
-        self.noting_errors("link", self.link_in_txn(ino, parent, name))
-    }
-
-    fn link_in_txn(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
+    /// The body of [`Filesystem::link`] inside this transaction.
+    pub(crate) fn link(&mut self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
         super::check_new_name(name)?;
-        let mut txn = Txn::begin(self)?;
-        let dir = txn.inode(parent)?;
+        let dir = self.inode(parent)?;
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
         super::require_live(&dir)?;
-        let mut target = txn.inode(ino)?;
+        let mut target = self.inode(ino)?;
         // An unlinked inode, open or not, gets no new name (`vfs_link`).
         super::require_live(&target)?;
         let shown = || String::from_utf8_lossy(name).into_owned();
@@ -109,19 +124,17 @@ impl Filesystem {
         if target.raw.links() >= LINK_MAX {
             return Err(Error::TooManyLinks(shown()));
         }
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(Error::Exists(shown())),
-            Err(Error::NotFound(_)) => {}
-            Err(e) => return Err(e),
+        let (found, spot) = self.find_entry(&dir, name)?;
+        if found.is_some() {
+            return Err(Error::Exists(shown()));
         }
-        let mut dir = txn.inode_for_change(parent)?;
-        txn.add_entry(&mut dir, name, ino, target.file_type()?.dirent_code())?;
+        let mut dir = self.inode_for_change(parent)?;
+        self.add_entry_at(&mut dir, name, ino, target.file_type()?.dirent_code(), spot)?;
         target.raw.i_links_count.set(target.raw.links() + 1);
         let now = clock::now();
         touch_ctime(&mut target.raw, now);
-        txn.write_inode(&mut target)?;
+        self.write_inode(&mut target)?;
         crate::inode::write::set_times(&mut dir.raw, now, false);
-        txn.write_inode(&mut dir)?;
-        txn.commit()
+        self.write_inode(&mut dir)
     }
 }

@@ -86,37 +86,47 @@ impl Filesystem {
     fn create_in_txn(&self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr, umask: u16) -> Result<Inode> {
         super::check_new_name(name)?;
         let mut txn = Txn::begin(self)?;
-        // Names are checked against the directory as on disk, before an
-        // inline directory is moved to a block in this transaction.
-        let dir = txn.inode(parent)?;
+        let inode = txn.create(parent, name, kind, attr, umask)?;
+        txn.commit()?;
+        Ok(inode)
+    }
+}
+
+impl Txn<'_> {
+    /// The body of [`Filesystem::create_with_umask`] inside this
+    /// transaction; returns the new inode as written.
+    pub(crate) fn create(&mut self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr, umask: u16) -> Result<Inode> {
+        super::check_new_name(name)?;
+        // Names are checked against the directory as this transaction sees
+        // it, before an inline directory is moved to a block.
+        let dir = self.inode(parent)?;
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
         super::require_live(&dir)?;
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(Error::Exists(String::from_utf8_lossy(name).into_owned())),
-            Err(Error::NotFound(_)) => {}
-            Err(e) => return Err(e),
+        let (found, spot) = self.find_entry(&dir, name)?;
+        if found.is_some() {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
         }
         super::flags::require_mutable(&dir)?;
-        let mut dir = txn.inode_for_change(parent)?;
+        let mut dir = self.inode_for_change(parent)?;
         let is_dir = kind == NodeKind::Directory;
         if is_dir && dir.raw.links() >= LINK_MAX && !self.dir_nlink() {
             return Err(Error::TooManyLinks(String::from_utf8_lossy(name).into_owned()));
         }
         let ft = kind.file_type();
-        let ino = txn.alloc_inode(parent, is_dir)?;
+        let ino = self.alloc_inode(parent, is_dir)?;
         let n = NewInode {
             file_type: ft,
             perm: attr.perm,
             uid: attr.uid,
             gid: attr.gid,
         };
-        let mut inode = txn.fresh_inode(ino, n)?;
-        self.inherit_acl(&mut txn, &dir, &mut inode, umask)?;
-        self.fill_body(&mut txn, &mut inode, &kind, parent)?;
-        txn.write_inode(&mut inode)?;
-        txn.add_entry(&mut dir, name, ino, ft.dirent_code())?;
+        let mut inode = self.fresh_inode(ino, n)?;
+        self.inherit_acl(&dir, &mut inode, umask)?;
+        self.fill_body(&mut inode, &kind, parent)?;
+        self.write_inode(&mut inode)?;
+        self.add_entry_at(&mut dir, name, ino, ft.dirent_code(), spot)?;
         if is_dir {
             let links = dir.raw.links();
             // 1 means uncounted (dir_nlink): it stays so.
@@ -125,27 +135,27 @@ impl Filesystem {
                 .set(if links >= LINK_MAX || links == 1 { 1 } else { links + 1 });
         }
         set_times(&mut dir.raw, clock::now(), false);
-        txn.write_inode(&mut dir)?;
-        txn.commit()?;
-        self.inode(ino)
+        self.write_inode(&mut dir)?;
+        Ok(inode)
     }
 
     fn dir_nlink(&self) -> bool {
-        self.geo
+        self.fs
+            .geo
             .features
             .ro_compat
             .contains(ext4kit_format::features::RoCompatFeatures::DIR_NLINK)
     }
 
     /// The kind-specific part of a new inode.
-    fn fill_body(&self, txn: &mut Txn<'_>, inode: &mut Inode, kind: &NodeKind, parent: u32) -> Result<()> {
+    fn fill_body(&mut self, inode: &mut Inode, kind: &NodeKind, parent: u32) -> Result<()> {
         match kind {
             NodeKind::Directory => {
-                let block = txn.first_dir_block(inode)?;
-                txn.init_dir_block(inode, block, parent)?;
+                let block = self.first_dir_block(inode)?;
+                self.init_dir_block(inode, block, parent)?;
                 inode.raw.i_links_count.set(2);
             }
-            NodeKind::Symlink(target) => self.fill_symlink(txn, inode, target)?,
+            NodeKind::Symlink(target) => self.fill_symlink(inode, target)?,
             NodeKind::CharDevice(major, minor) | NodeKind::BlockDevice(major, minor) => {
                 encode_device(&mut inode.raw.i_block, *major, *minor);
             }
@@ -154,8 +164,8 @@ impl Filesystem {
         Ok(())
     }
 
-    fn fill_symlink(&self, txn: &mut Txn<'_>, inode: &mut Inode, target: &[u8]) -> Result<()> {
-        let bs = self.geo.block_size as usize;
+    fn fill_symlink(&mut self, inode: &mut Inode, target: &[u8]) -> Result<()> {
+        let bs = self.fs.geo.block_size as usize;
         if target.is_empty() || target.len() >= bs {
             return Err(Error::NameTooLong(String::from_utf8_lossy(target).into_owned()));
         }
@@ -166,6 +176,7 @@ impl Filesystem {
             return Ok(());
         }
         if self
+            .fs
             .geo
             .features
             .incompat
@@ -174,7 +185,7 @@ impl Filesystem {
             inode.raw.i_flags.set(inode.raw.flags() | flags::EXTENTS);
             crate::inode::extent_write::init_root(&mut inode.raw);
         }
-        txn.write_range(inode, 0, target)?;
+        self.write_range(inode, 0, target)?;
         inode.raw.set_size(target.len() as u64);
         Ok(())
     }

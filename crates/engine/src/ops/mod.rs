@@ -1,7 +1,9 @@
 //! The write operations of the library API, one file per operation. Each
 //! runs in one transaction ([`crate::txn::Txn`]): it either commits whole
 //! or, on any error (no space, a name that exists, an unsupported layout),
-//! leaves the image untouched.
+//! leaves the image untouched. The body of each is a `Txn` method
+//! (`Txn::create`, `Txn::write`…) that the public method wraps in a
+//! transaction of its own and a [`crate::Batch`] runs in a shared one.
 
 mod acl;
 mod attr;

@@ -28,31 +28,37 @@ impl Filesystem {
 
     fn truncate_in_txn(&self, ino: u32, size: u64) -> Result<()> {
         let mut txn = Txn::begin(self)?;
-        let mut inode = txn.inode(ino)?;
-        inode.require_regular()?;
-        super::flags::require_changeable(&inode)?;
-        if size.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
-            return Err(Error::FileTooBig);
-        }
-        if size < inode.size() {
-            if inode.has_inline_data() {
-                txn.uninline(&mut inode)?;
-            }
-            if inode.uses_extents() {
-                txn.shrink(&mut inode, size)?;
-            } else {
-                txn.shrink_block_map(&mut inode, size.div_ceil(u64::from(self.geo.block_size)))?;
-                txn.zero_tail(&inode, size)?;
-            }
-        }
-        inode.raw.set_size(size);
-        set_times(&mut inode.raw, clock::now(), false);
-        txn.write_inode(&mut inode)?;
+        txn.truncate(ino, size)?;
         txn.commit()
     }
 }
 
 impl Txn<'_> {
+    /// The body of [`Filesystem::truncate`] inside this transaction.
+    pub(crate) fn truncate(&mut self, ino: u32, size: u64) -> Result<()> {
+        let mut inode = self.inode(ino)?;
+        inode.require_regular()?;
+        super::flags::require_changeable(&inode)?;
+        let bs = u64::from(self.fs.geo.block_size);
+        if size.div_ceil(bs) > crate::inode::map::MAX_LOGICAL {
+            return Err(Error::FileTooBig);
+        }
+        if size < inode.size() {
+            if inode.has_inline_data() {
+                self.uninline(&mut inode)?;
+            }
+            if inode.uses_extents() {
+                self.shrink(&mut inode, size)?;
+            } else {
+                self.shrink_block_map(&mut inode, size.div_ceil(bs))?;
+                self.zero_tail(&inode, size)?;
+            }
+        }
+        inode.raw.set_size(size);
+        set_times(&mut inode.raw, clock::now(), false);
+        self.write_inode(&mut inode)
+    }
+
     /// Frees the blocks of an extent-mapped `inode` past `size` bytes.
     pub(crate) fn shrink(&mut self, inode: &mut Inode, size: u64) -> Result<()> {
         let bs = u64::from(self.fs.geo.block_size);

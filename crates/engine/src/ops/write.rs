@@ -30,25 +30,31 @@ impl Filesystem {
     /// Nothing changes on error.
     pub fn write(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
         let mut txn = Txn::begin(self)?;
-        let mut inode = txn.inode(ino)?;
-        inode.require_regular()?;
-        super::flags::check_write(&inode, offset)?;
-        let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
-        if end.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
-            return Err(Error::FileTooBig);
-        }
-        txn.write_range(&mut inode, offset, data)?;
-        if end > inode.size() {
-            inode.raw.set_size(end);
-        }
-        set_times(&mut inode.raw, clock::now(), false);
-        txn.write_inode(&mut inode)?;
+        let n = txn.write(ino, offset, data)?;
         txn.commit()?;
-        Ok(data.len())
+        Ok(n)
     }
 }
 
 impl Txn<'_> {
+    /// The body of [`Filesystem::write`] inside this transaction.
+    pub(crate) fn write(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
+        let mut inode = self.inode(ino)?;
+        inode.require_regular()?;
+        super::flags::check_write(&inode, offset)?;
+        let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+        if end.div_ceil(u64::from(self.fs.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
+            return Err(Error::FileTooBig);
+        }
+        self.write_range(&mut inode, offset, data)?;
+        if end > inode.size() {
+            inode.raw.set_size(end);
+        }
+        set_times(&mut inode.raw, clock::now(), false);
+        self.write_inode(&mut inode)?;
+        Ok(data.len())
+    }
+
     /// Writes `data` at `offset` of an extent-mapped `inode` (size untouched).
     pub(crate) fn write_range(&mut self, inode: &mut Inode, offset: u64, data: &[u8]) -> Result<()> {
         if data.is_empty() {
@@ -131,6 +137,16 @@ impl Txn<'_> {
             self.write_data(phys * bs, data[(lo - offset) as usize..(hi - offset) as usize].to_vec());
             return Ok(());
         }
+        let piece = &data[(lo - offset) as usize..(hi - offset) as usize];
+        if fresh && lo == start {
+            // New blocks from their start: the data, then zeros to the
+            // block's end (no zero-fill of what the data covers).
+            let mut buf = Vec::with_capacity((n * bs) as usize);
+            buf.extend_from_slice(piece);
+            buf.resize((n * bs) as usize, 0);
+            self.write_data(phys * bs, buf);
+            return Ok(());
+        }
         let mut buf = vec![0u8; (n * bs) as usize];
         let partial_head = lo > start;
         let partial_tail = hi < stop;
@@ -141,8 +157,7 @@ impl Txn<'_> {
             let at = ((n - 1) * bs) as usize;
             self.read_data((phys + n - 1) * bs, &mut buf[at..])?;
         }
-        buf[(lo - start) as usize..(hi - start) as usize]
-            .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+        buf[(lo - start) as usize..(hi - start) as usize].copy_from_slice(piece);
         self.write_data(phys * bs, buf);
         Ok(())
     }

@@ -39,11 +39,32 @@ impl Filesystem {
     /// [`Error::NoSpace`] when the attributes fit neither inode nor block,
     /// [`Error::NotPermitted`] for an immutable or append-only inode.
     pub fn set_xattr(&self, ino: u32, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        let (index, _) = split(name)?;
+        let is_acl = index == super::acl::ACCESS || index == super::acl::DEFAULT;
+        let r = self.in_txn(|txn| txn.set_xattr(ino, name, value, how));
+        // Corruption met while setting an ACL is not recorded in the
+        // superblock (it never was).
+        if is_acl { r } else { self.noting_errors("xattr", r) }
+    }
+
+    /// Removes attribute `name` of `ino`.
+    ///
+    /// # Errors
+    /// [`Error::NoAttribute`] when it does not exist, [`Error::NotPermitted`]
+    /// for an immutable or append-only inode.
+    pub fn remove_xattr(&self, ino: u32, name: &[u8]) -> Result<()> {
+        split(name)?;
+        self.noting_errors("xattr", self.in_txn(|txn| txn.remove_xattr(ino, name)))
+    }
+}
+
+impl Txn<'_> {
+    /// The body of [`Filesystem::set_xattr`] inside this transaction.
+    pub(crate) fn set_xattr(&mut self, ino: u32, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         let (index, suffix) = split(name)?;
         if index == super::acl::ACCESS || index == super::acl::DEFAULT {
             return self.set_acl(ino, index, name, value, how);
         }
-        let value = value.to_vec();
         self.change_xattrs(ino, |ibody, block| {
             let existed = remove_from(ibody, index, suffix) | remove_from(block, index, suffix);
             match how {
@@ -53,17 +74,13 @@ impl Filesystem {
                 }
                 _ => {}
             }
-            ibody.push((index, suffix.to_vec(), value.clone()));
+            ibody.push((index, suffix.to_vec(), value.to_vec()));
             Ok(())
         })
     }
 
-    /// Removes attribute `name` of `ino`.
-    ///
-    /// # Errors
-    /// [`Error::NoAttribute`] when it does not exist, [`Error::NotPermitted`]
-    /// for an immutable or append-only inode.
-    pub fn remove_xattr(&self, ino: u32, name: &[u8]) -> Result<()> {
+    /// The body of [`Filesystem::remove_xattr`] inside this transaction.
+    pub(crate) fn remove_xattr(&mut self, ino: u32, name: &[u8]) -> Result<()> {
         let (index, suffix) = split(name)?;
         self.change_xattrs(ino, |ibody, block| {
             if remove_from(ibody, index, suffix) | remove_from(block, index, suffix) {
@@ -75,29 +92,19 @@ impl Filesystem {
     }
 
     fn change_xattrs(
-        &self,
+        &mut self,
         ino: u32,
         edit: impl FnOnce(&mut Vec<Stored>, &mut Vec<Stored>) -> Result<()>,
     ) -> Result<()> {
-        self.noting_errors("xattr", self.change_xattrs_in_txn(ino, edit))
-    }
-
-    fn change_xattrs_in_txn(
-        &self,
-        ino: u32,
-        edit: impl FnOnce(&mut Vec<Stored>, &mut Vec<Stored>) -> Result<()>,
-    ) -> Result<()> {
-        let mut txn = Txn::begin(self)?;
-        let mut inode = txn.inode(ino)?;
+        let mut inode = self.inode(ino)?;
         // xattr_permission: no attribute changes on immutable or
         // append-only inodes.
         super::flags::require_changeable(&inode)?;
-        let (mut ibody, mut block) = txn.stored_xattrs(&inode)?;
+        let (mut ibody, mut block) = self.stored_xattrs(&inode)?;
         edit(&mut ibody, &mut block)?;
-        txn.place_xattrs(&mut inode, ibody, block)?;
+        self.place_xattrs(&mut inode, ibody, block)?;
         touch_ctime(&mut inode.raw, clock::now());
-        txn.write_inode(&mut inode)?;
-        txn.commit()
+        self.write_inode(&mut inode)
     }
 }
 
