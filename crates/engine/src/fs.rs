@@ -84,6 +84,9 @@ pub struct Filesystem {
     pub(crate) session: crate::session::Session,
     /// Committed metadata not yet written to the device.
     pub(crate) dirty: Mutex<crate::writeback::Dirty>,
+    /// Odd while a write-back is writing; bumped at its start and end, so a
+    /// read that overlapped one can tell and read again.
+    pub(crate) writeback_seq: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Filesystem {
@@ -172,11 +175,20 @@ impl Filesystem {
     /// still waiting in the write-back cache is laid over what the device
     /// holds, so a directory read as a file sees its latest entries.
     pub(crate) fn read_bytes(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.dev
-            .read_at(offset, buf)
-            .map_err(|source| Error::Io { offset, source })?;
-        self.overlay_dirty(offset, buf);
-        Ok(())
+        use std::sync::atomic::Ordering;
+        loop {
+            let seq = self.writeback_seq.load(Ordering::Acquire);
+            self.dev
+                .read_at(offset, buf)
+                .map_err(|source| Error::Io { offset, source })?;
+            self.overlay_dirty(offset, buf);
+            // A write-back that ran meanwhile may have dropped a dirty copy
+            // after this read saw the device's older bytes.
+            if seq.is_multiple_of(2) && self.writeback_seq.load(Ordering::Acquire) == seq {
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Checks that `block` lies inside the file system.

@@ -78,6 +78,7 @@ impl Filesystem {
             open_files: Mutex::new(Default::default()),
             session: crate::session::Session::new(state_at_open),
             dirty: Mutex::new(Default::default()),
+            writeback_seq: Default::default(),
         };
         fs.groups = RwLock::new(fs.load_group_descs()?);
         fs.journal = fs.inspect_journal()?;

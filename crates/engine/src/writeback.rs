@@ -102,6 +102,14 @@ impl Filesystem {
         if !d.superblock && d.blocks.is_empty() {
             return Ok(());
         }
+        use std::sync::atomic::Ordering;
+        self.writeback_seq.fetch_add(1, Ordering::AcqRel);
+        let r = self.write_blocks(d);
+        self.writeback_seq.fetch_add(1, Ordering::AcqRel);
+        r
+    }
+
+    fn write_blocks(&self, d: &mut Dirty) -> Result<()> {
         let sb = *self.sb.read();
         let clean = sb.s_state.get() & VALID_FS != 0;
         if !clean {
