@@ -462,7 +462,7 @@ fn attrs(fs: &Filesystem, m: &mut Model, op: &Op) {
             }
         }
         Op::SetFlags(_, nodump, noatime) => {
-            let want = u32::from(nodump) * NODUMP | u32::from(noatime) * NOATIME;
+            let want = (u32::from(nodump) * NODUMP) | (u32::from(noatime) * NOATIME);
             let cur = fs.inode(ino).unwrap().raw.flags() & ext4kit_engine::flags::USER_VISIBLE;
             fs.set_flags(ino, (cur & !(NODUMP | NOATIME)) | want, false).unwrap();
             node.flags = want;
