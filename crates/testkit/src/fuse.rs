@@ -104,17 +104,7 @@ impl FuseMount {
                 String::from_utf8_lossy(&out.stderr)
             )));
         }
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                return Err(io::Error::other("the server did not exit within 120 s"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_exit(&mut child)
     }
 
     /// Sends `signal` (e.g. `SIGTERM`) to the server and waits for it.
@@ -125,17 +115,22 @@ impl FuseMount {
         let mut child = self.child.take().ok_or_else(|| io::Error::other("already unmounted"))?;
         let pid = rustix::process::Pid::from_child(&child);
         rustix::process::kill_process(pid, signal)?;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                return Err(io::Error::other("the server did not exit within 120 s"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        wait_exit(&mut child)
+    }
+}
+
+/// Waits up to 120 s for the server to exit (killing it after that).
+fn wait_exit(child: &mut Child) -> io::Result<ExitStatus> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
         }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(io::Error::other("the server did not exit within 120 s"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

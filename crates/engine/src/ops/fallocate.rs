@@ -235,7 +235,7 @@ impl Txn<'_> {
     }
 
     /// Zeroes `from..to` (inside one block) if that block is initialized.
-    fn zero_in_block(&mut self, inode: &Inode, from: u64, to: u64) -> Result<()> {
+    pub(crate) fn zero_in_block(&mut self, inode: &Inode, from: u64, to: u64) -> Result<()> {
         let bs = self.bs();
         let lblk = from / bs;
         let hit = self

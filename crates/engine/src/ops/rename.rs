@@ -59,10 +59,15 @@ impl Filesystem {
             Err(Error::NotFound(_)) => None,
             Err(e) => return Err(e),
         };
+        let shown = || String::from_utf8_lossy(new_name).into_owned();
+        // As do_renameat2: an existing target under NOREPLACE is EEXIST
+        // before any other check (moving into itself included).
+        if flags.noreplace && dst_ino.is_some() {
+            return Err(Error::Exists(shown()));
+        }
         if dst_ino != Some(src_ino) {
             check_flags(&txn, (old_parent, src_ino), (new_parent, dst_ino))?;
         }
-        let shown = || String::from_utf8_lossy(new_name).into_owned();
         if txn.inode(src_ino)?.is_dir() && old_parent != new_parent {
             self.refuse_loop(&txn, src_ino, new_parent)?;
         }

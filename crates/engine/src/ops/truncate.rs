@@ -102,23 +102,9 @@ impl Txn<'_> {
     /// Zeroes the bytes of the last block past `size`.
     pub(crate) fn zero_tail(&mut self, inode: &Inode, size: u64) -> Result<()> {
         let bs = u64::from(self.fs.geo.block_size);
-        let within = size % bs;
-        if within == 0 {
+        if size.is_multiple_of(bs) {
             return Ok(());
         }
-        let lblk = size / bs;
-        let hit = self
-            .body_runs(inode)?
-            .into_iter()
-            .find(|e| u64::from(e.logical) <= lblk && lblk < u64::from(e.logical) + u64::from(e.len));
-        let Some(e) = hit.filter(|e| !e.unwritten) else {
-            return Ok(());
-        };
-        let phys = e.physical + (lblk - u64::from(e.logical));
-        let mut buf = vec![0u8; bs as usize];
-        self.read_data(phys * bs, &mut buf)?;
-        buf[within as usize..].fill(0);
-        self.write_data(phys * bs, buf);
-        Ok(())
+        self.zero_in_block(inode, size, (size / bs + 1) * bs)
     }
 }
