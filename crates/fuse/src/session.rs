@@ -12,7 +12,7 @@
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
 
 use ext4kit_engine::Filesystem;
 use fuser::{Config, MountOption, SessionACL};
@@ -23,7 +23,8 @@ use signal_hook::iterator::Signals;
 use crate::adapter::Ext4Fuse;
 use crate::options::MountConfig;
 
-/// How often committed metadata is written to the image while mounted.
+/// How often committed metadata is written to the image while mounted
+/// (the kernel's `dirty_writeback` interval): the most a crash can lose.
 const WRITEBACK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where the lock of the server for `mountpoint` lives.
@@ -131,7 +132,21 @@ pub fn serve(
     let notifier = adapter.notifier_slot();
     let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
     let _ = notifier.set(session.notifier());
-    let mut unmounter = session.unmount_callable();
+    let signals = on_signals_unmount(session.unmount_callable())?;
+    let (stop, flusher) = spawn_flusher(fs.clone())?;
+    mounted();
+    let served = session.run();
+    signals.close();
+    let _ = stop.send(());
+    let _ = flusher.join();
+    let fs = Arc::try_unwrap(fs).map_err(|_| io::Error::other("the file system is still in use after the session"))?;
+    let closed = fs.unmount().map_err(io::Error::from);
+    served.and(closed)
+}
+
+/// Unmounts on SIGINT, SIGTERM or SIGHUP (from a thread of its own); the
+/// handle stops that thread.
+fn on_signals_unmount(mut unmounter: fuser::SessionUnmounter) -> io::Result<signal_hook::iterator::Handle> {
     let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let handle = signals.handle();
     std::thread::Builder::new()
@@ -143,27 +158,21 @@ pub fn serve(
                 log::error!("ext4kit: unmounting on signal: {e}");
             }
         })?;
-    let (stop, stopped) = std::sync::mpsc::channel::<()>();
-    let flusher = {
-        let fs = fs.clone();
-        std::thread::Builder::new()
-            .name("ext4kit-writeback".into())
-            .spawn(move || {
-                // Changes wait in memory at most this long (the kernel's
-                // dirty_writeback interval), then go to the image.
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(WRITEBACK_INTERVAL) {
-                    if let Err(e) = fs.sync() {
-                        log::error!("ext4kit: writing back: {e}");
-                    }
+    Ok(handle)
+}
+
+/// Writes committed metadata back every [`WRITEBACK_INTERVAL`] until told
+/// to stop through the returned sender.
+fn spawn_flusher(fs: Arc<Filesystem>) -> io::Result<(mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let flusher = std::thread::Builder::new()
+        .name("ext4kit-writeback".into())
+        .spawn(move || {
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(WRITEBACK_INTERVAL) {
+                if let Err(e) = fs.sync() {
+                    log::error!("ext4kit: writing back: {e}");
                 }
-            })?
-    };
-    mounted();
-    let served = session.run();
-    handle.close();
-    let _ = stop.send(());
-    let _ = flusher.join();
-    let fs = Arc::try_unwrap(fs).map_err(|_| io::Error::other("the file system is still in use after the session"))?;
-    let closed = fs.unmount().map_err(io::Error::from);
-    served.and(closed)
+            }
+        })?;
+    Ok((stop, flusher))
 }
