@@ -48,6 +48,17 @@ fn run_in(dir: &Path, program: &str, args: &[&str]) {
     );
 }
 
+/// The file-system type /proc/mounts gives for the mount at `dir`.
+fn mount_type(dir: &Path) -> String {
+    let canon = std::fs::canonicalize(dir).unwrap();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == canon.to_str())
+        .unwrap();
+    line.split_whitespace().nth(2).unwrap().to_string()
+}
+
 fn ready() -> bool {
     skip_unless(can_fuse_mount()).is_some() && skip_unless(require_tool("mkfs.ext4")).is_some()
 }
@@ -223,25 +234,11 @@ fn options_are_honoured_or_refused() {
     let m = FuseMount::start(exe(), &img, "ro,fstype=fuse").unwrap();
     let e = std::fs::write(m.path().join("x"), b"no").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    let canon = std::fs::canonicalize(m.path()).unwrap();
-    let line = mounts
-        .lines()
-        .find(|l| l.contains(canon.to_str().unwrap()))
-        .unwrap()
-        .to_string();
-    assert_eq!(line.split_whitespace().nth(2), Some("fuse"), "{line}");
+    assert_eq!(mount_type(m.path()), "fuse");
     assert!(m.unmount().unwrap().success());
 
     let m = FuseMount::start(exe(), &img, "").unwrap();
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    let canon = std::fs::canonicalize(m.path()).unwrap();
-    let line = mounts
-        .lines()
-        .find(|l| l.contains(canon.to_str().unwrap()))
-        .unwrap()
-        .to_string();
-    assert_eq!(line.split_whitespace().nth(2), Some("fuse.ext4kit"), "{line}");
+    assert_eq!(mount_type(m.path()), "fuse.ext4kit");
     assert!(m.unmount().unwrap().success());
     assert_clean(&img);
 }

@@ -149,6 +149,12 @@ impl Filesystem {
         if policy == AtimePolicy::NoAtime || self.read_only_reason.is_some() {
             return Ok(false);
         }
+        // Most reads need no update: decide on the committed inode without
+        // the writer lock, and take it only to write (deciding again there).
+        let seen = self.inode(ino)?;
+        if seen.raw.has_flag(fl::NOATIME) || !atime_due(&seen, policy, clock::now()) {
+            return Ok(false);
+        }
         let mut txn = Txn::begin(self)?;
         let mut inode = txn.inode(ino)?;
         let now = clock::now();
