@@ -1,6 +1,5 @@
 //! Recognising the journal at open time: where it is, what its superblock
 //! says, and whether it holds transactions that were never checkpointed.
-//! Writing and replaying it is the journal issue's. See `journal.rst`.
 
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
 use ext4kit_format::journal::superblock::RawJournalSuperblock;
