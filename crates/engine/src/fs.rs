@@ -47,6 +47,14 @@ pub struct OpenOptions {
     /// Most bytes of committed metadata held in memory before they are
     /// written back (see the `writeback` module); 64 MiB by default.
     pub writeback_bytes: usize,
+    /// How the journal is written (`data=`, journal checksums, async
+    /// commit), when the file system has one.
+    pub journal: crate::journal::JournalOptions,
+    /// Write through the journal when the file system has one (default).
+    /// Off for building an image (`mkfs -d`, `import`), which, like
+    /// `mke2fs -d`, writes in place: the superblock says "not clean" until
+    /// the build is done.
+    pub use_journal: bool,
 }
 
 impl Default for OpenOptions {
@@ -58,6 +66,8 @@ impl Default for OpenOptions {
             sync_writes: false,
             count_mount: true,
             writeback_bytes: 64 << 20,
+            journal: crate::journal::JournalOptions::default(),
+            use_journal: true,
         }
     }
 }
@@ -78,6 +88,8 @@ pub struct Filesystem {
     pub(crate) cache: BlockCache,
     pub(crate) read_only_reason: Option<String>,
     pub(crate) journal: crate::journal::JournalInfo,
+    /// Changes go through the journal writer (`dirty.log`).
+    pub(crate) journaling: bool,
     /// Open counts by inode ([`Filesystem::open_file`]).
     pub(crate) open_files: Mutex<HashMap<u32, u32>>,
     /// The superblock's mounted/clean state in this session.

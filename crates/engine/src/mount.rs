@@ -75,6 +75,7 @@ impl Filesystem {
             cache,
             read_only_reason,
             journal: Default::default(),
+            journaling: false,
             open_files: Mutex::new(Default::default()),
             session: crate::session::Session::new(state_at_open),
             dirty: Mutex::new(Default::default()),
@@ -85,6 +86,7 @@ impl Filesystem {
         if fs.journal.needs_recovery && fs.opts.dirty_journal == DirtyJournal::Refuse {
             return Err(Error::NeedsRecovery);
         }
+        fs.start_journal()?;
         // As the kernel's mount does; corruption in the list is recorded
         // in the superblock and leaves the rest for e2fsck.
         if let Err(e) = fs.noting_errors("orphan_cleanup", fs.orphan_cleanup())
@@ -93,6 +95,24 @@ impl Filesystem {
             return Err(e);
         }
         Ok(fs)
+    }
+
+    /// Loads the journal writer when this session may write to a file
+    /// system with an internal journal. A journal that cannot be written
+    /// (external, inconsistent) leaves the file system read-only, saying why.
+    fn start_journal(&mut self) -> Result<()> {
+        let journaled = self.geo.features.compat.contains(CompatFeatures::HAS_JOURNAL);
+        if !journaled || !self.opts.use_journal || self.read_only_reason.is_some() {
+            return Ok(());
+        }
+        match crate::journal::writer::Log::load(self, &self.opts.journal) {
+            Ok(log) => {
+                self.dirty.lock().log = Some(log);
+                self.journaling = true;
+            }
+            Err(e) => self.read_only_reason = Some(format!("the journal cannot be written: {e}")),
+        }
+        Ok(())
     }
 
     /// Block holding the descriptor of `group`, following `meta_bg` when on.

@@ -1,6 +1,7 @@
 //! The mounted state, as the kernel keeps it in the superblock
 //! (`ext4_setup_super`, `ext4_put_super`, `__ext4_error`): the first
-//! committed write of a session clears `EXT2_VALID_FS` in `s_state` (our
+//! committed write of a session sets `needs_recovery` when the file system
+//! has a journal, and otherwise clears `EXT2_VALID_FS` in `s_state` (the
 //! writes are not journaled, so an interrupted session must look unchecked),
 //! counts the mount in `s_mnt_count` and stamps `s_mtime` (unless
 //! [`crate::OpenOptions::count_mount`] is off) and, with
@@ -11,7 +12,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 
-use ext4kit_format::features::{CompatFeatures, RoCompatFeatures};
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
 use ext4kit_format::superblock::{RawSuperblock, STATE_ERROR, STATE_VALID};
 
 use crate::clock;
@@ -54,9 +55,16 @@ impl Session {
 }
 
 /// What the first write of a session changes (the kernel's read-write
-/// mount without a journal, `ext4_setup_super`).
-pub(crate) fn mark_in_use(sb: &mut RawSuperblock, count_mount: bool) {
-    sb.s_state.set(sb.s_state.get() & !STATE_VALID);
+/// mount, `ext4_setup_super` and `ext4_load_journal`): without a journal
+/// the state says unchecked; with one it stays as it was and
+/// `needs_recovery` sends a crashed image to the journal instead.
+pub(crate) fn mark_in_use(sb: &mut RawSuperblock, count_mount: bool, journaling: bool) {
+    if journaling {
+        let f = sb.s_feature_incompat.get() | IncompatFeatures::RECOVER.0;
+        sb.s_feature_incompat.set(f);
+    } else {
+        sb.s_state.set(sb.s_state.get() & !STATE_VALID);
+    }
     if count_mount {
         sb.s_mnt_count.set(sb.s_mnt_count.get().wrapping_add(1));
         let now = clock::now().secs;
@@ -114,6 +122,8 @@ impl Filesystem {
         let state = self.session.mount_state.load(Ordering::Acquire);
         let sb = txn.sb_mut();
         sb.s_state.set(state);
+        let incompat = sb.s_feature_incompat.get() & !IncompatFeatures::RECOVER.0;
+        sb.s_feature_incompat.set(incompat);
         if empty {
             let ro = sb.s_feature_ro_compat.get() & !RoCompatFeatures::ORPHAN_PRESENT.0;
             sb.s_feature_ro_compat.set(ro);

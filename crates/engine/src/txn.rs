@@ -259,7 +259,7 @@ impl<'a> Txn<'a> {
             *fs.sb.write() = sb;
         }
         let freed = std::mem::take(&mut self.freed);
-        fs.publish(std::mem::take(&mut self.blocks), &freed)?;
+        fs.publish(std::mem::take(&mut self.blocks), &freed, sb)?;
         if fs.opts.sync_writes {
             fs.sync()?;
         }
@@ -297,7 +297,7 @@ impl<'a> Txn<'a> {
     fn finish_superblock(&self) -> RawSuperblock {
         let mut sb = self.superblock();
         if !self.closing && !self.fs.session.in_use() {
-            crate::session::mark_in_use(&mut sb, self.fs.opts.count_mount);
+            crate::session::mark_in_use(&mut sb, self.fs.opts.count_mount, self.fs.journaling);
         }
         let free = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32);
         let free = free.saturating_add_signed(self.free_blocks_delta);

@@ -170,10 +170,11 @@ fn existing_fs(path: &Path) -> Option<&'static str> {
 fn populate(image: &Path, src: &Path) -> Result<()> {
     use ext4kit_engine::{Filesystem, OpenOptions};
     let dev = FileDevice::open(image, true)?;
-    // Building the image is not a mount: no mount count, no mount time
-    // (as with mke2fs -d).
+    // Building the image is not a mount: no mount count, no mount time,
+    // and no journal (as with mke2fs -d).
     let opts = OpenOptions {
         count_mount: false,
+        use_journal: false,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;

@@ -1,0 +1,244 @@
+//! The journal as the writer sees it (`journal_t`): where each journal
+//! block lives on the device, the journal superblock as last written, the
+//! next block and transaction ID, and which file-system blocks the live log
+//! holds (replay would write them, so freeing one needs a revoke record).
+//!
+//! The log never wraps: a transaction that does not fit before `s_maxlen`
+//! first checkpoints everything and starts the log again at `s_first` with
+//! `s_start = 0` in between (`jbd2_mark_journal_empty`). Recovery still
+//! handles wrapped logs, which the kernel writes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::journal::superblock::{CHECKSUM_TYPE_CRC32C, RawJournalSuperblock};
+use ext4kit_format::journal::{
+    COMPAT_CHECKSUM, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3, INCOMPAT_REVOKE,
+    JournalParams,
+};
+use ext4kit_format::superblock::RawSuperblock;
+
+use crate::error::{Error, Location, Result};
+use crate::fs::Filesystem;
+use crate::inode::map::Run;
+
+/// How the journal is written, chosen at open (`-o data=`,
+/// `journal_checksum`, `journal_async_commit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalOptions {
+    /// What goes through the journal besides metadata.
+    pub data: DataMode,
+    /// Write v3 checksums (`journal_csum_v3`); `None` follows the file
+    /// system: on with `metadata_csum`, as the kernel's default.
+    pub checksum: Option<bool>,
+    /// Write the commit block without waiting for the transaction's blocks
+    /// (`journal_async_commit`); recovery relies on the checksums instead.
+    /// Implies checksums.
+    pub async_commit: bool,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        Self {
+            data: DataMode::Ordered,
+            checksum: None,
+            async_commit: false,
+        }
+    }
+}
+
+/// `data=` of ext4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataMode {
+    /// File data reaches its place before the commit that points at it.
+    #[default]
+    Ordered,
+    /// File data order is not enforced. The engine writes data when the
+    /// operation commits anyway, so this behaves as `Ordered`.
+    Writeback,
+    /// File data is logged with the metadata and checkpointed later.
+    Journal,
+}
+
+/// The writer's state of an internal journal.
+#[derive(Debug)]
+pub(crate) struct Log {
+    /// The journal inode's body, logical journal block to device block.
+    runs: Vec<Run>,
+    pub(crate) jsb: RawJournalSuperblock,
+    pub(crate) params: JournalParams,
+    /// First and one-past-last usable journal blocks (`s_first`, `s_maxlen`).
+    first: u32,
+    end: u32,
+    /// Next journal block to write.
+    pub(crate) head: u32,
+    /// ID of the next transaction.
+    pub(crate) sequence: u32,
+    /// File-system blocks logged since the log was last emptied.
+    pub(crate) logged: BTreeSet<u64>,
+    /// `needs_recovery` is on the device's superblock this session.
+    pub(crate) recover_on_disk: bool,
+    /// Flush before the commit block (off with `journal_async_commit`).
+    pub(crate) barrier_before_commit: bool,
+    /// The block holding the ext4 superblock, as read at load: the
+    /// superblock is logged as that whole block.
+    sb_block: (u64, Vec<u8>),
+}
+
+impl Log {
+    /// Reads the journal inode and superblock and turns on the features the
+    /// writer will use (`ext4_set_journal_csum_feature_set`): 64-bit tags on
+    /// a 64-bit file system, v3 checksums when asked (or with
+    /// `metadata_csum`), async commit when asked. The journal must be empty:
+    /// recovery ran at open.
+    pub(crate) fn load(fs: &Filesystem, opts: &JournalOptions) -> Result<Self> {
+        let at = Location::Journal { block: 0 };
+        let ino = fs.sb.read().s_journal_inum.get();
+        if ino == 0 {
+            return Err(Error::Unsupported("writing to an external journal".into()));
+        }
+        let inode = fs.inode(ino)?;
+        let bs = u64::from(fs.geo.block_size);
+        let blocks = inode.size() / bs;
+        let runs = fs.map_range(&inode, 0, blocks)?;
+        let mut buf = vec![0u8; 1024];
+        fs.read_at(&inode, 0, &mut buf)?;
+        let mut jsb = RawJournalSuperblock::parse(&buf).map_err(|e| Error::format(at, e))?;
+        fs.check(at, jsb.verify_checksum())?;
+        if u64::from(jsb.s_blocksize.get()) != bs {
+            return Err(Error::inconsistent(
+                at,
+                "journal block size differs from the file system's",
+            ));
+        }
+        let end = jsb.s_maxlen.get();
+        let first = jsb.s_first.get();
+        if u64::from(end) > blocks || first == 0 || first >= end || end - first < 64 {
+            return Err(Error::inconsistent(
+                at,
+                "journal s_first/s_maxlen do not fit the journal inode",
+            ));
+        }
+        if jsb.s_start.get() != 0 {
+            return Err(Error::NeedsRecovery);
+        }
+        set_features(&mut jsb, fs, opts)?;
+        let params = jsb.params().map_err(|e| Error::format(at, e))?;
+        let home = u64::from(bs == 1024);
+        let mut sb_block = vec![0u8; bs as usize];
+        fs.read_bytes(home * bs, &mut sb_block)?;
+        let log = Self {
+            runs,
+            sequence: jsb.s_sequence.get(),
+            jsb,
+            params,
+            first,
+            end,
+            head: first,
+            logged: BTreeSet::new(),
+            recover_on_disk: false,
+            barrier_before_commit: !opts.async_commit,
+            sb_block: (home, sb_block),
+        };
+        log.device_block(end - 1)?;
+        Ok(log)
+    }
+
+    /// The device block holding journal block `lblk`.
+    pub(crate) fn device_block(&self, lblk: u32) -> Result<u64> {
+        let l = u64::from(lblk);
+        let i = self.runs.partition_point(|r| r.end() <= l);
+        match self.runs.get(i) {
+            Some(r) if r.logical <= l && !r.unwritten => Ok(r.physical + (l - r.logical)),
+            _ => Err(Error::inconsistent(
+                Location::Journal { block: lblk.into() },
+                "journal block is not mapped",
+            )),
+        }
+    }
+
+    /// Journal blocks a transaction of `blocks` logged blocks and `revokes`
+    /// revoke records takes: descriptors, the blocks, revoke blocks, the
+    /// commit block.
+    pub(crate) fn blocks_needed(&self, blocks: usize, revokes: usize) -> u64 {
+        let bs = self.params.block_size;
+        let tags = (bs - 12 - self.params.tail_bytes() - 16) / self.params.tag_bytes();
+        let record = if self.params.is_64bit() { 8 } else { 4 };
+        let per_revoke = (bs - 16 - self.params.tail_bytes()) / record;
+        (blocks.div_ceil(tags) + blocks + revokes.div_ceil(per_revoke) + 1) as u64
+    }
+
+    /// The block holding `sb`, to be logged: where it goes and its bytes.
+    pub(crate) fn superblock_block(&self, sb: &RawSuperblock) -> (u64, Arc<[u8]>) {
+        let (home, ref tmpl) = self.sb_block;
+        let mut b = tmpl.clone();
+        let at = 1024 - (home as usize) * 1024;
+        b[at..at + 1024].copy_from_slice(&sb.encode());
+        (home, b.into())
+    }
+
+    /// Journal blocks left before the end of the log.
+    pub(crate) fn free(&self) -> u64 {
+        u64::from(self.end - self.head)
+    }
+
+    /// Journal blocks an empty log offers.
+    pub(crate) fn capacity(&self) -> u64 {
+        u64::from(self.end - self.first)
+    }
+
+    /// True when nothing has been logged since the log was last emptied.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.head == self.first
+    }
+
+    /// Forgets the logged transactions after a checkpoint: the next one
+    /// starts the log again at `s_first`.
+    pub(crate) fn restart(&mut self) {
+        self.head = self.first;
+        self.logged.clear();
+    }
+
+    /// Turns on `revoke` before the first revoke record is written.
+    pub(crate) fn enable_revoke(&mut self) {
+        let f = self.jsb.s_feature_incompat.get();
+        self.jsb.s_feature_incompat.set(f | INCOMPAT_REVOKE);
+        self.params.incompat |= INCOMPAT_REVOKE;
+    }
+}
+
+fn set_features(jsb: &mut RawJournalSuperblock, fs: &Filesystem, opts: &JournalOptions) -> Result<()> {
+    let f = fs.geo.features;
+    let csum = opts.async_commit || opts.checksum.unwrap_or_else(|| f.metadata_csum());
+    let mut incompat = jsb.incompat();
+    if f.incompat.contains(IncompatFeatures::BIT64) {
+        incompat |= INCOMPAT_64BIT;
+    } else if fs.geo.blocks_count > u64::from(u32::MAX) {
+        return Err(Error::Unsupported(
+            "a journal without 64-bit tags on a 64-bit file system".into(),
+        ));
+    }
+    if csum {
+        incompat = (incompat & !INCOMPAT_CSUM_V2) | INCOMPAT_CSUM_V3;
+        jsb.s_checksum_type = CHECKSUM_TYPE_CRC32C;
+    } else {
+        incompat &= !(INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3);
+    }
+    if opts.async_commit {
+        incompat |= INCOMPAT_ASYNC_COMMIT;
+    } else {
+        incompat &= !INCOMPAT_ASYNC_COMMIT;
+    }
+    if incompat != jsb.incompat() {
+        if !jsb.is_v2() {
+            return Err(Error::Unsupported(
+                "journal features on a version 1 journal superblock".into(),
+            ));
+        }
+        jsb.s_feature_incompat.set(incompat);
+        let compat = jsb.s_feature_compat.get() & !COMPAT_CHECKSUM;
+        jsb.s_feature_compat.set(compat);
+    }
+    Ok(())
+}
