@@ -127,6 +127,11 @@ impl Filesystem {
         self.dev.flush().map_err(|source| Error::Io { offset: 0, source })
     }
 
+    /// File data goes through the journal (`data=journal`).
+    pub(crate) fn journals_data(&self) -> bool {
+        self.journaling && self.opts.journal.data == crate::journal::DataMode::Journal
+    }
+
     /// A copy of the primary superblock as last written.
     pub fn superblock(&self) -> RawSuperblock {
         *self.sb.read()

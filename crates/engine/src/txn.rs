@@ -189,9 +189,19 @@ impl<'a> Txn<'a> {
         self.closing = true;
     }
 
-    /// File data to write at byte `offset` before any metadata.
+    /// File data to write at byte `offset` before any metadata; whole
+    /// blocks, as every caller writes. With `data=journal` they are logged
+    /// like metadata instead (and checkpointed later).
     pub(crate) fn write_data(&mut self, offset: u64, bytes: Vec<u8>) {
         self.changes += 1;
+        let bs = self.fs.block_size();
+        if self.fs.journals_data() && offset.is_multiple_of(bs as u64) && bytes.len().is_multiple_of(bs) {
+            let first = offset / bs as u64;
+            for (i, chunk) in bytes.chunks_exact(bs).enumerate() {
+                self.blocks.insert(first + i as u64, chunk.to_vec());
+            }
+            return;
+        }
         self.data_bytes += bytes.len();
         self.data.push((offset, bytes));
     }
@@ -214,8 +224,14 @@ impl<'a> Txn<'a> {
     pub(crate) fn read_data(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.fs.read_bytes(offset, buf)?;
         let end = offset + buf.len() as u64;
-        for (off, bytes) in &self.data {
-            let (lo, hi) = (offset.max(*off), end.min(off + bytes.len() as u64));
+        let bs = self.fs.block_size() as u64;
+        let logged = self
+            .blocks
+            .range(offset / bs..end.div_ceil(bs))
+            .filter(|_| self.fs.journals_data())
+            .map(|(b, v)| (b * bs, v));
+        for (off, bytes) in self.data.iter().map(|(o, v)| (*o, v)).chain(logged) {
+            let (lo, hi) = (offset.max(off), end.min(off + bytes.len() as u64));
             if lo < hi {
                 buf[(lo - offset) as usize..(hi - offset) as usize]
                     .copy_from_slice(&bytes[(lo - off) as usize..(hi - off) as usize]);

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use common::mkfs;
 use ext4kit_engine::device::FileDevice;
+use ext4kit_engine::journal::DataMode;
 use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::{assert_fsck_clean, debugfs, run};
@@ -121,11 +122,15 @@ fn replay_with_kernel(img: &Path, model: &Model) {
 }
 
 fn crash_and_replay(args: &[&str], size: &str) {
+    crash_and_replay_with(args, size, OpenOptions::default());
+}
+
+fn crash_and_replay_with(args: &[&str], size: &str, opts: OpenOptions) {
     let dir = tempfile::tempdir().unwrap();
     let Some(img) = mkfs(dir.path(), None, args, size) else {
         return;
     };
-    let fs = open_rw(&img, OpenOptions::default());
+    let fs = open_rw(&img, opts);
     let mut model = Model::new();
     populate(&fs, 60, &mut model);
     fs.sync().unwrap();
@@ -176,6 +181,38 @@ fn ext4_without_metadata_csum_replays() {
 #[test]
 fn ext3_block_mapped_journal_replays() {
     crash_and_replay(&["-t", "ext3", "-b", "1024"], "32M");
+}
+
+/// `data=journal`: file data is logged too, so the log holds far more
+/// blocks than the metadata alone, and replay brings the data back.
+#[test]
+fn data_journal_logs_file_data() {
+    let mut opts = OpenOptions::default();
+    opts.journal.data = DataMode::Journal;
+    crash_and_replay_with(&["-b", "4096", "-J", "size=16"], "64M", opts.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-b", "4096", "-J", "size=16"], "64M") else {
+        return;
+    };
+    let fs = open_rw(&img, opts);
+    let f = fs.create(ROOT_INO, b"logged", NodeKind::Regular, ATTR).unwrap().ino;
+    let data = pattern(3, 3, 1 << 20);
+    fs.write(f, 0, &data).unwrap();
+    fs.sync().unwrap();
+    let copy = snapshot(&img, "dj.img");
+    drop(fs);
+    let dump = debugfs(&copy, "logdump").unwrap();
+    let commit_at: u64 = dump
+        .lines()
+        .find_map(|l| l.split("(commit block) at block ").nth(1))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no commit block:\n{dump}"));
+    assert!(
+        commit_at > 256,
+        "1 MiB of data is 256 logged blocks; the commit is at {commit_at}:\n{dump}"
+    );
+    replay_with_e2fsck(&copy, &Model::from([("/logged".to_string(), data)]));
+    assert_fsck_clean(&img).unwrap();
 }
 
 #[test]

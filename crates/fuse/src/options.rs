@@ -2,9 +2,11 @@
 //! (`ro`, `noatime`, `errors=`…), FUSE's for the transport (`allow_other`,
 //! `default_permissions`), and ours for caching. An option the engine cannot
 //! honour yet is refused by name, never ignored: a user who asks for
-//! `data=journal` must not get `data=ordered` silently.
+//! `stripe=` must not get a silently different layout.
 
 use std::time::Duration;
+
+use ext4kit_engine::journal::{DataMode, JournalOptions};
 
 /// When reads update the access time (`noatime`, `relatime`, `strictatime`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -97,6 +99,12 @@ pub struct MountConfig {
     pub ignore_checksums: bool,
     /// Source name shown in /proc/mounts (`fsname=`).
     pub fsname: Option<String>,
+    /// How the journal is written: `data=ordered|writeback|journal`,
+    /// `journal_checksum`/`nojournal_checksum`, `journal_async_commit`.
+    pub journal: JournalOptions,
+    /// Longest a change waits in memory before it is committed
+    /// (`commit=`, seconds; 0 means the default, 5, as in ext4).
+    pub commit: Duration,
 }
 
 impl Default for MountConfig {
@@ -120,19 +128,20 @@ impl Default for MountConfig {
             exec: true,
             ignore_checksums: false,
             fsname: None,
+            journal: JournalOptions::default(),
+            commit: DEFAULT_COMMIT,
         }
     }
 }
 
-/// Options of ext4 that need the journal or the new allocators.
+/// ext4's default commit interval (`JBD2_DEFAULT_MAX_COMMIT_AGE`).
+const DEFAULT_COMMIT: Duration = Duration::from_secs(5);
+
+/// Options of ext4 that need the new allocators or features not built yet.
 const NOT_YET: &[&str] = &[
-    "data",
-    "commit",
     "delalloc",
     "nodelalloc",
     "stripe",
-    "journal_checksum",
-    "journal_async_commit",
     "barrier",
     "nobarrier",
     "discard",
@@ -191,7 +200,7 @@ impl MountConfig {
 
     fn apply_one(&mut self, key: &str, value: Option<&str>) -> Result<(), String> {
         if NOT_YET.contains(&key) {
-            return Err("not supported yet (it needs the journal or the new allocators)".into());
+            return Err("not supported yet (it needs the new allocators or a feature not built yet)".into());
         }
         if HARMLESS.contains(&key) || key.starts_with("x-") || key.starts_with("comment=") {
             if key == "relatime" {
@@ -246,6 +255,26 @@ impl MountConfig {
             "suid" | "nosuid" => flag(value).map(|()| self.suid = key == "suid"),
             "exec" | "noexec" => flag(value).map(|()| self.exec = key == "exec"),
             "nochecksums" => flag(value).map(|()| self.ignore_checksums = true),
+            "data" => {
+                self.journal.data = match value {
+                    Some("ordered") => DataMode::Ordered,
+                    Some("writeback") => DataMode::Writeback,
+                    Some("journal") => DataMode::Journal,
+                    _ => return Err("expects ordered, writeback or journal".into()),
+                };
+                Ok(())
+            }
+            "commit" => {
+                self.commit = match value.and_then(|v| v.parse::<u64>().ok()) {
+                    Some(0) => DEFAULT_COMMIT,
+                    Some(n @ 1..=86_400) => Duration::from_secs(n),
+                    _ => return Err("expects whole seconds from 0 to 86400".into()),
+                };
+                Ok(())
+            }
+            "journal_checksum" => flag(value).map(|()| self.journal.checksum = Some(true)),
+            "nojournal_checksum" => flag(value).map(|()| self.journal.checksum = Some(false)),
+            "journal_async_commit" => flag(value).map(|()| self.journal.async_commit = true),
             "fsname" => match value {
                 Some(v) if !v.is_empty() && !v.contains(',') => {
                     self.fsname = Some(v.to_string());
@@ -295,12 +324,22 @@ mod tests {
             })
         );
         assert_eq!(c.attr_timeout, Duration::from_millis(500));
+        c.apply("data=journal,commit=30,journal_async_commit,nojournal_checksum")
+            .unwrap();
+        assert_eq!(c.journal.data, DataMode::Journal);
+        assert_eq!(c.commit, Duration::from_secs(30));
+        assert!(c.journal.async_commit);
+        assert_eq!(c.journal.checksum, Some(false));
+        c.apply("commit=0").unwrap();
+        assert_eq!(c.commit, DEFAULT_COMMIT);
     }
 
     #[test]
     fn refuses_unsupported_and_unknown_options_by_name() {
-        let e = MountConfig::default().apply("rw,data=journal").unwrap_err();
-        assert!(e.contains("data=journal") && e.contains("not supported yet"), "{e}");
+        let e = MountConfig::default().apply("rw,stripe=8").unwrap_err();
+        assert!(e.contains("stripe=8") && e.contains("not supported yet"), "{e}");
+        let e = MountConfig::default().apply("data=fast").unwrap_err();
+        assert!(e.contains("data=fast") && e.contains("expects ordered"), "{e}");
         let e = MountConfig::default().apply("bogus").unwrap_err();
         assert!(e.contains("bogus") && e.contains("unknown"), "{e}");
         assert!(MountConfig::default().apply("ro=1").is_err());

@@ -23,10 +23,6 @@ use signal_hook::iterator::Signals;
 use crate::adapter::Ext4Fuse;
 use crate::options::MountConfig;
 
-/// How often committed metadata is written to the image while mounted
-/// (the kernel's `dirty_writeback` interval): the most a crash can lose.
-const WRITEBACK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Where the lock of the server for `mountpoint` lives.
 pub fn server_lock_path(mountpoint: &Path) -> io::Result<PathBuf> {
     let canonical = std::fs::canonicalize(mountpoint)?;
@@ -128,12 +124,13 @@ pub fn serve(
     let _server = lock_server(mountpoint)?;
     let fs = Arc::new(fs);
     let config = fuse_config(&cfg, source);
+    let commit = cfg.commit;
     let adapter = Ext4Fuse::new(fs.clone(), cfg);
     let notifier = adapter.notifier_slot();
     let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
     let _ = notifier.set(session.notifier());
     let signals = on_signals_unmount(session.unmount_callable())?;
-    let (stop, flusher) = spawn_flusher(fs.clone())?;
+    let (stop, flusher) = spawn_flusher(fs.clone(), commit)?;
     mounted();
     let served = session.run();
     signals.close();
@@ -161,14 +158,17 @@ fn on_signals_unmount(mut unmounter: fuser::SessionUnmounter) -> io::Result<sign
     Ok(handle)
 }
 
-/// Writes committed metadata back every [`WRITEBACK_INTERVAL`] until told
-/// to stop through the returned sender.
-fn spawn_flusher(fs: Arc<Filesystem>) -> io::Result<(mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
+/// Commits (writes back) what changed every `interval` (`commit=`) until
+/// told to stop through the returned sender.
+fn spawn_flusher(
+    fs: Arc<Filesystem>,
+    interval: std::time::Duration,
+) -> io::Result<(mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
     let (stop, stopped) = mpsc::channel::<()>();
     let flusher = std::thread::Builder::new()
         .name("ext4kit-writeback".into())
         .spawn(move || {
-            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(WRITEBACK_INTERVAL) {
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
                 if let Err(e) = fs.sync() {
                     log::error!("ext4kit: writing back: {e}");
                 }

@@ -89,6 +89,7 @@ fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
         verify_checksums: !cfg.ignore_checksums,
         dirty_journal: DirtyJournal::Refuse,
         sync_writes: cfg.sync,
+        journal: cfg.journal,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;
