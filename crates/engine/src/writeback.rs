@@ -50,6 +50,7 @@ pub(crate) struct Dirty {
     /// The journal writer, when the file system has a journal and is
     /// opened for writing.
     pub(crate) log: Option<Log>,
+    write_backs: u64,
 }
 
 impl Filesystem {
@@ -102,7 +103,17 @@ impl Filesystem {
     /// Writes every dirty block and the superblock to the device.
     pub(crate) fn write_back(&self) -> Result<()> {
         let mut d = self.dirty.lock();
+        d.write_backs += 1;
         self.write_dirty(&mut d)
+    }
+
+    /// What the journal writer has done this session; `None` when changes
+    /// do not go through a journal.
+    pub fn journal_stats(&self) -> Option<crate::journal::JournalStats> {
+        let d = self.dirty.lock();
+        let mut s = d.log.as_ref()?.stats;
+        s.write_backs = d.write_backs;
+        Some(s)
     }
 
     fn write_dirty(&self, d: &mut Dirty) -> Result<()> {

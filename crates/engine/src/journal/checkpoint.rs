@@ -27,6 +27,7 @@ impl Log {
         self.write_superblock(fs)?;
         flush(fs)?;
         self.restart();
+        self.stats.checkpoints += 1;
         Ok(())
     }
 }

@@ -12,4 +12,4 @@ mod checkpoint;
 pub(crate) mod commit;
 pub(crate) mod writer;
 
-pub use writer::{DataMode, JournalOptions};
+pub use writer::{DataMode, JournalOptions, JournalStats};

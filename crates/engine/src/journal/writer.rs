@@ -61,6 +61,23 @@ pub enum DataMode {
     Journal,
 }
 
+/// What the journal writer has done this session: deterministic counts
+/// for benchmarks and tests (seed 004's "commits batch fsyncs").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Calls to write back ([`crate::Filesystem::sync`], fsync, the
+    /// periodic commit, the write-back limit).
+    pub write_backs: u64,
+    /// Transactions committed to the log.
+    pub commits: u64,
+    /// Blocks logged (descriptor, revoke and commit blocks not counted).
+    pub blocks_logged: u64,
+    /// Revoke records written.
+    pub revoke_records: u64,
+    /// Times the log was checkpointed and emptied.
+    pub checkpoints: u64,
+}
+
 /// The writer's state of an internal journal.
 #[derive(Debug)]
 pub(crate) struct Log {
@@ -84,6 +101,7 @@ pub(crate) struct Log {
     /// The block holding the ext4 superblock, as read at load: the
     /// superblock is logged as that whole block.
     sb_block: (u64, Vec<u8>),
+    pub(crate) stats: JournalStats,
 }
 
 impl Log {
@@ -140,6 +158,7 @@ impl Log {
             recover_on_disk: false,
             barrier_before_commit: !opts.async_commit,
             sb_block: (home, sb_block),
+            stats: JournalStats::default(),
         };
         log.device_block(end - 1)?;
         Ok(log)
