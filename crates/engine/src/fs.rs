@@ -76,7 +76,7 @@ pub struct Filesystem {
     pub(crate) csum_seed: u32,
     pub(crate) opts: OpenOptions,
     pub(crate) cache: BlockCache,
-    pub(crate) read_only_reason: Option<String>,
+    pub(crate) read_only_reason: crate::readonly::ReadOnlyReason,
     pub(crate) journal: crate::journal::JournalInfo,
     /// Open counts by inode ([`Filesystem::open_file`]).
     pub(crate) open_files: Mutex<HashMap<u32, u32>>,
@@ -112,7 +112,7 @@ impl Filesystem {
     /// [`Error::Io`] when the device cannot write or flush.
     pub fn sync(&self) -> Result<()> {
         self.write_back()?;
-        self.dev.flush().map_err(|source| Error::Io { offset: 0, source })
+        self.dev.flush().map_err(|source| self.write_failed(0, source))
     }
 
     /// A copy of the primary superblock as last written.
@@ -150,7 +150,7 @@ impl Filesystem {
     }
 
     /// Why the image can only be read, if it can only be read (an unknown
-    /// ro_compat feature, a read-only device…).
+    /// ro_compat feature, a read-only device, a device write that failed…).
     pub fn read_only_reason(&self) -> Option<&str> {
         self.read_only_reason.as_deref()
     }

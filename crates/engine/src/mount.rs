@@ -73,7 +73,7 @@ impl Filesystem {
             csum_seed,
             opts,
             cache,
-            read_only_reason,
+            read_only_reason: read_only_reason.into(),
             journal: Default::default(),
             open_files: Mutex::new(Default::default()),
             session: crate::session::Session::new(state_at_open),

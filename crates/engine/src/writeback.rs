@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use ext4kit_format::superblock::RawSuperblock;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fs::Filesystem;
 
 /// `EXT2_VALID_FS` in `s_state`.
@@ -127,6 +127,6 @@ impl Filesystem {
     fn write_superblock(&self, sb: &RawSuperblock) -> Result<()> {
         self.dev
             .write_at(1024, &sb.encode())
-            .map_err(|source| Error::Io { offset: 1024, source })
+            .map_err(|source| self.write_failed(1024, source))
     }
 }
