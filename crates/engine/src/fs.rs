@@ -86,7 +86,7 @@ pub struct Filesystem {
     pub(crate) csum_seed: u32,
     pub(crate) opts: OpenOptions,
     pub(crate) cache: BlockCache,
-    pub(crate) read_only_reason: Option<String>,
+    pub(crate) read_only_reason: crate::readonly::ReadOnlyReason,
     pub(crate) journal: crate::journal::JournalInfo,
     /// Changes go through the journal writer (`dirty.log`).
     pub(crate) journaling: bool,
@@ -130,7 +130,7 @@ impl Filesystem {
             // was published, so before the commit that carried it.
             return Ok(());
         }
-        self.dev.flush().map_err(|source| Error::Io { offset: 0, source })
+        self.dev.flush().map_err(|source| self.write_failed(0, source))
     }
 
     /// File data goes through the journal (`data=journal`).
@@ -173,7 +173,7 @@ impl Filesystem {
     }
 
     /// Why the image can only be read, if it can only be read (an unknown
-    /// ro_compat feature, a read-only device…).
+    /// ro_compat feature, a read-only device, a device write that failed…).
     pub fn read_only_reason(&self) -> Option<&str> {
         self.read_only_reason.as_deref()
     }

@@ -57,6 +57,7 @@ mod mount;
 mod ops;
 mod orphan;
 mod path;
+mod readonly;
 mod session;
 mod statfs;
 mod txn;

@@ -73,7 +73,7 @@ impl Filesystem {
             csum_seed,
             opts,
             cache,
-            read_only_reason,
+            read_only_reason: read_only_reason.into(),
             journal: Default::default(),
             journaling: false,
             open_files: Mutex::new(Default::default()),
@@ -110,7 +110,7 @@ impl Filesystem {
                 self.dirty.lock().log = Some(log);
                 self.journaling = true;
             }
-            Err(e) => self.read_only_reason = Some(format!("the journal cannot be written: {e}")),
+            Err(e) => self.read_only_reason.set(format!("the journal cannot be written: {e}")),
         }
         Ok(())
     }

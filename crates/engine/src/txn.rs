@@ -351,7 +351,7 @@ pub(crate) fn write_runs<'b>(fs: &Filesystem, pieces: impl Iterator<Item = (u64,
         };
         fs.dev
             .write_at(start, bytes)
-            .map_err(|source| Error::Io { offset: start, source })
+            .map_err(|source| fs.write_failed(start, source))
     };
     for (off, bytes) in pieces {
         if run.is_empty() || start + len as u64 != off || len + bytes.len() > MAX_RUN {

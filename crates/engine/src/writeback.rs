@@ -24,7 +24,7 @@ use std::sync::Arc;
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::superblock::RawSuperblock;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fs::Filesystem;
 use crate::journal::commit::flush;
 use crate::journal::writer::Log;
@@ -253,7 +253,7 @@ impl Filesystem {
     pub(crate) fn write_superblock(&self, sb: &RawSuperblock) -> Result<()> {
         self.dev
             .write_at(1024, &sb.encode())
-            .map_err(|source| Error::Io { offset: 1024, source })
+            .map_err(|source| self.write_failed(1024, source))
     }
 }
 

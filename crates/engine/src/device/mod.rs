@@ -3,13 +3,18 @@
 //! later layers (disk model, crash simulation, fault injection, I/O
 //! statistics) wrap one device in another.
 
+mod crash;
+mod fault;
 mod file;
 mod mem;
 
+pub use crash::{CrashDevice, Survivors};
+pub use fault::{FaultControl, FaultDevice};
 pub use file::FileDevice;
 pub use mem::MemDevice;
 
 use std::io;
+use std::sync::Arc;
 
 /// A byte-addressed device holding a file-system image.
 pub trait BlockDevice: Send + Sync {
@@ -27,6 +32,27 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> io::Result<()>;
     /// True when writes are refused.
     fn read_only(&self) -> bool;
+}
+
+/// A shared device is a device: a test keeps one `Arc` to inspect the
+/// image (a [`CrashDevice`]'s log, a [`MemDevice`]'s bytes) while the
+/// engine owns another in its `Box<dyn BlockDevice>`.
+impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        (**self).read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        (**self).write_at(offset, buf)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn read_only(&self) -> bool {
+        (**self).read_only()
+    }
 }
 
 fn past_end(offset: u64, len: usize, size: u64) -> io::Error {

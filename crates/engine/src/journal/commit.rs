@@ -50,7 +50,7 @@ impl Log {
         let at = self.device_block(lblk)? << fs.geo.block_size_log2;
         fs.dev
             .write_at(at, &block)
-            .map_err(|source| Error::Io { offset: at, source })?;
+            .map_err(|source| fs.write_failed(at, source))?;
         flush(fs)?;
         self.head = lblk + 1;
         self.sequence = seq.wrapping_add(1);
@@ -130,7 +130,7 @@ impl Log {
         let at = self.device_block(0)? << fs.geo.block_size_log2;
         fs.dev
             .write_at(at, &self.jsb.encode())
-            .map_err(|source| Error::Io { offset: at, source })
+            .map_err(|source| fs.write_failed(at, source))
     }
 }
 
@@ -147,5 +147,5 @@ fn escape(data: &[u8]) -> (Vec<u8>, bool) {
 }
 
 pub(crate) fn flush(fs: &Filesystem) -> Result<()> {
-    fs.dev.flush().map_err(|source| Error::Io { offset: 0, source })
+    fs.dev.flush().map_err(|source| fs.write_failed(0, source))
 }
