@@ -18,8 +18,11 @@ use crate::error::{Error, Location, Result};
 /// checkpointed (the image was not unmounted cleanly).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirtyJournal {
-    /// Refuse to open ([`Error::NeedsRecovery`]).
+    /// Replay the journal as the kernel's mount does (default): into the
+    /// image on a writable device, in memory only on a read-only one.
     #[default]
+    Replay,
+    /// Refuse to open ([`Error::NeedsRecovery`]).
     Refuse,
     /// Open and read the on-disk state as it is, which may be stale.
     ReadStale,
@@ -53,7 +56,7 @@ impl Default for OpenOptions {
     fn default() -> Self {
         Self {
             verify_checksums: true,
-            dirty_journal: DirtyJournal::Refuse,
+            dirty_journal: DirtyJournal::Replay,
             cache_bytes: 64 << 20,
             sync_writes: false,
             count_mount: true,

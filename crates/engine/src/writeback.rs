@@ -35,6 +35,9 @@ pub(crate) struct Dirty {
     blocks: BTreeMap<u64, Arc<[u8]>>,
     bytes: usize,
     superblock: bool,
+    /// The blocks are a journal replayed in memory over a read-only
+    /// device: read through, never written.
+    replayed_in_memory: bool,
 }
 
 impl Filesystem {
@@ -62,6 +65,17 @@ impl Filesystem {
                 buf[(lo - offset) as usize..(hi - offset) as usize]
                     .copy_from_slice(&bytes[(lo - start) as usize..(hi - start) as usize]);
             }
+        }
+    }
+
+    /// Holds a block replayed from the journal of a read-only image
+    /// (`journal::replay`): reads see it, write-back never writes it.
+    pub(crate) fn hold_replayed(&self, block: u64, bytes: Vec<u8>) {
+        let mut d = self.dirty.lock();
+        d.replayed_in_memory = true;
+        d.bytes += bytes.len();
+        if let Some(old) = d.blocks.insert(block, bytes.into()) {
+            d.bytes -= old.len();
         }
     }
 
@@ -99,7 +113,7 @@ impl Filesystem {
     }
 
     fn write_dirty(&self, d: &mut Dirty) -> Result<()> {
-        if !d.superblock && d.blocks.is_empty() {
+        if d.replayed_in_memory || (!d.superblock && d.blocks.is_empty()) {
             return Ok(());
         }
         use std::sync::atomic::Ordering;
