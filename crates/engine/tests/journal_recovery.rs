@@ -195,3 +195,199 @@ fn journal_without_checksums_replays_like_e2fsck() {
         assert!(rec.transactions >= 1 && rec.blocks_written > 0, "{rec:?}");
     }
 }
+
+/// `(sequence, block type, journal block)` of each block `debugfs logdump`
+/// finds in the log, in log order.
+fn log_blocks(img: &Path) -> Vec<(u32, u32, u64)> {
+    let dump = debugfs(img, "logdump").unwrap();
+    dump.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("Found expected sequence ")?;
+            let (seq, rest) = rest.split_once(", type ")?;
+            let (kind, rest) = rest.split_once(' ')?;
+            let block = rest.rsplit_once("at block ")?.1;
+            Some((seq.parse().ok()?, kind.parse().ok()?, block.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Flips the byte at `offset` of journal block `jblock`.
+fn flip(img: &Path, jblock: u64, offset: usize) {
+    use std::os::unix::fs::FileExt;
+    let phys: u64 = debugfs(img, &format!("bmap <8> {jblock}"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let bs = 1024u64 << superblock(&std::fs::read(img).unwrap()).s_log_block_size.get();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(img).unwrap();
+    let at = phys * bs + offset as u64;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x5a], at).unwrap();
+}
+
+/// A kernel-dirty 4 KiB image with three or more transactions in its log.
+fn dirty_fixture(dir: &Path) -> Option<PathBuf> {
+    skip_unless(can_loop_mount())?;
+    let img = mkfs(dir, None, &["-b", "4096"], "64M")?;
+    let dirty = dir.join("dirty.img");
+    make_dirty(&img, &dirty);
+    let commits = log_blocks(&dirty).iter().filter(|b| b.1 == 2).count();
+    assert!(commits >= 3, "{:?}", log_blocks(&dirty));
+    Some(dirty)
+}
+
+#[test]
+fn bad_commit_checksum_ends_the_replay_before_its_transaction_like_e2fsck() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(dirty) = dirty_fixture(dir.path()) else { return };
+    let log = log_blocks(&dirty);
+    let commits: Vec<_> = log.iter().filter(|b| b.1 == 2).collect();
+    let (seq, _, jblock) = *commits[1];
+    flip(&dirty, jblock, 0x100);
+    let ours = copy(&dirty, dir.path(), "ours.img");
+    let theirs = copy(&dirty, dir.path(), "theirs.img");
+    let (code, text) = e2fsck_replay(&theirs);
+    eprintln!("e2fsck ({code}): {text}");
+    let fs = open_rw(&ours, OpenOptions::default()).expect("replay up to the bad commit");
+    let rec = fs.journal_info().recovered.clone().unwrap();
+    assert_eq!(rec.transactions, 1, "{rec:?}");
+    assert_eq!(rec.failed_commit, Some(seq));
+    drop(fs);
+    assert_same_replay(&ours, &theirs);
+}
+
+/// A descriptor or data block whose checksum fails inside a committed
+/// transaction: the engine refuses and writes nothing (e2fsck reports a
+/// journal checksum error too).
+fn refused_and_untouched(dirty: &Path, dir: &Path, jblock: u64) {
+    let before = std::fs::read(dirty).unwrap();
+    let theirs = copy(dirty, dir, "theirs.img");
+    let (code, text) = e2fsck_replay(&theirs);
+    assert!(text.contains("checksum error"), "e2fsck ({code}): {text}");
+    match open_rw(dirty, OpenOptions::default()) {
+        Err(Error::BadChecksum { at, .. }) => {
+            assert_eq!(at, ext4kit_engine::Location::Journal { block: jblock });
+        }
+        other => panic!("expected a journal checksum error, got {other:?}"),
+    }
+    assert!(
+        std::fs::read(dirty).unwrap() == before,
+        "a refused replay must not write"
+    );
+    // The stale state stays readable on request.
+    let stale = OpenOptions {
+        dirty_journal: DirtyJournal::ReadStale,
+        ..OpenOptions::default()
+    };
+    assert!(open_ro(dirty, stale).unwrap().journal_info().needs_recovery);
+}
+
+#[test]
+fn bad_descriptor_checksum_is_refused_without_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(dirty) = dirty_fixture(dir.path()) else { return };
+    let log = log_blocks(&dirty);
+    let (_, _, jblock) = *log.iter().filter(|b| b.1 == 1).nth(1).unwrap();
+    // The last byte before the tail: an unused tag slot or padding, so
+    // only the block checksum notices.
+    flip(&dirty, jblock, 4096 - 5);
+    refused_and_untouched(&dirty, dir.path(), jblock);
+}
+
+#[test]
+fn bad_data_block_checksum_is_refused_without_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(dirty) = dirty_fixture(dir.path()) else { return };
+    let log = log_blocks(&dirty);
+    // The first data block of the last transaction: nothing later revokes it.
+    let (_, _, desc) = *log.iter().rfind(|b| b.1 == 1).unwrap();
+    flip(&dirty, desc + 1, 100);
+    refused_and_untouched(&dirty, dir.path(), desc + 1);
+}
+
+#[test]
+fn random_byte_flips_in_the_log_never_panic() {
+    use ext4kit_engine::device::MemDevice;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(dirty) = dirty_fixture(dir.path()) else { return };
+    let image = std::fs::read(&dirty).unwrap();
+    let bs = 4096usize;
+    let log = log_blocks(&dirty);
+    let last = log.iter().map(|b| b.2).max().unwrap();
+    let phys: Vec<usize> = (0..=last)
+        .map(|j| {
+            debugfs(&dirty, &format!("bmap <8> {j}"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let (mut ok, mut refused) = (0, 0);
+    for _ in 0..200 {
+        let mut img = image.clone();
+        for _ in 0..1 + rand() % 4 {
+            let block = phys[(rand() as usize) % phys.len()];
+            let at = block * bs + (rand() as usize) % bs;
+            img[at] ^= 1 << (rand() % 8);
+        }
+        match Filesystem::open(Box::new(MemDevice::new(img)), OpenOptions::default()) {
+            Ok(fs) => {
+                ok += 1;
+                assert!(!fs.journal_info().needs_recovery);
+            }
+            Err(e) => {
+                refused += 1;
+                let _ = e.to_string();
+            }
+        }
+    }
+    eprintln!("random flips: {ok} replayed, {refused} refused");
+}
+
+#[test]
+fn read_only_device_replays_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    skip_unless(can_loop_mount());
+    let Some(img) = mkfs(dir.path(), None, &["-b", "4096"], "64M") else {
+        return;
+    };
+    let dirty = dir.path().join("dirty.img");
+    let expected = make_dirty(&img, &dirty);
+    let before = std::fs::read(&dirty).unwrap();
+    let fs = open_ro(&dirty, OpenOptions::default()).expect("in-memory replay");
+    let rec = fs.journal_info().recovered.clone().unwrap();
+    assert!(rec.in_memory && rec.transactions >= 3, "{rec:?}");
+    assert!(!fs.journal_info().needs_recovery);
+    assert_files(&fs, &expected);
+    fs.unmount().unwrap();
+    assert!(
+        std::fs::read(&dirty).unwrap() == before,
+        "a read-only replay must not write"
+    );
+    // Refuse still refuses.
+    assert!(matches!(
+        open_ro(
+            &dirty,
+            OpenOptions {
+                dirty_journal: DirtyJournal::Refuse,
+                ..OpenOptions::default()
+            }
+        ),
+        Err(Error::NeedsRecovery)
+    ));
+    // The image itself replays the same way later.
+    let fs = open_rw(&dirty, OpenOptions::default()).unwrap();
+    assert_files(&fs, &expected);
+    drop(fs);
+    assert_fsck_clean(&dirty).unwrap();
+}
