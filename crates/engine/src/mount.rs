@@ -124,9 +124,7 @@ impl Filesystem {
         *self.sb.get_mut() = sb;
         let groups = self.load_group_descs()?;
         *self.groups.get_mut() = groups;
-        let recovered = self.journal.recovered.take();
         self.journal = self.inspect_journal()?;
-        self.journal.recovered = recovered;
         Ok(())
     }
 
