@@ -35,7 +35,7 @@ pub struct ImageArgs {
     /// Read even when metadata checksums do not match.
     #[arg(long)]
     pub ignore_checksums: bool,
-    /// Open even when the journal needs recovery, reading the on-disk state as is.
+    /// Do not replay a dirty journal: read the on-disk state as is (possibly stale).
     #[arg(long)]
     pub ignore_journal: bool,
 }

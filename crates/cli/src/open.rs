@@ -27,9 +27,29 @@ fn open(a: &ImageArgs, writable: bool) -> Result<Filesystem> {
         dirty_journal: if a.ignore_journal {
             DirtyJournal::ReadStale
         } else {
-            DirtyJournal::Refuse
+            DirtyJournal::Replay
         },
         ..OpenOptions::default()
     };
-    Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", a.image.display()))
+    let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", a.image.display()))?;
+    log_recovery(&fs);
+    Ok(fs)
+}
+
+/// Says at info level what the journal replay at open did, if it ran.
+pub fn log_recovery(fs: &Filesystem) {
+    if let Some(r) = &fs.journal_info().recovered {
+        let place = if r.in_memory {
+            " (in memory: the image is read-only)"
+        } else {
+            ""
+        };
+        log::info!(
+            "recovering journal: {} transactions from {}, {} blocks written, {} revoked{place}",
+            r.transactions,
+            r.from_sequence,
+            r.blocks_written,
+            r.blocks_revoked
+        );
+    }
 }

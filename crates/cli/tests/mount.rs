@@ -220,15 +220,12 @@ fn options_are_honoured_or_refused() {
         .arg("mount")
         .arg(&img)
         .arg(dir.path())
-        .args(["-o", "data=journal"])
+        .args(["-o", "stripe=8"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("data=journal") && err.contains("not supported yet"),
-        "{err}"
-    );
+    assert!(err.contains("stripe=8") && err.contains("not supported yet"), "{err}");
     assert!(!is_mounted(dir.path()));
 
     let m = FuseMount::start(exe(), &img, "ro,fstype=fuse").unwrap();
@@ -270,6 +267,65 @@ fn signals_unmount_cleanly() {
             .output()
             .unwrap();
         assert_eq!(cat.stdout, body);
+    }
+}
+
+/// A server killed without unmounting (SIGKILL) leaves its fsync'd
+/// changes in the journal: our next open, and the kernel's, replay them.
+#[test]
+fn a_killed_server_recovers_by_journal_replay() {
+    if !ready() {
+        return;
+    }
+    for opts in ["", "data=journal"] {
+        let work = tempfile::tempdir().unwrap();
+        let img = make_image(work.path(), "64M", &[]);
+        let m = FuseMount::start(exe(), &img, opts).unwrap();
+        let body: Vec<u8> = (0..700_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(m.path().join("synced")).unwrap();
+            f.write_all(&body).unwrap();
+            f.sync_all().unwrap();
+        }
+        std::fs::create_dir(m.path().join("dir")).unwrap();
+        std::fs::File::open(m.path()).unwrap().sync_all().unwrap();
+        let mnt = m.path().to_path_buf();
+        let status = m.signal_and_wait(rustix::process::Signal::KILL).unwrap();
+        assert!(!status.success(), "{opts}: {status}");
+        let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+        let h = Command::new("dumpe2fs").arg("-h").arg(&img).output().unwrap();
+        assert!(String::from_utf8_lossy(&h.stdout).contains("needs_recovery"), "{opts}");
+        let kernel_copy = work.path().join("kernel.img");
+        std::fs::copy(&img, &kernel_copy).unwrap();
+
+        let cat = Command::new(exe())
+            .arg("cat")
+            .arg(&img)
+            .arg("/synced")
+            .output()
+            .unwrap();
+        assert!(cat.stdout == body, "{opts}: read-only replay in memory");
+        FuseMount::start(exe(), &img, "").unwrap().unmount().unwrap();
+        assert_clean(&img);
+        let cat = Command::new(exe())
+            .arg("cat")
+            .arg(&img)
+            .arg("/synced")
+            .output()
+            .unwrap();
+        assert!(cat.stdout == body, "{opts}: after our replay");
+
+        if can_loop_mount().is_ok() {
+            let k = LoopMount::rw(&kernel_copy, &[]).unwrap();
+            assert!(
+                std::fs::read(k.path().join("synced")).unwrap() == body,
+                "{opts}: kernel replay"
+            );
+            assert!(k.path().join("dir").is_dir());
+            k.unmount().unwrap();
+            assert_clean(&kernel_copy);
+        }
     }
 }
 

@@ -18,8 +18,11 @@ use crate::error::{Error, Location, Result};
 /// checkpointed (the image was not unmounted cleanly).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirtyJournal {
-    /// Refuse to open ([`Error::NeedsRecovery`]).
+    /// Replay the journal as the kernel's mount does (default): into the
+    /// image on a writable device, in memory only on a read-only one.
     #[default]
+    Replay,
+    /// Refuse to open ([`Error::NeedsRecovery`]).
     Refuse,
     /// Open and read the on-disk state as it is, which may be stale.
     ReadStale,
@@ -61,7 +64,7 @@ impl Default for OpenOptions {
     fn default() -> Self {
         Self {
             verify_checksums: true,
-            dirty_journal: DirtyJournal::Refuse,
+            dirty_journal: DirtyJournal::Replay,
             cache_bytes: 64 << 20,
             sync_writes: false,
             count_mount: true,
@@ -90,6 +93,8 @@ pub struct Filesystem {
     pub(crate) journal: crate::journal::JournalInfo,
     /// Changes go through the journal writer (`dirty.log`).
     pub(crate) journaling: bool,
+    /// Blocks freed by transactions the journal has not committed.
+    pub(crate) busy: crate::alloc::busy::BusyBlocks,
     /// Open counts by inode ([`Filesystem::open_file`]).
     pub(crate) open_files: Mutex<HashMap<u32, u32>>,
     /// The superblock's mounted/clean state in this session.

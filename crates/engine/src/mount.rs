@@ -53,6 +53,10 @@ impl Filesystem {
     ///   read (e.g. `casefold`, `encrypt`, or a bit no tool knows).
     /// - [`Error::NeedsRecovery`] when the journal is dirty and
     ///   [`OpenOptions::dirty_journal`] is [`DirtyJournal::Refuse`].
+    /// - With [`DirtyJournal::Replay`] (the default), what replaying the
+    ///   journal finds, located at its journal block: a log that does not
+    ///   decode, a checksum mismatch inside a committed transaction, a
+    ///   logged block outside the file system. Nothing is written then.
     pub fn open(dev: Box<dyn BlockDevice>, opts: OpenOptions) -> Result<Self> {
         let sb = read_superblock(dev.as_ref(), &opts)?;
         let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
@@ -80,11 +84,16 @@ impl Filesystem {
             session: crate::session::Session::new(state_at_open),
             dirty: Mutex::new(Default::default()),
             writeback_seq: Default::default(),
+            busy: Default::default(),
         };
         fs.groups = RwLock::new(fs.load_group_descs()?);
         fs.journal = fs.inspect_journal()?;
-        if fs.journal.needs_recovery && fs.opts.dirty_journal == DirtyJournal::Refuse {
-            return Err(Error::NeedsRecovery);
+        if fs.journal.needs_recovery {
+            match fs.opts.dirty_journal {
+                DirtyJournal::Refuse => return Err(Error::NeedsRecovery),
+                DirtyJournal::ReadStale => {}
+                DirtyJournal::Replay => fs.replay_at_open()?,
+            }
         }
         fs.start_journal()?;
         // As the kernel's mount does; corruption in the list is recorded
@@ -112,6 +121,31 @@ impl Filesystem {
             }
             Err(e) => self.read_only_reason.set(format!("the journal cannot be written: {e}")),
         }
+        Ok(())
+    }
+
+    /// Reads the superblock, geometry and group descriptors again, through
+    /// the write-back overlay, after the journal replay changed them; the
+    /// cache, which may hold blocks read before the replay, starts empty.
+    pub(crate) fn reload(&mut self) -> Result<()> {
+        let mut buf = [0u8; SUPERBLOCK_SIZE];
+        self.read_bytes(SUPERBLOCK_OFFSET, &mut buf)?;
+        let sb = parse_superblock(&buf, &self.opts)?;
+        let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
+        let mut read_only_reason = check_features(&sb)?;
+        check_device_size(self.dev.as_ref(), &geo)?;
+        if self.dev.read_only() && read_only_reason.is_none() {
+            read_only_reason = Some("the device is read-only".into());
+        }
+        self.csum_seed = sb.csum_seed();
+        self.session = crate::session::Session::new(sb.s_state.get());
+        self.cache = BlockCache::new(self.opts.cache_bytes, geo.block_size as usize);
+        self.read_only_reason = read_only_reason.into();
+        self.geo = geo;
+        *self.sb.get_mut() = sb;
+        let groups = self.load_group_descs()?;
+        *self.groups.get_mut() = groups;
+        self.journal = self.inspect_journal()?;
         Ok(())
     }
 
@@ -196,7 +230,11 @@ fn read_superblock(dev: &dyn BlockDevice, opts: &OpenOptions) -> Result<RawSuper
         offset: SUPERBLOCK_OFFSET,
         source,
     })?;
-    let sb = RawSuperblock::parse(&buf).map_err(|e| Error::format(Location::Superblock, e))?;
+    parse_superblock(&buf, opts)
+}
+
+fn parse_superblock(buf: &[u8], opts: &OpenOptions) -> Result<RawSuperblock> {
+    let sb = RawSuperblock::parse(buf).map_err(|e| Error::format(Location::Superblock, e))?;
     if sb.s_magic.get() != ext4kit_format::superblock::EXT4_SUPER_MAGIC {
         return Err(Error::inconsistent(
             Location::Superblock,

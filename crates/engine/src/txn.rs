@@ -149,6 +149,11 @@ impl<'a> Txn<'a> {
         self.freed.push((start, len));
     }
 
+    /// Block ranges freed so far in this transaction.
+    pub(crate) fn freed_ranges(&self) -> &[(u64, u64)] {
+        &self.freed
+    }
+
     /// Descriptor of `group` as this transaction sees it.
     pub(crate) fn group(&self, group: u32) -> Result<RawGroupDesc> {
         match self.groups.get(&group) {

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::superblock::RawSuperblock;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::journal::commit::flush;
 use crate::journal::writer::Log;
@@ -51,6 +51,9 @@ pub(crate) struct Dirty {
     /// opened for writing.
     pub(crate) log: Option<Log>,
     write_backs: u64,
+    /// The blocks are a journal replayed in memory over a read-only
+    /// device: read through, never written.
+    replayed_in_memory: bool,
 }
 
 impl Filesystem {
@@ -73,6 +76,17 @@ impl Filesystem {
         }
     }
 
+    /// Holds a block replayed from the journal of a read-only image
+    /// (`journal::replay`): reads see it, write-back never writes it.
+    pub(crate) fn hold_replayed(&self, block: u64, bytes: Vec<u8>) {
+        let mut d = self.dirty.lock();
+        d.replayed_in_memory = true;
+        d.bytes += bytes.len();
+        if let Some(old) = d.blocks.insert(block, bytes.into()) {
+            d.bytes -= old.len();
+        }
+    }
+
     /// Publishes a transaction's metadata (under the writer lock): `freed`
     /// ranges leave the dirty set, `blocks` enter it and the cache.
     pub(crate) fn publish(
@@ -84,6 +98,9 @@ impl Filesystem {
         let mut d = self.dirty.lock();
         for &(start, len) in freed {
             d.forget(start, len);
+            if self.journaling {
+                self.busy.add(start, len);
+            }
         }
         for (block, bytes) in blocks {
             let bytes: Arc<[u8]> = bytes.into();
@@ -117,7 +134,7 @@ impl Filesystem {
     }
 
     fn write_dirty(&self, d: &mut Dirty) -> Result<()> {
-        if d.superblock.is_none() && d.blocks.is_empty() {
+        if d.replayed_in_memory || (d.superblock.is_none() && d.blocks.is_empty()) {
             return Ok(());
         }
         use std::sync::atomic::Ordering;
@@ -190,8 +207,10 @@ impl Filesystem {
         }
         if log.blocks_needed(blocks.len(), 0) > log.capacity() {
             self.write_unlogged(blocks, home, &sb)?;
+            self.busy.clear();
         } else {
             log.commit(self, &blocks, &revokes)?;
+            self.busy.clear();
             for (b, bytes) in blocks {
                 d.logged_bytes += bytes.len();
                 if let Some(old) = d.logged.insert(b, bytes) {

@@ -282,9 +282,9 @@ fn populate_round(fs: &Filesystem, round: usize, model: &mut Model) {
     }
 }
 
-/// Directory blocks logged, then freed and reused by file data: the next
-/// commit revokes them, so replaying the older transaction must not write
-/// the stale directory blocks over the file.
+/// Directory blocks logged, then freed (the commit revokes them) and, once
+/// that is committed, reused by file data: replaying the older transaction
+/// must not write the stale directory blocks over the file.
 #[test]
 fn freed_metadata_is_revoked() {
     let dir = tempfile::tempdir().unwrap();
@@ -315,6 +315,8 @@ fn freed_metadata_is_revoked() {
             .unwrap();
     }
     fs.rmdir(ROOT_INO, b"big").unwrap();
+    // Freed blocks are reused only once the freeing is committed.
+    fs.sync().unwrap();
     let file = fs.create(ROOT_INO, b"data", NodeKind::Regular, ATTR).unwrap().ino;
     let data = pattern(9, 9, 5 << 20);
     fs.write(file, 0, &data).unwrap();

@@ -1,8 +1,9 @@
 //! A journal the kernel left dirty: the image is copied while still mounted
 //! read-write (after `sync`, so the log holds committed transactions that
-//! were never checkpointed). The engine must report it rather than read
-//! stale metadata, read it on request, and open the image cleanly once
-//! e2fsck has replayed the journal.
+//! were never checkpointed). Asked to refuse, the engine must report it
+//! rather than read stale metadata, read it on request, and open the image
+//! cleanly once e2fsck has replayed the journal. (Replay by the engine
+//! itself, the default, is tested in `journal_recovery.rs`.)
 
 mod common;
 
@@ -33,7 +34,11 @@ fn kernel_dirty_journal_is_reported_then_replayed_by_e2fsck() {
         std::fs::copy(&img, &copy).unwrap();
         mnt.unmount().expect("unmount");
     }
-    match open(&copy, OpenOptions::default()) {
+    let refuse = OpenOptions {
+        dirty_journal: DirtyJournal::Refuse,
+        ..OpenOptions::default()
+    };
+    match open(&copy, refuse) {
         Err(Error::NeedsRecovery) => {}
         other => panic!("expected NeedsRecovery, got {other:?}"),
     }
@@ -57,7 +62,11 @@ fn kernel_dirty_journal_is_reported_then_replayed_by_e2fsck() {
         "e2fsck replay: {}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let fs = open(&copy, OpenOptions::default()).expect("clean after replay");
+    let refuse = OpenOptions {
+        dirty_journal: DirtyJournal::Refuse,
+        ..OpenOptions::default()
+    };
+    let fs = open(&copy, refuse).expect("clean after replay");
     assert!(!fs.journal_info().needs_recovery);
     let root = fs.resolve(b"/").unwrap();
     let names = fs.read_dir(&root).unwrap();

@@ -63,7 +63,11 @@ fn dirty_journal_is_reported_unless_stale_reads_are_asked_for() {
         sb.s_feature_incompat
             .set(sb.s_feature_incompat.get() | IncompatFeatures::RECOVER.0)
     });
-    assert!(matches!(open(&img, OpenOptions::default()), Err(Error::NeedsRecovery)));
+    let refuse = OpenOptions {
+        dirty_journal: DirtyJournal::Refuse,
+        ..OpenOptions::default()
+    };
+    assert!(matches!(open(&img, refuse), Err(Error::NeedsRecovery)));
     let opts = OpenOptions {
         dirty_journal: DirtyJournal::ReadStale,
         ..OpenOptions::default()

@@ -87,12 +87,13 @@ fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
     let dev = FileDevice::open(image, !cfg.read_only).with_context(|| format!("cannot open {}", image.display()))?;
     let opts = OpenOptions {
         verify_checksums: !cfg.ignore_checksums,
-        dirty_journal: DirtyJournal::Refuse,
+        dirty_journal: DirtyJournal::Replay,
         sync_writes: cfg.sync,
         journal: cfg.journal,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;
+    crate::open::log_recovery(&fs);
     if !cfg.read_only
         && let Some(why) = fs.read_only_reason()
     {

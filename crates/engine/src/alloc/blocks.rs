@@ -12,6 +12,18 @@ impl Txn<'_> {
     /// # Errors
     /// [`Error::NoSpace`] when every group is full.
     pub(crate) fn alloc_blocks(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
+        match self.alloc_blocks_once(goal, want) {
+            // Blocks freed but not committed may be all that is left: commit
+            // what is published (`ext4_should_retry_alloc`) and look again.
+            Err(Error::NoSpace) if !self.fs.busy.is_empty() => {
+                self.fs.write_back()?;
+                self.alloc_blocks_once(goal, want)
+            }
+            r => r,
+        }
+    }
+
+    fn alloc_blocks_once(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
         let geo = self.fs.geo.clone();
         let goal = goal.clamp(u64::from(geo.first_data_block), geo.blocks_count - 1);
         let start_group = ((goal - u64::from(geo.first_data_block)) / u64::from(geo.blocks_per_group)) as u32;
@@ -23,12 +35,19 @@ impl Txn<'_> {
             let first = geo.group_first_block(g);
             let from = if step == 0 { (goal - first) as u32 } else { 0 };
             let limit = geo.blocks_in_group(g);
-            let map = self.block_bitmap_mut(g)?;
-            let Some(start) = find_zero(map, from, limit).or_else(|| find_zero(map, 0, from)) else {
+            let found = match self.usable(g, from, limit)? {
+                Some(s) => Some(s),
+                None => self.usable(g, 0, from)?,
+            };
+            let Some(start) = found else {
                 continue;
             };
             let mut len = 0;
-            while len < want && start + len < limit && !test_bit(map, start + len) {
+            while len < want && start + len < limit && self.busy_end(first + u64::from(start + len)).is_none() {
+                let map = self.block_bitmap_mut(g)?;
+                if test_bit(map, start + len) {
+                    break;
+                }
                 set_bit(map, start + len, true);
                 len += 1;
             }
@@ -36,6 +55,32 @@ impl Txn<'_> {
             return Ok((first + u64::from(start), len));
         }
         Err(Error::NoSpace)
+    }
+
+    /// The first block of group `g` in `lo..hi` that is free in the bitmap
+    /// and not waiting for its freeing transaction to commit.
+    fn usable(&mut self, g: u32, mut lo: u32, hi: u32) -> Result<Option<u32>> {
+        let first = self.fs.geo.group_first_block(g);
+        loop {
+            let Some(s) = find_zero(self.block_bitmap_mut(g)?, lo, hi) else {
+                return Ok(None);
+            };
+            match self.busy_end(first + u64::from(s)) {
+                None => return Ok(Some(s)),
+                Some(end) => lo = (end - first).min(u64::from(hi)) as u32,
+            }
+        }
+    }
+
+    /// When `block` was freed and its freeing is not committed yet (here or
+    /// in an earlier transaction, see [`crate::alloc::busy`]), the first
+    /// block past that freed range.
+    fn busy_end(&self, block: u64) -> Option<u64> {
+        if !self.fs.journaling {
+            return None;
+        }
+        let own = self.freed_ranges().iter().find(|(s, l)| *s <= block && block < s + l);
+        own.map(|(s, l)| s + l).or_else(|| self.fs.busy.end_of(block))
     }
 
     /// Frees `len` blocks from `start` (all inside one group).

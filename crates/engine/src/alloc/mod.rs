@@ -6,4 +6,5 @@
 
 mod bitmap;
 mod blocks;
+pub(crate) mod busy;
 mod inodes;

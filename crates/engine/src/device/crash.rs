@@ -8,8 +8,9 @@
 //! durable. So after a power loss, everything written before the last
 //! completed flush is on the disk; of the writes issued since, any subset
 //! may be, in any order (the cache writes back as it likes), and a write
-//! larger than a sector may be torn: a disk promises atomicity per 512-byte
-//! sector only.
+//! larger than the disk's atomic unit may be torn: 512-byte sectors by
+//! default ([`CrashDevice::with_atomic_unit`] sets another, such as the
+//! 4 KiB many drives guarantee).
 //!
 //! The device keeps the image it started from once, the current image (which
 //! reads are served from), and a log of every write and where each flush
@@ -23,7 +24,7 @@ use parking_lot::Mutex;
 
 use super::{BlockDevice, past_end};
 
-/// Sector size: the unit a disk writes atomically.
+/// Sector size: the unit a disk writes atomically unless told otherwise.
 const SECTOR: u64 = 512;
 
 /// What becomes of the writes issued after the last flush before a crash
@@ -42,7 +43,8 @@ pub enum Survivors {
         /// Seed of the choice.
         seed: u64,
         /// Also tear writes: a write is then kept whole, dropped, or split
-        /// into its 512-byte sectors each kept or dropped on its own.
+        /// into its atomic units (512-byte sectors by default) each kept
+        /// or dropped on its own.
         torn: bool,
         /// Apply the surviving pieces in a shuffled order rather than the
         /// order issued, so that of two overlapping writes the older one may
@@ -68,17 +70,26 @@ struct State {
     writes: Vec<(u64, Box<[u8]>)>,
     /// For each flush, how many writes had been issued before it.
     flushes: Vec<usize>,
+    /// Bytes the disk writes atomically (aligned), for torn writes.
+    atomic_unit: u64,
 }
 
 impl CrashDevice {
     /// A writable device holding `image`, with an empty log.
     pub fn new(image: Vec<u8>) -> Self {
+        Self::with_atomic_unit(image, SECTOR)
+    }
+
+    /// As [`CrashDevice::new`], for a disk that writes `unit` aligned bytes
+    /// (a power of two, at least 512) atomically.
+    pub fn with_atomic_unit(image: Vec<u8>, unit: u64) -> Self {
         Self {
             state: Mutex::new(State {
                 current: image.clone(),
                 base: image,
                 writes: Vec::new(),
                 flushes: Vec::new(),
+                atomic_unit: unit.max(SECTOR).next_power_of_two(),
             }),
         }
     }
@@ -130,7 +141,8 @@ impl CrashDevice {
             }
             Survivors::Random { seed, torn, reorder } => {
                 let mut rng = SplitMix(seed);
-                let mut pieces = choose(volatile, &mut rng, torn);
+                let unit = if torn { Some(st.atomic_unit) } else { None };
+                let mut pieces = choose(volatile, &mut rng, unit);
                 if reorder {
                     shuffle(&mut pieces, &mut rng);
                 }
@@ -155,15 +167,15 @@ fn apply(img: &mut [u8], off: u64, bytes: &[u8]) {
 }
 
 /// The pieces of the volatile writes that survive, in issue order.
-fn choose<'a>(volatile: &'a [(u64, Box<[u8]>)], rng: &mut SplitMix, torn: bool) -> Vec<(u64, &'a [u8])> {
+fn choose<'a>(volatile: &'a [(u64, Box<[u8]>)], rng: &mut SplitMix, torn: Option<u64>) -> Vec<(u64, &'a [u8])> {
     let mut out = Vec::new();
     for (off, bytes) in volatile {
-        let fate = if torn { rng.below(3) } else { rng.below(2) };
+        let fate = if torn.is_some() { rng.below(3) } else { rng.below(2) };
         match fate {
             0 => out.push((*off, &bytes[..])),
             1 => {}
             _ => {
-                for (s_off, sector) in sectors(*off, bytes) {
+                for (s_off, sector) in sectors(*off, bytes, torn.unwrap_or(SECTOR)) {
                     if rng.below(2) == 0 {
                         out.push((s_off, sector));
                     }
@@ -174,13 +186,13 @@ fn choose<'a>(volatile: &'a [(u64, Box<[u8]>)], rng: &mut SplitMix, torn: bool) 
     out
 }
 
-/// Splits a write at the device's 512-byte sector boundaries.
-fn sectors(off: u64, bytes: &[u8]) -> Vec<(u64, &[u8])> {
+/// Splits a write at the boundaries of the device's atomic `unit`.
+fn sectors(off: u64, bytes: &[u8], unit: u64) -> Vec<(u64, &[u8])> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     while pos < bytes.len() {
         let at = off + pos as u64;
-        let room = (SECTOR - at % SECTOR) as usize;
+        let room = (unit - at % unit) as usize;
         let n = room.min(bytes.len() - pos);
         out.push((at, &bytes[pos..pos + n]));
         pos += n;
@@ -364,7 +376,10 @@ mod tests {
     #[test]
     fn unaligned_writes_split_at_sector_boundaries() {
         let bytes = [0u8; 1200];
-        let parts: Vec<(u64, usize)> = sectors(300, &bytes).iter().map(|(o, b)| (*o, b.len())).collect();
+        let parts: Vec<(u64, usize)> = sectors(300, &bytes, SECTOR)
+            .iter()
+            .map(|(o, b)| (*o, b.len()))
+            .collect();
         assert_eq!(parts, vec![(300, 212), (512, 512), (1024, 476)]);
     }
 

@@ -23,6 +23,32 @@ pub struct JournalInfo {
     pub superblock: Option<JournalSummary>,
     /// Why the journal superblock could not be read, if it could not.
     pub problem: Option<String>,
+    /// What the replay at open did, when the journal was replayed
+    /// ([`crate::DirtyJournal::Replay`]).
+    pub recovered: Option<Recovered>,
+}
+
+/// What replaying the journal at open did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// `s_sequence` before the replay: the first transaction in the log.
+    pub from_sequence: u32,
+    /// Committed transactions replayed.
+    pub transactions: u32,
+    /// Logged block copies replayed (a block logged twice counts twice).
+    pub blocks_replayed: u64,
+    /// Distinct blocks written home (the newest copy of each).
+    pub blocks_written: u64,
+    /// Logged copies skipped because a later transaction revoked them.
+    pub blocks_revoked: u64,
+    /// Revoke records read.
+    pub revoke_records: u64,
+    /// The transaction whose commit block failed its checksum, ending the
+    /// replay before it (recorded as an error in `s_state`, as e2fsck does).
+    pub failed_commit: Option<u32>,
+    /// The device is read-only: the replayed blocks are held in memory and
+    /// the image is unchanged.
+    pub in_memory: bool,
 }
 
 /// The fields of the jbd2 superblock worth showing.

@@ -5,11 +5,13 @@
 //! journal blocks to device blocks through the journal inode, and orders
 //! the writes. See `Documentation/filesystems/ext4/journal.rst`.
 
-pub mod info;
-
-pub use info::{JournalInfo, JournalSummary};
 mod checkpoint;
 pub(crate) mod commit;
+pub mod info;
+mod log;
+mod recovery;
+mod replay;
 pub(crate) mod writer;
 
+pub use info::{JournalInfo, JournalSummary, Recovered};
 pub use writer::{DataMode, JournalOptions, JournalStats};

@@ -1,0 +1,168 @@
+//! The internal journal as an array of journal blocks: the journal
+//! superblock in block 0, the circular log in `s_first..s_maxlen`, each
+//! journal block mapped to a device block through the journal inode's
+//! extents or block map (the kernel's `jbd2_journal_bmap`).
+//!
+//! Everything here is read from an image that may be damaged: the
+//! superblock's geometry is checked against the inode before the log is
+//! walked, and every journal block number is bounded by `s_maxlen`.
+
+use ext4kit_format::journal::superblock::RawJournalSuperblock;
+use ext4kit_format::journal::{self as jbd, JournalParams};
+
+use crate::error::{Error, Location, Result};
+use crate::fs::Filesystem;
+use crate::inode::map::Run;
+
+/// `s_feature_incompat` bits this replay understands.
+const KNOWN_INCOMPAT: u32 = jbd::INCOMPAT_REVOKE
+    | jbd::INCOMPAT_64BIT
+    | jbd::INCOMPAT_ASYNC_COMMIT
+    | jbd::INCOMPAT_CSUM_V2
+    | jbd::INCOMPAT_CSUM_V3;
+
+/// The journal inode's blocks and the validated superblock.
+pub(crate) struct Log<'a> {
+    fs: &'a Filesystem,
+    runs: Vec<Run>,
+    /// The journal superblock as found.
+    pub(crate) sb: RawJournalSuperblock,
+    /// Block size, features and checksum seed.
+    pub(crate) params: JournalParams,
+    /// `s_first`: first block of the log.
+    pub(crate) first: u32,
+    /// `s_maxlen`: one past the last block of the log.
+    pub(crate) maxlen: u32,
+}
+
+fn at(block: u32) -> Location {
+    Location::Journal { block: block.into() }
+}
+
+impl<'a> Log<'a> {
+    /// Maps the journal inode `ino` and reads and checks its superblock.
+    ///
+    /// # Errors
+    /// A journal superblock that does not decode or whose checksum fails;
+    /// a block size other than the file system's, `s_first`/`s_maxlen`/
+    /// `s_start` outside the inode; an unmapped journal block;
+    /// [`Error::Unsupported`] for v1 (`COMPAT_CHECKSUM`) checksums,
+    /// fast commits or unknown incompat features.
+    pub(crate) fn open(fs: &'a Filesystem, ino: u32) -> Result<Self> {
+        let inode = fs.inode(ino)?;
+        let bs = fs.geo.block_size;
+        let inode_blocks = inode.size() / u64::from(bs);
+        let head = fs.map_range(&inode, 0, 1)?;
+        let first_block = head.first().filter(|r| r.logical == 0 && !r.unwritten);
+        let first_block =
+            first_block.ok_or_else(|| Error::inconsistent(at(0), "the journal superblock is not mapped"))?;
+        let mut buf = vec![0u8; bs as usize];
+        fs.read_bytes(first_block.physical << fs.geo.block_size_log2, &mut buf)?;
+        let sb = RawJournalSuperblock::parse(&buf).map_err(|e| Error::format(at(0), e))?;
+        sb.verify_checksum().map_err(|e| Error::format(at(0), e))?;
+        let params = sb.params().map_err(|e| Error::format(at(0), e))?;
+        check_features(&sb)?;
+        let (first, maxlen, start) = (sb.s_first.get(), sb.s_maxlen.get(), sb.s_start.get());
+        if params.block_size != bs as usize {
+            let why = format!(
+                "journal block size {} differs from the file system's {bs}",
+                params.block_size
+            );
+            return Err(Error::inconsistent(at(0), why));
+        }
+        if first == 0
+            || first >= maxlen
+            || u64::from(maxlen) > inode_blocks
+            || (start != 0 && !(first..maxlen).contains(&start))
+        {
+            let why = format!(
+                "s_first {first}, s_maxlen {maxlen}, s_start {start} do not fit a journal inode of {inode_blocks} blocks"
+            );
+            return Err(Error::inconsistent(at(0), why));
+        }
+        let runs = fs.map_range(&inode, 0, maxlen.into())?;
+        let log = Self {
+            fs,
+            runs,
+            sb,
+            params,
+            first,
+            maxlen,
+        };
+        log.check_mapped()?;
+        Ok(log)
+    }
+
+    /// Every journal block up to `s_maxlen` must be mapped and written.
+    fn check_mapped(&self) -> Result<()> {
+        let mut next = 0u64;
+        for r in &self.runs {
+            if r.logical != next || r.unwritten {
+                break;
+            }
+            next = r.end();
+        }
+        if next < u64::from(self.maxlen) {
+            return Err(Error::inconsistent(at(next as u32), "journal block is not mapped"));
+        }
+        Ok(())
+    }
+
+    /// The file system the journal belongs to.
+    pub(crate) fn fs(&self) -> &'a Filesystem {
+        self.fs
+    }
+
+    /// Blocks in the circular log.
+    pub(crate) fn log_len(&self) -> u32 {
+        self.maxlen - self.first
+    }
+
+    /// The block after `block`, wrapping from `s_maxlen` to `s_first`.
+    pub(crate) fn next(&self, block: u32) -> u32 {
+        let n = block.saturating_add(1);
+        if n >= self.maxlen { self.first } else { n }
+    }
+
+    /// Device block holding journal block `block`.
+    pub(crate) fn physical(&self, block: u32) -> Result<u64> {
+        let b = u64::from(block);
+        let i = self.runs.partition_point(|r| r.end() <= b);
+        match self.runs.get(i) {
+            Some(r) if r.logical <= b => Ok(r.physical + (b - r.logical)),
+            _ => Err(Error::inconsistent(at(block), "journal block is not mapped")),
+        }
+    }
+
+    /// Reads journal block `block`.
+    pub(crate) fn read(&self, block: u32) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; self.params.block_size];
+        let dev_block = self.physical(block)?;
+        self.fs.read_bytes(dev_block << self.fs.geo.block_size_log2, &mut buf)?;
+        Ok(buf)
+    }
+}
+
+fn check_features(sb: &RawJournalSuperblock) -> Result<()> {
+    if !sb.is_v2() {
+        return Ok(());
+    }
+    if sb.s_feature_compat.get() & jbd::COMPAT_CHECKSUM != 0 {
+        return Err(Error::Unsupported(
+            "replaying a journal with v1 (COMPAT_CHECKSUM) checksums; replay it with e2fsck".into(),
+        ));
+    }
+    let incompat = sb.s_feature_incompat.get();
+    if incompat & jbd::INCOMPAT_FAST_COMMIT != 0 {
+        return Err(Error::Unsupported(
+            "replaying a journal with fast commits; replay it with e2fsck".into(),
+        ));
+    }
+    if incompat & !KNOWN_INCOMPAT != 0 {
+        return Err(Error::Unsupported(format!(
+            "journal incompat features {:#x}",
+            incompat & !KNOWN_INCOMPAT
+        )));
+    }
+    Ok(())
+}
