@@ -87,6 +87,13 @@ pub struct Filesystem {
     /// Odd while a write-back is writing; bumped at its start and end, so a
     /// read that overlapped one can tell and read again.
     pub(crate) writeback_seq: std::sync::atomic::AtomicU64,
+    /// Per-inode locks over file data (see [`crate::inode_locks`]).
+    pub(crate) inode_locks: crate::inode_locks::InodeLocks,
+    /// Held shared by every writer whose file data is still on its way to
+    /// the device after its metadata was published (see [`crate::ordered`]);
+    /// taken exclusive by the write-back, so metadata never reaches the
+    /// device before the data it points at (`data=ordered`).
+    pub(crate) data_in_flight: RwLock<()>,
 }
 
 impl std::fmt::Debug for Filesystem {

@@ -79,6 +79,8 @@ impl Filesystem {
             session: crate::session::Session::new(state_at_open),
             dirty: Mutex::new(Default::default()),
             writeback_seq: Default::default(),
+            inode_locks: Default::default(),
+            data_in_flight: RwLock::new(()),
         };
         fs.groups = RwLock::new(fs.load_group_descs()?);
         fs.journal = fs.inspect_journal()?;
