@@ -71,7 +71,9 @@ pub struct Filesystem {
     pub(crate) geo: Geometry,
     /// Group descriptors as last written; layout fields never change.
     pub(crate) groups: RwLock<Vec<RawGroupDesc>>,
-    /// Serializes writers (one transaction at a time, for now).
+    /// Serializes transactions (one at a time). The file data of
+    /// [`Filesystem::write`] is written after it is released, under the
+    /// file's inode lock (see [`crate::inode_locks`] for the lock order).
     pub(crate) writer: Mutex<()>,
     pub(crate) csum_seed: u32,
     pub(crate) opts: OpenOptions,

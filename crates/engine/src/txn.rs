@@ -10,6 +10,8 @@
 //! so an operation that fails half-way (no space, a name that exists) leaves
 //! the image as it was. Without a journal the commit writes in place; the
 //! journal issue puts the jbd2 log between the overlay and the device.
+//! [`Txn::commit_deferring_data`] leaves the file data to be written after
+//! the writer lock is released (see [`crate::ordered`]).
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};

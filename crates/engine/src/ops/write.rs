@@ -30,7 +30,7 @@ impl Filesystem {
     /// (preallocated) extent turns the written blocks into initialized ones.
     /// Nothing changes on error, except that when the device fails to
     /// write the data after the metadata was committed, the range holds
-    /// what the device left there (see [`crate::ordered`]).
+    /// what the device left there.
     ///
     /// Concurrency: the data is written after the writer lock is released,
     /// under the file's own lock, so writers of different files overlap.
