@@ -84,7 +84,9 @@ pub struct Filesystem {
     pub(crate) geo: Geometry,
     /// Group descriptors as last written; layout fields never change.
     pub(crate) groups: RwLock<Vec<RawGroupDesc>>,
-    /// Serializes writers (one transaction at a time, for now).
+    /// Serializes transactions (one at a time). The file data of
+    /// [`Filesystem::write`] is written after it is released, under the
+    /// file's inode lock (see [`crate::inode_locks`] for the lock order).
     pub(crate) writer: Mutex<()>,
     pub(crate) csum_seed: u32,
     pub(crate) opts: OpenOptions,
@@ -104,6 +106,13 @@ pub struct Filesystem {
     /// Odd while a write-back is writing; bumped at its start and end, so a
     /// read that overlapped one can tell and read again.
     pub(crate) writeback_seq: std::sync::atomic::AtomicU64,
+    /// Per-inode locks over file data (see [`crate::inode_locks`]).
+    pub(crate) inode_locks: crate::inode_locks::InodeLocks,
+    /// Held shared by every writer whose file data is still on its way to
+    /// the device after its metadata was published (see [`crate::ordered`]);
+    /// taken exclusive by the write-back, so metadata never reaches the
+    /// device before the data it points at (`data=ordered`).
+    pub(crate) data_in_flight: RwLock<()>,
 }
 
 impl std::fmt::Debug for Filesystem {

@@ -85,6 +85,8 @@ impl Filesystem {
             dirty: Mutex::new(Default::default()),
             writeback_seq: Default::default(),
             busy: Default::default(),
+            inode_locks: Default::default(),
+            data_in_flight: RwLock::new(()),
         };
         fs.groups = RwLock::new(fs.load_group_descs()?);
         fs.journal = fs.inspect_journal()?;

@@ -74,7 +74,7 @@ impl Filesystem {
         if self.is_fast_symlink(inode) {
             return Ok(inode.raw.i_block[..size as usize].to_vec());
         }
-        self.read_all(inode, MAX_LINK)
+        self.read_all_unlocked(inode, MAX_LINK)
     }
 
     /// Fast symlinks keep the target in `i_block`: no data blocks (beyond an

@@ -10,8 +10,11 @@
 //! so an operation that fails half-way (no space, a name that exists) leaves
 //! the image as it was. Without a journal the commit writes in place; the
 //! journal issue puts the jbd2 log between the overlay and the device.
+//! [`Txn::commit_deferring_data`] leaves the file data to be written after
+//! the writer lock is released (see [`crate::ordered`]).
 
-use std::collections::BTreeMap;
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use ext4kit_format::group_desc::{RawGroupDesc, bitmap_checksum};
@@ -46,6 +49,13 @@ pub(crate) struct Txn<'a> {
     closing: bool,
     /// Block ranges freed here: they leave the write-back set at commit.
     freed: Vec<(u64, u64)>,
+    /// No other thread's file data can be in flight to blocks this
+    /// transaction reads, frees or writes (see [`Txn::quiesce_data`]).
+    data_quiet: Cell<bool>,
+    /// The open counts, held from the first [`Txn::is_open`] until the
+    /// commit is published, so that an open either counts before the
+    /// check or sees the committed unlink.
+    opens: Option<MutexGuard<'a, HashMap<u32, u32>>>,
 }
 
 impl Filesystem {
@@ -79,6 +89,8 @@ impl<'a> Txn<'a> {
             sb: None,
             closing: false,
             freed: Vec::new(),
+            data_quiet: Cell::new(false),
+            opens: None,
         })
     }
 
@@ -142,6 +154,7 @@ impl<'a> Txn<'a> {
     /// which a stale metadata copy must never overwrite), and at commit
     /// they leave the write-back set.
     pub(crate) fn note_freed(&mut self, start: u64, len: u64) {
+        self.quiesce_data();
         let held: Vec<u64> = self.blocks.range(start..start + len).map(|(b, _)| *b).collect();
         for b in held {
             self.blocks.remove(&b);
@@ -227,6 +240,7 @@ impl<'a> Txn<'a> {
     /// transaction will leave them: the device, overlaid with data queued by
     /// earlier writes in the transaction.
     pub(crate) fn read_data(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.quiesce_data();
         self.fs.read_bytes(offset, buf)?;
         let end = offset + buf.len() as u64;
         let bs = self.fs.block_size() as u64;
@@ -263,9 +277,70 @@ impl<'a> Txn<'a> {
         let fs = self.fs;
         // In the order queued (a later write to the same bytes wins), runs
         // of adjacent pieces in one request each.
-        let data = std::mem::take(&mut self.data);
-        self.data_bytes = 0;
+        let data = self.take_data();
         write_runs(fs, data.iter().map(|(off, b)| (*off, b.as_slice())))?;
+        self.write_meta()?;
+        fs.write_back_if_full()?;
+        if fs.opts.sync_writes {
+            fs.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Commits the metadata and leaves the file data to the caller, to be
+    /// written once the writer lock is released (see [`crate::ordered`]).
+    /// With `sync_writes`, or when other threads' data may be in flight to
+    /// these blocks, this is [`Txn::commit`] and nothing is left.
+    pub(crate) fn commit_deferring_data(mut self) -> Result<crate::ordered::PendingData<'a>> {
+        if self.fs.opts.sync_writes || !self.data_quiet.get() {
+            self.write_out()?;
+            return Ok(crate::ordered::PendingData::none(self.fs));
+        }
+        let data = self.take_data();
+        let pending = crate::ordered::PendingData::new(self.fs, data);
+        self.write_meta()?;
+        Ok(pending)
+    }
+
+    /// The queued file data, after any other thread's in flight.
+    fn take_data(&mut self) -> Vec<(u64, Vec<u8>)> {
+        self.data_bytes = 0;
+        if !self.data.is_empty() {
+            self.quiesce_data();
+        }
+        std::mem::take(&mut self.data)
+    }
+
+    /// Marks this transaction as run under the exclusive inode lock of the
+    /// one file whose data it touches: no other thread's data can be in
+    /// flight there, and its own may be deferred.
+    pub(crate) fn under_inode_lock(&mut self) {
+        self.data_quiet.set(true);
+    }
+
+    /// Waits until no file data of another thread is in flight (once: none
+    /// can start while this transaction holds the writer lock). Needed
+    /// before reading or freeing data blocks of a file whose inode lock
+    /// this transaction does not hold, and before writing data there.
+    fn quiesce_data(&self) {
+        if !self.data_quiet.get() {
+            drop(self.fs.data_in_flight.write());
+            self.data_quiet.set(true);
+        }
+    }
+
+    /// True while `ino` is open; from here to the end of the transaction
+    /// no open or release can change that.
+    pub(crate) fn is_open(&mut self, ino: u32) -> bool {
+        let fs = self.fs;
+        self.opens
+            .get_or_insert_with(|| fs.open_files.lock())
+            .contains_key(&ino)
+    }
+
+    /// Publishes the metadata: descriptors, superblock, blocks.
+    fn write_meta(&mut self) -> Result<()> {
+        let fs = self.fs;
         let groups = std::mem::take(&mut self.groups);
         let mut finished = Vec::with_capacity(groups.len());
         for (g, desc) in groups {
@@ -281,13 +356,11 @@ impl<'a> Txn<'a> {
         }
         let freed = std::mem::take(&mut self.freed);
         fs.publish(std::mem::take(&mut self.blocks), &freed, sb)?;
-        if fs.opts.sync_writes {
-            fs.sync()?;
-        }
         self.sb = None;
         self.free_blocks_delta = 0;
         self.free_inodes_delta = 0;
         fs.session.committed(self.closing);
+        self.opens = None;
         Ok(())
     }
 

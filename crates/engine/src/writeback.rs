@@ -7,7 +7,8 @@
 //! per operation, as the kernel's buffer cache does between journal commits.
 //!
 //! File data is not held here: it goes to the device at commit, before any
-//! metadata that points at it (`data=ordered`). Blocks freed by a
+//! metadata that points at it (`data=ordered`), or just after a
+//! [`crate::ordered`] commit, before any write-back. Blocks freed by a
 //! transaction leave the dirty set at once, so a stale copy of a freed
 //! metadata block is never written over data that reuses the block.
 //!
@@ -111,14 +112,28 @@ impl Filesystem {
             }
         }
         d.superblock = Some(sb);
-        if self.opts.sync_writes || d.bytes > self.max_running_bytes(&d) {
-            self.write_dirty(&mut d)?;
+        Ok(())
+    }
+
+    /// Writes back when more is waiting than [`Self::max_running_bytes`]
+    /// allows. Called after a publish, not inside it: the write-back must
+    /// first wait for file data in flight, which the publishing thread may
+    /// own.
+    pub(crate) fn write_back_if_full(&self) -> Result<()> {
+        let full = {
+            let d = self.dirty.lock();
+            d.bytes > self.max_running_bytes(&d)
+        };
+        if full {
+            self.write_back()?;
         }
         Ok(())
     }
 
-    /// Writes every dirty block and the superblock to the device.
+    /// Writes every dirty block and the superblock to the device, once the
+    /// file data they may point at is down (see [`crate::ordered`]).
     pub(crate) fn write_back(&self) -> Result<()> {
+        let _data = self.data_in_flight.write();
         let mut d = self.dirty.lock();
         d.write_backs += 1;
         self.write_dirty(&mut d)

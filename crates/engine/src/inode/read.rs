@@ -1,6 +1,11 @@
 //! Reading file bodies: mapped runs are read straight from the device in
 //! large requests; holes and unwritten extents read as zeros; inline bodies
 //! come from the inode.
+//!
+//! Readers of a file's data take its inode lock shared
+//! ([`crate::inode_locks`]): a write holds it exclusive from before its
+//! new blocks are mapped until their data is on the device, so a read never
+//! returns what such a block held before.
 
 use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
@@ -13,9 +18,33 @@ impl Filesystem {
     /// Cost: the tree walk for the range (cached) plus one device read per
     /// mapped run.
     ///
+    /// `inode` is read before the call; to read a file that other threads
+    /// truncate meanwhile, use [`Filesystem::read_file_at`].
+    ///
     /// # Errors
     /// Corrupt mappings, I/O errors.
     pub fn read_at(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let _file = self.inode_locks.read(inode.ino);
+        self.read_body(inode, offset, buf)
+    }
+
+    /// Reads up to `buf.len()` bytes of file `ino` at byte `offset` as last
+    /// committed; returns the count read (0 at or past end of file). The
+    /// inode is read under the file's lock, so a concurrent truncate or
+    /// write is seen whole or not at all.
+    ///
+    /// # Errors
+    /// As [`Filesystem::inode`] and [`Filesystem::read_at`].
+    pub fn read_file_at(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let _file = self.inode_locks.read(ino);
+        let inode = self.inode(ino)?;
+        self.read_body(&inode, offset, buf)
+    }
+
+    /// [`Filesystem::read_at`] without the inode lock: for bodies that are
+    /// never written outside a transaction (symlinks, xattr inodes), or
+    /// with the lock held.
+    pub(crate) fn read_body(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let size = inode.size();
         if offset >= size || buf.is_empty() {
             return Ok(0);
@@ -56,6 +85,14 @@ impl Filesystem {
     /// Reads the whole body of `inode` (for symlink targets and directories;
     /// bounded by `limit` bytes).
     pub fn read_all(&self, inode: &Inode, limit: u64) -> Result<Vec<u8>> {
+        let _file = self.inode_locks.read(inode.ino);
+        self.read_all_unlocked(inode, limit)
+    }
+
+    /// [`Filesystem::read_all`] without the inode lock (see
+    /// [`Filesystem::read_body`]): transactions read symlink targets and
+    /// xattr inodes with it, as they must not wait for an inode lock.
+    pub(crate) fn read_all_unlocked(&self, inode: &Inode, limit: u64) -> Result<Vec<u8>> {
         let size = inode.size();
         if size > limit {
             return Err(Error::inconsistent(
@@ -66,7 +103,7 @@ impl Filesystem {
         let mut buf = vec![0u8; size as usize];
         let mut done = 0;
         while done < buf.len() {
-            let n = self.read_at(inode, done as u64, &mut buf[done..])?;
+            let n = self.read_body(inode, done as u64, &mut buf[done..])?;
             if n == 0 {
                 break;
             }

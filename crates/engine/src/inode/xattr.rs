@@ -102,6 +102,6 @@ impl Filesystem {
                 format!("xattr value inode {inum} is not an EA inode of {size} bytes"),
             ));
         }
-        self.read_all(&ea, u64::from(XATTR_SIZE_MAX))
+        self.read_all_unlocked(&ea, u64::from(XATTR_SIZE_MAX))
     }
 }

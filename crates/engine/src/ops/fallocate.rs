@@ -128,7 +128,9 @@ impl Filesystem {
         if end.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
             return Err(Error::FileTooBig);
         }
+        let _file = self.inode_locks.write(ino);
         let mut txn = Txn::begin(self)?;
+        txn.under_inode_lock();
         let mut inode = txn.inode(ino)?;
         inode.require_regular()?;
         // vfs_fallocate: nothing on an immutable file, only plain

@@ -17,11 +17,13 @@ impl Filesystem {
     /// unlinked and no longer open); [`Error::InvalidArgument`] for a
     /// number out of range; corruption of the inode.
     pub fn open_file(&self, ino: u32) -> Result<()> {
-        // Under the writer lock: an unlink either sees this open or
-        // happened before it (and the inode then has no links left).
-        let _writer = self.writer.lock();
-        let inode = self.inode(ino)?;
+        // The inode is read under the open counts' lock, which a
+        // transaction that asks whether an inode is open holds until its
+        // commit is published (`Txn::is_open`): an unlink either sees this
+        // open or is committed before the read (no links left then). No
+        // writer lock: opens do not queue behind transactions.
         let mut open = self.open_files.lock();
+        let inode = self.inode(ino)?;
         let count = open.get(&ino).copied().unwrap_or(0);
         if inode.raw.i_mode.get() == 0 || (inode.raw.links() == 0 && count == 0) {
             return Err(Error::NotFound(format!("inode {ino}")));
@@ -42,7 +44,7 @@ impl Filesystem {
     /// reports (the open is counted off regardless, and the inode stays on
     /// the orphan list for the next writable open to free).
     pub fn release_file(&self, ino: u32) -> Result<()> {
-        {
+        let unlinked = {
             let mut open = self.open_files.lock();
             match open.get_mut(&ino) {
                 None => return Err(Error::InvalidArgument(format!("inode {ino} is not open"))),
@@ -54,13 +56,15 @@ impl Filesystem {
                     open.remove(&ino);
                 }
             }
+            // Read under the lock, as in `open_file`: with links left, an
+            // unlink from now on sees the inode closed and frees it itself,
+            // so only an unlinked inode needs the transaction.
+            self.inode(ino).map(|i| i.raw.links() == 0)
+        };
+        if let Ok(false) = unlinked {
+            return Ok(());
         }
         self.noting_errors("release_file", self.evict(ino))
-    }
-
-    /// True while `ino` is open.
-    pub(crate) fn is_open(&self, ino: u32) -> bool {
-        self.open_files.lock().contains_key(&ino)
     }
 
     /// Frees `ino`, no longer open, if it has no links and is on the
@@ -70,7 +74,7 @@ impl Filesystem {
             return Ok(());
         }
         let mut txn = Txn::begin(self)?;
-        if self.is_open(ino) {
+        if txn.is_open(ino) {
             return Ok(());
         }
         let mut inode = txn.inode(ino)?;

@@ -66,7 +66,7 @@ impl Filesystem {
 /// orphan list (`ext4_orphan_add`); else counts the link off. Writes the inode.
 pub(crate) fn drop_link(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
     let links = inode.raw.links();
-    if (inode.is_dir() || links <= 1) && txn.fs.is_open(inode.ino) {
+    if (inode.is_dir() || links <= 1) && txn.is_open(inode.ino) {
         inode.raw.i_links_count.set(0);
         touch_ctime(&mut inode.raw, clock::now());
         txn.orphan_add(inode)?;

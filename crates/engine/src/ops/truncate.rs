@@ -27,7 +27,9 @@ impl Filesystem {
     }
 
     fn truncate_in_txn(&self, ino: u32, size: u64) -> Result<()> {
+        let _file = self.inode_locks.write(ino);
         let mut txn = Txn::begin(self)?;
+        txn.under_inode_lock();
         txn.truncate(ino, size)?;
         txn.commit()
     }

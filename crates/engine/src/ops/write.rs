@@ -4,7 +4,8 @@
 //! modified and written whole; blocks of unwritten (preallocated) extents
 //! are split out of them and become initialized, the unwritten parts of
 //! partial blocks reading as zeros. Data reaches the device before the metadata
-//! that points at it (see [`crate::txn::Txn::commit`]).
+//! that points at it, though after the writer lock is released (see
+//! [`crate::ordered`]).
 
 use ext4kit_format::extent::{EXT_INIT_MAX_LEN, Extent};
 
@@ -27,11 +28,18 @@ impl Filesystem {
     /// append-only one,
     /// [`Error::NoSpace`], [`Error::ReadOnly`]. Writing into an unwritten
     /// (preallocated) extent turns the written blocks into initialized ones.
-    /// Nothing changes on error.
+    /// Nothing changes on error, except that when the device fails to
+    /// write the data after the metadata was committed, the range holds
+    /// what the device left there.
+    ///
+    /// Concurrency: the data is written after the writer lock is released,
+    /// under the file's own lock, so writers of different files overlap.
     pub fn write(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
+        let _file = self.inode_locks.write(ino);
         let mut txn = Txn::begin(self)?;
+        txn.under_inode_lock();
         let n = txn.write(ino, offset, data)?;
-        txn.commit()?;
+        txn.commit_deferring_data()?.write()?;
         Ok(n)
     }
 }

@@ -107,9 +107,11 @@ impl Ext4Fuse {
             if buf.len() < len {
                 buf.resize(len, 0);
             }
+            // Reads the inode again under the file's lock: a write or
+            // truncate that ran since is seen whole.
             let n = self
                 .fs
-                .read_at(&inode, offset, &mut buf[..len])
+                .read_file_at(ino, offset, &mut buf[..len])
                 .map_err(|e| self.errno(e))?;
             reply(&buf[..n]);
             Ok::<(), Errno>(())
@@ -195,7 +197,10 @@ impl Ext4Fuse {
                 break;
             }
             let mut buf = vec![0u8; want as usize];
-            let n = self.fs.read_at(&inode, off_in, &mut buf).map_err(|e| self.errno(e))?;
+            let n = self
+                .fs
+                .read_file_at(from, off_in, &mut buf)
+                .map_err(|e| self.errno(e))?;
             if n == 0 {
                 break;
             }
