@@ -238,6 +238,7 @@ impl Filesystem {
         }
         if ending {
             self.write_superblock(&sb)?;
+            flush(self)?;
             log.recover_on_disk = false;
         }
         Ok(())

@@ -228,10 +228,9 @@ fn foreign_data_is_detected() {
 }
 
 /// Random crash points with random survivors (subsets, torn and
-/// reordered writes). Needs the journal: without it, metadata written back
-/// in place can be cut half-way.
+/// reordered writes): the journal must bring every one back to a state
+/// e2fsck finds clean, with every synced file intact.
 #[test]
-
 fn crash_anywhere_recovers() {
     if !have_e2fsck() {
         return;

@@ -101,21 +101,13 @@ impl Log {
 
     /// Revoke blocks listing `revokes`.
     fn add_revokes(&self, revokes: &[u64], seq: u32, lblk: &mut u32, p: &mut Pieces) -> Result<()> {
-        let record = if self.params.is_64bit() { 8 } else { 4 };
-        let per_block = (self.params.block_size - 16 - self.params.tail_bytes()) / record;
-        for chunk in revokes.chunks(per_block.max(1)) {
+        for chunk in revokes.chunks(self.revokes_per_block()) {
             let block = revoke::encode(&self.params, seq, chunk)
                 .map_err(|e| Error::format(Location::Journal { block: (*lblk).into() }, e))?;
             p.writes.push((self.byte_offset(*lblk)?, block));
             *lblk += 1;
         }
         Ok(())
-    }
-
-    /// Tags that fit one descriptor block (the first carries the UUID).
-    fn tags_per_descriptor(&self) -> usize {
-        let room = self.params.block_size - 12 - self.params.tail_bytes() - 16;
-        (room / self.params.tag_bytes()).max(1)
     }
 
     /// Device byte offset of journal block `lblk` (journal and file

@@ -181,11 +181,20 @@ impl Log {
     /// revoke records takes: descriptors, the blocks, revoke blocks, the
     /// commit block.
     pub(crate) fn blocks_needed(&self, blocks: usize, revokes: usize) -> u64 {
-        let bs = self.params.block_size;
-        let tags = (bs - 12 - self.params.tail_bytes() - 16) / self.params.tag_bytes();
+        let descriptors = blocks.div_ceil(self.tags_per_descriptor());
+        (descriptors + blocks + revokes.div_ceil(self.revokes_per_block()) + 1) as u64
+    }
+
+    /// Tags that fit one descriptor block (the first carries the UUID).
+    pub(crate) fn tags_per_descriptor(&self) -> usize {
+        let room = self.params.block_size - 12 - self.params.tail_bytes() - 16;
+        (room / self.params.tag_bytes()).max(1)
+    }
+
+    /// Records that fit one revoke block after its 16-byte header.
+    pub(crate) fn revokes_per_block(&self) -> usize {
         let record = if self.params.is_64bit() { 8 } else { 4 };
-        let per_revoke = (bs - 16 - self.params.tail_bytes()) / record;
-        (blocks.div_ceil(tags) + blocks + revokes.div_ceil(per_revoke) + 1) as u64
+        ((self.params.block_size - 16 - self.params.tail_bytes()) / record).max(1)
     }
 
     /// The block holding `sb`, to be logged: where it goes and its bytes.
