@@ -100,7 +100,11 @@ impl Filesystem {
         for &(start, len) in freed {
             d.forget(start, len);
             if self.journaling {
-                self.busy.add(start, len);
+                let geo = (
+                    u64::from(self.geo.first_data_block),
+                    u64::from(self.geo.blocks_per_group),
+                );
+                self.busy.add(geo, start, len);
             }
         }
         for (block, bytes) in blocks {

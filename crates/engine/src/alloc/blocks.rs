@@ -35,21 +35,17 @@ impl Txn<'_> {
             let first = geo.group_first_block(g);
             let from = if step == 0 { (goal - first) as u32 } else { 0 };
             let limit = geo.blocks_in_group(g);
-            let found = match self.usable(g, from, limit)? {
-                Some(s) => Some(s),
-                None => self.usable(g, 0, from)?,
-            };
-            let Some(start) = found else {
+            let view = self.alloc_view(g)?;
+            let Some(start) = find_zero(&view, from, limit).or_else(|| find_zero(&view, 0, from)) else {
                 continue;
             };
             let mut len = 0;
-            while len < want && start + len < limit && self.busy_end(first + u64::from(start + len)).is_none() {
-                let map = self.block_bitmap_mut(g)?;
-                if test_bit(map, start + len) {
-                    break;
-                }
-                set_bit(map, start + len, true);
+            while len < want && start + len < limit && !test_bit(&view, start + len) {
                 len += 1;
+            }
+            let map = self.block_bitmap_mut(g)?;
+            for bit in start..start + len {
+                set_bit(map, bit, true);
             }
             self.adjust_group_blocks(g, -i64::from(len))?;
             return Ok((first + u64::from(start), len));
@@ -57,30 +53,23 @@ impl Txn<'_> {
         Err(Error::NoSpace)
     }
 
-    /// The first block of group `g` in `lo..hi` that is free in the bitmap
-    /// and not waiting for its freeing transaction to commit.
-    fn usable(&mut self, g: u32, mut lo: u32, hi: u32) -> Result<Option<u32>> {
+    /// The block bitmap of group `g` as the allocator must see it: with
+    /// the blocks whose freeing is not committed yet — by this transaction
+    /// or an earlier one (see [`crate::alloc::busy`]) — still taken.
+    fn alloc_view(&mut self, g: u32) -> Result<Vec<u8>> {
+        let mut view = self.block_bitmap_mut(g)?.clone();
+        if !self.fs.journaling {
+            return Ok(view);
+        }
+        self.fs.busy.lay_over(g, &mut view);
         let first = self.fs.geo.group_first_block(g);
-        loop {
-            let Some(s) = find_zero(self.block_bitmap_mut(g)?, lo, hi) else {
-                return Ok(None);
-            };
-            match self.busy_end(first + u64::from(s)) {
-                None => return Ok(Some(s)),
-                Some(end) => lo = (end - first).min(u64::from(hi)) as u32,
+        let end = first + u64::from(self.fs.geo.blocks_per_group);
+        for &(s, l) in self.freed_ranges() {
+            for b in s.max(first)..(s + l).min(end) {
+                set_bit(&mut view, (b - first) as u32, true);
             }
         }
-    }
-
-    /// When `block` was freed and its freeing is not committed yet (here or
-    /// in an earlier transaction, see [`crate::alloc::busy`]), the first
-    /// block past that freed range.
-    fn busy_end(&self, block: u64) -> Option<u64> {
-        if !self.fs.journaling {
-            return None;
-        }
-        let own = self.freed_ranges().iter().find(|(s, l)| *s <= block && block < s + l);
-        own.map(|(s, l)| s + l).or_else(|| self.fs.busy.end_of(block))
+        Ok(view)
     }
 
     /// Frees `len` blocks from `start` (all inside one group).
