@@ -299,22 +299,19 @@ fn a_killed_server_recovers_by_journal_replay() {
         let kernel_copy = work.path().join("kernel.img");
         std::fs::copy(&img, &kernel_copy).unwrap();
 
-        let cat = Command::new(exe())
-            .arg("cat")
-            .arg(&img)
-            .arg("/synced")
-            .output()
-            .unwrap();
-        assert!(cat.stdout == body, "{opts}: read-only replay in memory");
+        let cat = || {
+            Command::new(exe())
+                .arg("cat")
+                .arg(&img)
+                .arg("/synced")
+                .output()
+                .unwrap()
+                .stdout
+        };
+        assert!(cat() == body, "{opts}: read-only replay in memory");
         FuseMount::start(exe(), &img, "").unwrap().unmount().unwrap();
         assert_clean(&img);
-        let cat = Command::new(exe())
-            .arg("cat")
-            .arg(&img)
-            .arg("/synced")
-            .output()
-            .unwrap();
-        assert!(cat.stdout == body, "{opts}: after our replay");
+        assert!(cat() == body, "{opts}: after our replay");
 
         if can_loop_mount().is_ok() {
             let k = LoopMount::rw(&kernel_copy, &[]).unwrap();

@@ -210,6 +210,24 @@ struct GatedDevice {
 
 const GATE: &[u8] = b"HOLD-THIS-WRITE!";
 
+/// An image, the file system on it, and the gate's two ends: the receiver
+/// hears when a gated write starts, the sender lets it finish.
+type Gated = (std::path::PathBuf, Arc<Filesystem>, Receiver<()>, Sender<()>);
+
+/// A fresh 32 MiB image in `dir` opened over a [`GatedDevice`].
+fn gated_fs(dir: &std::path::Path) -> Option<Gated> {
+    let img = mkfs(dir, None, &[], "32M")?;
+    let (entered_tx, entered) = channel();
+    let (release, release_rx) = channel();
+    let dev = GatedDevice {
+        inner: FileDevice::open(&img, true).unwrap(),
+        entered: Mutex::new(entered_tx),
+        release: Mutex::new(release_rx),
+    };
+    let fs = Arc::new(Filesystem::open(Box::new(dev), OpenOptions::default()).unwrap());
+    Some((img, fs, entered, release))
+}
+
 impl BlockDevice for GatedDevice {
     fn len(&self) -> u64 {
         self.inner.len()
@@ -239,17 +257,9 @@ impl BlockDevice for GatedDevice {
 #[test]
 fn writers_of_different_files_overlap() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(img) = mkfs(dir.path(), None, &[], "32M") else {
+    let Some((img, fs, entered, release)) = gated_fs(dir.path()) else {
         return;
     };
-    let (entered_tx, entered) = channel();
-    let (release, release_rx) = channel();
-    let dev = GatedDevice {
-        inner: FileDevice::open(&img, true).unwrap(),
-        entered: Mutex::new(entered_tx),
-        release: Mutex::new(release_rx),
-    };
-    let fs = Arc::new(Filesystem::open(Box::new(dev), OpenOptions::default()).unwrap());
     let a = fs.create(ROOT_INO, b"a", NodeKind::Regular, ATTR).unwrap().ino;
     let b = fs.create(ROOT_INO, b"b", NodeKind::Regular, ATTR).unwrap().ino;
     let held: Vec<u8> = GATE.iter().copied().cycle().take(256 << 10).collect();
@@ -303,17 +313,9 @@ fn writers_of_different_files_overlap() {
 #[test]
 fn reader_waits_for_the_data_of_a_write_in_flight() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(img) = mkfs(dir.path(), None, &[], "32M") else {
+    let Some((img, fs, entered, release)) = gated_fs(dir.path()) else {
         return;
     };
-    let (entered_tx, entered) = channel();
-    let (release, release_rx) = channel();
-    let dev = GatedDevice {
-        inner: FileDevice::open(&img, true).unwrap(),
-        entered: Mutex::new(entered_tx),
-        release: Mutex::new(release_rx),
-    };
-    let fs = Arc::new(Filesystem::open(Box::new(dev), OpenOptions::default()).unwrap());
     let a = fs.create(ROOT_INO, b"a", NodeKind::Regular, ATTR).unwrap().ino;
     let held: Vec<u8> = GATE.iter().copied().cycle().take(64 << 10).collect();
     let (fs_a, held_a) = (fs.clone(), held.clone());
