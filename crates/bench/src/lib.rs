@@ -11,8 +11,13 @@
 //!
 //! Workloads use only safe std / nix calls on a directory path, so they
 //! work on any mounted file system; see [`workloads`].
+//!
+//! `ext4kit bench journal` ([`journal`]) measures the engine itself,
+//! through its library API: a metadata-heavy workload with and without a
+//! jbd2 journal.
 
 pub mod config;
+pub mod journal;
 pub mod report;
 pub mod rng;
 pub mod system;

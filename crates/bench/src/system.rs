@@ -57,11 +57,22 @@ pub const MKFS_OPTIONS: &[&str] = &["-q", "-F", "-b", "4096", "-E", "lazy_itable
 
 /// Makes a fresh sparse image of `bytes` bytes at `image`.
 pub fn mkfs(image: &Path, bytes: u64) -> Result<()> {
+    mkfs_with(image, bytes, &[])
+}
+
+/// [`mkfs`] with `extra` options after [`MKFS_OPTIONS`] (e.g.
+/// `-O ^has_journal`).
+pub fn mkfs_with(image: &Path, bytes: u64, extra: &[&str]) -> Result<()> {
     let _ = std::fs::remove_file(image);
     let f = std::fs::File::create_new(image).with_context(|| format!("cannot create {}", image.display()))?;
     f.set_len(bytes)?;
     drop(f);
-    run_ok(Command::new(tool("mkfs.ext4")?).args(MKFS_OPTIONS).arg(image))?;
+    run_ok(
+        Command::new(tool("mkfs.ext4")?)
+            .args(MKFS_OPTIONS)
+            .args(extra)
+            .arg(image),
+    )?;
     Ok(())
 }
 
@@ -130,4 +141,33 @@ pub fn kernel_release() -> String {
     nix::sys::utsname::uname()
         .map(|u| u.release().to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+/// `fstype device` of the mount holding `path` (the longest mount point
+/// that is a prefix of it), for the report: a flush means something
+/// different on tmpfs than on a disk.
+pub fn mount_of(path: &Path) -> Option<String> {
+    let path = std::fs::canonicalize(path).ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let dir = PathBuf::from(f.get(1)?.replace("\\040", " "));
+            let what = format!("{} {}", f.get(2)?, f.first()?);
+            path.starts_with(&dir).then_some((dir, what))
+        })
+        .max_by_key(|(dir, _)| dir.as_os_str().len())
+        .map(|(_, what)| what)
+}
+
+/// The 1-minute load average (/proc/loadavg), for the report: other work
+/// on the machine skews the times.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }

@@ -122,3 +122,44 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// `ext4kit bench journal --quick`: every workload runs with and without a
+/// journal, every image is e2fsck-clean, and the journaled samples carry
+/// the journal writer's counts (a commit per fsync at most).
+#[test]
+fn journal_bench_quick_runs_every_workload_in_both_modes() {
+    if skip_unless(require_tool("mkfs.ext4")).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("journal.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args(["bench", "journal", "--quick", "--dir"])
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for row in ["| create |", "| fsync |", "| fsync4 |"] {
+        assert!(stdout.contains(row), "no {row} row:\n{stdout}");
+    }
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let samples = report["samples"].as_array().expect("samples");
+    assert_eq!(samples.len(), 6, "3 workloads x 2 modes");
+    for s in samples {
+        assert_eq!(s["fsck"]["clean"], Value::Bool(true), "{s}");
+        let journaled = s["mode"] == "journal";
+        assert_eq!(s["counts"].is_object(), journaled, "{s}");
+        if journaled && s["step"] != "create" {
+            let commits = s["counts"]["commits"].as_u64().unwrap();
+            let syncs = s["counts"]["sync_calls"].as_u64().unwrap();
+            assert!(commits >= 1 && commits <= syncs, "{s}");
+        }
+    }
+}

@@ -3,11 +3,16 @@
 //! image, then `e2fsck -fn`. Prints markdown tables; `--json` also saves
 //! the full report. Fails when a target that ran failed a workload or left
 //! an image e2fsck does not find clean.
+//!
+//! `ext4kit bench journal`: the engine through its library API with and
+//! without a journal (`ext4kit_bench::journal`); fails on an image e2fsck
+//! does not find clean.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use ext4kit_bench::config::parse_list;
+use ext4kit_bench::journal::{self, Sizes};
 use ext4kit_bench::{Config, Target, Workload};
 
 #[derive(clap::Args, Debug)]
@@ -20,6 +25,33 @@ pub struct Args {
 enum What {
     /// Compare mounts: kernel ext4, fuse2fs and `ext4kit mount`.
     Mount(MountArgs),
+    /// What the journal costs: create+write 4 KiB (one sync at the end),
+    /// and create+write+fsync from 1 and 4 threads, with and without a
+    /// journal, through the engine's library API.
+    Journal(JournalArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct JournalArgs {
+    /// Small sizes: a smoke test in seconds.
+    #[arg(long)]
+    quick: bool,
+    /// Files of the `create` workload [default: 20000].
+    #[arg(long, value_name = "N")]
+    files: Option<usize>,
+    /// Files of the `fsync` and `fsync4` workloads [default: 2000].
+    #[arg(long, value_name = "M")]
+    fsync_files: Option<usize>,
+    /// Measurements of each workload in each mode; medians are reported
+    /// [default: 3].
+    #[arg(long, value_name = "R")]
+    repeats: Option<usize>,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Where the images go (default /var/tmp).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -43,7 +75,13 @@ struct MountArgs {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let What::Mount(a) = a.what;
+    match a.what {
+        What::Mount(a) => run_mount(a),
+        What::Journal(a) => run_journal(a),
+    }
+}
+
+fn run_mount(a: MountArgs) -> Result<()> {
     let cfg = Config {
         targets: parse_list(&a.targets, &Target::ALL).map_err(anyhow::Error::msg)?,
         workloads: match &a.workloads {
@@ -61,6 +99,30 @@ pub fn run(a: Args) -> Result<()> {
     }
     if report.failed() {
         bail!("the benchmark failed (see the tables above)");
+    }
+    Ok(())
+}
+
+fn run_journal(a: JournalArgs) -> Result<()> {
+    let mut sizes = if a.quick { Sizes::QUICK } else { Sizes::FULL };
+    sizes.create_files = a.files.unwrap_or(sizes.create_files);
+    sizes.fsync_files = a.fsync_files.unwrap_or(sizes.fsync_files);
+    sizes.repeats = a.repeats.unwrap_or(sizes.repeats);
+    if sizes.repeats == 0 || sizes.create_files == 0 || sizes.fsync_files == 0 {
+        bail!("--files, --fsync-files and --repeats must be at least 1");
+    }
+    let cfg = journal::Config {
+        sizes,
+        quick: a.quick,
+        dir: a.dir,
+    };
+    let report = journal::run(&cfg)?;
+    outln!("{}", report.to_markdown());
+    if let Some(path) = &a.json {
+        std::fs::write(path, report.to_json()).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if report.failed() {
+        bail!("an image was not e2fsck-clean (see the table above)");
     }
     Ok(())
 }
