@@ -1,10 +1,11 @@
-//! The metadata write-back cache: a committed transaction's metadata blocks
-//! and superblock are published in memory and written to the device later —
-//! when [`Filesystem::sync`] runs, when the file system is closed, when more
-//! than [`OpenOptions::writeback_bytes`] are waiting, or after every commit
-//! with `sync_writes`. Bitmaps, descriptor blocks and hot directory and
-//! inode-table blocks are then written once per write-back instead of once
-//! per operation, as the kernel's buffer cache does between journal commits.
+//! The metadata write-back cache, which is also the journal's running
+//! transaction: a committed transaction's metadata blocks and superblock
+//! are published in memory and written out later — when
+//! [`Filesystem::sync`] runs, when the file system is closed, when more
+//! than [`OpenOptions::writeback_bytes`] (or a quarter of the journal) are
+//! waiting, or after every commit with `sync_writes`. Bitmaps, descriptor
+//! blocks and hot directory and inode-table blocks are then written once
+//! per write-back instead of once per operation.
 //!
 //! File data is not held here: it goes to the device at commit, before any
 //! metadata that points at it (`data=ordered`), or just after a
@@ -12,10 +13,13 @@
 //! transaction leave the dirty set at once, so a stale copy of a freed
 //! metadata block is never written over data that reuses the block.
 //!
-//! Until the journal lands, a crash loses the changes not yet written back
-//! and may leave a partly written set; the superblock says "not clean" while
-//! any change is pending (it goes out before the blocks, and a clean state
-//! only after them), so e2fsck checks such an image.
+//! With a journal, a write-back is one jbd2 commit (`journal::commit`); the
+//! logged blocks stay here, read through, until a checkpoint writes them
+//! home, and freed blocks the log holds are revoked at the next commit.
+//! Without one, the blocks are written in place: a crash may leave a partly
+//! written set, so the superblock says "not clean" while any change is
+//! pending (it goes out before the blocks, and a clean state only after
+//! them), and e2fsck checks such an image.
 //!
 //! [`OpenOptions::writeback_bytes`]: crate::OpenOptions::writeback_bytes
 
