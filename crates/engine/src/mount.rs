@@ -68,6 +68,7 @@ impl Filesystem {
         let csum_seed = sb.csum_seed();
         let state_at_open = sb.s_state.get();
         let cache = BlockCache::new(opts.cache_bytes, geo.block_size as usize);
+        let busy = crate::alloc::busy::BusyBlocks::new(geo.first_data_block, geo.blocks_per_group);
         let mut fs = Self {
             dev,
             sb: RwLock::new(sb),
@@ -84,7 +85,7 @@ impl Filesystem {
             session: crate::session::Session::new(state_at_open),
             dirty: Mutex::new(Default::default()),
             writeback_seq: Default::default(),
-            busy: Default::default(),
+            busy,
             inode_locks: Default::default(),
             data_in_flight: RwLock::new(()),
         };
@@ -142,6 +143,7 @@ impl Filesystem {
         self.csum_seed = sb.csum_seed();
         self.session = crate::session::Session::new(sb.s_state.get());
         self.cache = BlockCache::new(self.opts.cache_bytes, geo.block_size as usize);
+        self.busy = crate::alloc::busy::BusyBlocks::new(geo.first_data_block, geo.blocks_per_group);
         self.read_only_reason = read_only_reason.into();
         self.geo = geo;
         *self.sb.get_mut() = sb;

@@ -104,11 +104,7 @@ impl Filesystem {
         for &(start, len) in freed {
             d.forget(start, len);
             if self.journaling {
-                let geo = (
-                    u64::from(self.geo.first_data_block),
-                    u64::from(self.geo.blocks_per_group),
-                );
-                self.busy.add(geo, start, len);
+                self.busy.add(start, len);
             }
         }
         for (block, bytes) in blocks {

@@ -18,16 +18,29 @@ use std::collections::HashMap;
 use parking_lot::Mutex;
 
 /// Freed, uncommitted blocks: group → bitmap (bit `i` = block `i` of the
-/// group).
-#[derive(Debug, Default)]
-pub(crate) struct BusyBlocks(Mutex<HashMap<u32, Vec<u8>>>);
+/// group), for a file system whose groups of `per_group` blocks start at
+/// block `first_data`.
+#[derive(Debug)]
+pub(crate) struct BusyBlocks {
+    groups: Mutex<HashMap<u32, Vec<u8>>>,
+    first_data: u64,
+    per_group: u64,
+}
 
 impl BusyBlocks {
-    /// Records `len` blocks from `start` as freed and not yet committed,
-    /// on a file system whose groups of `per_group` blocks start at block
-    /// `first_data`.
-    pub(crate) fn add(&self, (first_data, per_group): (u64, u64), start: u64, len: u64) {
-        let mut m = self.0.lock();
+    /// No busy blocks yet, on a file system of that geometry.
+    pub(crate) fn new(first_data: u32, per_group: u32) -> Self {
+        Self {
+            groups: Mutex::default(),
+            first_data: first_data.into(),
+            per_group: u64::from(per_group).max(1),
+        }
+    }
+
+    /// Records `len` blocks from `start` as freed and not yet committed.
+    pub(crate) fn add(&self, start: u64, len: u64) {
+        let (first_data, per_group) = (self.first_data, self.per_group);
+        let mut m = self.groups.lock();
         for b in start..start.saturating_add(len) {
             let Some(rel) = b.checked_sub(first_data) else { continue };
             let g = (rel / per_group) as u32;
@@ -39,17 +52,17 @@ impl BusyBlocks {
 
     /// Everything freed so far is committed.
     pub(crate) fn clear(&self) {
-        self.0.lock().clear();
+        self.groups.lock().clear();
     }
 
     /// True when no freed block waits for a commit.
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.lock().is_empty()
+        self.groups.lock().is_empty()
     }
 
     /// Sets in `map` (a bitmap of group `g`) the bits of its busy blocks.
     pub(crate) fn lay_over(&self, g: u32, map: &mut [u8]) {
-        if let Some(busy) = self.0.lock().get(&g) {
+        if let Some(busy) = self.groups.lock().get(&g) {
             for (m, b) in map.iter_mut().zip(busy) {
                 *m |= b;
             }
@@ -63,8 +76,8 @@ mod tests {
 
     #[test]
     fn freed_ranges_show_in_their_groups_bitmap_only() {
-        let b = BusyBlocks::default();
-        b.add((0, 32768), 32768 + 8, 3);
+        let b = BusyBlocks::new(0, 32768);
+        b.add(32768 + 8, 3);
         let mut g0 = vec![0u8; 4096];
         b.lay_over(0, &mut g0);
         assert!(g0.iter().all(|&x| x == 0));
