@@ -149,13 +149,27 @@ fn on_signals_unmount(mut unmounter: fuser::SessionUnmounter) -> io::Result<sign
     std::thread::Builder::new()
         .name("ext4kit-signals".into())
         .spawn(move || {
-            if signals.forever().next().is_some()
-                && let Err(e) = unmounter.unmount()
-            {
-                log::error!("ext4kit: unmounting on signal: {e}");
+            if signals.forever().next().is_some() {
+                unmount_retrying(&mut unmounter);
             }
         })?;
     Ok(handle)
+}
+
+/// Unmounts, trying again for up to 10 s while the kernel refuses (the
+/// mount can be busy for a moment while it writes back cached pages): a
+/// signal must not leave the server running after a single failed try.
+fn unmount_retrying(unmounter: &mut fuser::SessionUnmounter) {
+    for attempt in 1..=100 {
+        match unmounter.unmount() {
+            Ok(()) => return,
+            Err(e) if attempt == 100 => log::error!("ext4kit: unmounting on signal: {e}; giving up"),
+            Err(e) => {
+                log::warn!("ext4kit: unmounting on signal: {e}; trying again");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+    }
 }
 
 /// Commits (writes back) what changed every `interval` (`commit=`) until
