@@ -93,7 +93,7 @@ pub struct Filesystem {
     pub(crate) cache: BlockCache,
     pub(crate) read_only_reason: crate::readonly::ReadOnlyReason,
     pub(crate) journal: crate::journal::JournalInfo,
-    /// Changes go through the journal writer (`dirty.log`).
+    /// Changes go through the journal writer (`log`).
     pub(crate) journaling: bool,
     /// Blocks freed by transactions the journal has not committed.
     pub(crate) busy: crate::alloc::busy::BusyBlocks,
@@ -103,6 +103,10 @@ pub struct Filesystem {
     pub(crate) session: crate::session::Session,
     /// Committed metadata not yet written to the device.
     pub(crate) dirty: Mutex<crate::writeback::Dirty>,
+    /// The journal writer, when the file system has a journal and is
+    /// opened for writing. Held through every write-back, so one runs at a
+    /// time; taken before `data_in_flight` and `dirty`.
+    pub(crate) log: Mutex<Option<crate::journal::writer::Log>>,
     /// Odd while a write-back is writing; bumped at its start and end, so a
     /// read that overlapped one can tell and read again.
     pub(crate) writeback_seq: std::sync::atomic::AtomicU64,
@@ -137,11 +141,10 @@ impl Filesystem {
     /// # Errors
     /// [`Error::Io`] when the device cannot write or flush.
     pub fn sync(&self) -> Result<()> {
-        self.write_back()?;
+        self.write_back_published()?;
         if self.journaling {
-            // Every commit ends with a flush, and nothing committed is
-            // waiting: the data of each transaction was written before it
-            // was published, so before the commit that carried it.
+            // Every commit ends with a flush, and the data of each
+            // transaction was written before the commit that carried it.
             return Ok(());
         }
         self.dev.flush().map_err(|source| self.write_failed(0, source))

@@ -69,6 +69,7 @@ impl Filesystem {
         let state_at_open = sb.s_state.get();
         let cache = BlockCache::new(opts.cache_bytes, geo.block_size as usize);
         let busy = crate::alloc::busy::BusyBlocks::new(geo.first_data_block, geo.blocks_per_group);
+        let dirty = crate::writeback::Dirty::new(opts.writeback_bytes);
         let mut fs = Self {
             dev,
             sb: RwLock::new(sb),
@@ -83,7 +84,8 @@ impl Filesystem {
             journaling: false,
             open_files: Mutex::new(Default::default()),
             session: crate::session::Session::new(state_at_open),
-            dirty: Mutex::new(Default::default()),
+            dirty: Mutex::new(dirty),
+            log: Mutex::new(None),
             writeback_seq: Default::default(),
             busy,
             inode_locks: Default::default(),
@@ -119,7 +121,11 @@ impl Filesystem {
         }
         match crate::journal::writer::Log::load(self, &self.opts.journal) {
             Ok(log) => {
-                self.dirty.lock().log = Some(log);
+                let quarter = (log.capacity() / 4) as usize * self.block_size();
+                let mut d = self.dirty.lock();
+                d.running_limit = d.running_limit.min(quarter);
+                drop(d);
+                *self.log.lock() = Some(log);
                 self.journaling = true;
             }
             Err(e) => self.read_only_reason.set(format!("the journal cannot be written: {e}")),

@@ -13,9 +13,13 @@
 //! transaction leave the dirty set at once, so a stale copy of a freed
 //! metadata block is never written over data that reuses the block.
 //!
-//! With a journal, a write-back is one jbd2 commit (`journal::commit`); the
-//! logged blocks stay here, read through, until a checkpoint writes them
-//! home, and freed blocks the log holds are revoked at the next commit.
+//! With a journal, a write-back is one jbd2 commit
+//! (`journal::transaction`): the running blocks become the committing
+//! transaction, which is written to the log without holding this cache's
+//! lock, so other threads publish into the next running transaction and
+//! read meanwhile. The logged blocks stay here, read through, until a
+//! checkpoint writes them home, and freed blocks the log holds are revoked
+//! at the next commit.
 //! Without one, the blocks are written in place: a crash may leave a partly
 //! written set, so the superblock says "not clean" while any change is
 //! pending (it goes out before the blocks, and a clean state only after
@@ -25,47 +29,92 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::superblock::RawSuperblock;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fs::Filesystem;
-use crate::journal::commit::flush;
 use crate::journal::writer::Log;
 
 /// `EXT2_VALID_FS` in `s_state`.
-const VALID_FS: u16 = 1;
+pub(crate) const VALID_FS: u16 = 1;
 
 /// Metadata changed by committed transactions and not yet in place.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Dirty {
-    /// Committed by transactions, not yet logged or written.
-    blocks: BTreeMap<u64, Arc<[u8]>>,
-    bytes: usize,
+    /// The running transaction: published, not yet logged or written.
+    pub(crate) blocks: BTreeMap<u64, Arc<[u8]>>,
+    pub(crate) bytes: usize,
     /// The superblock as of the last published transaction, when changed
     /// since the last write-back: taken with the blocks under one lock, so
     /// a write-back never pairs counts with blocks of another moment.
-    superblock: Option<RawSuperblock>,
+    pub(crate) superblock: Option<RawSuperblock>,
+    /// ID of the running transaction (`j_running_transaction->t_tid`).
+    pub(crate) tid: u64,
+    /// The highest transaction ID that is durable (`j_commit_sequence`).
+    pub(crate) committed_tid: u64,
+    /// The transaction being written to the log, read through until it is
+    /// logged (`j_committing_transaction`).
+    pub(crate) committing: Option<Arc<BTreeMap<u64, Arc<[u8]>>>>,
     /// Logged in the journal, not yet checkpointed (written home).
-    logged: BTreeMap<u64, Arc<[u8]>>,
-    logged_bytes: usize,
+    pub(crate) logged: BTreeMap<u64, Arc<[u8]>>,
+    pub(crate) logged_bytes: usize,
+    /// Blocks the live log or the committing transaction holds a copy of:
+    /// replay would write them, so freeing one needs a revoke record.
+    pub(crate) log_holds: BTreeSet<u64>,
     /// Freed blocks the log holds: the next commit revokes them.
-    revoke: BTreeSet<u64>,
-    /// The journal writer, when the file system has a journal and is
-    /// opened for writing.
-    pub(crate) log: Option<Log>,
-    write_backs: u64,
+    pub(crate) revoke: BTreeSet<u64>,
+    /// Most running bytes before a write-back: the option's, and a quarter
+    /// of the journal (`j_max_transaction_buffers`) so a transaction fits.
+    pub(crate) running_limit: usize,
+    pub(crate) write_backs: u64,
     /// The blocks are a journal replayed in memory over a read-only
     /// device: read through, never written.
     replayed_in_memory: bool,
+}
+
+impl Dirty {
+    pub(crate) fn new(running_limit: usize) -> Self {
+        Self {
+            blocks: BTreeMap::new(),
+            bytes: 0,
+            superblock: None,
+            tid: 1,
+            committed_tid: 0,
+            committing: None,
+            logged: BTreeMap::new(),
+            logged_bytes: 0,
+            log_holds: BTreeSet::new(),
+            revoke: BTreeSet::new(),
+            running_limit,
+            write_backs: 0,
+            replayed_in_memory: false,
+        }
+    }
+
+    /// True when something was published since the last write-back began
+    /// and there is a device to write it to.
+    pub(crate) fn has_running(&self) -> bool {
+        !self.replayed_in_memory && (self.superblock.is_some() || !self.blocks.is_empty())
+    }
+
+    /// The ID of the last transaction with anything published: the
+    /// running one, or the one before it when the running one is empty.
+    fn last_published(&self) -> u64 {
+        if self.has_running() { self.tid } else { self.tid - 1 }
+    }
 }
 
 impl Filesystem {
     /// The dirty copy of `block`, if it has one.
     pub(crate) fn dirty_block(&self, block: u64) -> Option<Arc<[u8]>> {
         let d = self.dirty.lock();
-        d.blocks.get(&block).or_else(|| d.logged.get(&block)).cloned()
+        d.blocks
+            .get(&block)
+            .or_else(|| d.committing.as_ref().and_then(|c| c.get(&block)))
+            .or_else(|| d.logged.get(&block))
+            .cloned()
     }
 
     /// Copies the dirty blocks that overlap bytes `offset..offset + len`
@@ -75,10 +124,13 @@ impl Filesystem {
             return;
         }
         let d = self.dirty.lock();
-        // The logged copies are older than the running ones.
-        for set in [&d.logged, &d.blocks] {
-            overlay(set, self.geo.block_size_log2, offset, buf);
+        let log2 = self.geo.block_size_log2;
+        // Oldest first: logged, committing, running.
+        overlay(&d.logged, log2, offset, buf);
+        if let Some(c) = &d.committing {
+            overlay(c, log2, offset, buf);
         }
+        overlay(&d.blocks, log2, offset, buf);
     }
 
     /// Holds a block replayed from the journal of a read-only image
@@ -119,174 +171,103 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Writes back when more is waiting than [`Self::max_running_bytes`]
-    /// allows. Called after a publish, not inside it: the write-back must
-    /// first wait for file data in flight, which the publishing thread may
-    /// own.
+    /// Writes back when more is waiting than the running limit allows.
+    /// Called after a publish, not inside it: the write-back must first
+    /// wait for file data in flight, which the publishing thread may own.
     pub(crate) fn write_back_if_full(&self) -> Result<()> {
-        let full = {
+        let full = || {
             let d = self.dirty.lock();
-            d.bytes > self.max_running_bytes(&d)
+            d.bytes > d.running_limit
         };
-        if full {
-            self.write_back()?;
+        if !full() {
+            return Ok(());
         }
-        Ok(())
+        let mut log = self.log.lock();
+        // Another thread may have written it back while this one waited.
+        if !full() {
+            return Ok(());
+        }
+        self.dirty.lock().write_backs += 1;
+        self.write_back_locked(&mut log)
     }
 
-    /// Writes every dirty block and the superblock to the device, once the
-    /// file data they may point at is down (see [`crate::ordered`]).
+    /// Writes every dirty block and the superblock to the device (as one
+    /// journal commit when journaling), once the file data they may point
+    /// at is down (see [`crate::ordered`]).
     pub(crate) fn write_back(&self) -> Result<()> {
-        let _data = self.data_in_flight.write();
-        let mut d = self.dirty.lock();
-        d.write_backs += 1;
-        self.write_dirty(&mut d)
+        let mut log = self.log.lock();
+        self.dirty.lock().write_backs += 1;
+        self.write_back_locked(&mut log)
+    }
+
+    /// Makes durable everything published before the call: with a
+    /// journal, commits unless a commit that began after the last publish
+    /// has already ended (`jbd2_log_wait_commit`), so threads that fsync
+    /// together share commits.
+    pub(crate) fn write_back_published(&self) -> Result<()> {
+        let want = {
+            let mut d = self.dirty.lock();
+            d.write_backs += 1;
+            d.last_published()
+        };
+        let mut log = self.log.lock();
+        if log.is_some() && self.dirty.lock().committed_tid >= want {
+            return Ok(());
+        }
+        self.write_back_locked(&mut log)
+    }
+
+    fn write_back_locked(&self, log: &mut Option<Log>) -> Result<()> {
+        match log {
+            Some(log) => self.commit_running(log),
+            None => self.write_in_place(),
+        }
     }
 
     /// What the journal writer has done this session; `None` when changes
     /// do not go through a journal.
     pub fn journal_stats(&self) -> Option<crate::journal::JournalStats> {
-        let d = self.dirty.lock();
-        let mut s = d.log.as_ref()?.stats;
-        s.write_backs = d.write_backs;
+        let mut s = self.log.lock().as_ref()?.stats;
+        s.write_backs = self.dirty.lock().write_backs;
         Some(s)
     }
 
-    fn write_dirty(&self, d: &mut Dirty) -> Result<()> {
-        if d.replayed_in_memory || (d.superblock.is_none() && d.blocks.is_empty()) {
-            return Ok(());
-        }
-        use std::sync::atomic::Ordering;
+    /// Runs `write`, which puts dirty blocks home and then drops them from
+    /// the overlay, as a window readers can see: a read that overlapped it
+    /// may hold the device's older bytes and no overlay, and reads again.
+    pub(crate) fn writing_home<T>(&self, write: impl FnOnce() -> T) -> T {
         self.writeback_seq.fetch_add(1, Ordering::AcqRel);
-        let r = self.write_blocks(d);
+        let r = write();
         self.writeback_seq.fetch_add(1, Ordering::AcqRel);
         r
     }
 
-    /// Most running bytes before a write-back: the option's, and a quarter
-    /// of the journal (`j_max_transaction_buffers`) so a transaction fits.
-    fn max_running_bytes(&self, d: &Dirty) -> usize {
-        let journal = d
-            .log
-            .as_ref()
-            .map_or(usize::MAX, |l| l.capacity() as usize / 4 * self.block_size());
-        self.opts.writeback_bytes.min(journal)
-    }
-
-    fn write_blocks(&self, d: &mut Dirty) -> Result<()> {
-        if d.log.is_some() {
-            return self.write_journaled(d);
-        }
-        let sb = d.superblock.unwrap_or_else(|| *self.sb.read());
-        let clean = sb.s_state.get() & VALID_FS != 0;
-        if !clean {
-            self.write_superblock(&sb)?;
-        }
-        let log2 = self.geo.block_size_log2;
-        crate::txn::write_runs(self, d.blocks.iter().map(|(b, bytes)| (b << log2, &bytes[..])))?;
-        if clean {
-            self.write_superblock(&sb)?;
-        }
-        d.blocks.clear();
-        d.bytes = 0;
-        d.superblock = None;
-        Ok(())
-    }
-
-    /// Write-back through the journal: the running blocks and the
-    /// superblock become one jbd2 transaction. The log is checkpointed when
-    /// the transaction would not fit, when the logged copies pass the
-    /// write-back limit, and at the end of the session (the superblock no
-    /// longer says `needs_recovery`), which then writes the superblock home.
-    fn write_journaled(&self, d: &mut Dirty) -> Result<()> {
-        let Some(mut log) = d.log.take() else {
+    /// Without a journal: the running blocks are written in place, the
+    /// superblock saying "not clean" before them when it does at all.
+    fn write_in_place(&self) -> Result<()> {
+        let _data = self.data_in_flight.write();
+        let mut d = self.dirty.lock();
+        if !d.has_running() {
             return Ok(());
-        };
-        let r = self.log_running(d, &mut log);
-        d.log = Some(log);
-        r
-    }
-
-    fn log_running(&self, d: &mut Dirty, log: &mut Log) -> Result<()> {
-        let sb = d.superblock.take().unwrap_or_else(|| *self.sb.read());
-        let ending = !sb.features().incompat.contains(IncompatFeatures::RECOVER);
-        if !log.recover_on_disk {
-            self.mark_recover_on_disk()?;
-            log.recover_on_disk = true;
         }
-        let mut blocks = std::mem::take(&mut d.blocks);
-        d.bytes = 0;
-        let (home, bytes) = log.superblock_block(&with_recover(sb));
-        blocks.insert(home, bytes);
-        let mut revokes: Vec<u64> = d.revoke.iter().filter(|b| !blocks.contains_key(b)).copied().collect();
-        d.revoke.clear();
-        if log.blocks_needed(blocks.len(), revokes.len()) > log.free() {
-            self.checkpoint(d, log)?;
-            revokes.clear();
-        }
-        if log.blocks_needed(blocks.len(), 0) > log.capacity() {
-            self.write_unlogged(blocks, home, &sb)?;
-            self.busy.clear();
-        } else {
-            log.commit(self, &blocks, &revokes)?;
-            self.busy.clear();
-            for (b, bytes) in blocks {
-                d.logged_bytes += bytes.len();
-                if let Some(old) = d.logged.insert(b, bytes) {
-                    d.logged_bytes -= old.len();
-                }
+        self.writing_home(|| {
+            let sb = d.superblock.unwrap_or_else(|| *self.sb.read());
+            let clean = sb.s_state.get() & VALID_FS != 0;
+            if !clean {
+                self.write_superblock(&sb)?;
             }
-        }
-        if ending || d.logged_bytes > self.opts.writeback_bytes {
-            self.checkpoint(d, log)?;
-        }
-        if ending {
-            self.write_superblock(&sb)?;
-            flush(self)?;
-            log.recover_on_disk = false;
-        }
-        Ok(())
-    }
-
-    /// Writes the logged blocks home and empties the log.
-    fn checkpoint(&self, d: &mut Dirty, log: &mut Log) -> Result<()> {
-        log.checkpoint(self, &d.logged)?;
-        d.logged.clear();
-        d.logged_bytes = 0;
-        d.revoke.clear();
-        Ok(())
-    }
-
-    /// A transaction larger than the whole journal (a huge batch) cannot be
-    /// logged: it is written in place, with the superblock saying "not
-    /// clean" on the device until every block is down, as without a journal.
-    fn write_unlogged(&self, mut blocks: BTreeMap<u64, Arc<[u8]>>, sb_home: u64, sb: &RawSuperblock) -> Result<()> {
-        let sb_block = blocks.remove(&sb_home);
-        let mut unchecked = *sb;
-        unchecked.s_state.set(unchecked.s_state.get() & !VALID_FS);
-        unchecked.set_checksum();
-        self.write_superblock(&unchecked)?;
-        flush(self)?;
-        let log2 = self.geo.block_size_log2;
-        crate::txn::write_runs(self, blocks.iter().map(|(b, bytes)| (b << log2, &bytes[..])))?;
-        flush(self)?;
-        if let Some(b) = sb_block {
-            crate::txn::write_runs(self, std::iter::once((sb_home << log2, &b[..])))?;
-        }
-        flush(self)
-    }
-
-    /// Sets `needs_recovery` in the superblock on the device, as the
-    /// kernel's mount does before the first commit: from then on a crash
-    /// sends the next mount (or e2fsck) to the journal.
-    fn mark_recover_on_disk(&self) -> Result<()> {
-        let mut buf = vec![0u8; 1024];
-        self.dev
-            .read_at(1024, &mut buf)
-            .map_err(|source| Error::Io { offset: 1024, source })?;
-        let sb = RawSuperblock::parse(&buf).map_err(|e| Error::format(crate::Location::Superblock, e))?;
-        self.write_superblock(&with_recover(sb))?;
-        flush(self)
+            let log2 = self.geo.block_size_log2;
+            crate::txn::write_runs(self, d.blocks.iter().map(|(b, bytes)| (b << log2, &bytes[..])))?;
+            if clean {
+                self.write_superblock(&sb)?;
+            }
+            d.blocks.clear();
+            d.bytes = 0;
+            d.superblock = None;
+            d.committed_tid = d.tid;
+            d.tid += 1;
+            Ok(())
+        })
     }
 
     pub(crate) fn write_superblock(&self, sb: &RawSuperblock) -> Result<()> {
@@ -299,7 +280,9 @@ impl Filesystem {
 impl Dirty {
     /// Drops blocks `start..start + len`, just freed, from every set: a
     /// stale copy must never be written over what reuses the block. Those
-    /// the log holds are revoked at the next commit.
+    /// the log holds are revoked at the next commit. A committing copy
+    /// stays readable until its commit ends, which then leaves it out of
+    /// the logged set (see `journal::transaction`).
     fn forget(&mut self, start: u64, len: u64) {
         let end = start.saturating_add(len);
         let gone: Vec<u64> = self.blocks.range(start..end).map(|(b, _)| *b).collect();
@@ -314,9 +297,8 @@ impl Dirty {
                 self.logged_bytes -= v.len();
             }
         }
-        if let Some(log) = &self.log {
-            self.revoke.extend(log.logged.range(start..end));
-        }
+        let held: Vec<u64> = self.log_holds.range(start..end).copied().collect();
+        self.revoke.extend(held);
     }
 }
 
@@ -334,12 +316,4 @@ fn overlay(set: &BTreeMap<u64, Arc<[u8]>>, log2: u32, offset: u64, buf: &mut [u8
                 .copy_from_slice(&bytes[(lo - start) as usize..(hi - start) as usize]);
         }
     }
-}
-
-/// `sb` saying `needs_recovery`, with a fresh checksum.
-fn with_recover(mut sb: RawSuperblock) -> RawSuperblock {
-    let f = sb.s_feature_incompat.get() | IncompatFeatures::RECOVER.0;
-    sb.s_feature_incompat.set(f);
-    sb.set_checksum();
-    sb
 }

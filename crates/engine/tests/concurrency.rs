@@ -2,7 +2,9 @@
 //! outside the writer lock): readers never see another file's bytes or a
 //! new block's stale contents, the files end as modelled, e2fsck is clean;
 //! one writer's data write can be held on the device while another file
-//! is written meanwhile; opens and releases do not wait for transactions.
+//! is written meanwhile; opens and releases do not wait for transactions;
+//! a journal commit held on the device holds up neither new changes nor
+//! reads, and the fsyncs that queue behind it share one commit.
 
 mod common;
 
@@ -204,6 +206,8 @@ fn parallel_writers_and_readers() {
 /// the test holds one writer inside its data write.
 struct GatedDevice {
     inner: FileDevice,
+    /// Flushes stop at the gate too while this is set.
+    gate_flushes: Arc<AtomicBool>,
     entered: Mutex<Sender<()>>,
     release: Mutex<Receiver<()>>,
 }
@@ -216,16 +220,34 @@ type Gated = (std::path::PathBuf, Arc<Filesystem>, Receiver<()>, Sender<()>);
 
 /// A fresh 32 MiB image in `dir` opened over a [`GatedDevice`].
 fn gated_fs(dir: &std::path::Path) -> Option<Gated> {
+    gated_fs_and_flushes(dir, Arc::default())
+}
+
+/// [`gated_fs`] whose flushes stop at the gate while `gate_flushes` is set.
+fn gated_fs_and_flushes(dir: &std::path::Path, gate_flushes: Arc<AtomicBool>) -> Option<Gated> {
     let img = mkfs(dir, None, &[], "32M")?;
     let (entered_tx, entered) = channel();
     let (release, release_rx) = channel();
     let dev = GatedDevice {
         inner: FileDevice::open(&img, true).unwrap(),
+        gate_flushes,
         entered: Mutex::new(entered_tx),
         release: Mutex::new(release_rx),
     };
     let fs = Arc::new(Filesystem::open(Box::new(dev), OpenOptions::default()).unwrap());
     Some((img, fs, entered, release))
+}
+
+impl GatedDevice {
+    fn wait_at_gate(&self) -> std::io::Result<()> {
+        self.entered.lock().unwrap().send(()).unwrap();
+        self.release
+            .lock()
+            .unwrap()
+            .recv_timeout(PATIENCE)
+            .map(drop)
+            .map_err(|_| std::io::Error::other("the test never released the gate"))
+    }
 }
 
 impl BlockDevice for GatedDevice {
@@ -237,16 +259,14 @@ impl BlockDevice for GatedDevice {
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
         if buf.starts_with(GATE) {
-            self.entered.lock().unwrap().send(()).unwrap();
-            self.release
-                .lock()
-                .unwrap()
-                .recv_timeout(PATIENCE)
-                .map_err(|_| std::io::Error::other("the test never released the write"))?;
+            self.wait_at_gate()?;
         }
         self.inner.write_at(offset, buf)
     }
     fn flush(&self) -> std::io::Result<()> {
+        if self.gate_flushes.load(Ordering::Acquire) {
+            self.wait_at_gate()?;
+        }
         self.inner.flush()
     }
     fn read_only(&self) -> bool {
@@ -417,4 +437,76 @@ fn opens_race_unlinks() {
     drop(fs);
     let fsck = e2fsck_fn(&img).unwrap();
     assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
+}
+
+#[test]
+fn a_commit_in_flight_holds_up_neither_changes_nor_reads_and_queued_fsyncs_share_a_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate_flushes = Arc::new(AtomicBool::new(false));
+    let Some((img, fs, entered, release)) = gated_fs_and_flushes(dir.path(), gate_flushes.clone()) else {
+        return;
+    };
+    let a = fs.create(ROOT_INO, b"a", NodeKind::Regular, ATTR).unwrap().ino;
+    fs.write(a, 0, b"committed before").unwrap();
+    fs.sync().unwrap();
+    let before = fs.journal_stats().expect("the image has a journal");
+
+    // A commit of a's change, stopped at its first flush.
+    fs.write(a, 0, b"being committed!").unwrap();
+    gate_flushes.store(true, Ordering::Release);
+    let fs_a = fs.clone();
+    let committer = std::thread::spawn(move || fs_a.sync().unwrap());
+    entered
+        .recv_timeout(PATIENCE)
+        .expect("the commit never reached its flush");
+
+    // Meanwhile a new file is created, written and read, and a is read.
+    let (done_tx, done) = channel();
+    let fs_b = fs.clone();
+    let changer = std::thread::spawn(move || {
+        let b = fs_b.create(ROOT_INO, b"b", NodeKind::Regular, ATTR).unwrap().ino;
+        fs_b.write(b, 0, b"next transaction").unwrap();
+        let mut got = [0u8; 16];
+        fs_b.read_file_at(a, 0, &mut got).unwrap();
+        done_tx.send(got).unwrap();
+    });
+    let got = done.recv_timeout(PATIENCE);
+    gate_flushes.store(false, Ordering::Release);
+    // Two fsyncs queue behind the commit in flight.
+    let syncers: Vec<_> = (0..2)
+        .map(|_| {
+            let fs = fs.clone();
+            std::thread::spawn(move || fs.sync().unwrap())
+        })
+        .collect();
+    release.send(()).unwrap();
+    assert_eq!(
+        &got.expect("a change waited for the commit in flight"),
+        b"being committed!"
+    );
+    changer.join().unwrap();
+    committer.join().unwrap();
+    for s in syncers {
+        s.join().unwrap();
+    }
+    let after = fs.journal_stats().unwrap();
+    assert_eq!(after.write_backs - before.write_backs, 3, "three syncs");
+    assert_eq!(
+        after.commits - before.commits,
+        2,
+        "a's commit, then one for b shared by both fsyncs"
+    );
+
+    drop(Arc::into_inner(fs).expect("threads are done"));
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
+    let fs = open_rw(&img);
+    assert_eq!(
+        fs.read_all(&fs.resolve(b"/a").unwrap(), 64).unwrap(),
+        b"being committed!"
+    );
+    assert_eq!(
+        fs.read_all(&fs.resolve(b"/b").unwrap(), 64).unwrap(),
+        b"next transaction"
+    );
 }

@@ -11,7 +11,9 @@
 //! Kept as one bitmap per group, like mballoc's in-core buddy bitmaps that
 //! only learn of a free at commit: the allocator searches the group's
 //! bitmap with these bits laid over it, word by word, however many ranges
-//! were freed.
+//! were freed. Two generations, as jbd2 has a running and a committing
+//! transaction: blocks freed while a commit is being written wait for the
+//! commit after it.
 
 use std::collections::HashMap;
 
@@ -22,16 +24,24 @@ use parking_lot::Mutex;
 /// block `first_data`.
 #[derive(Debug)]
 pub(crate) struct BusyBlocks {
-    groups: Mutex<HashMap<u32, Vec<u8>>>,
+    generations: Mutex<Generations>,
     first_data: u64,
     per_group: u64,
+}
+
+/// Group bitmaps of the blocks freed by the running transaction, and by
+/// the committing one.
+#[derive(Debug, Default)]
+struct Generations {
+    running: HashMap<u32, Vec<u8>>,
+    committing: HashMap<u32, Vec<u8>>,
 }
 
 impl BusyBlocks {
     /// No busy blocks yet, on a file system of that geometry.
     pub(crate) fn new(first_data: u32, per_group: u32) -> Self {
         Self {
-            groups: Mutex::default(),
+            generations: Mutex::default(),
             first_data: first_data.into(),
             per_group: u64::from(per_group).max(1),
         }
@@ -40,7 +50,8 @@ impl BusyBlocks {
     /// Records `len` blocks from `start` as freed and not yet committed.
     pub(crate) fn add(&self, start: u64, len: u64) {
         let (first_data, per_group) = (self.first_data, self.per_group);
-        let mut m = self.groups.lock();
+        let mut gens = self.generations.lock();
+        let m = &mut gens.running;
         for b in start..start.saturating_add(len) {
             let Some(rel) = b.checked_sub(first_data) else { continue };
             let g = (rel / per_group) as u32;
@@ -50,19 +61,39 @@ impl BusyBlocks {
         }
     }
 
-    /// Everything freed so far is committed.
-    pub(crate) fn clear(&self) {
-        self.groups.lock().clear();
+    /// The running transaction becomes the committing one: what it
+    /// freed is released by [`Self::end_commit`]. A committing generation
+    /// left by a failed commit stays busy with it.
+    pub(crate) fn start_commit(&self) {
+        let mut gens = self.generations.lock();
+        let running = std::mem::take(&mut gens.running);
+        if gens.committing.is_empty() {
+            gens.committing = running;
+            return;
+        }
+        for (g, map) in running {
+            let into = gens.committing.entry(g).or_insert_with(|| vec![0; map.len()]);
+            for (i, b) in into.iter_mut().zip(map) {
+                *i |= b;
+            }
+        }
+    }
+
+    /// The committing transaction is durable: what it freed may be reused.
+    pub(crate) fn end_commit(&self) {
+        self.generations.lock().committing.clear();
     }
 
     /// True when no freed block waits for a commit.
     pub(crate) fn is_empty(&self) -> bool {
-        self.groups.lock().is_empty()
+        let gens = self.generations.lock();
+        gens.running.is_empty() && gens.committing.is_empty()
     }
 
     /// Sets in `map` (a bitmap of group `g`) the bits of its busy blocks.
     pub(crate) fn lay_over(&self, g: u32, map: &mut [u8]) {
-        if let Some(busy) = self.groups.lock().get(&g) {
+        let gens = self.generations.lock();
+        for busy in [gens.running.get(&g), gens.committing.get(&g)].into_iter().flatten() {
             for (m, b) in map.iter_mut().zip(busy) {
                 *m |= b;
             }
@@ -84,7 +115,26 @@ mod tests {
         let mut g1 = vec![0u8; 4096];
         b.lay_over(1, &mut g1);
         assert_eq!((g1[0], g1[1]), (0, 0b111));
-        b.clear();
+        b.start_commit();
+        b.end_commit();
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn blocks_freed_during_a_commit_wait_for_the_next() {
+        let b = BusyBlocks::new(0, 64);
+        b.add(1, 1);
+        b.start_commit();
+        b.add(2, 1);
+        let mut map = vec![0u8; 8];
+        b.lay_over(0, &mut map);
+        assert_eq!(map[0], 0b110);
+        b.end_commit();
+        let mut map = vec![0u8; 8];
+        b.lay_over(0, &mut map);
+        assert_eq!(map[0], 0b100);
+        b.start_commit();
+        b.end_commit();
         assert!(b.is_empty());
     }
 }

@@ -54,7 +54,6 @@ impl Log {
         flush(fs)?;
         self.head = lblk + 1;
         self.sequence = seq.wrapping_add(1);
-        self.logged.extend(blocks.keys().copied());
         self.stats.commits += 1;
         self.stats.blocks_logged += blocks.len() as u64;
         self.stats.revoke_records += revokes.len() as u64;

@@ -1,14 +1,14 @@
 //! The journal as the writer sees it (`journal_t`): where each journal
 //! block lives on the device, the journal superblock as last written, the
-//! next block and transaction ID, and which file-system blocks the live log
-//! holds (replay would write them, so freeing one needs a revoke record).
+//! next block and transaction ID. Which file-system blocks the live log
+//! holds, so that freeing one needs a revoke record, is the write-back
+//! cache's `log_holds`.
 //!
 //! The log never wraps: a transaction that does not fit before `s_maxlen`
 //! first checkpoints everything and starts the log again at `s_first` with
 //! `s_start = 0` in between (`jbd2_mark_journal_empty`). Recovery still
 //! handles wrapped logs, which the kernel writes.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use ext4kit_format::features::IncompatFeatures;
@@ -92,8 +92,6 @@ pub(crate) struct Log {
     pub(crate) head: u32,
     /// ID of the next transaction.
     pub(crate) sequence: u32,
-    /// File-system blocks logged since the log was last emptied.
-    pub(crate) logged: BTreeSet<u64>,
     /// `needs_recovery` is on the device's superblock this session.
     pub(crate) recover_on_disk: bool,
     /// Flush before the commit block (off with `journal_async_commit`).
@@ -154,7 +152,6 @@ impl Log {
             first,
             end,
             head: first,
-            logged: BTreeSet::new(),
             recover_on_disk: false,
             barrier_before_commit: !opts.async_commit,
             sb_block: (home, sb_block),
@@ -225,7 +222,6 @@ impl Log {
     /// starts the log again at `s_first`.
     pub(crate) fn restart(&mut self) {
         self.head = self.first;
-        self.logged.clear();
     }
 
     /// Turns on `revoke` before the first revoke record is written.
