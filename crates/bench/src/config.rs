@@ -193,6 +193,8 @@ pub struct Config {
     pub dir: Option<PathBuf>,
     /// The `ext4kit` executable for the `ext4kit` target.
     pub ext4kit_exe: PathBuf,
+    /// More `-o` options for the `ext4kit` target's mount.
+    pub ext4kit_options: Option<String>,
 }
 
 impl Config {

@@ -157,7 +157,11 @@ impl Mounted {
                         .arg("mount")
                         .arg(image)
                         .arg(mnt)
-                        .args(["-d", "-o", "allow_other"])
+                        .args(["-d", "-o"])
+                        .arg(match &cfg.ext4kit_options {
+                            Some(more) => format!("allow_other,{more}"),
+                            None => "allow_other".into(),
+                        })
                         .env("EXT4KIT_LOG_FILE", work.join("ext4kit.log"))
                         .stdin(Stdio::null()),
                 )?;

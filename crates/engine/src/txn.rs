@@ -49,6 +49,9 @@ pub(crate) struct Txn<'a> {
     closing: bool,
     /// Block ranges freed here: they leave the write-back set at commit.
     freed: Vec<(u64, u64)>,
+    /// Inodes whose records this transaction wrote: an fsync of one of
+    /// them needs the journal transaction this one joins.
+    inodes: Vec<u32>,
     /// No other thread's file data can be in flight to blocks this
     /// transaction reads, frees or writes (see [`Txn::quiesce_data`]).
     data_quiet: Cell<bool>,
@@ -88,6 +91,7 @@ impl<'a> Txn<'a> {
             free_inodes_delta: 0,
             sb: None,
             closing: false,
+            inodes: Vec::new(),
             freed: Vec::new(),
             data_quiet: Cell::new(false),
             opens: None,
@@ -329,6 +333,11 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// Notes that the record of `ino` changed here.
+    pub(crate) fn inode_written(&mut self, ino: u32) {
+        self.inodes.push(ino);
+    }
+
     /// True while `ino` is open; from here to the end of the transaction
     /// no open or release can change that.
     pub(crate) fn is_open(&mut self, ino: u32) -> bool {
@@ -355,7 +364,8 @@ impl<'a> Txn<'a> {
             *fs.sb.write() = sb;
         }
         let freed = std::mem::take(&mut self.freed);
-        fs.publish(std::mem::take(&mut self.blocks), &freed, sb)?;
+        let inodes = std::mem::take(&mut self.inodes);
+        fs.publish(std::mem::take(&mut self.blocks), &freed, &inodes, sb)?;
         self.sb = None;
         self.free_blocks_delta = 0;
         self.free_inodes_delta = 0;

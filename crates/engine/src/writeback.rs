@@ -27,7 +27,7 @@
 //!
 //! [`OpenOptions::writeback_bytes`]: crate::OpenOptions::writeback_bytes
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -57,6 +57,10 @@ pub(crate) struct Dirty {
     /// The transaction being written to the log, read through until it is
     /// logged (`j_committing_transaction`).
     pub(crate) committing: Option<Arc<BTreeMap<u64, Arc<[u8]>>>>,
+    /// Inodes changed by the running and by the committing transaction:
+    /// what an fsync of each must wait for (the kernel's `i_sync_tid`).
+    pub(crate) running_inodes: HashSet<u32>,
+    pub(crate) committing_inodes: HashSet<u32>,
     /// Logged in the journal, not yet checkpointed (written home).
     pub(crate) logged: BTreeMap<u64, Arc<[u8]>>,
     pub(crate) logged_bytes: usize,
@@ -83,6 +87,8 @@ impl Dirty {
             tid: 1,
             committed_tid: 0,
             committing: None,
+            running_inodes: HashSet::new(),
+            committing_inodes: HashSet::new(),
             logged: BTreeMap::new(),
             logged_bytes: 0,
             log_holds: BTreeSet::new(),
@@ -150,9 +156,13 @@ impl Filesystem {
         &self,
         blocks: BTreeMap<u64, Vec<u8>>,
         freed: &[(u64, u64)],
+        inodes: &[u32],
         sb: RawSuperblock,
     ) -> Result<()> {
         let mut d = self.dirty.lock();
+        if self.journaling {
+            d.running_inodes.extend(inodes);
+        }
         for &(start, len) in freed {
             d.forget(start, len);
             if self.journaling {
@@ -210,8 +220,44 @@ impl Filesystem {
             d.write_backs += 1;
             d.last_published()
         };
+        self.commit_through(want)
+    }
+
+    /// Makes durable what changed inode `ino` (fsync): with a journal,
+    /// waits for the transaction holding its last change, committing it
+    /// if need be, and only flushes the device when that is already
+    /// durable (its file data may still be in the device's cache). Without
+    /// a journal, as [`Filesystem::sync`].
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when the device cannot write or flush.
+    pub fn sync_inode(&self, ino: u32) -> Result<()> {
+        if !self.journaling {
+            return self.sync();
+        }
+        let want = {
+            let mut d = self.dirty.lock();
+            d.write_backs += 1;
+            if d.running_inodes.contains(&ino) {
+                Some(d.tid)
+            } else if d.committing_inodes.contains(&ino) {
+                Some(d.tid - 1)
+            } else {
+                None
+            }
+        };
+        match want {
+            Some(tid) => self.commit_through(tid),
+            None => crate::journal::commit::flush(self),
+        }
+    }
+
+    /// Commits unless transaction `tid` is already durable; a commit that
+    /// is running when this is called is waited for first, and may carry
+    /// `tid` (`jbd2_log_wait_commit`).
+    fn commit_through(&self, tid: u64) -> Result<()> {
         let mut log = self.log.lock();
-        if log.is_some() && self.dirty.lock().committed_tid >= want {
+        if log.is_some() && self.dirty.lock().committed_tid >= tid {
             return Ok(());
         }
         self.write_back_locked(&mut log)

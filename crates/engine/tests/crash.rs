@@ -30,7 +30,7 @@ const STEPS: usize = 400;
 struct SyncRec {
     /// Steps run before it (steps `0..ops` are covered by it).
     ops: usize,
-    /// Writes issued before its flush: crash points from here on keep it.
+    /// Writes issued before it returned: crash points from here on keep it.
     flush_point: usize,
     files: BTreeMap<String, FileModel>,
 }
@@ -41,37 +41,32 @@ struct OpRec {
     touched: Vec<String>,
 }
 
-/// A recorded run of the workload.
-struct Run {
-    dev: Arc<CrashDevice>,
+/// What one workload thread did.
+struct Thread {
     syncs: Vec<SyncRec>,
     ops: Vec<OpRec>,
     ever: std::collections::HashMap<String, BTreeSet<u16>>,
 }
 
-fn record(seed: u64) -> Run {
-    // Torn writes split at 4 KiB, the atomic unit of most current drives:
-    // with 512-byte tearing the 1 KiB superblock itself can tear, which
-    // the kernel cannot mount either (bad superblock checksum) and only
-    // e2fsck's backup superblocks repair.
-    let dev = Arc::new(CrashDevice::with_atomic_unit(fresh_image(IMAGE_BYTES), 4096));
-    // A small write-back budget: metadata also goes out between syncs.
-    let opts = OpenOptions {
-        writeback_bytes: 96 << 10,
-        ..OpenOptions::default()
-    };
-    let fs = Filesystem::open(Box::new(dev.clone()), opts).expect("open fresh image");
-    let mut w = Workload::new(seed);
+/// A recorded run of the workload, on one thread or several.
+struct Run {
+    dev: Arc<CrashDevice>,
+    threads: Vec<Thread>,
+}
+
+/// Runs `w` for `steps` steps on `fs`, noting each step's start and each
+/// sync's return in device writes.
+fn run_thread(fs: &Filesystem, dev: &CrashDevice, mut w: Workload, steps: usize, seed: u64) -> Thread {
     let mut syncs = vec![SyncRec {
         ops: 0,
         flush_point: 0,
         files: BTreeMap::new(),
     }];
     let mut ops = Vec::new();
-    for _ in 0..STEPS {
+    for _ in 0..steps {
         let start = dev.writes();
         let step = w
-            .step(&fs)
+            .step(fs)
             .unwrap_or_else(|e| panic!("workload seed {seed}, step {}: {e}", ops.len()));
         ops.push(OpRec {
             start,
@@ -85,22 +80,59 @@ fn record(seed: u64) -> Run {
             });
         }
     }
-    fs.unmount().expect("unmount");
-    // The unmount's final flush covers every step.
+    // The unmount's final flush covers every step; its point is set then.
     syncs.push(SyncRec {
         ops: ops.len(),
-        flush_point: dev.writes(),
-        files: w.files.clone(),
+        flush_point: usize::MAX,
+        files: w.files,
     });
-    Run {
-        dev,
+    Thread {
         syncs,
         ops,
         ever: w.ever,
     }
 }
 
-impl Run {
+/// Records `threads` workloads drawn from `seed` running at once, each in
+/// names of its own, `steps` steps each, on a fresh image of `bytes`.
+fn record_threads(seed: u64, threads: usize, steps: usize, bytes: usize) -> Run {
+    // Torn writes split at 4 KiB, the atomic unit of most current drives:
+    // with 512-byte tearing the 1 KiB superblock itself can tear, which
+    // the kernel cannot mount either (bad superblock checksum) and only
+    // e2fsck's backup superblocks repair.
+    let dev = Arc::new(CrashDevice::with_atomic_unit(fresh_image(bytes), 4096));
+    // A small write-back budget: metadata also goes out between syncs.
+    let opts = OpenOptions {
+        writeback_bytes: 96 << 10,
+        ..OpenOptions::default()
+    };
+    let fs = Filesystem::open(Box::new(dev.clone()), opts).expect("open fresh image");
+    const PREFIXES: [&str; 4] = ["", "b", "c", "d"];
+    let mut recorded: Vec<Thread> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let w = Workload::new(seed.wrapping_add(t as u64)).named(PREFIXES[t], 1 + 4096 * t as u16);
+                let (fs, dev) = (&fs, &dev);
+                scope.spawn(move || run_thread(fs, dev, w, steps, seed))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("workload thread"))
+            .collect()
+    });
+    fs.unmount().expect("unmount");
+    for t in &mut recorded {
+        t.syncs.last_mut().expect("the final record").flush_point = dev.writes();
+    }
+    Run { dev, threads: recorded }
+}
+
+fn record(seed: u64) -> Run {
+    record_threads(seed, 1, STEPS, IMAGE_BYTES)
+}
+
+impl Thread {
     /// What must hold at crash point `point`: the last sync durable there,
     /// and the paths changed by steps that may have reached the disk since.
     fn expected(&self, point: usize) -> (&SyncRec, BTreeSet<&str>) {
@@ -118,28 +150,11 @@ impl Run {
         (sync, touched)
     }
 
-    /// Rebuilds the image at `point`, opens, checks and fscks it.
-    fn check(&self, point: usize, survivors: Survivors) -> Result<(), String> {
-        let img = self.dev.crash_image(point, survivors);
-        let mem = Arc::new(MemDevice::new(img));
-        let fs = Filesystem::open(Box::new(mem.clone()), OpenOptions::default()).map_err(|e| format!("open: {e}"))?;
-        let tree = read_tree(&fs).map_err(|e| format!("reading the tree: {e}"))?;
-        fs.unmount().map_err(|e| format!("unmount: {e}"))?;
-        self.check_contents(point, &tree)?;
-        let tmp = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
-        std::fs::write(tmp.path(), mem.snapshot()).map_err(|e| e.to_string())?;
-        let r = e2fsck_fn(tmp.path()).map_err(|e| e.to_string())?;
-        if !r.is_clean() {
-            return Err(format!("e2fsck -fn exited {}:\n{}", r.code, r.output));
-        }
-        Ok(())
-    }
-
+    /// Checks the files of this thread in `tree` (those it ever made).
     fn check_contents(&self, point: usize, tree: &BTreeMap<String, Vec<u8>>) -> Result<(), String> {
         let (sync, touched) = self.expected(point);
-        let none = BTreeSet::new();
-        for (path, data) in tree {
-            check_own_words(path, data, self.ever.get(path).unwrap_or(&none))?;
+        for (path, data) in tree.iter().filter(|(p, _)| self.ever.contains_key(*p)) {
+            check_own_words(path, data, &self.ever[path])?;
             if touched.contains(path.as_str()) {
                 continue;
             }
@@ -162,6 +177,61 @@ impl Run {
             }
         }
         Ok(())
+    }
+}
+
+impl Run {
+    /// Rebuilds the image at `point`, opens, checks and fscks it.
+    fn check(&self, point: usize, survivors: Survivors) -> Result<(), String> {
+        let img = self.dev.crash_image(point, survivors);
+        let mem = Arc::new(MemDevice::new(img));
+        let fs = Filesystem::open(Box::new(mem.clone()), OpenOptions::default()).map_err(|e| format!("open: {e}"))?;
+        let tree = read_tree(&fs).map_err(|e| format!("reading the tree: {e}"))?;
+        fs.unmount().map_err(|e| format!("unmount: {e}"))?;
+        if let Some(p) = tree
+            .keys()
+            .find(|p| !self.threads.iter().any(|t| t.ever.contains_key(*p)))
+        {
+            return Err(format!("{p} was never made by the workload"));
+        }
+        for t in &self.threads {
+            t.check_contents(point, &tree)?;
+        }
+        let tmp = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+        std::fs::write(tmp.path(), mem.snapshot()).map_err(|e| e.to_string())?;
+        let r = e2fsck_fn(tmp.path()).map_err(|e| e.to_string())?;
+        if !r.is_clean() {
+            return Err(format!("e2fsck -fn exited {}:\n{}", r.code, r.output));
+        }
+        Ok(())
+    }
+
+    /// Checks `n` random crash points with random survivors (subsets,
+    /// torn and reordered writes); stops after five failures.
+    fn check_random_points(&self, seed: u64, n: usize) -> Vec<(usize, Survivors)> {
+        let writes = self.dev.writes();
+        let mut rng = Rng::new(seed ^ 0xc4a5);
+        let mut failures = Vec::new();
+        for i in 0..n {
+            let point = rng.below(writes as u64 + 1) as usize;
+            let s = match i % 4 {
+                0 => Survivors::None,
+                1 => Survivors::All,
+                k => Survivors::Random {
+                    seed: rng.next_u64(),
+                    torn: k == 3,
+                    reorder: rng.below(2) == 0,
+                },
+            };
+            if let Err(e) = self.check(point, s) {
+                eprintln!("FAILED: crash seed {seed}, point {point} of {writes} ({s:?}): {e}");
+                failures.push((point, s));
+                if failures.len() >= 5 {
+                    break;
+                }
+            }
+        }
+        failures
     }
 }
 
@@ -192,7 +262,7 @@ fn crash_at_flush_points_keeps_synced_state() {
     }
     let seed = seed();
     let run = record(seed);
-    let points: BTreeSet<usize> = run.syncs.iter().map(|s| s.flush_point).collect();
+    let points: BTreeSet<usize> = run.threads[0].syncs.iter().map(|s| s.flush_point).collect();
     assert!(points.len() > 10, "the workload should sync often: {points:?}");
     let t = Instant::now();
     for &p in &points {
@@ -238,29 +308,31 @@ fn crash_anywhere_recovers() {
     let seed = seed();
     let run = record(seed);
     let n = points_wanted();
-    let writes = run.dev.writes();
-    let mut rng = Rng::new(seed ^ 0xc4a5);
     let t = Instant::now();
-    let mut failures = Vec::new();
-    for i in 0..n {
-        let point = rng.below(writes as u64 + 1) as usize;
-        let s = match i % 4 {
-            0 => Survivors::None,
-            1 => Survivors::All,
-            k => Survivors::Random {
-                seed: rng.next_u64(),
-                torn: k == 3,
-                reorder: rng.below(2) == 0,
-            },
-        };
-        if let Err(e) = run.check(point, s) {
-            eprintln!("FAILED: crash seed {seed}, point {point} of {writes} ({s:?}): {e}");
-            failures.push((point, s));
-            if failures.len() >= 5 {
-                break;
-            }
-        }
-    }
+    let failures = run.check_random_points(seed, n);
     eprintln!("{n} crash points, {:?} per point", t.elapsed() / n.max(1) as u32);
+    assert!(failures.is_empty(), "seed {seed}: failing points {failures:?}");
+}
+
+/// Two workloads at once, each syncing: commits run while the other
+/// thread changes, frees and reads (blocks freed during a commit, revokes
+/// of blocks a commit carries, one thread's sync carrying the other's
+/// changes). The interleaving differs from run to run; the seed fixes
+/// each thread's operations.
+#[test]
+fn crash_anywhere_with_two_writers_recovers() {
+    if !have_e2fsck() {
+        return;
+    }
+    let seed = seed();
+    let run = record_threads(seed, 2, STEPS, 2 * IMAGE_BYTES);
+    let n = points_wanted() / 2;
+    let t = Instant::now();
+    let failures = run.check_random_points(seed ^ 2, n);
+    eprintln!(
+        "two writers: {} writes, {n} crash points, {:?} per point",
+        run.dev.writes(),
+        t.elapsed() / n.max(1) as u32
+    );
     assert!(failures.is_empty(), "seed {seed}: failing points {failures:?}");
 }

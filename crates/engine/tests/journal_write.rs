@@ -383,3 +383,39 @@ fn blocks_starting_with_the_journal_magic_are_escaped() {
     assert!(escaped >= 3, "{escaped} escaped tags:\n{dump}");
     replay_with_e2fsck(&copy, &Model::from([("/magic".to_string(), data)]));
 }
+
+/// fsync (`sync_inode`) waits for the transaction holding the file's last
+/// change: a file already durable costs a flush, not a commit, however
+/// much else is waiting; a file changed again commits everything waiting.
+#[test]
+fn fsync_commits_only_for_the_files_own_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &[], "32M") else {
+        return;
+    };
+    let fs = open_rw(&img, OpenOptions::default());
+    let commits = || fs.journal_stats().expect("the image has a journal").commits;
+    let a = fs.create(ROOT_INO, b"a", NodeKind::Regular, ATTR).unwrap().ino;
+    fs.write(a, 0, b"a, first").unwrap();
+    let before = commits();
+    fs.sync_inode(a).unwrap();
+    assert_eq!(commits(), before + 1, "a's changes need a commit");
+
+    let b = fs.create(ROOT_INO, b"b", NodeKind::Regular, ATTR).unwrap().ino;
+    fs.write(b, 0, b"b, never synced").unwrap();
+    fs.sync_inode(a).unwrap();
+    assert_eq!(commits(), before + 1, "a is durable already: no commit");
+
+    fs.write(a, 0, b"a, second").unwrap();
+    fs.sync_inode(a).unwrap();
+    assert_eq!(commits(), before + 2, "a changed again");
+    let crash = snapshot(&img, "crash.img");
+    drop(fs);
+    assert_fsck_clean(&img).unwrap();
+    assert_dirty_log(&crash);
+    let model = Model::from([
+        ("/a".to_string(), b"a, second".to_vec()),
+        ("/b".to_string(), b"b, never synced".to_vec()),
+    ]);
+    replay_with_e2fsck(&crash, &model);
+}

@@ -15,6 +15,7 @@ mod adapter;
 mod attr;
 mod handles;
 pub mod options;
+mod poll;
 mod session;
 
 pub use adapter::Ext4Fuse;

@@ -87,6 +87,10 @@ pub struct MountConfig {
     pub threads: usize,
     /// Let the kernel cache writes (`writeback_cache`, default on).
     pub writeback_cache: bool,
+    /// How long one serving thread busy-polls `/dev/fuse` after a request
+    /// before it sleeps again (`poll=`, microseconds; zero turns polling
+    /// off). See the `poll` module.
+    pub poll: Duration,
     /// Flush the image after every change (`sync`).
     pub sync: bool,
     /// Kernel flags passed through: `nodev`, `nosuid`, `noexec` (and their opposites).
@@ -122,6 +126,7 @@ impl Default for MountConfig {
             entry_timeout: Duration::from_secs(60),
             threads: 4,
             writeback_cache: true,
+            poll: DEFAULT_POLL,
             sync: false,
             dev: true,
             suid: true,
@@ -133,6 +138,10 @@ impl Default for MountConfig {
         }
     }
 }
+
+/// The poll window: longer than the gaps between the requests of one
+/// busy program (a few to a few hundred microseconds of its own work).
+const DEFAULT_POLL: Duration = Duration::from_micros(500);
 
 /// ext4's default commit interval (`JBD2_DEFAULT_MAX_COMMIT_AGE`).
 const DEFAULT_COMMIT: Duration = Duration::from_secs(5);
@@ -248,6 +257,13 @@ impl MountConfig {
                 }
                 _ => Err("expects a number of threads from 1 to 64".into()),
             },
+            "poll" => match value.and_then(|v| v.parse::<u64>().ok()) {
+                Some(us @ 0..=1_000_000) => {
+                    self.poll = Duration::from_micros(us);
+                    Ok(())
+                }
+                _ => Err("expects microseconds from 0 to 1000000".into()),
+            },
             "writeback_cache" => flag(value).map(|()| self.writeback_cache = true),
             "nowriteback_cache" => flag(value).map(|()| self.writeback_cache = false),
             "sync" => flag(value).map(|()| self.sync = true),
@@ -332,6 +348,11 @@ mod tests {
         assert_eq!(c.journal.checksum, Some(false));
         c.apply("commit=0").unwrap();
         assert_eq!(c.commit, DEFAULT_COMMIT);
+        assert_eq!(c.poll, DEFAULT_POLL);
+        c.apply("poll=0").unwrap();
+        assert!(c.poll.is_zero());
+        c.apply("poll=250").unwrap();
+        assert_eq!(c.poll, Duration::from_micros(250));
     }
 
     #[test]
@@ -345,6 +366,8 @@ mod tests {
         assert!(MountConfig::default().apply("ro=1").is_err());
         assert!(MountConfig::default().apply("uid=5").is_err());
         assert!(MountConfig::default().apply("threads=0").is_err());
+        assert!(MountConfig::default().apply("poll=-1").is_err());
+        assert!(MountConfig::default().apply("poll").is_err());
     }
 
     #[test]

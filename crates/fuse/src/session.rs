@@ -125,20 +125,42 @@ pub fn serve(
     let fs = Arc::new(fs);
     let config = fuse_config(&cfg, source);
     let commit = cfg.commit;
+    let poll = cfg.poll;
     let adapter = Ext4Fuse::new(fs.clone(), cfg);
     let notifier = adapter.notifier_slot();
+    let poller = adapter.poller_slot();
+    let fds_before = crate::poll::fuse_fds();
     let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
     let _ = notifier.set(session.notifier());
+    if !poll.is_zero() {
+        start_polling(&poller, &fds_before, poll);
+    }
     let signals = on_signals_unmount(session.unmount_callable())?;
     let (stop, flusher) = spawn_flusher(fs.clone(), commit)?;
     mounted();
     let served = session.run();
+    // Stops the poll watcher and closes its descriptor.
+    drop(poller);
     signals.close();
     let _ = stop.send(());
     let _ = flusher.join();
     let fs = Arc::try_unwrap(fs).map_err(|_| io::Error::other("the file system is still in use after the session"))?;
     let closed = fs.unmount().map_err(io::Error::from);
     served.and(closed)
+}
+
+/// Busy-polls the session's first descriptor (see [`crate::poll`]);
+/// without one found, serves without polling.
+fn start_polling(slot: &std::sync::OnceLock<crate::poll::Poller>, before: &[i32], window: std::time::Duration) {
+    let started = crate::poll::session_fd(before)
+        .ok_or_else(|| io::Error::other("no /dev/fuse descriptor found"))
+        .and_then(|fd| crate::poll::Poller::start(fd, window));
+    match started {
+        Ok(p) => {
+            let _ = slot.set(p);
+        }
+        Err(e) => log::warn!("ext4kit: serving without polling /dev/fuse: {e}"),
+    }
 }
 
 /// Unmounts on SIGINT, SIGTERM or SIGHUP (from a thread of its own); the

@@ -9,9 +9,10 @@
 //! per write-back (`Filesystem::sync`), so:
 //! - without fsync (`create`) the journal should cost little: the target
 //!   is at most 10 % more time than without a journal;
-//! - with an fsync per file (`fsync`, `fsync4`) each sync is a commit, and
-//!   with several writers one commit should carry several threads' changes
-//!   (sync calls per commit > 1 with 4 threads).
+//! - with an fsync per file (`fsync`, `fsync4`, `Filesystem::sync_inode`)
+//!   one thread's fsyncs are a commit each, and with several writers one
+//!   commit should carry several threads' changes (sync calls per commit
+//!   > 1 with 4 threads).
 //!
 //! Every measurement runs on a fresh image; the image is unmounted and
 //! checked with `e2fsck -fn` afterwards, and a dirty image fails the run.

@@ -109,13 +109,13 @@ fn make_dirs(fs: &Filesystem, n: usize) -> Result<Vec<u32>> {
         .collect()
 }
 
-/// Creates `name` in `dir` and writes `data` at offset 0.
-fn create_file(fs: &Filesystem, dir: u32, i: usize, data: &[u8]) -> Result<()> {
+/// Creates `name` in `dir` and writes `data` at offset 0; returns its inode.
+fn create_file(fs: &Filesystem, dir: u32, i: usize, data: &[u8]) -> Result<u32> {
     let name = format!("f{i:06}");
     let ino = fs.create(dir, name.as_bytes(), NodeKind::Regular, ATTR)?.ino;
     let n = fs.write(ino, 0, data)?;
     ensure!(n == data.len(), "short write to {name}: {n} of {} bytes", data.len());
-    Ok(())
+    Ok(ino)
 }
 
 /// `create`: every file, `per_dir` to a directory, then one sync.
@@ -127,11 +127,11 @@ fn create_then_sync(fs: &Filesystem, dirs: &[u32], files: usize, per_dir: usize,
     Ok(())
 }
 
-/// `fsync`: create, write and sync each file of `range` in `dir`.
+/// `fsync`: create, write and fsync each file of `range` in `dir`.
 fn fsync_each(fs: &Filesystem, dir: u32, range: std::ops::Range<usize>, data: &[u8]) -> Result<()> {
     for i in range {
-        create_file(fs, dir, i, data)?;
-        fs.sync()?;
+        let ino = create_file(fs, dir, i, data)?;
+        fs.sync_inode(ino)?;
     }
     Ok(())
 }

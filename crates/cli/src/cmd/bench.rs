@@ -72,6 +72,10 @@ struct MountArgs {
     /// Where images and mount points go (default /var/tmp).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// More `-o` options for the ext4kit mount (e.g. `poll=0`), after
+    /// `allow_other`.
+    #[arg(long, value_name = "OPTS")]
+    ext4kit_options: Option<String>,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -91,6 +95,7 @@ fn run_mount(a: MountArgs) -> Result<()> {
         quick: a.quick,
         dir: a.dir,
         ext4kit_exe: std::env::current_exe().context("cannot find the ext4kit executable")?,
+        ext4kit_options: a.ext4kit_options,
     };
     let report = ext4kit_bench::run(&cfg)?;
     outln!("{}", report.to_markdown());

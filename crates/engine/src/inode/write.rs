@@ -36,6 +36,7 @@ impl Txn<'_> {
         let isz = inode.record.len();
         let buf = self.block_mut(slot.block, inode.ino)?;
         buf[slot.offset..slot.offset + isz].copy_from_slice(&inode.record);
+        self.inode_written(inode.ino);
         Ok(())
     }
 

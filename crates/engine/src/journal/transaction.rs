@@ -84,6 +84,7 @@ impl Filesystem {
         let blocks = Arc::new(blocks);
         d.log_holds.extend(blocks.keys().copied());
         d.committing = Some(blocks.clone());
+        d.committing_inodes = std::mem::take(&mut d.running_inodes);
         let tid = d.tid;
         d.tid += 1;
         self.busy.start_commit();
@@ -144,10 +145,13 @@ impl Filesystem {
                 }
                 d.superblock.get_or_insert(txn.sb);
                 d.revoke.extend(txn.revokes);
+                let inodes = std::mem::take(&mut d.committing_inodes);
+                d.running_inodes.extend(inodes);
                 return Err(e);
             }
         }
         d.committed_tid = txn.tid;
+        d.committing_inodes.clear();
         self.busy.end_commit();
         Ok(())
     }

@@ -127,10 +127,12 @@ impl Workload {
         }
     }
 
-    /// The same workload making names that start with `prefix`, so that it
-    /// can run on a tree another workload made.
-    pub fn named(mut self, prefix: &'static str) -> Self {
+    /// The same workload making names that start with `prefix` and file
+    /// ids from `first_id`, so that it can run beside another workload on
+    /// one tree and the data words still tell their files apart.
+    pub fn named(mut self, prefix: &'static str, first_id: u16) -> Self {
         self.prefix = prefix;
+        self.next_id = first_id;
         self
     }
 

@@ -145,13 +145,16 @@ impl Ext4Fuse {
         let n = self.fs.write(ino, offset, data).map_err(|e| self.errno(e))?;
         self.written.lock().insert(ino);
         if self.cfg.sync {
-            self.sync_all()?;
+            self.fs.sync_inode(ino).map_err(|e| self.errno(e))?;
         }
         Ok(n as u32)
     }
 
-    pub(super) fn sync_all(&self) -> Res<()> {
-        self.fs.sync().map_err(|e| self.errno(e))
+    /// fsync: waits for the journal transaction holding the inode's last
+    /// change, not for everything other files changed since.
+    pub(super) fn sync_inode(&self, ino: INodeNo) -> Res<()> {
+        let ino = self.ino(ino)?;
+        self.fs.sync_inode(ino).map_err(|e| self.errno(e))
     }
 
     pub(super) fn allocate(&self, ino: INodeNo, offset: u64, len: u64, mode: i32) -> Res<()> {
