@@ -10,8 +10,10 @@
 //! File data is not held here: it goes to the device at commit, before any
 //! metadata that points at it (`data=ordered`), or just after a
 //! [`crate::ordered`] commit, before any write-back. Blocks freed by a
-//! transaction leave the dirty set at once, so a stale copy of a freed
-//! metadata block is never written over data that reuses the block.
+//! transaction leave the running set at once, and the logged set when the
+//! freeing transaction commits, so a stale copy of a freed metadata block
+//! is never written over data that reuses the block, nor missing from a
+//! checkpoint while the committed state still owns the block.
 //!
 //! With a journal, a write-back is one jbd2 commit
 //! (`journal::transaction`): the running blocks become the committing
@@ -69,6 +71,9 @@ pub(crate) struct Dirty {
     pub(crate) log_holds: BTreeSet<u64>,
     /// Freed blocks the log holds: the next commit revokes them.
     pub(crate) revoke: BTreeSet<u64>,
+    /// Ranges freed by the running and by the committing transaction.
+    pub(crate) freed_running: Vec<(u64, u64)>,
+    pub(crate) freed_committing: Vec<(u64, u64)>,
     /// Most running bytes before a write-back: the option's, and a quarter
     /// of the journal (`j_max_transaction_buffers`) so a transaction fits.
     pub(crate) running_limit: usize,
@@ -93,6 +98,8 @@ impl Dirty {
             logged_bytes: 0,
             log_holds: BTreeSet::new(),
             revoke: BTreeSet::new(),
+            freed_running: Vec::new(),
+            freed_committing: Vec::new(),
             running_limit,
             write_backs: 0,
             replayed_in_memory: false,
@@ -310,6 +317,7 @@ impl Filesystem {
             d.blocks.clear();
             d.bytes = 0;
             d.superblock = None;
+            d.freed_running.clear();
             d.committed_tid = d.tid;
             d.tid += 1;
             Ok(())
@@ -324,11 +332,13 @@ impl Filesystem {
 }
 
 impl Dirty {
-    /// Drops blocks `start..start + len`, just freed, from every set: a
-    /// stale copy must never be written over what reuses the block. Those
-    /// the log holds are revoked at the next commit. A committing copy
-    /// stays readable until its commit ends, which then leaves it out of
-    /// the logged set (see `journal::transaction`).
+    /// Blocks `start..start + len` were just freed: their running copies
+    /// go at once, and those the log holds are revoked at the next commit.
+    /// Their logged copies stay until the freeing transaction commits
+    /// ([`Dirty::drop_logged`]): until then the committed state still owns
+    /// the blocks, and a checkpoint must write them home. No stale copy
+    /// reaches a block reused meanwhile, because freed blocks are not
+    /// reused before that commit either ([`crate::alloc::busy`]).
     fn forget(&mut self, start: u64, len: u64) {
         let end = start.saturating_add(len);
         let gone: Vec<u64> = self.blocks.range(start..end).map(|(b, _)| *b).collect();
@@ -337,14 +347,26 @@ impl Dirty {
                 self.bytes -= v.len();
             }
         }
-        let gone: Vec<u64> = self.logged.range(start..end).map(|(b, _)| *b).collect();
-        for b in gone {
-            if let Some(v) = self.logged.remove(&b) {
-                self.logged_bytes -= v.len();
-            }
-        }
         let held: Vec<u64> = self.log_holds.range(start..end).copied().collect();
         self.revoke.extend(held);
+        self.freed_running.push((start, len));
+    }
+
+    /// The frees of a transaction that just committed: the logged copies
+    /// of those blocks are stale from now on.
+    pub(crate) fn drop_logged(&mut self, freed: &[(u64, u64)]) {
+        for &(start, len) in freed {
+            let gone: Vec<u64> = self
+                .logged
+                .range(start..start.saturating_add(len))
+                .map(|(b, _)| *b)
+                .collect();
+            for b in gone {
+                if let Some(v) = self.logged.remove(&b) {
+                    self.logged_bytes -= v.len();
+                }
+            }
+        }
     }
 }
 

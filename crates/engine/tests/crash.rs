@@ -7,6 +7,7 @@
 //! then (and be there, or be absent if it was absent then), and no file may
 //! hold another file's data.
 //!
+//! `EXT4KIT_CRASH_KEEP=DIR` keeps the images of failing points there.
 //! `EXT4KIT_CRASH_POINTS` sets how many random points the full test checks
 //! (1000 by default), `EXT4KIT_CRASH_SEED` the workload seed.
 
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
-use ext4kit_engine::{Filesystem, OpenOptions};
+use ext4kit_engine::{BlockDevice, Filesystem, OpenOptions};
 use ext4kit_testkit::rng::Rng;
 use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
 use workload::{FileModel, Workload, check_own_words, fresh_image, read_tree};
@@ -93,6 +94,33 @@ fn run_thread(fs: &Filesystem, dev: &CrashDevice, mut w: Workload, steps: usize,
     }
 }
 
+/// A [`CrashDevice`] whose flushes take `FLUSH_DELAY`, as a disk's do:
+/// with several writers, the other threads then run while a commit waits
+/// for its flush, which is the window where a freed block reused too early
+/// or a commit that holds up changes would show.
+struct SlowFlush(Arc<CrashDevice>);
+
+const FLUSH_DELAY: std::time::Duration = std::time::Duration::from_micros(300);
+
+impl BlockDevice for SlowFlush {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.0.write_at(offset, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        std::thread::sleep(FLUSH_DELAY);
+        self.0.flush()
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+}
+
 /// Records `threads` workloads drawn from `seed` running at once, each in
 /// names of its own, `steps` steps each, on a fresh image of `bytes`.
 fn record_threads(seed: u64, threads: usize, steps: usize, bytes: usize) -> Run {
@@ -106,7 +134,12 @@ fn record_threads(seed: u64, threads: usize, steps: usize, bytes: usize) -> Run 
         writeback_bytes: 96 << 10,
         ..OpenOptions::default()
     };
-    let fs = Filesystem::open(Box::new(dev.clone()), opts).expect("open fresh image");
+    let fs = if threads > 1 {
+        Filesystem::open(Box::new(SlowFlush(dev.clone())), opts)
+    } else {
+        Filesystem::open(Box::new(dev.clone()), opts)
+    }
+    .expect("open fresh image");
     const PREFIXES: [&str; 4] = ["", "b", "c", "d"];
     let mut recorded: Vec<Thread> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
@@ -181,9 +214,22 @@ impl Thread {
 }
 
 impl Run {
-    /// Rebuilds the image at `point`, opens, checks and fscks it.
+    /// Rebuilds the image at `point`, opens, checks and fscks it; keeps a
+    /// failing image in `$EXT4KIT_CRASH_KEEP` when that is set.
     fn check(&self, point: usize, survivors: Survivors) -> Result<(), String> {
         let img = self.dev.crash_image(point, survivors);
+        let r = self.check_image(point, img.clone());
+        if r.is_err()
+            && let Some(dir) = std::env::var_os("EXT4KIT_CRASH_KEEP")
+        {
+            let path = std::path::Path::new(&dir).join(format!("crash-{point}.img"));
+            let _ = std::fs::write(&path, &img);
+            eprintln!("kept {}", path.display());
+        }
+        r
+    }
+
+    fn check_image(&self, point: usize, img: Vec<u8>) -> Result<(), String> {
         let mem = Arc::new(MemDevice::new(img));
         let fs = Filesystem::open(Box::new(mem.clone()), OpenOptions::default()).map_err(|e| format!("open: {e}"))?;
         let tree = read_tree(&fs).map_err(|e| format!("reading the tree: {e}"))?;
@@ -207,10 +253,11 @@ impl Run {
     }
 
     /// Checks `n` random crash points with random survivors (subsets,
-    /// torn and reordered writes); stops after five failures.
-    fn check_random_points(&self, seed: u64, n: usize) -> Vec<(usize, Survivors)> {
+    /// torn and reordered writes), drawn from `seed` and `salt`; stops
+    /// after five failures.
+    fn check_random_points(&self, seed: u64, salt: u64, n: usize) -> Vec<(usize, Survivors)> {
         let writes = self.dev.writes();
-        let mut rng = Rng::new(seed ^ 0xc4a5);
+        let mut rng = Rng::new(seed ^ 0xc4a5 ^ salt);
         let mut failures = Vec::new();
         for i in 0..n {
             let point = rng.below(writes as u64 + 1) as usize;
@@ -309,7 +356,7 @@ fn crash_anywhere_recovers() {
     let run = record(seed);
     let n = points_wanted();
     let t = Instant::now();
-    let failures = run.check_random_points(seed, n);
+    let failures = run.check_random_points(seed, 0, n);
     eprintln!("{n} crash points, {:?} per point", t.elapsed() / n.max(1) as u32);
     assert!(failures.is_empty(), "seed {seed}: failing points {failures:?}");
 }
@@ -328,7 +375,7 @@ fn crash_anywhere_with_two_writers_recovers() {
     let run = record_threads(seed, 2, STEPS, 2 * IMAGE_BYTES);
     let n = points_wanted() / 2;
     let t = Instant::now();
-    let failures = run.check_random_points(seed ^ 2, n);
+    let failures = run.check_random_points(seed, 2, n);
     eprintln!(
         "two writers: {} writes, {n} crash points, {:?} per point",
         run.dev.writes(),

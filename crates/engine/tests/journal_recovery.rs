@@ -398,3 +398,90 @@ fn read_only_device_replays_in_memory() {
     drop(fs);
     assert_fsck_clean(&dirty).unwrap();
 }
+
+/// A log that ends on the journal's last block: the walk wraps to
+/// `s_first`, where the log's own first transaction is, and stops there
+/// (jbd2 reads that block and stops at its sequence). Transactions of a
+/// descriptor, one block and a commit fill a 1 MiB journal of 1 KiB blocks
+/// (1023 usable blocks) exactly; e2fsck and we must replay all of them.
+#[test]
+fn a_log_that_fills_the_whole_journal_replays_like_e2fsck() {
+    use ext4kit_format::features::IncompatFeatures;
+    use ext4kit_format::journal::{commit, descriptor};
+
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-b", "1024", "-J", "size=1"], "16M") else {
+        return;
+    };
+    let bs = 1024usize;
+    let j0 = journal_sb_block(&img);
+    let mut bytes = std::fs::read(&img).unwrap();
+    let mut jsb = RawJournalSuperblock::parse(&bytes[j0 as usize * bs..]).unwrap();
+    let params = jsb.params().unwrap();
+    let (first, end) = (jsb.s_first.get(), jsb.s_maxlen.get());
+    let last = debugfs(&img, &format!("bmap <8> {}", end - 1)).unwrap();
+    assert_eq!(
+        last.trim().parse::<u64>().unwrap(),
+        j0 + u64::from(end) - 1,
+        "a fresh journal is contiguous"
+    );
+    assert_eq!((end - first) % 3, 0, "transactions of 3 blocks fill the log");
+    // The home of every logged copy: the file system's last block, free.
+    let home = superblock(&bytes).s_blocks_count_lo.get() as u64 - 1;
+    assert!(debugfs(&img, &format!("testb {home}")).unwrap().contains("not in use"));
+
+    let mut seq = jsb.s_sequence.get();
+    let mut at = first;
+    let mut data = vec![0u8; bs];
+    while at < end {
+        data.fill(seq as u8);
+        let tag = descriptor::Tag {
+            offset: 0,
+            blocknr: home,
+            flags: 0,
+            checksum: descriptor::data_checksum(&params, seq, &data),
+            uuid: Some(jsb.s_uuid),
+        };
+        let blocks = [
+            descriptor::encode(&params, seq, &[tag]).unwrap(),
+            data.clone(),
+            commit::encode(&params, seq, 1_700_000_000, 0),
+        ];
+        for b in blocks {
+            let off = (j0 + u64::from(at)) as usize * bs;
+            bytes[off..off + bs].copy_from_slice(&b);
+            at += 1;
+        }
+        seq += 1;
+    }
+    jsb.s_start.set(first);
+    jsb.set_checksum();
+    let off = j0 as usize * bs;
+    bytes[off..off + jsb.encode().len()].copy_from_slice(&jsb.encode());
+    let mut sb = superblock(&bytes);
+    sb.s_feature_incompat
+        .set(sb.s_feature_incompat.get() | IncompatFeatures::RECOVER.0);
+    sb.set_checksum();
+    bytes[1024..2048].copy_from_slice(&sb.encode());
+    let dirty = dir.path().join("dirty.img");
+    std::fs::write(&dirty, &bytes).unwrap();
+    let dump = debugfs(&dirty, "logdump").unwrap();
+    assert!(dump.contains(&format!("at block {}", end - 1)), "{dump}");
+
+    let ours = copy(&dirty, dir.path(), "ours.img");
+    let theirs = copy(&dirty, dir.path(), "theirs.img");
+    let (code, text) = e2fsck_replay(&theirs);
+    assert!(code <= 1, "e2fsck replay: {text}");
+    let fs = open_rw(&ours, OpenOptions::default()).expect("a full log replays");
+    let rec = fs.journal_info().recovered.clone().expect("replayed");
+    fs.unmount().unwrap();
+    assert_same_replay(&ours, &theirs);
+    assert_fsck_clean(&ours).unwrap();
+    let replayed = std::fs::read(&ours).unwrap();
+    let got = &replayed[home as usize * bs..(home as usize + 1) * bs];
+    assert!(
+        got.iter().all(|&b| b == (seq - 1) as u8),
+        "the last transaction's copy is home"
+    );
+    eprintln!("{} transactions: {rec:?}", (end - first) / 3);
+}

@@ -131,6 +131,12 @@ pub(crate) fn scan(log: &Log<'_>) -> Result<Scan> {
         },
     };
     loop {
+        // A log that fills the whole journal ends where it began: the
+        // block there belongs to its first transaction (jbd2 reads it and
+        // stops at the sequence; no later block can be part of the log).
+        if w.steps >= log.log_len() {
+            break;
+        }
         let here = w.advance(log)?;
         let block = log.read(here)?;
         let Ok(h) = RawJournalHeader::parse(&block) else { break };

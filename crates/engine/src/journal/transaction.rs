@@ -85,6 +85,7 @@ impl Filesystem {
         d.log_holds.extend(blocks.keys().copied());
         d.committing = Some(blocks.clone());
         d.committing_inodes = std::mem::take(&mut d.running_inodes);
+        d.freed_committing = std::mem::take(&mut d.freed_running);
         let tid = d.tid;
         d.tid += 1;
         self.busy.start_commit();
@@ -116,19 +117,17 @@ impl Filesystem {
         Ok(Landed::Logged)
     }
 
-    /// After the log write: the committed blocks become logged copies,
-    /// except those freed meanwhile (the next commit revokes them), and
-    /// the blocks freed before the commit may be reused. On failure the
-    /// blocks go back under the running ones, so reads still see them.
+    /// After the log write: the committed blocks become logged copies, the
+    /// logged copies of blocks this transaction freed go, and those blocks
+    /// may be reused. Blocks freed meanwhile keep their copies until the
+    /// next commit, which revokes them. On failure the blocks go back
+    /// under the running ones, so reads still see them.
     fn end_commit(&self, d: &mut Dirty, txn: Committing, landed: Result<Landed>) -> Result<()> {
         d.committing = None;
         let blocks = Arc::try_unwrap(txn.blocks).unwrap_or_else(|shared| (*shared).clone());
         match landed {
             Ok(Landed::Logged) => {
                 for (b, bytes) in blocks {
-                    if d.revoke.contains(&b) {
-                        continue;
-                    }
                     d.logged_bytes += bytes.len();
                     if let Some(old) = d.logged.insert(b, bytes) {
                         d.logged_bytes -= old.len();
@@ -147,11 +146,16 @@ impl Filesystem {
                 d.revoke.extend(txn.revokes);
                 let inodes = std::mem::take(&mut d.committing_inodes);
                 d.running_inodes.extend(inodes);
+                let mut freed = std::mem::take(&mut d.freed_committing);
+                freed.append(&mut d.freed_running);
+                d.freed_running = freed;
                 return Err(e);
             }
         }
         d.committed_tid = txn.tid;
         d.committing_inodes.clear();
+        let freed = std::mem::take(&mut d.freed_committing);
+        d.drop_logged(&freed);
         self.busy.end_commit();
         Ok(())
     }
