@@ -59,10 +59,10 @@ pub(crate) struct Dirty {
     /// The transaction being written to the log, read through until it is
     /// logged (`j_committing_transaction`).
     pub(crate) committing: Option<Arc<BTreeMap<u64, Arc<[u8]>>>>,
-    /// Inodes changed by the running and by the committing transaction:
-    /// what an fsync of each must wait for (the kernel's `i_sync_tid`).
-    pub(crate) running_inodes: HashSet<u32>,
-    pub(crate) committing_inodes: HashSet<u32>,
+    /// What the running and the committing transaction changed besides
+    /// their blocks.
+    pub(crate) running_changes: Changes,
+    pub(crate) committing_changes: Changes,
     /// Logged in the journal, not yet checkpointed (written home).
     pub(crate) logged: BTreeMap<u64, Arc<[u8]>>,
     pub(crate) logged_bytes: usize,
@@ -71,9 +71,6 @@ pub(crate) struct Dirty {
     pub(crate) log_holds: BTreeSet<u64>,
     /// Freed blocks the log holds: the next commit revokes them.
     pub(crate) revoke: BTreeSet<u64>,
-    /// Ranges freed by the running and by the committing transaction.
-    pub(crate) freed_running: Vec<(u64, u64)>,
-    pub(crate) freed_committing: Vec<(u64, u64)>,
     /// Most running bytes before a write-back: the option's, and a quarter
     /// of the journal (`j_max_transaction_buffers`) so a transaction fits.
     pub(crate) running_limit: usize,
@@ -81,6 +78,25 @@ pub(crate) struct Dirty {
     /// The blocks are a journal replayed in memory over a read-only
     /// device: read through, never written.
     replayed_in_memory: bool,
+}
+
+/// What a journal transaction changed besides its blocks.
+#[derive(Debug, Default)]
+pub(crate) struct Changes {
+    /// Inodes whose records it wrote: an fsync of one waits for it (the
+    /// kernel's `i_sync_tid`).
+    pub(crate) inodes: HashSet<u32>,
+    /// Block ranges it freed: their logged copies go when it commits.
+    pub(crate) freed: Vec<(u64, u64)>,
+}
+
+impl Changes {
+    /// Takes on `later`'s changes too (a failed commit's go back under
+    /// the running transaction's).
+    pub(crate) fn absorb(&mut self, later: Changes) {
+        self.inodes.extend(later.inodes);
+        self.freed.extend(later.freed);
+    }
 }
 
 impl Dirty {
@@ -92,14 +108,12 @@ impl Dirty {
             tid: 1,
             committed_tid: 0,
             committing: None,
-            running_inodes: HashSet::new(),
-            committing_inodes: HashSet::new(),
+            running_changes: Changes::default(),
+            committing_changes: Changes::default(),
             logged: BTreeMap::new(),
             logged_bytes: 0,
             log_holds: BTreeSet::new(),
             revoke: BTreeSet::new(),
-            freed_running: Vec::new(),
-            freed_committing: Vec::new(),
             running_limit,
             write_backs: 0,
             replayed_in_memory: false,
@@ -168,7 +182,7 @@ impl Filesystem {
     ) -> Result<()> {
         let mut d = self.dirty.lock();
         if self.journaling {
-            d.running_inodes.extend(inodes);
+            d.running_changes.inodes.extend(inodes);
         }
         for &(start, len) in freed {
             d.forget(start, len);
@@ -245,9 +259,9 @@ impl Filesystem {
         let want = {
             let mut d = self.dirty.lock();
             d.write_backs += 1;
-            if d.running_inodes.contains(&ino) {
+            if d.running_changes.inodes.contains(&ino) {
                 Some(d.tid)
-            } else if d.committing_inodes.contains(&ino) {
+            } else if d.committing_changes.inodes.contains(&ino) {
                 Some(d.tid - 1)
             } else {
                 None
@@ -317,7 +331,7 @@ impl Filesystem {
             d.blocks.clear();
             d.bytes = 0;
             d.superblock = None;
-            d.freed_running.clear();
+            d.running_changes = Changes::default();
             d.committed_tid = d.tid;
             d.tid += 1;
             Ok(())
@@ -349,7 +363,7 @@ impl Dirty {
         }
         let held: Vec<u64> = self.log_holds.range(start..end).copied().collect();
         self.revoke.extend(held);
-        self.freed_running.push((start, len));
+        self.running_changes.freed.push((start, len));
     }
 
     /// The frees of a transaction that just committed: the logged copies

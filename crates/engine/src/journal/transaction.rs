@@ -84,8 +84,7 @@ impl Filesystem {
         let blocks = Arc::new(blocks);
         d.log_holds.extend(blocks.keys().copied());
         d.committing = Some(blocks.clone());
-        d.committing_inodes = std::mem::take(&mut d.running_inodes);
-        d.freed_committing = std::mem::take(&mut d.freed_running);
+        d.committing_changes = std::mem::take(&mut d.running_changes);
         let tid = d.tid;
         d.tid += 1;
         self.busy.start_commit();
@@ -144,18 +143,14 @@ impl Filesystem {
                 }
                 d.superblock.get_or_insert(txn.sb);
                 d.revoke.extend(txn.revokes);
-                let inodes = std::mem::take(&mut d.committing_inodes);
-                d.running_inodes.extend(inodes);
-                let mut freed = std::mem::take(&mut d.freed_committing);
-                freed.append(&mut d.freed_running);
-                d.freed_running = freed;
+                let failed = std::mem::take(&mut d.committing_changes);
+                d.running_changes.absorb(failed);
                 return Err(e);
             }
         }
         d.committed_tid = txn.tid;
-        d.committing_inodes.clear();
-        let freed = std::mem::take(&mut d.freed_committing);
-        d.drop_logged(&freed);
+        let done = std::mem::take(&mut d.committing_changes);
+        d.drop_logged(&done.freed);
         self.busy.end_commit();
         Ok(())
     }
