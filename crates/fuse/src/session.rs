@@ -129,12 +129,17 @@ pub fn serve(
     let adapter = Ext4Fuse::new(fs.clone(), cfg);
     let notifier = adapter.notifier_slot();
     let poller = adapter.poller_slot();
+    // The session's descriptor is the one /dev/fuse descriptor it adds;
+    // mounts of this process take turns so that each finds its own.
+    static MOUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let mounting = MOUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let fds_before = crate::poll::fuse_fds();
     let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
     let _ = notifier.set(session.notifier());
     if !poll.is_zero() {
         start_polling(&poller, &fds_before, poll);
     }
+    drop(mounting);
     let signals = on_signals_unmount(session.unmount_callable())?;
     let (stop, flusher) = spawn_flusher(fs.clone(), commit)?;
     mounted();
