@@ -462,3 +462,46 @@ fn statfs_matches_the_kernel() {
         assert!(m.unmount().unwrap().success());
     }
 }
+
+/// How many of process `pid`'s `/dev/fuse` descriptors are non-blocking
+/// (`O_NONBLOCK` in `/proc/PID/fdinfo`): the one the server polls.
+fn polled_fuse_fds(pid: u32) -> usize {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap();
+    fds.filter_map(Result::ok)
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == Path::new("/dev/fuse")))
+        .filter(|e| {
+            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy()))
+                .unwrap_or_default();
+            let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).unwrap_or("0");
+            u32::from_str_radix(flags.trim(), 8).unwrap_or(0) & libc::O_NONBLOCK as u32 != 0
+        })
+        .count()
+}
+
+/// While requests keep coming, one `/dev/fuse` descriptor of the server
+/// is polled; once they stop, none is; `poll=0` never polls.
+#[test]
+fn the_server_polls_its_device_only_while_requests_come() {
+    if !ready() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "64M", &[]);
+    for (options, polls) in [("", true), ("poll=0", false)] {
+        let m = FuseMount::start(exe(), &img, options).unwrap();
+        let pid = m.pid().unwrap();
+        // Each stat of a new name is a LOOKUP the kernel cannot answer.
+        let busy_polled = (0..20_000).any(|i| {
+            let _ = std::fs::metadata(m.path().join(format!("absent{i}")));
+            i % 50 == 49 && polled_fuse_fds(pid) > 0
+        });
+        assert_eq!(busy_polled, polls, "polling while busy with -o '{options}'");
+        let idle = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            polled_fuse_fds(pid) == 0
+        });
+        assert!(idle, "still polling after 5 s without a request");
+        assert!(m.unmount().unwrap().success());
+        assert_clean(&img);
+    }
+}

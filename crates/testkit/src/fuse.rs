@@ -78,6 +78,11 @@ impl FuseMount {
         })
     }
 
+    /// The server's process ID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The mount point.
     pub fn path(&self) -> &Path {
         self.dir.path()
