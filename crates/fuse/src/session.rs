@@ -128,24 +128,13 @@ pub fn serve(
     let poll = cfg.poll;
     let adapter = Ext4Fuse::new(fs.clone(), cfg);
     let notifier = adapter.notifier_slot();
-    let poller = adapter.poller_slot();
-    // The session's descriptor is the one /dev/fuse descriptor it adds;
-    // mounts of this process take turns so that each finds its own.
-    static MOUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let mounting = MOUNTING.lock().unwrap_or_else(|e| e.into_inner());
-    let fds_before = crate::poll::fuse_fds();
-    let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
+    let mut session = mount_polled(adapter, mountpoint, &config, poll)?;
     let _ = notifier.set(session.notifier());
-    if !poll.is_zero() {
-        start_polling(&poller, &fds_before, poll);
-    }
-    drop(mounting);
     let signals = on_signals_unmount(session.unmount_callable())?;
     let (stop, flusher) = spawn_flusher(fs.clone(), commit)?;
     mounted();
+    // Ends with the adapter dropped, and with it the poller.
     let served = session.run();
-    // Stops the poll watcher and closes its descriptor.
-    drop(poller);
     signals.close();
     let _ = stop.send(());
     let _ = flusher.join();
@@ -154,18 +143,34 @@ pub fn serve(
     served.and(closed)
 }
 
-/// Busy-polls the session's first descriptor (see [`crate::poll`]);
-/// without one found, serves without polling.
-fn start_polling(slot: &std::sync::OnceLock<crate::poll::Poller>, before: &[i32], window: std::time::Duration) {
-    let started = crate::poll::session_fd(before)
+/// Mounts, then busy-polls the `/dev/fuse` descriptor the new session
+/// added for `poll` after each request (see [`crate::poll`]); with none
+/// found, serves without polling. Mounts of this process take turns, so
+/// each finds its own descriptor.
+fn mount_polled(
+    adapter: Ext4Fuse,
+    mountpoint: &Path,
+    config: &Config,
+    poll: std::time::Duration,
+) -> io::Result<fuser::Session<Ext4Fuse>> {
+    static MOUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = MOUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let slot = adapter.poller_slot();
+    let before = crate::poll::fuse_fds();
+    let session = fuser::Session::new(adapter, mountpoint, config)?;
+    if poll.is_zero() {
+        return Ok(session);
+    }
+    let started = crate::poll::session_fd(&before)
         .ok_or_else(|| io::Error::other("no /dev/fuse descriptor found"))
-        .and_then(|fd| crate::poll::Poller::start(fd, window));
+        .and_then(|fd| crate::poll::Poller::start(fd, poll));
     match started {
         Ok(p) => {
             let _ = slot.set(p);
         }
         Err(e) => log::warn!("ext4kit: serving without polling /dev/fuse: {e}"),
     }
+    Ok(session)
 }
 
 /// Unmounts on SIGINT, SIGTERM or SIGHUP (from a thread of its own); the
