@@ -61,8 +61,10 @@ impl Poller {
     /// A request arrived: spin from now until the window passes without one.
     pub(crate) fn request(&self) {
         let s = &self.shared;
-        s.last.store(s.now(), Ordering::Relaxed);
-        if !s.spinning.load(Ordering::Relaxed) && !s.spinning.swap(true, Ordering::AcqRel) {
+        // SeqCst here and in the watcher's check: either this sees the
+        // spin stopped, or the watcher sees this request and resumes it.
+        s.last.store(s.now(), Ordering::SeqCst);
+        if !s.spinning.load(Ordering::SeqCst) && !s.spinning.swap(true, Ordering::SeqCst) {
             s.set_blocking(false);
             if let Some(w) = &self.watcher {
                 w.thread().unpark();
@@ -97,12 +99,12 @@ impl Shared {
             std::thread::sleep(self.window);
             let idle = self.now().saturating_sub(self.last.load(Ordering::Relaxed));
             if idle >= self.window.as_nanos() as u64 {
-                self.spinning.store(false, Ordering::Release);
+                self.spinning.store(false, Ordering::SeqCst);
                 self.set_blocking(true);
                 // A request between the check and the store found the
                 // flag still set and did not restart the spin.
-                let idle = self.now().saturating_sub(self.last.load(Ordering::Relaxed));
-                if idle < self.window.as_nanos() as u64 && !self.spinning.swap(true, Ordering::AcqRel) {
+                let idle = self.now().saturating_sub(self.last.load(Ordering::SeqCst));
+                if idle < self.window.as_nanos() as u64 && !self.spinning.swap(true, Ordering::SeqCst) {
                     self.set_blocking(false);
                 }
             }
