@@ -382,10 +382,15 @@ impl fuser::Filesystem for Ext4Fuse {
         reply.error(Errno::ENOSYS);
     }
 
+    /// Also forgets that the file was written: the kernel dropped its
+    /// cached `st_blocks` when it wrote the pages back at close, and FLUSH,
+    /// which would say so, is no longer sent. (The set only tells fsync
+    /// whether to drop cached attributes; it must not grow with every file
+    /// ever written.)
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -393,6 +398,7 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         self.request_arrived();
+        self.written.lock().remove(&ext4_ino(ino).unwrap_or(0));
         reply_empty(self.close_handle(fh.0), reply);
     }
 
