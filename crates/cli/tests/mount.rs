@@ -505,3 +505,54 @@ fn the_server_polls_its_device_only_while_requests_come() {
         assert_clean(&img);
     }
 }
+
+/// Whether the server `pid` holds a CPU latency request open.
+fn holds_cpu_latency(pid: u32) -> bool {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap();
+    fds.filter_map(Result::ok)
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == Path::new("/dev/cpu_dma_latency")))
+}
+
+/// The CPU wake-up latency the whole system is held to now (µs), an `s32`
+/// in the kernel's byte order.
+#[allow(clippy::host_endian_bytes)]
+fn cpu_latency_limit() -> i32 {
+    use std::io::Read;
+    let mut dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/cpu_dma_latency")
+        .unwrap();
+    let mut b = [0u8; 4];
+    dev.read_exact(&mut b).unwrap();
+    i32::from_ne_bytes(b)
+}
+
+/// `cpu_latency=on` holds a request for zero wake-up latency while the
+/// mount is busy, even without spinning; `cpu_latency=off` never opens one.
+#[test]
+fn a_busy_server_asks_for_prompt_cpu_wakeups_only_when_told() {
+    if !ready() {
+        return;
+    }
+    if !Path::new("/dev/cpu_dma_latency").exists() {
+        eprintln!("SKIPPED: a_busy_server_asks_for_prompt_cpu_wakeups…: no /dev/cpu_dma_latency");
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "64M", &[]);
+    for (options, asks) in [("cpu_latency=on,poll=0", true), ("cpu_latency=off", false)] {
+        let m = FuseMount::start(exe(), &img, options).unwrap();
+        let pid = m.pid().unwrap();
+        assert_eq!(holds_cpu_latency(pid), asks, "holding the device with -o '{options}'");
+        if asks {
+            let busy_zero = (0..20_000).any(|i| {
+                let _ = std::fs::metadata(m.path().join(format!("absent{i}")));
+                i % 50 == 49 && cpu_latency_limit() == 0
+            });
+            assert!(busy_zero, "no zero latency demand while busy with -o '{options}'");
+        }
+        assert!(m.unmount().unwrap().success());
+        assert_clean(&img);
+    }
+}

@@ -19,5 +19,5 @@ mod poll;
 mod session;
 
 pub use adapter::Ext4Fuse;
-pub use options::{AtimeMode, IdMap, MountConfig, OnError};
+pub use options::{AtimeMode, CpuLatencyMode, IdMap, MountConfig, OnError};
 pub use session::{lock_image, serve, server_lock_path};

@@ -32,6 +32,20 @@ pub enum OnError {
     Panic,
 }
 
+/// Whether a busy mount asks the kernel that idle CPUs wake at once
+/// (`cpu_latency=`; see the `poll` module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CpuLatencyMode {
+    /// When this process may (root): a mount by another user just goes
+    /// without.
+    #[default]
+    Auto,
+    /// Always; the mount fails when the kernel refuses.
+    On,
+    /// Never.
+    Off,
+}
+
 /// A uid or gid mapping between the image and this machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdMap {
@@ -91,6 +105,9 @@ pub struct MountConfig {
     /// before it sleeps again (`poll=`, microseconds; zero turns polling
     /// off). See the `poll` module.
     pub poll: Duration,
+    /// Whether a busy mount holds a CPU wake-up latency request
+    /// (`cpu_latency=auto|on|off`).
+    pub cpu_latency: CpuLatencyMode,
     /// Flush the image after every change (`sync`).
     pub sync: bool,
     /// Kernel flags passed through: `nodev`, `nosuid`, `noexec` (and their opposites).
@@ -127,6 +144,7 @@ impl Default for MountConfig {
             threads: 4,
             writeback_cache: true,
             poll: DEFAULT_POLL,
+            cpu_latency: CpuLatencyMode::Auto,
             sync: false,
             dev: true,
             suid: true,
@@ -139,9 +157,9 @@ impl Default for MountConfig {
     }
 }
 
-/// The poll window: longer than the gaps between the requests of one
+/// The busy window (`poll=`, or this when `poll=0`): longer than the gaps between the requests of one
 /// busy program (a few to a few hundred microseconds of its own work).
-const DEFAULT_POLL: Duration = Duration::from_micros(500);
+pub(crate) const DEFAULT_POLL: Duration = Duration::from_micros(500);
 
 /// ext4's default commit interval (`JBD2_DEFAULT_MAX_COMMIT_AGE`).
 const DEFAULT_COMMIT: Duration = Duration::from_secs(5);
@@ -264,6 +282,15 @@ impl MountConfig {
                 }
                 _ => Err("expects microseconds from 0 to 1000000".into()),
             },
+            "cpu_latency" => {
+                self.cpu_latency = match value {
+                    Some("auto") => CpuLatencyMode::Auto,
+                    Some("on") => CpuLatencyMode::On,
+                    Some("off") => CpuLatencyMode::Off,
+                    _ => return Err("expects auto, on or off".into()),
+                };
+                Ok(())
+            }
             "writeback_cache" => flag(value).map(|()| self.writeback_cache = true),
             "nowriteback_cache" => flag(value).map(|()| self.writeback_cache = false),
             "sync" => flag(value).map(|()| self.sync = true),
@@ -353,6 +380,11 @@ mod tests {
         assert!(c.poll.is_zero());
         c.apply("poll=250").unwrap();
         assert_eq!(c.poll, Duration::from_micros(250));
+        assert_eq!(c.cpu_latency, CpuLatencyMode::Auto);
+        c.apply("cpu_latency=off").unwrap();
+        assert_eq!(c.cpu_latency, CpuLatencyMode::Off);
+        c.apply("cpu_latency=on").unwrap();
+        assert_eq!(c.cpu_latency, CpuLatencyMode::On);
     }
 
     #[test]
@@ -368,6 +400,8 @@ mod tests {
         assert!(MountConfig::default().apply("threads=0").is_err());
         assert!(MountConfig::default().apply("poll=-1").is_err());
         assert!(MountConfig::default().apply("poll").is_err());
+        let e = MountConfig::default().apply("cpu_latency=fast").unwrap_err();
+        assert!(e.contains("cpu_latency=fast") && e.contains("auto, on or off"), "{e}");
     }
 
     #[test]

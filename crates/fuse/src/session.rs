@@ -21,7 +21,8 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::adapter::Ext4Fuse;
-use crate::options::MountConfig;
+use crate::options::{CpuLatencyMode, DEFAULT_POLL, MountConfig};
+use crate::poll::cpu_latency::CpuLatency;
 
 /// Where the lock of the server for `mountpoint` lives.
 pub fn server_lock_path(mountpoint: &Path) -> io::Result<PathBuf> {
@@ -125,10 +126,9 @@ pub fn serve(
     let fs = Arc::new(fs);
     let config = fuse_config(&cfg, source);
     let commit = cfg.commit;
-    let poll = cfg.poll;
-    let adapter = Ext4Fuse::new(fs.clone(), cfg);
+    let adapter = Ext4Fuse::new(fs.clone(), cfg.clone());
     let notifier = adapter.notifier_slot();
-    let mut session = mount_polled(adapter, mountpoint, &config, poll)?;
+    let mut session = mount_polled(adapter, mountpoint, &config, &cfg)?;
     let _ = notifier.set(session.notifier());
     let signals = on_signals_unmount(session.unmount_callable())?;
     let (stop, flusher) = spawn_flusher(fs.clone(), commit)?;
@@ -143,32 +143,57 @@ pub fn serve(
     served.and(closed)
 }
 
-/// Mounts, then busy-polls the `/dev/fuse` descriptor the new session
-/// added for `poll` after each request (see [`crate::poll`]); with none
-/// found, serves without polling. Mounts of this process take turns, so
-/// each finds its own descriptor.
+/// Mounts, then keeps round trips short while requests keep coming (see
+/// [`crate::poll`]): spins on the `/dev/fuse` descriptor the new session
+/// added, unless `poll=0`, and holds a CPU latency request as
+/// `cpu_latency=` says. Mounts of this process take turns, so each finds
+/// its own descriptor.
+///
+/// # Errors
+/// Mounting fails, or `cpu_latency=on` and the kernel refuses the request.
 fn mount_polled(
     adapter: Ext4Fuse,
     mountpoint: &Path,
     config: &Config,
-    poll: std::time::Duration,
+    cfg: &MountConfig,
 ) -> io::Result<fuser::Session<Ext4Fuse>> {
+    let latency = match cfg.cpu_latency {
+        CpuLatencyMode::Off => None,
+        CpuLatencyMode::On => Some(CpuLatency::open().map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cpu_latency=on: {e} (it needs root; cpu_latency=auto goes without)"),
+            )
+        })?),
+        CpuLatencyMode::Auto => CpuLatency::open()
+            .inspect_err(|e| log::info!("ext4kit: no CPU latency request while busy: {e}"))
+            .ok(),
+    };
     static MOUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = MOUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let slot = adapter.poller_slot();
     let before = crate::poll::fuse_fds();
     let session = fuser::Session::new(adapter, mountpoint, config)?;
-    if poll.is_zero() {
+    let spin = if cfg.poll.is_zero() {
+        None
+    } else {
+        let fd = crate::poll::session_fd(&before);
+        if fd.is_none() {
+            log::warn!("ext4kit: serving without polling: no /dev/fuse descriptor found");
+        }
+        // fuser 0.18 gives the session's own descriptor to the last of the
+        // threads it names `fuser-0`, `fuser-1`…; the others read clones.
+        fd.map(|fd| (fd, format!("fuser-{}", cfg.threads.saturating_sub(1))))
+    };
+    if spin.is_none() && latency.is_none() {
         return Ok(session);
     }
-    let started = crate::poll::session_fd(&before)
-        .ok_or_else(|| io::Error::other("no /dev/fuse descriptor found"))
-        .and_then(|fd| crate::poll::Poller::start(fd, poll));
-    match started {
+    let window = if cfg.poll.is_zero() { DEFAULT_POLL } else { cfg.poll };
+    match crate::poll::Poller::start(spin, latency, window) {
         Ok(p) => {
             let _ = slot.set(p);
         }
-        Err(e) => log::warn!("ext4kit: serving without polling /dev/fuse: {e}"),
+        Err(e) => log::warn!("ext4kit: serving without polling: {e}"),
     }
     Ok(session)
 }

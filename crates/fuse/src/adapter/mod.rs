@@ -71,11 +71,10 @@ impl Ext4Fuse {
         self.poller.clone()
     }
 
-    /// Every request starts here: it keeps the poll window open.
-    fn request_arrived(&self) {
-        if let Some(p) = self.poller.get() {
-            p.request();
-        }
+    /// Every request starts here: it keeps the mount busy. The request is
+    /// served while the returned guard lives.
+    fn request_arrived(&self) -> Option<crate::poll::Serving<'_>> {
+        self.poller.get().map(crate::poll::Poller::request)
     }
 
     /// Where the session puts its notifier.
@@ -207,7 +206,7 @@ impl fuser::Filesystem for Ext4Fuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.lookup_name(parent, name_bytes(name)) {
             Ok(Some(inode)) => self.reply_entry(&inode, reply),
             Ok(None) => self.reply_negative(reply),
@@ -216,7 +215,7 @@ impl fuser::Filesystem for Ext4Fuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.ino(ino).and_then(|i| self.inode(i)).and_then(|i| self.attr_of(&i)) {
             Ok(a) => reply.attr(&self.cfg.attr_timeout, &a),
             Err(e) => reply.error(e),
@@ -241,7 +240,7 @@ impl fuser::Filesystem for Ext4Fuse {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         let change = names::Change {
             mode,
             uid,
@@ -257,7 +256,7 @@ impl fuser::Filesystem for Ext4Fuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.read_link(ino) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
@@ -265,7 +264,7 @@ impl fuser::Filesystem for Ext4Fuse {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.make_node(req, parent, name_bytes(name), mode, umask, rdev) {
             Ok(inode) => self.reply_entry(&inode, reply),
             Err(e) => reply.error(e),
@@ -273,7 +272,7 @@ impl fuser::Filesystem for Ext4Fuse {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.make_dir(req, parent, name_bytes(name), mode, umask) {
             Ok(inode) => self.reply_entry(&inode, reply),
             Err(e) => reply.error(e),
@@ -281,17 +280,17 @@ impl fuser::Filesystem for Ext4Fuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         reply_empty(self.remove_name(parent, name_bytes(name), false), reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         reply_empty(self.remove_name(parent, name_bytes(name), true), reply);
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.make_symlink(req, parent, name_bytes(link_name), target.as_os_str().as_bytes()) {
             Ok(inode) => self.reply_entry(&inode, reply),
             Err(e) => reply.error(e),
@@ -308,13 +307,13 @@ impl fuser::Filesystem for Ext4Fuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         let r = self.rename_entry(parent, name_bytes(name), newparent, name_bytes(newname), flags);
         reply_empty(r, reply);
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.hard_link(ino, newparent, name_bytes(newname)) {
             Ok(inode) => self.reply_entry(&inode, reply),
             Err(e) => reply.error(e),
@@ -322,7 +321,7 @@ impl fuser::Filesystem for Ext4Fuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.open_file(ino, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), open_flags(flags.0)),
             Err(e) => reply.error(e),
@@ -340,7 +339,7 @@ impl fuser::Filesystem for Ext4Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         let mut reply = Some(reply);
         let r = self.read_data(ino, offset, size, |bytes| {
             if let Some(r) = reply.take() {
@@ -364,7 +363,7 @@ impl fuser::Filesystem for Ext4Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.write_data(ino, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
@@ -377,7 +376,7 @@ impl fuser::Filesystem for Ext4Fuse {
     /// ENOSYS makes it stop sending FLUSH at all, which saves a round trip
     /// on every `close`.
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         self.written.lock().remove(&ext4_ino(ino).unwrap_or(0));
         reply.error(Errno::ENOSYS);
     }
@@ -397,19 +396,19 @@ impl fuser::Filesystem for Ext4Fuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         self.written.lock().remove(&ext4_ino(ino).unwrap_or(0));
         reply_empty(self.close_handle(fh.0), reply);
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         reply_empty(self.sync_inode(ino), reply);
         self.refresh_attrs(ino);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.open_dir(ino) {
             Ok(fh) => reply.opened(
                 FileHandle(fh),
@@ -420,27 +419,27 @@ impl fuser::Filesystem for Ext4Fuse {
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         self.list_dir(fh.0, offset, reply);
     }
 
     fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectoryPlus) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         self.list_dir_plus(fh.0, offset, reply);
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         reply_empty(self.close_handle(fh.0), reply);
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         reply_empty(self.sync_inode(ino), reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         let s = self.fs.statfs();
         reply.statfs(
             s.blocks,
@@ -464,27 +463,27 @@ impl fuser::Filesystem for Ext4Fuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         reply_empty(self.set_xattr(ino, name_bytes(name), value, flags), reply);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         xattrs::reply_sized(self.get_xattr(ino, name_bytes(name)), size, reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         xattrs::reply_sized(self.list_xattrs(ino), size, reply);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         reply_empty(self.remove_xattr(ino, name_bytes(name)), reply);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         // Mounted with default_permissions: the kernel checks access itself.
         reply.ok();
     }
@@ -499,7 +498,7 @@ impl fuser::Filesystem for Ext4Fuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.create_file(req, parent, name_bytes(name), mode, umask, flags) {
             Ok((inode, fh)) => match self.attr_of(&inode) {
                 Ok(a) => reply.created(
@@ -526,7 +525,7 @@ impl fuser::Filesystem for Ext4Fuse {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.inode_ioctl(req, ino, cmd, in_data, out_size) {
             Ok(out) => reply.ioctl(0, &out),
             Err(e) => reply.error(e),
@@ -543,12 +542,12 @@ impl fuser::Filesystem for Ext4Fuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         reply_empty(self.allocate(ino, offset, length, mode), reply);
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.seek(ino, offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(e),
@@ -568,7 +567,7 @@ impl fuser::Filesystem for Ext4Fuse {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        self.request_arrived();
+        let _serving = self.request_arrived();
         match self.copy_range(ino_in, offset_in, ino_out, offset_out, len) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
