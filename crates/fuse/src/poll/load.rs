@@ -17,19 +17,40 @@ const CROWDED_SHARE: u64 = 4;
 
 /// Stall time since the last look.
 pub(crate) struct Pressure {
+    /// Kept open: a look is then one `pread(2)` from offset 0, which makes
+    /// the kernel generate the text afresh.
+    file: Option<std::fs::File>,
     last: Option<u64>,
 }
 
 impl Pressure {
     pub(crate) fn new() -> Self {
-        Self { last: total_stall_us() }
+        let mut p = Self {
+            file: std::fs::File::open(CPU_PRESSURE).ok(),
+            last: None,
+        };
+        p.restart();
+        p
+    }
+
+    /// Forgets the stall before now: the next look covers only what
+    /// follows.
+    pub(crate) fn restart(&mut self) {
+        self.last = self.total_stall_us();
+    }
+
+    fn total_stall_us(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 256];
+        let n = self.file.as_ref()?.read_at(&mut buf, 0).ok()?;
+        parse(std::str::from_utf8(&buf[..n]).ok()?)
     }
 
     /// Whether threads waited for a CPU during a quarter or more of
     /// `window` since the last call. Without PSI (a kernel built without
     /// it, or `psi=0`): never.
     pub(crate) fn crowded(&mut self, window: Duration) -> bool {
-        let now = total_stall_us();
+        let now = self.total_stall_us();
         let stalled = match (self.last, now) {
             (Some(a), Some(b)) => b.saturating_sub(a),
             _ => 0,
@@ -41,10 +62,6 @@ impl Pressure {
 
 fn crowded(stalled_us: u64, window: Duration) -> bool {
     stalled_us.saturating_mul(CROWDED_SHARE) >= window.as_micros() as u64
-}
-
-fn total_stall_us() -> Option<u64> {
-    parse(&std::fs::read_to_string(CPU_PRESSURE).ok()?)
 }
 
 /// The `total=` of the "some" line.
@@ -80,14 +97,14 @@ mod tests {
 
     #[test]
     fn two_threads_spinning_on_one_cpu_stall() {
-        if total_stall_us().is_none() {
+        let mut p = Pressure::new();
+        if p.total_stall_us().is_none() {
             eprintln!("SKIPPED: two_threads_spinning_on_one_cpu_stall: no {CPU_PRESSURE}");
             return;
         }
         // More spinning threads than CPUs: some always wait.
         let n = std::thread::available_parallelism().map_or(1, |n| n.get()) + 1;
         let stop = std::sync::atomic::AtomicBool::new(false);
-        let mut p = Pressure::new();
         let window = Duration::from_millis(50);
         let crowded = std::thread::scope(|s| {
             for _ in 0..n {

@@ -189,7 +189,7 @@ impl Shared {
                 // A request that made the mount busy also started the spin.
                 spinning = self.spin.is_some();
                 rest = 0;
-                pressure = load::Pressure::new();
+                pressure.restart();
                 continue;
             }
             latency.as_mut().map(CpuLatency::demand);
