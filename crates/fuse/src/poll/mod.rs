@@ -61,6 +61,10 @@ struct Shared {
     /// Nanoseconds after `epoch` at which the spinner began the request it
     /// serves, or 0 between requests.
     spinner_since: AtomicU64,
+    /// Whether a thread of that name ever served a request: until one did,
+    /// nobody stands by (a thread that takes itself for a bystander while
+    /// it is the spinner would leave the device unread).
+    spinner_seen: AtomicBool,
     standby: standby::Standby,
     window: Duration,
     epoch: Instant,
@@ -85,6 +89,7 @@ impl Poller {
             spinning: AtomicBool::new(false),
             spinner,
             spinner_since: AtomicU64::new(0),
+            spinner_seen: AtomicBool::new(false),
             standby: standby::Standby::default(),
             window,
             epoch: Instant::now(),
@@ -119,6 +124,7 @@ impl Poller {
         let spinner = s.is_spinner();
         if spinner {
             s.spinner_since.store(now.max(1), Ordering::Release);
+            s.spinner_seen.store(true, Ordering::Relaxed);
         }
         Serving { shared: s, spinner }
     }
@@ -137,7 +143,7 @@ impl Drop for Serving<'_> {
         let s = self.shared;
         if self.spinner {
             s.spinner_since.store(0, Ordering::Release);
-        } else if s.spinning.load(Ordering::Acquire) && !s.spinner_held_up() {
+        } else if s.spinner_seen.load(Ordering::Relaxed) && s.spinning.load(Ordering::Acquire) && !s.spinner_held_up() {
             s.standby.wait();
         }
     }
