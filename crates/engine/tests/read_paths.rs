@@ -224,3 +224,39 @@ fn htree_lookup_in_kernel_written_directories() {
         assert!(matches!(fs.lookup(&k, b"kernel-made-name-x"), Err(Error::NotFound(_))));
     }
 }
+
+/// A directory without an index spread over many blocks: every name is
+/// found in whichever block holds it, a missing one is `NotFound`, and the
+/// same holds for a directory small enough to sit inline in its inode.
+#[test]
+fn linear_lookup_finds_names_in_every_block_and_inline() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let (big, small) = (src.join("big"), src.join("small"));
+    std::fs::create_dir_all(&big).unwrap();
+    std::fs::create_dir_all(&small).unwrap();
+    let names: Vec<String> = (0..600).map(|i| format!("entry-with-a-long-name-{i:05}")).collect();
+    for n in &names {
+        std::fs::write(big.join(n), b"").unwrap();
+    }
+    std::fs::write(small.join("only"), b"").unwrap();
+    let args = ["-O", "^dir_index,inline_data", "-b", "1024"];
+    let Some(img) = mkfs(dir.path(), Some(&src), &args, "16M") else {
+        return;
+    };
+    let fs = open(&img, OpenOptions::default()).unwrap();
+    let big = fs.resolve(b"/big").unwrap();
+    assert!(big.size() > 20 * 1024, "the directory spans many blocks");
+    for n in &names {
+        let ino = fs.lookup(&big, n.as_bytes()).unwrap();
+        assert_eq!(fs.resolve(format!("/big/{n}").as_bytes()).unwrap().ino, ino);
+    }
+    assert!(matches!(
+        fs.lookup(&big, b"entry-with-a-long-name-00600"),
+        Err(Error::NotFound(_))
+    ));
+    let small = fs.resolve(b"/small").unwrap();
+    assert!(small.has_inline_data(), "mke2fs put the small directory inline");
+    assert!(fs.lookup(&small, b"only").unwrap() > 0);
+    assert!(matches!(fs.lookup(&small, b"other"), Err(Error::NotFound(_))));
+}

@@ -1,7 +1,7 @@
 //! Name lookup: through the htree index when the directory has one (one
 //! index block per level, then a single leaf block), else by scanning.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
 
@@ -19,14 +19,32 @@ impl Filesystem {
         if let Some(found) = self.htree_lookup(dir, name)? {
             return found.ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into_owned()));
         }
-        let mut hit = None;
-        self.for_each_dir_entry(dir, |e| {
-            if e.name == name {
-                hit = Some(e.ino);
-                return Ok(false);
+        self.linear_lookup(dir, name)?
+            .ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into_owned()))
+    }
+
+    /// Scans every block of a directory without an index for `name`,
+    /// comparing in place: a lookup copies no entry (a PostMark-sized
+    /// directory block holds a hundred).
+    fn linear_lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<u32>> {
+        if dir.has_inline_data() {
+            let mut hit = None;
+            self.for_each_dir_entry(dir, |e| {
+                hit = (e.name == name).then_some(e.ino);
+                Ok(hit.is_none())
+            })?;
+            return Ok(hit);
+        }
+        for run in self.all_runs(dir)? {
+            for i in 0..run.len {
+                let block = run.physical + i;
+                let buf = self.meta_block(block, dir.ino)?;
+                let at = Location::Block { block, inode: dir.ino };
+                if let Some(ino) = self.scan_dir_block(dir, &buf, run.logical + i, at, |e| e.name == name)? {
+                    return Ok(Some(ino));
+                }
             }
-            Ok(true)
-        })?;
-        hit.ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into_owned()))
+        }
+        Ok(None)
     }
 }
