@@ -14,6 +14,7 @@
 //! the writer lock is released (see [`crate::ordered`]).
 
 use std::cell::Cell;
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -29,7 +30,10 @@ use crate::fs::Filesystem;
 pub(crate) struct Txn<'a> {
     pub(crate) fs: &'a Filesystem,
     _writer: MutexGuard<'a, ()>,
-    blocks: BTreeMap<u64, Vec<u8>>,
+    /// This transaction's copies of the metadata blocks it changes, shared
+    /// with the cache once published: a block is copied once, when the
+    /// transaction first writes to it, and never again on its way out.
+    blocks: BTreeMap<u64, Arc<[u8]>>,
     groups: BTreeMap<u32, RawGroupDesc>,
     data: Vec<(u64, Vec<u8>)>,
     /// Bytes in `data`, to bound what a batch queues.
@@ -101,7 +105,7 @@ impl<'a> Txn<'a> {
     /// Block `block` as this transaction sees it.
     pub(crate) fn block(&self, block: u64, owner: u32) -> Result<Arc<[u8]>> {
         match self.blocks.get(&block) {
-            Some(b) => Ok(b.as_slice().into()),
+            Some(b) => Ok(b.clone()),
             None => self.fs.meta_block(block, owner),
         }
     }
@@ -123,26 +127,44 @@ impl<'a> Txn<'a> {
 
     /// Write access to block `block` (`ext4_journal_get_write_access`): the
     /// first call copies it into the transaction.
-    pub(crate) fn block_mut(&mut self, block: u64, owner: u32) -> Result<&mut Vec<u8>> {
+    pub(crate) fn block_mut(&mut self, block: u64, owner: u32) -> Result<&mut [u8]> {
         self.changes += 1;
         if !self.blocks.contains_key(&block) {
             let cur = self.fs.meta_block(block, owner)?;
-            self.blocks.insert(block, cur.to_vec());
+            self.blocks.insert(block, Arc::from(&cur[..]));
         }
-        self.blocks
-            .get_mut(&block)
-            .ok_or_else(|| Error::inconsistent(Location::Block { block, inode: owner }, "lost a transaction block"))
+        let lost = || Error::inconsistent(Location::Block { block, inode: owner }, "lost a transaction block");
+        let b = self.blocks.get_mut(&block).ok_or_else(lost)?;
+        // A copy handed out by `block` is still alive: it keeps what it saw.
+        if Arc::get_mut(b).is_none() {
+            *b = Arc::from(&b[..]);
+        }
+        Arc::get_mut(b).ok_or_else(lost)
     }
 
     /// A block this transaction fills from scratch (a newly allocated
     /// directory, extent or bitmap block): no read needed.
-    pub(crate) fn new_block(&mut self, block: u64) -> &mut Vec<u8> {
-        self.changes += 1;
+    pub(crate) fn new_block(&mut self, block: u64) -> &mut [u8] {
         let bs = self.fs.block_size();
-        let b = self.blocks.entry(block).or_default();
-        b.clear();
-        b.resize(bs, 0);
-        b
+        self.put_block(block, std::iter::repeat_n(0, bs).collect())
+    }
+
+    /// Block `block` as this transaction writes it, with `bytes` (a whole
+    /// block) for contents.
+    pub(crate) fn put_block(&mut self, block: u64, bytes: Arc<[u8]>) -> &mut [u8] {
+        self.changes += 1;
+        let b = match self.blocks.entry(block) {
+            Entry::Occupied(mut held) => {
+                held.insert(bytes);
+                held.into_mut()
+            }
+            Entry::Vacant(free) => free.insert(bytes),
+        };
+        // Fresh: no other holder yet.
+        match Arc::get_mut(b) {
+            Some(b) => b,
+            None => unreachable!("a block just inserted has one owner"),
+        }
     }
 
     /// Drops this transaction's copy of `block`, which the caller has just
@@ -220,7 +242,7 @@ impl<'a> Txn<'a> {
         if self.fs.journals_data() && offset.is_multiple_of(bs as u64) && bytes.len().is_multiple_of(bs) {
             let first = offset / bs as u64;
             for (i, chunk) in bytes.chunks_exact(bs).enumerate() {
-                self.blocks.insert(first + i as u64, chunk.to_vec());
+                self.blocks.insert(first + i as u64, Arc::from(chunk));
             }
             return;
         }
@@ -252,8 +274,8 @@ impl<'a> Txn<'a> {
             .blocks
             .range(offset / bs..end.div_ceil(bs))
             .filter(|_| self.fs.journals_data())
-            .map(|(b, v)| (b * bs, v));
-        for (off, bytes) in self.data.iter().map(|(o, v)| (*o, v)).chain(logged) {
+            .map(|(b, v)| (b * bs, &v[..]));
+        for (off, bytes) in self.data.iter().map(|(o, v)| (*o, &v[..])).chain(logged) {
             let (lo, hi) = (offset.max(off), end.min(off + bytes.len() as u64));
             if lo < hi {
                 buf[(lo - offset) as usize..(hi - offset) as usize]

@@ -175,7 +175,7 @@ impl Filesystem {
     /// ranges leave the dirty set, `blocks` enter it and the cache.
     pub(crate) fn publish(
         &self,
-        blocks: BTreeMap<u64, Vec<u8>>,
+        blocks: BTreeMap<u64, Arc<[u8]>>,
         freed: &[(u64, u64)],
         inodes: &[u32],
         sb: RawSuperblock,
@@ -191,7 +191,6 @@ impl Filesystem {
             }
         }
         for (block, bytes) in blocks {
-            let bytes: Arc<[u8]> = bytes.into();
             self.cache.insert(block, bytes.clone());
             d.bytes += bytes.len();
             if let Some(old) = d.blocks.insert(block, bytes) {

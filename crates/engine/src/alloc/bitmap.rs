@@ -79,21 +79,21 @@ impl Txn<'_> {
 
     /// Write access to the block bitmap of `group`, building it first when
     /// the group is `BLOCK_UNINIT`.
-    pub(crate) fn block_bitmap_mut(&mut self, group: u32) -> Result<&mut Vec<u8>> {
+    pub(crate) fn block_bitmap_mut(&mut self, group: u32) -> Result<&mut [u8]> {
         let d = self.group(group)?;
         let blk = d.block_bitmap();
         if d.flags() & BG_BLOCK_UNINIT == 0 || !self.fs.geo.features.has_group_csum() {
             return self.block_bitmap_loaded(blk);
         }
         let map = self.uninit_block_bitmap(group)?;
-        *self.new_block(blk) = map;
+        self.put_block(blk, map.into());
         let mut d = self.group(group)?;
         d.bg_flags.set(d.flags() & !BG_BLOCK_UNINIT);
         self.set_group(group, d);
         self.block_bitmap_loaded(blk)
     }
 
-    fn block_bitmap_loaded(&mut self, blk: u64) -> Result<&mut Vec<u8>> {
+    fn block_bitmap_loaded(&mut self, blk: u64) -> Result<&mut [u8]> {
         self.block_mut(blk, 0)
     }
 
@@ -126,7 +126,7 @@ impl Txn<'_> {
 
     /// Write access to the inode bitmap of `group`; an `INODE_UNINIT` group
     /// gets an empty bitmap with the padding past `inodes_per_group` set.
-    pub(crate) fn inode_bitmap_mut(&mut self, group: u32) -> Result<&mut Vec<u8>> {
+    pub(crate) fn inode_bitmap_mut(&mut self, group: u32) -> Result<&mut [u8]> {
         let d = self.group(group)?;
         let blk = d.inode_bitmap();
         if d.flags() & BG_INODE_UNINIT != 0 && self.fs.geo.features.has_group_csum() {

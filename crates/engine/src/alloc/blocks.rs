@@ -57,7 +57,7 @@ impl Txn<'_> {
     /// the blocks whose freeing is not committed yet — by this transaction
     /// or an earlier one (see [`crate::alloc::busy`]) — still taken.
     fn alloc_view(&mut self, g: u32) -> Result<Vec<u8>> {
-        let mut view = self.block_bitmap_mut(g)?.clone();
+        let mut view = self.block_bitmap_mut(g)?.to_vec();
         if !self.fs.journaling {
             return Ok(view);
         }

@@ -49,7 +49,7 @@ impl Txn<'_> {
         match dir_block {
             Some(bytes) => {
                 let block = self.first_dir_block(inode)?;
-                *self.new_block(block) = bytes;
+                self.put_block(block, bytes.into());
             }
             None => {
                 let size = inode.size();

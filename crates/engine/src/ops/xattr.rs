@@ -252,7 +252,7 @@ impl Txn<'_> {
                 )
             })?;
         }
-        *self.new_block(target) = bytes;
+        self.put_block(target, bytes.into());
         inode.raw.i_file_acl_lo.set(target as u32);
         inode.raw.i_file_acl_high.set((target >> 32) as u16);
         Ok(())
