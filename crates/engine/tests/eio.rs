@@ -292,3 +292,34 @@ fn failed_reads_at_open_give_eio() {
         }
     }
 }
+
+/// `write_announcing` announces the write once it is published, before the
+/// data goes to the device: a device failure after that is still returned
+/// (for the server to report on the next fsync), and a write refused
+/// before publication announces nothing.
+#[test]
+fn a_data_write_failing_after_the_announcement_is_still_an_error() {
+    let (fs, ctl, _mem) = setup(fresh_image(IMAGE_BYTES), options());
+    let attr = Attr {
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+    };
+    let f = fs.create(ROOT_INO, b"f", NodeKind::Regular, attr).unwrap();
+    fs.sync().unwrap();
+    let data = vec![0x5a; 10_000];
+    let mut announced = None;
+    ctl.fail_one_write(0);
+    let r = fs.write_announcing(f.ino, 0, &data, |n| announced = Some(n));
+    assert_eq!(
+        announced,
+        Some(data.len()),
+        "the write was not announced before its data"
+    );
+    let e = r.expect_err("the failed data write was not returned");
+    assert!(is_eio(&e), "{e:?}");
+    let mut announced = None;
+    let r = fs.write_announcing(f.ino, 0, &data, |n| announced = Some(n));
+    assert!(matches!(r, Err(Error::ReadOnly)), "{r:?}");
+    assert_eq!(announced, None, "a refused write was announced");
+}

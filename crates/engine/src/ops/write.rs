@@ -35,11 +35,27 @@ impl Filesystem {
     /// Concurrency: the data is written after the writer lock is released,
     /// under the file's own lock, so writers of different files overlap.
     pub fn write(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_announcing(ino, offset, data, |_| {})
+    }
+
+    /// [`Self::write`], calling `published` with the byte count as soon as
+    /// the change is published and before the file data goes to the
+    /// device: a server can answer its client while the data is copied.
+    /// Nothing can observe the gap: readers of the file wait for the data
+    /// under its inode lock, and commits wait for data in flight.
+    ///
+    /// # Errors
+    /// As [`Self::write`]. An error returned after `published` ran is a
+    /// failed write of data already acknowledged (the kernel's write-back
+    /// error), to be reported on the next `fsync`.
+    pub fn write_announcing(&self, ino: u32, offset: u64, data: &[u8], published: impl FnOnce(usize)) -> Result<usize> {
         let _file = self.inode_locks.write(ino);
         let mut txn = Txn::begin(self)?;
         txn.under_inode_lock();
         let n = txn.write(ino, offset, data)?;
-        txn.commit_deferring_data()?.write()?;
+        let pending = txn.commit_deferring_data()?;
+        published(n);
+        pending.write()?;
         Ok(n)
     }
 }

@@ -4,7 +4,7 @@
 //! ioctls (`chattr`/`lsattr`).
 
 use ext4kit_engine::NodeKind;
-use fuser::{Errno, INodeNo, Request};
+use fuser::{Errno, INodeNo, ReplyWrite, Request};
 
 use super::{Ext4Fuse, MAX_IO, Res};
 use crate::handles::Handle;
@@ -150,11 +150,44 @@ impl Ext4Fuse {
         Ok(n as u32)
     }
 
+    /// WRITE without `-o sync`: answered once the engine has published
+    /// the change, while the data is still being copied to the image (see
+    /// [`ext4kit_engine::Filesystem::write_announcing`]). A copy that fails
+    /// after the answer is remembered for the file's next fsync.
+    pub(super) fn write_answering_early(&self, ino: INodeNo, offset: u64, data: &[u8], reply: ReplyWrite) {
+        let e4 = match self.writable().and_then(|()| self.ino(ino)) {
+            Ok(i) => i,
+            Err(e) => return reply.error(e),
+        };
+        let mut reply = Some(reply);
+        let r = self.fs.write_announcing(e4, offset, data, |n| {
+            self.written.lock().insert(e4);
+            if let Some(reply) = reply.take() {
+                reply.written(n as u32);
+            }
+        });
+        if let Err(e) = r {
+            let errno = self.errno(e);
+            match reply.take() {
+                Some(reply) => reply.error(errno),
+                None => {
+                    log::error!("ext4kit: writing data of inode {e4} after answering: {errno:?}");
+                    self.lost_writes.lock().insert(e4);
+                }
+            }
+        }
+    }
+
     /// fsync: waits for the journal transaction holding the inode's last
-    /// change, not for everything other files changed since.
+    /// change, not for everything other files changed since; EIO once if
+    /// data written to it since the last fsync was lost.
     pub(super) fn sync_inode(&self, ino: INodeNo) -> Res<()> {
         let ino = self.ino(ino)?;
-        self.fs.sync_inode(ino).map_err(|e| self.errno(e))
+        let synced = self.fs.sync_inode(ino).map_err(|e| self.errno(e));
+        if self.lost_writes.lock().remove(&ino) {
+            return Err(Errno::EIO);
+        }
+        synced
     }
 
     pub(super) fn allocate(&self, ino: INodeNo, offset: u64, len: u64, mode: i32) -> Res<()> {

@@ -45,6 +45,10 @@ pub struct Ext4Fuse {
     pub(crate) notifier: Arc<OnceLock<Notifier>>,
     /// Inodes written since their attributes were last refreshed.
     pub(crate) written: parking_lot::Mutex<std::collections::HashSet<u32>>,
+    /// Inodes whose data failed to reach the image after the write was
+    /// answered: their next fsync reports EIO (the kernel's write-back
+    /// error).
+    pub(crate) lost_writes: parking_lot::Mutex<std::collections::HashSet<u32>>,
     /// Busy-polls `/dev/fuse` while requests keep coming (set once the
     /// session exists, unless `poll=0`).
     pub(crate) poller: Arc<OnceLock<crate::poll::Poller>>,
@@ -62,6 +66,7 @@ impl Ext4Fuse {
             forced_ro: AtomicBool::new(false),
             notifier: Arc::new(OnceLock::new()),
             written: Default::default(),
+            lost_writes: Default::default(),
             poller: Arc::default(),
         }
     }
@@ -364,10 +369,14 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyWrite,
     ) {
         let _serving = self.request_arrived();
-        match self.write_data(ino, offset, data) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
+        if self.cfg.sync {
+            match self.write_data(ino, offset, data) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+            return;
         }
+        self.write_answering_early(ino, offset, data, reply);
     }
 
     /// Nothing to do at close: writes are committed as they arrive, and
