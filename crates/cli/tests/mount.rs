@@ -556,3 +556,29 @@ fn a_busy_server_asks_for_prompt_cpu_wakeups_only_when_told() {
         assert_clean(&img);
     }
 }
+
+/// The kernel's readahead for the mount, in KiB: the `read_ahead_kb` of
+/// its backing device info.
+fn mount_read_ahead_kb(mnt: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(mnt).unwrap().dev();
+    let knob = format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev));
+    std::fs::read_to_string(&knob).unwrap().trim().parse().unwrap()
+}
+
+/// FUSE gives a mount 128 KiB of readahead; the server raises it to
+/// 16 MiB, or to what `read_ahead_kb=` asks.
+#[test]
+fn the_mount_reads_ahead_as_much_as_asked() {
+    if !ready() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "64M", &[]);
+    for (options, kb) in [("", 16384), ("read_ahead_kb=512", 512)] {
+        let m = FuseMount::start(exe(), &img, options).unwrap();
+        assert_eq!(mount_read_ahead_kb(m.path()), kb, "with -o '{options}'");
+        assert!(m.unmount().unwrap().success());
+        assert_clean(&img);
+    }
+}

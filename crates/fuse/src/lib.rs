@@ -16,6 +16,7 @@ mod attr;
 mod handles;
 pub mod options;
 mod poll;
+mod readahead;
 mod session;
 
 pub use adapter::Ext4Fuse;

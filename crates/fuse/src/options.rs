@@ -108,6 +108,9 @@ pub struct MountConfig {
     /// Whether a busy mount holds a CPU wake-up latency request
     /// (`cpu_latency=auto|on|off`).
     pub cpu_latency: CpuLatencyMode,
+    /// The kernel's readahead for the mount in KiB (`read_ahead_kb=`);
+    /// `None` sets [`DEFAULT_READ_AHEAD_KB`] where permitted.
+    pub read_ahead_kb: Option<u32>,
     /// Flush the image after every change (`sync`).
     pub sync: bool,
     /// Kernel flags passed through: `nodev`, `nosuid`, `noexec` (and their opposites).
@@ -145,6 +148,7 @@ impl Default for MountConfig {
             writeback_cache: true,
             poll: DEFAULT_POLL,
             cpu_latency: CpuLatencyMode::Auto,
+            read_ahead_kb: None,
             sync: false,
             dev: true,
             suid: true,
@@ -160,6 +164,11 @@ impl Default for MountConfig {
 /// The busy window (`poll=`, or this when `poll=0`): longer than the gaps between the requests of one
 /// busy program (a few to a few hundred microseconds of its own work).
 pub(crate) const DEFAULT_POLL: Duration = Duration::from_micros(500);
+
+/// Readahead when `read_ahead_kb=` is not given: a cold 2 GiB sequential
+/// read on this project's VM ran at 1.0–1.4 GB/s with FUSE's 128 KiB,
+/// 1.5–1.6 GB/s with 8 MiB and 2.2–2.3 GB/s with 16 MiB.
+pub const DEFAULT_READ_AHEAD_KB: u32 = 16 * 1024;
 
 /// ext4's default commit interval (`JBD2_DEFAULT_MAX_COMMIT_AGE`).
 const DEFAULT_COMMIT: Duration = Duration::from_secs(5);
@@ -291,6 +300,13 @@ impl MountConfig {
                 };
                 Ok(())
             }
+            "read_ahead_kb" => match value.and_then(|v| v.parse::<u32>().ok()) {
+                Some(kb @ 0..=262_144) => {
+                    self.read_ahead_kb = Some(kb);
+                    Ok(())
+                }
+                _ => Err("expects KiB from 0 to 262144".into()),
+            },
             "writeback_cache" => flag(value).map(|()| self.writeback_cache = true),
             "nowriteback_cache" => flag(value).map(|()| self.writeback_cache = false),
             "sync" => flag(value).map(|()| self.sync = true),
@@ -385,6 +401,9 @@ mod tests {
         assert_eq!(c.cpu_latency, CpuLatencyMode::Off);
         c.apply("cpu_latency=on").unwrap();
         assert_eq!(c.cpu_latency, CpuLatencyMode::On);
+        assert_eq!(c.read_ahead_kb, None);
+        c.apply("read_ahead_kb=4096").unwrap();
+        assert_eq!(c.read_ahead_kb, Some(4096));
     }
 
     #[test]
@@ -400,6 +419,7 @@ mod tests {
         assert!(MountConfig::default().apply("threads=0").is_err());
         assert!(MountConfig::default().apply("poll=-1").is_err());
         assert!(MountConfig::default().apply("poll").is_err());
+        assert!(MountConfig::default().apply("read_ahead_kb=262145").is_err());
         let e = MountConfig::default().apply("cpu_latency=fast").unwrap_err();
         assert!(e.contains("cpu_latency=fast") && e.contains("auto, on or off"), "{e}");
     }

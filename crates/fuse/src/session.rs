@@ -21,7 +21,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::adapter::Ext4Fuse;
-use crate::options::{CpuLatencyMode, DEFAULT_POLL, MountConfig};
+use crate::options::{CpuLatencyMode, DEFAULT_POLL, DEFAULT_READ_AHEAD_KB, MountConfig};
 use crate::poll::cpu_latency::CpuLatency;
 
 /// Where the lock of the server for `mountpoint` lives.
@@ -129,6 +129,7 @@ pub fn serve(
     let adapter = Ext4Fuse::new(fs.clone(), cfg.clone());
     let notifier = adapter.notifier_slot();
     let mut session = mount_polled(adapter, mountpoint, &config, &cfg)?;
+    set_read_ahead(mountpoint, cfg.read_ahead_kb)?;
     let _ = notifier.set(session.notifier());
     let signals = on_signals_unmount(session.unmount_callable())?;
     let (stop, flusher) = spawn_flusher(fs.clone(), commit)?;
@@ -196,6 +197,23 @@ fn mount_polled(
         Err(e) => log::warn!("ext4kit: serving without polling: {e}"),
     }
     Ok(session)
+}
+
+/// Sets the mount's readahead (see [`crate::readahead`]): as asked, or
+/// the default where this process may.
+///
+/// # Errors
+/// `read_ahead_kb=` was given and cannot be set.
+fn set_read_ahead(mountpoint: &Path, asked: Option<u32>) -> io::Result<()> {
+    let kb = asked.unwrap_or(DEFAULT_READ_AHEAD_KB);
+    match crate::readahead::set(mountpoint, kb) {
+        Ok(()) => Ok(()),
+        Err(e) if asked.is_some() => Err(io::Error::new(e.kind(), format!("read_ahead_kb={kb}: {e}"))),
+        Err(e) => {
+            log::info!("ext4kit: keeping the kernel's readahead: {e}");
+            Ok(())
+        }
+    }
 }
 
 /// Unmounts on SIGINT, SIGTERM or SIGHUP (from a thread of its own); the

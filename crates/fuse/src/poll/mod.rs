@@ -1,8 +1,8 @@
 //! Keeping a busy mount's round trips short. On a virtual machine most of
 //! a small request's latency is waking a sleeping thread (an
 //! inter-processor interrupt and a halted vCPU to restart), not the work.
-//! While requests arrive back to back the mount is *busy*, and two things
-//! cut that wake-up out:
+//! While requests arrive back to back the mount is *busy*, and three things
+//! cut wake-ups out:
 //!
 //! - **Spinning** (`poll=`): one serving thread's descriptor is made
 //!   non-blocking. `fuser` retries its read at once on `EAGAIN`, so that
@@ -11,7 +11,6 @@
 //! - **A CPU latency request** (`cpu_latency=`, [`cpu_latency`]): idle CPUs
 //!   poll instead of halting, so the program waiting for a reply resumes at
 //!   once too.
-//!
 //! - **Standby** ([`standby`]): the other serving threads wait on a
 //!   condition variable after their request instead of reading again, so
 //!   the kernel does not wake one of them for every request the spinner
