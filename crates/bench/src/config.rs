@@ -195,6 +195,8 @@ pub struct Config {
     pub ext4kit_exe: PathBuf,
     /// More `-o` options for the `ext4kit` target's mount.
     pub ext4kit_options: Option<String>,
+    /// How many times every target runs (see [`crate::rounds`]); at least 1.
+    pub rounds: usize,
 }
 
 impl Config {

@@ -20,6 +20,7 @@ pub mod config;
 pub mod journal;
 pub mod report;
 pub mod rng;
+pub mod rounds;
 pub mod system;
 pub mod tarball;
 pub mod target;
@@ -29,7 +30,7 @@ pub use config::{Config, Sizes, Target, Workload};
 pub use report::{FsckOutcome, Metric, Report, TargetReport, WorkloadResult};
 
 /// Runs the benchmark described by `cfg`: every target in turn, each on a
-/// fresh image. Never panics on a failing target; failures and skips are
+/// fresh image, `cfg.rounds` times over (figures are then medians). Never panics on a failing target; failures and skips are
 /// recorded in the report (see [`Report::failed`]).
 pub fn run(cfg: &Config) -> anyhow::Result<Report> {
     let work = cfg.work_dir()?;
@@ -48,10 +49,17 @@ pub fn run(cfg: &Config) -> anyhow::Result<Report> {
         None
     };
     let mut report = Report::new(cfg);
-    for &t in &cfg.targets {
-        let r = target::run_target(cfg, t, work.path(), tarball.as_deref());
-        report.targets.push(r);
+    let rounds = cfg.rounds.max(1);
+    let mut runs: Vec<Vec<TargetReport>> = vec![Vec::new(); cfg.targets.len()];
+    for round in 1..=rounds {
+        if rounds > 1 {
+            log(&format!("round {round} of {rounds}"));
+        }
+        for (runs, &t) in runs.iter_mut().zip(&cfg.targets) {
+            runs.push(target::run_target(cfg, t, work.path(), tarball.as_deref()));
+        }
     }
+    report.targets = runs.into_iter().filter_map(rounds::median_of).collect();
     Ok(report)
 }
 

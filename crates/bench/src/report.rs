@@ -178,6 +178,8 @@ pub struct Report {
     pub kernel: String,
     /// CPUs available to this process.
     pub cpus: usize,
+    /// Rounds every target ran; each figure is the median of its rounds.
+    pub rounds: usize,
     /// The options every image was made with.
     pub mkfs_options: Vec<String>,
     /// One entry per selected target, in order.
@@ -193,6 +195,7 @@ impl Report {
             workloads: cfg.workloads.clone(),
             kernel: crate::system::kernel_release(),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            rounds: cfg.rounds.max(1),
             mkfs_options: crate::system::MKFS_OPTIONS.iter().map(|s| s.to_string()).collect(),
             targets: Vec::new(),
         }
@@ -214,12 +217,17 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "## ext4kit bench mount{}\n\nkernel {}, {} CPUs, `mkfs.ext4 {}`, image {} MiB\n",
+            "## ext4kit bench mount{}\n\nkernel {}, {} CPUs, `mkfs.ext4 {}`, image {} MiB{}\n",
             if self.quick { " (quick)" } else { "" },
             self.kernel,
             self.cpus,
             self.mkfs_options.join(" "),
-            self.sizes.image_bytes >> 20
+            self.sizes.image_bytes >> 20,
+            if self.rounds > 1 {
+                format!("; medians of {} rounds, the targets alternating", self.rounds)
+            } else {
+                String::new()
+            }
         );
         let _ = writeln!(s, "| target | status | mount s | umount s |\n|---|---|---|---|");
         for t in &self.targets {

@@ -94,6 +94,50 @@ fn quick_bench_runs_every_available_target_and_leaves_clean_images() {
     assert_no_leftovers(dir.path());
 }
 
+/// `--rounds 3` mounts the target three times on fresh images, checks each
+/// with e2fsck, and reports one median figure per metric.
+#[test]
+fn rounds_run_every_target_again_and_report_medians() {
+    if skip_unless(can_fuse_mount()).is_none() || skip_unless(require_tool("mkfs.ext4")).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args([
+            "bench",
+            "mount",
+            "--quick",
+            "--targets",
+            "ext4kit",
+            "--workloads",
+            "postmark,cached",
+        ])
+        .args(["--rounds", "3", "--json"])
+        .arg(&json)
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .expect("run ext4kit bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ext4kit bench failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("medians of 3 rounds"), "{stdout}");
+    let checks = stderr
+        .lines()
+        .filter(|l| l.starts_with("bench: ext4kit: unmounted"))
+        .count();
+    assert_eq!(checks, 3, "three mounts, each unmounted and checked:\n{stderr}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("JSON");
+    assert_eq!(report["rounds"], 3);
+    let targets = report["targets"].as_array().expect("targets");
+    assert_eq!(targets.len(), 1, "one folded report per target");
+    assert_eq!(targets[0]["fsck"]["clean"], Value::Bool(true));
+    let postmark = &targets[0]["workloads"][0]["metrics"];
+    assert!(postmark.as_array().is_some_and(|m| !m.is_empty()), "{postmark}");
+    assert_no_leftovers(dir.path());
+}
+
 /// Clean images are removed and nothing stays mounted.
 fn assert_no_leftovers(dir: &Path) {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();

@@ -76,6 +76,9 @@ struct MountArgs {
     /// `allow_other`.
     #[arg(long, value_name = "OPTS")]
     ext4kit_options: Option<String>,
+    /// Run every target N times, alternating, and report medians.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+    rounds: u16,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -96,6 +99,7 @@ fn run_mount(a: MountArgs) -> Result<()> {
         dir: a.dir,
         ext4kit_exe: std::env::current_exe().context("cannot find the ext4kit executable")?,
         ext4kit_options: a.ext4kit_options,
+        rounds: usize::from(a.rounds),
     };
     let report = ext4kit_bench::run(&cfg)?;
     outln!("{}", report.to_markdown());
