@@ -270,6 +270,36 @@ fn signals_unmount_cleanly() {
     }
 }
 
+/// A signal that finds the mount busy (a file open on it) does not give
+/// up: the server keeps serving, unmounts once the file is closed, and
+/// exits with a clean image. (fuser's unmounter forgets its mount after
+/// one failed try; retrying through it used to leave the server running.)
+#[test]
+fn a_signal_on_a_busy_mount_unmounts_once_it_is_free() {
+    if !ready() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "64M", &[]);
+    let m = FuseMount::start(exe(), &img, "").unwrap();
+    let mnt = m.path().to_path_buf();
+    use std::io::Write;
+    let mut open = std::fs::File::create(mnt.join("held")).unwrap();
+    open.write_all(b"still open").unwrap();
+    let pid = rustix::process::Pid::from_raw(m.pid().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(is_mounted(&mnt), "unmounted while a file was open");
+    open.write_all(b", served").unwrap();
+    drop(open);
+    let status = m.signal_and_wait(rustix::process::Signal::TERM).unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!is_mounted(&mnt));
+    assert_clean(&img);
+    let cat = Command::new(exe()).arg("cat").arg(&img).arg("/held").output().unwrap();
+    assert_eq!(cat.stdout, b"still open, served");
+}
+
 /// A server killed without unmounting (SIGKILL) leaves its fsync'd
 /// changes in the journal: our next open, and the kernel's, replay them.
 #[test]

@@ -131,7 +131,7 @@ pub fn serve(
     let mut session = mount_polled(adapter, mountpoint, &config, &cfg)?;
     set_read_ahead(mountpoint, cfg.read_ahead_kb)?;
     let _ = notifier.set(session.notifier());
-    let signals = on_signals_unmount(session.unmount_callable())?;
+    let signals = on_signals_unmount(session.unmount_callable(), std::path::absolute(mountpoint)?)?;
     let (stop, flusher) = spawn_flusher(fs.clone(), commit)?;
     mounted();
     // Ends with the adapter dropped, and with it the poller.
@@ -218,14 +218,17 @@ fn set_read_ahead(mountpoint: &Path, asked: Option<u32>) -> io::Result<()> {
 
 /// Unmounts on SIGINT, SIGTERM or SIGHUP (from a thread of its own); the
 /// handle stops that thread.
-fn on_signals_unmount(mut unmounter: fuser::SessionUnmounter) -> io::Result<signal_hook::iterator::Handle> {
+fn on_signals_unmount(
+    mut unmounter: fuser::SessionUnmounter,
+    mountpoint: PathBuf,
+) -> io::Result<signal_hook::iterator::Handle> {
     let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let handle = signals.handle();
     std::thread::Builder::new()
         .name("ext4kit-signals".into())
         .spawn(move || {
             if signals.forever().next().is_some() {
-                unmount_retrying(&mut unmounter);
+                unmount_retrying(&mut unmounter, &mountpoint);
             }
         })?;
     Ok(handle)
@@ -234,16 +237,27 @@ fn on_signals_unmount(mut unmounter: fuser::SessionUnmounter) -> io::Result<sign
 /// Unmounts, trying again for up to 10 s while the kernel refuses (the
 /// mount can be busy for a moment while it writes back cached pages): a
 /// signal must not leave the server running after a single failed try.
-fn unmount_retrying(unmounter: &mut fuser::SessionUnmounter) {
-    for attempt in 1..=100 {
-        match unmounter.unmount() {
+///
+/// fuser's unmounter gives its mount up on the first attempt, failed or
+/// not, so the retries call `umount2` on the mount point themselves; the
+/// last resort is a lazy unmount (`MNT_DETACH`), after which the session
+/// ends as soon as nothing uses the file system any more.
+fn unmount_retrying(unmounter: &mut fuser::SessionUnmounter, mountpoint: &Path) {
+    use rustix::mount::{UnmountFlags, unmount};
+    let Err(e) = unmounter.unmount() else { return };
+    log::warn!("ext4kit: unmounting on signal: {e}; trying again");
+    for _ in 0..100 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        match unmount(mountpoint, UnmountFlags::empty()) {
             Ok(()) => return,
-            Err(e) if attempt == 100 => log::error!("ext4kit: unmounting on signal: {e}; giving up"),
-            Err(e) => {
-                log::warn!("ext4kit: unmounting on signal: {e}; trying again");
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
+            // Not (or no longer) a mount point: someone else unmounted it.
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => return,
+            Err(e) => log::warn!("ext4kit: unmounting on signal: {e}; trying again"),
         }
+    }
+    match unmount(mountpoint, UnmountFlags::DETACH) {
+        Ok(()) => log::warn!("ext4kit: still busy after 10 s: detached the mount lazily"),
+        Err(e) => log::error!("ext4kit: unmounting on signal: {e}; giving up"),
     }
 }
 
