@@ -64,25 +64,7 @@ fn quick_bench_runs_every_available_target_and_leaves_clean_images() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let json = dir.path().join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
-        .args([
-            "bench",
-            "mount",
-            "--quick",
-            "--targets",
-            "kernel,fuse2fs,ext4kit",
-            "--json",
-        ])
-        .arg(&json)
-        .arg("--dir")
-        .arg(dir.path())
-        .output()
-        .expect("run ext4kit bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "ext4kit bench failed:\n{stdout}\n{stderr}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("JSON");
+    let (stdout, _, report) = quick_bench(dir.path(), &["--targets", "kernel,fuse2fs,ext4kit"]);
     let targets = report["targets"].as_array().expect("targets");
     let names: Vec<&str> = targets.iter().filter_map(|t| t["target"].as_str()).collect();
     assert_eq!(names, TARGETS);
@@ -102,33 +84,21 @@ fn rounds_run_every_target_again_and_report_medians() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let json = dir.path().join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
-        .args([
-            "bench",
-            "mount",
-            "--quick",
-            "--targets",
-            "ext4kit",
-            "--workloads",
-            "postmark,cached",
-        ])
-        .args(["--rounds", "3", "--json"])
-        .arg(&json)
-        .arg("--dir")
-        .arg(dir.path())
-        .output()
-        .expect("run ext4kit bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "ext4kit bench failed:\n{stdout}\n{stderr}");
+    let args = [
+        "--targets",
+        "ext4kit",
+        "--workloads",
+        "postmark,cached",
+        "--rounds",
+        "3",
+    ];
+    let (stdout, stderr, report) = quick_bench(dir.path(), &args);
     assert!(stdout.contains("medians of 3 rounds"), "{stdout}");
     let checks = stderr
         .lines()
         .filter(|l| l.starts_with("bench: ext4kit: unmounted"))
         .count();
     assert_eq!(checks, 3, "three mounts, each unmounted and checked:\n{stderr}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("JSON");
     assert_eq!(report["rounds"], 3);
     let targets = report["targets"].as_array().expect("targets");
     assert_eq!(targets.len(), 1, "one folded report per target");
@@ -136,6 +106,26 @@ fn rounds_run_every_target_again_and_report_medians() {
     let postmark = &targets[0]["workloads"][0]["metrics"];
     assert!(postmark.as_array().is_some_and(|m| !m.is_empty()), "{postmark}");
     assert_no_leftovers(dir.path());
+}
+
+/// Runs `ext4kit bench mount --quick ARGS` with its images in `dir`;
+/// asserts it succeeded and returns its stdout, stderr and JSON report.
+fn quick_bench(dir: &Path, args: &[&str]) -> (String, String, Value) {
+    let json = dir.join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args(["bench", "mount", "--quick"])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .expect("run ext4kit bench");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "ext4kit bench failed:\n{stdout}\n{stderr}");
+    let report = serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("JSON");
+    (stdout, stderr, report)
 }
 
 /// Clean images are removed and nothing stays mounted.
