@@ -174,6 +174,22 @@ impl<'a> Batch<'a> {
         self.run(Some("link"), |t| t.link(ino, parent, name))
     }
 
+    /// [`Filesystem::unlink`] inside the batch.
+    ///
+    /// # Errors
+    /// As [`Filesystem::unlink`].
+    pub fn unlink(&mut self, parent: u32, name: &[u8]) -> Result<()> {
+        self.run(Some("unlink"), |t| t.remove_name(parent, name, false))
+    }
+
+    /// [`Filesystem::rmdir`] inside the batch.
+    ///
+    /// # Errors
+    /// As [`Filesystem::rmdir`].
+    pub fn rmdir(&mut self, parent: u32, name: &[u8]) -> Result<()> {
+        self.run(Some("rmdir"), |t| t.remove_name(parent, name, true))
+    }
+
     /// [`Filesystem::set_xattr`] inside the batch.
     ///
     /// # Errors
@@ -213,6 +229,20 @@ impl<'a> Batch<'a> {
             Some(ino) => Ok(ino),
             None => Err(Error::NotFound(String::from_utf8_lossy(name).into_owned())),
         }
+    }
+
+    /// The entries of directory `dir` as the batch sees it, `.` and `..`
+    /// included.
+    ///
+    /// # Errors
+    /// [`Error::NotDir`], corruption.
+    pub fn read_dir(&self, dir: u32) -> Result<Vec<crate::dir::DirEntry>> {
+        let txn = self.txn()?;
+        let dir = txn.inode(dir)?;
+        if !dir.is_dir() {
+            return Err(Error::NotDir(format!("inode {}", dir.ino)));
+        }
+        txn.list_dir(&dir)
     }
 
     /// Commits the operations done so far and goes on.

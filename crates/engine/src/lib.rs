@@ -72,7 +72,7 @@ pub use fs::{DirtyJournal, Filesystem, OpenOptions};
 pub use inode::map::Run;
 pub use inode::{Inode, Metadata, ROOT_INO};
 pub use ops::FallocMode;
-pub use ops::{AtimePolicy, Attr, NodeKind, RenameFlags, SetAttr, XattrSet};
+pub use ops::{AtimePolicy, Attr, NodeKind, RemoveTreeError, RenameFlags, SetAttr, XattrSet};
 pub use statfs::StatFs;
 /// Inode flag masks of `FS_IOC_GETFLAGS`/`FS_IOC_SETFLAGS`.
 pub mod flags {

@@ -229,6 +229,24 @@ impl Txn<'_> {
         Err(Error::NotFound(String::from_utf8_lossy(name).into_owned()))
     }
 
+    /// Every live entry of `dir` as this transaction sees it (what
+    /// [`crate::Filesystem::read_dir`] lists from the committed image).
+    pub(crate) fn list_dir(&self, dir: &Inode) -> Result<Vec<super::DirEntry>> {
+        if dir.has_inline_data() {
+            return self.fs.read_dir(dir);
+        }
+        let mut out = Vec::new();
+        for b in self.dir_blocks(dir)? {
+            let buf = self.block(b.physical, dir.ino)?;
+            let at = Location::Block {
+                block: b.physical,
+                inode: dir.ino,
+            };
+            out.extend(self.fs.dir_block_entries(dir, &buf, b.logical, at)?);
+        }
+        Ok(out)
+    }
+
     /// True when `dir` holds nothing but "." and "..".
     pub(crate) fn dir_is_empty(&self, dir: &Inode) -> Result<bool> {
         if dir.has_inline_data() {

@@ -12,6 +12,7 @@ mod fallocate;
 mod flags;
 mod open;
 mod remove;
+mod remove_tree;
 mod rename;
 mod seek;
 mod truncate;
@@ -22,6 +23,7 @@ pub use attr::SetAttr;
 pub use create::{Attr, NodeKind};
 pub use fallocate::FallocMode;
 pub use flags::{AtimePolicy, USER_MODIFIABLE, USER_VISIBLE};
+pub use remove_tree::RemoveTreeError;
 pub use rename::RenameFlags;
 pub use xattr::XattrSet;
 

@@ -36,28 +36,38 @@ impl Filesystem {
     }
 
     fn remove(&self, parent: u32, name: &[u8], want_dir: bool) -> Result<()> {
+        self.in_txn(|txn| txn.remove_name(parent, name, want_dir))
+    }
+}
+
+impl Txn<'_> {
+    /// The body of [`Filesystem::unlink`] (`want_dir` false) and
+    /// [`Filesystem::rmdir`] (true), as this transaction sees the tree.
+    pub(crate) fn remove_name(&mut self, parent: u32, name: &[u8], want_dir: bool) -> Result<()> {
         super::check_new_name(name)?;
-        let mut txn = Txn::begin(self)?;
-        let ino = self.lookup(&txn.inode(parent)?, name)?;
-        let mut dir = txn.inode_for_change(parent)?;
-        let mut target = txn.inode(ino)?;
+        let shown = || String::from_utf8_lossy(name).into_owned();
+        let dir = self.inode(parent)?;
+        if !dir.is_dir() {
+            return Err(Error::NotDir(format!("inode {parent}")));
+        }
+        let ino = self.find_entry(&dir, name)?.0.ok_or_else(|| Error::NotFound(shown()))?;
+        let mut dir = self.inode_for_change(parent)?;
+        let mut target = self.inode(ino)?;
         super::flags::require_changeable(&dir)?;
         super::flags::require_changeable(&target)?;
-        let shown = || String::from_utf8_lossy(name).into_owned();
         match (target.is_dir(), want_dir) {
             (true, false) => return Err(Error::IsDir(shown())),
             (false, true) => return Err(Error::NotDir(shown())),
-            (true, true) if !txn.dir_is_empty(&target)? => return Err(Error::NotEmpty(shown())),
+            (true, true) if !self.dir_is_empty(&target)? => return Err(Error::NotEmpty(shown())),
             _ => {}
         }
-        txn.remove_entry(&dir, name)?;
-        drop_link(&mut txn, &mut target)?;
+        self.remove_entry(&dir, name)?;
+        drop_link(self, &mut target)?;
         if want_dir && dir.raw.links() > 2 {
             dir.raw.i_links_count.set(dir.raw.links() - 1);
         }
         set_times(&mut dir.raw, clock::now(), false);
-        txn.write_inode(&mut dir)?;
-        txn.commit()
+        self.write_inode(&mut dir)
     }
 }
 
