@@ -1,4 +1,12 @@
 //! Opening an image from command-line arguments.
+//!
+//! Editing commands open the image for writing, which claims it (the
+//! device layer's image lock, and no kernel mount: see
+//! `ext4kit_engine::device::inuse`) before anything is read or replayed,
+//! and are refused while another process has it. Reading commands take no
+//! lock: when the image is mounted or being written elsewhere they say so
+//! on stderr and read what is on disk (the journal replayed in memory),
+//! which may be out of date.
 
 use anyhow::{Context, Result};
 use ext4kit_engine::device::FileDevice;
@@ -22,6 +30,12 @@ pub fn open_rw(a: &ImageArgs) -> Result<Filesystem> {
 
 fn open(a: &ImageArgs, writable: bool) -> Result<Filesystem> {
     let dev = FileDevice::open(&a.image, writable).with_context(|| "cannot open the image")?;
+    if let Some(who) = dev.in_use() {
+        log::warn!(
+            "ext4kit: {} is {who}: reading what is on disk, which may be out of date",
+            a.image.display()
+        );
+    }
     let opts = OpenOptions {
         verify_checksums: !a.ignore_checksums,
         dirty_journal: if a.ignore_journal {

@@ -32,8 +32,10 @@ const VARIANTS: [(&str, &[&str]); 3] = [
 /// Opens `img` for writing in place, past the journal: these tests look
 /// at the orphan list a crash leaves on the device, which with the journal
 /// would sit in the log until replay (journal_write.rs covers that path).
+/// Without the image lock: the crashes here leak an open file system
+/// (`mem::forget`), whose lock a dead process would have lost.
 fn open_rw(img: &Path) -> Filesystem {
-    let dev = FileDevice::open(img, true).expect("open rw");
+    let dev = FileDevice::open_unlocked(img, true).expect("open rw");
     let opts = OpenOptions {
         use_journal: false,
         ..OpenOptions::default()

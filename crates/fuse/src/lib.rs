@@ -21,4 +21,4 @@ mod session;
 
 pub use adapter::Ext4Fuse;
 pub use options::{AtimeMode, CpuLatencyMode, IdMap, MountConfig, OnError};
-pub use session::{lock_image, serve, server_lock_path};
+pub use session::{resolve_mount_point, serve, server_lock_path};

@@ -7,7 +7,8 @@
 //! `ext4kit umount` must be able to wait for that last step, since the
 //! kernel's `umount` returns before the server has finished: the server
 //! holds an exclusive lock on a file named after the mount point for as
-//! long as it runs ([`server_lock_path`]).
+//! long as it runs ([`server_lock_path`]). The image itself is locked by
+//! the device it was opened on (`FileDevice`), before the first write.
 
 use std::fs::File;
 use std::io;
@@ -24,9 +25,14 @@ use crate::adapter::Ext4Fuse;
 use crate::options::{CpuLatencyMode, DEFAULT_POLL, DEFAULT_READ_AHEAD_KB, MountConfig};
 use crate::poll::cpu_latency::CpuLatency;
 
-/// Where the lock of the server for `mountpoint` lives.
+/// Where the lock of the server for `mountpoint` lives. The file is
+/// removed when the server ends cleanly; one left by a killed server is
+/// harmless (the kernel released its `flock`) and is reused by the next.
+///
+/// # Errors
+/// The mount point's directory does not exist.
 pub fn server_lock_path(mountpoint: &Path) -> io::Result<PathBuf> {
-    let canonical = std::fs::canonicalize(mountpoint)?;
+    let canonical = resolve_mount_point(mountpoint)?;
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .filter(|_| !nix::unistd::geteuid().is_root())
         .map_or_else(|| PathBuf::from("/run/ext4kit"), |d| PathBuf::from(d).join("ext4kit"));
@@ -38,31 +44,51 @@ pub fn server_lock_path(mountpoint: &Path) -> io::Result<PathBuf> {
     Ok(base.join(format!("{key}.lock")))
 }
 
-/// Takes the server lock for `mountpoint` (held until dropped).
-fn lock_server(mountpoint: &Path) -> io::Result<Flock<File>> {
+/// The absolute, symlink-free path of a mount point, also when its
+/// server died and the mount point itself cannot be looked at (`ENOTCONN`):
+/// then its parent is resolved and the name kept.
+///
+/// # Errors
+/// Neither the mount point nor its parent resolves.
+pub fn resolve_mount_point(mountpoint: &Path) -> io::Result<PathBuf> {
+    std::fs::canonicalize(mountpoint).or_else(|e| {
+        let abs = std::path::absolute(mountpoint)?;
+        match (abs.parent(), abs.file_name()) {
+            (Some(dir), Some(name)) => Ok(std::fs::canonicalize(dir)?.join(name)),
+            _ => Err(e),
+        }
+    })
+}
+
+/// The server lock for `mountpoint`, held until dropped; dropping it
+/// removes the file.
+struct ServerLock {
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Drop for ServerLock {
+    fn drop(&mut self) {
+        // Removed while still locked: `ext4kit umount` waiting on the old
+        // file gets its lock as this one is released.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Takes the server lock for `mountpoint`.
+fn lock_server(mountpoint: &Path) -> io::Result<ServerLock> {
     let path = server_lock_path(mountpoint)?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let file = File::create(&path)?;
-    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+    let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
         io::Error::new(
             io::ErrorKind::AddrInUse,
             format!("another ext4kit server holds {}: {e}", path.display()),
         )
-    })
-}
-
-/// Takes an exclusive lock on the image so a second ext4kit cannot serve it
-/// at the same time.
-pub fn lock_image(image: &Path) -> io::Result<Flock<File>> {
-    let file = File::open(image)?;
-    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::WouldBlock,
-            format!("{} is in use by another ext4kit process", image.display()),
-        )
-    })
+    })?;
+    Ok(ServerLock { path, _lock: lock })
 }
 
 fn fuse_config(cfg: &MountConfig, source: &str) -> Config {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::mkfs::{MkfsOptions, mkfs, parse_size, parse_uuid};
+use ext4kit_engine::mkfs::{MkfsOptions, Plan, mkfs, parse_size, parse_uuid};
 use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
 
 /// Arguments of `mkfs`.
@@ -60,11 +60,32 @@ pub struct Args {
 }
 
 /// Builds the options, prepares the image and lays out the file system.
+/// A failure removes the image file if this command created it (never one
+/// that existed before).
 pub fn run(a: Args) -> Result<()> {
-    let mut opts = options(&a)?;
+    let existed = a.image.exists();
+    let r = make(&a);
+    if r.is_err() && !existed {
+        let _ = std::fs::remove_file(&a.image);
+    }
+    r
+}
+
+fn make(a: &Args) -> Result<()> {
+    let mut opts = options(a)?;
     let size = a.size.as_deref().map(parse_size).transpose()?;
-    let (dev, zeroed) = prepare(&a.image, size, a.force)?;
     opts.size_bytes = size;
+    // Sizes and counts mkfs cannot lay out are refused before an
+    // existing image is touched.
+    if let Some(bytes) = size.or_else(|| {
+        std::fs::metadata(&a.image)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+    }) {
+        Plan::new(&opts, bytes).with_context(|| format!("{}", a.image.display()))?;
+    }
+    let (dev, zeroed) = prepare(&a.image, size, a.force)?;
     opts.device_zeroed = zeroed;
     let r = mkfs(&dev, &opts).with_context(|| format!("{}", a.image.display()))?;
     drop(dev);
@@ -114,8 +135,10 @@ fn options(a: &Args) -> Result<MkfsOptions> {
     Ok(o)
 }
 
-/// Opens (or creates) the image. A regular file is truncated to zero and
-/// extended sparse, so it reads as zeros, which mkfs is told.
+/// Opens (or creates) the image, claiming it before anything is changed
+/// (refused while it is mounted or written elsewhere). A regular file is
+/// truncated to zero and extended sparse, so it reads as zeros, which
+/// mkfs is told.
 fn prepare(path: &Path, size: Option<u64>, force: bool) -> Result<(FileDevice, bool)> {
     let exists = path.exists();
     if exists
@@ -129,19 +152,26 @@ fn prepare(path: &Path, size: Option<u64>, force: bool) -> Result<(FileDevice, b
     }
     let meta = exists.then(|| std::fs::metadata(path)).transpose()?;
     let regular = meta.as_ref().is_none_or(|m| m.is_file());
+    let len = match (regular, size, &meta) {
+        (false, ..) => 0,
+        (true, Some(s), _) => s,
+        (true, None, Some(m)) if m.len() > 0 => m.len(),
+        _ => bail!("{}: give a SIZE to create the image", path.display()),
+    };
+    if !exists {
+        OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+    }
+    let mut dev = FileDevice::open(path, true)?;
     if regular {
-        let len = match (size, &meta) {
-            (Some(s), _) => s,
-            (None, Some(m)) if m.len() > 0 => m.len(),
-            _ => bail!("{}: give a SIZE to create the image", path.display()),
-        };
-        let f = OpenOptions::new().create(true).write(true).truncate(false).open(path)?;
         let keep = meta.as_ref().map_or(0, |m| m.len()).max(len);
-        f.set_len(0)
-            .and_then(|()| f.set_len(keep))
+        dev.set_len(0)
+            .and_then(|()| dev.set_len(keep))
             .with_context(|| format!("cannot size {}", path.display()))?;
     }
-    let dev = FileDevice::open(path, true)?;
     Ok((dev, regular))
 }
 

@@ -61,11 +61,24 @@ pub fn run(a: Args) -> Result<()> {
     if !a.mountpoint.is_dir() {
         bail!("{}: mount point is not a directory", a.mountpoint.display());
     }
-    if let Some(size) = &a.create {
-        create_image(&a.image, size)?;
+    let created = match &a.create {
+        Some(size) => create_image(&a.image, size)?,
+        None => false,
+    };
+    let mounted = std::cell::Cell::new(false);
+    let served = open_and_serve(&a, cfg, || mounted.set(true));
+    if served.is_err() && created && !mounted.get() {
+        // Nothing was served from it: the next try starts afresh instead
+        // of meeting a half-made image.
+        let _ = std::fs::remove_file(&a.image);
     }
+    served
+}
+
+/// Opens the image (claiming it for writing unless `ro`) and serves it;
+/// `mounted` runs once the kernel accepted the mount.
+fn open_and_serve(a: &Args, cfg: MountConfig, mounted: impl FnOnce()) -> Result<()> {
     let fs = open(&a.image, &cfg)?;
-    let _image_lock = ext4kit_fuse::lock_image(&a.image)?;
     let source = cfg.fsname.clone().unwrap_or_else(|| {
         std::fs::canonicalize(&a.image)
             .unwrap_or(a.image.clone())
@@ -74,6 +87,7 @@ pub fn run(a: Args) -> Result<()> {
     });
     let daemon = std::env::var_os(DAEMON_CHILD).is_some();
     ext4kit_fuse::serve(fs, &source, &a.mountpoint, cfg, || {
+        mounted();
         if daemon {
             let mut out = std::io::stdout();
             let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
@@ -83,8 +97,22 @@ pub fn run(a: Args) -> Result<()> {
     .with_context(|| format!("serving {} at {}", a.image.display(), a.mountpoint.display()))
 }
 
+/// A read-write mount claims the image (the device layer's lock, no
+/// kernel mount); a read-only one holds a shared lock, so no ext4kit
+/// writer changes the image under it.
 fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
-    let dev = FileDevice::open(image, !cfg.read_only).with_context(|| format!("cannot open {}", image.display()))?;
+    let dev = if cfg.read_only {
+        FileDevice::open_shared(image)
+    } else {
+        FileDevice::open(image, true)
+    }
+    .with_context(|| format!("cannot open {}", image.display()))?;
+    if let Some(who) = dev.in_use() {
+        log::warn!(
+            "ext4kit: {} is {who}: serving it read-only as it is on disk",
+            image.display()
+        );
+    }
     let opts = OpenOptions {
         verify_checksums: !cfg.ignore_checksums,
         dirty_journal: DirtyJournal::Replay,
@@ -119,22 +147,29 @@ fn detach_output() {
 }
 
 /// `--create`: an ext4 image with the default options, when none exists.
-fn create_image(image: &Path, size: &str) -> Result<()> {
+/// Returns whether it made one; a failure removes what it made.
+fn create_image(image: &Path, size: &str) -> Result<bool> {
     if image.exists() {
-        return Ok(());
+        return Ok(false);
     }
     let bytes = parse_size(size)?;
-    let f = std::fs::File::create_new(image).with_context(|| format!("cannot create {}", image.display()))?;
-    f.set_len(bytes)?;
-    drop(f);
-    let dev = FileDevice::open(image, true)?;
-    let opts = MkfsOptions {
-        size_bytes: Some(bytes),
-        device_zeroed: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(&dev, &opts).with_context(|| format!("making a file system on {}", image.display()))?;
-    Ok(())
+    std::fs::File::create_new(image).with_context(|| format!("cannot create {}", image.display()))?;
+    let made = (|| -> Result<()> {
+        let mut dev = FileDevice::open(image, true)?;
+        dev.set_len(bytes)?;
+        let opts = MkfsOptions {
+            size_bytes: Some(bytes),
+            device_zeroed: true,
+            ..MkfsOptions::default()
+        };
+        mkfs(&dev, &opts)?;
+        Ok(())
+    })();
+    if let Err(e) = made {
+        let _ = std::fs::remove_file(image);
+        return Err(e.context(format!("making a file system on {}", image.display())));
+    }
+    Ok(true)
 }
 
 /// Starts this command again as a detached child and waits for it to
@@ -170,6 +205,7 @@ fn spawn_daemon(a: &Args) -> Result<()> {
 /// the image, so the image is complete when this returns.
 pub fn umount(a: UmountArgs) -> Result<()> {
     let lock = ext4kit_fuse::server_lock_path(&a.mountpoint)?;
+    check_ours(&a.mountpoint, &lock)?;
     if let Err(e) = nix::mount::umount(&a.mountpoint) {
         if e != nix::errno::Errno::EPERM {
             bail!("cannot unmount {}: {e}", a.mountpoint.display());
@@ -180,6 +216,36 @@ pub fn umount(a: UmountArgs) -> Result<()> {
         }
     }
     wait_for_server(&lock, Duration::from_secs(a.timeout))
+}
+
+/// Refuses anything but an ext4kit mount: type `fuse.ext4kit`, or a
+/// plain `fuse` mount (`-o fstype=fuse`) whose server holds the lock
+/// [`ext4kit_fuse::server_lock_path`] names. A tmpfs or a kernel ext4
+/// mount is left to umount(8).
+fn check_ours(mountpoint: &Path, lock: &Path) -> Result<()> {
+    let at = ext4kit_fuse::resolve_mount_point(mountpoint)?;
+    let Some(m) = ext4kit_engine::device::inuse::mounts()
+        .into_iter()
+        .rev()
+        .find(|m| m.mount_point == at)
+    else {
+        bail!("{}: not a mount point", mountpoint.display());
+    };
+    let ours = m.fstype == "fuse.ext4kit" || (m.fstype == "fuse" && server_running(lock));
+    if !ours {
+        bail!(
+            "{} is not an ext4kit mount ({} from {}); unmount it with umount(8)",
+            mountpoint.display(),
+            m.fstype,
+            m.source
+        );
+    }
+    Ok(())
+}
+
+/// True while an ext4kit server holds its lock for the mount point.
+fn server_running(lock: &Path) -> bool {
+    std::fs::File::open(lock).is_ok_and(|f| f.try_lock_shared().is_err())
 }
 
 fn wait_for_server(lock: &Path, timeout: Duration) -> Result<()> {

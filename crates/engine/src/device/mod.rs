@@ -6,11 +6,13 @@
 mod crash;
 mod fault;
 mod file;
+pub mod inuse;
 mod mem;
 
 pub use crash::{CrashDevice, Survivors};
 pub use fault::{FaultControl, FaultDevice};
 pub use file::FileDevice;
+pub use inuse::{InUse, InUseError};
 pub use mem::MemDevice;
 
 use std::io;

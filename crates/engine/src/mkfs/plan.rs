@@ -138,6 +138,18 @@ impl Plan {
             let ratio = 100.0 * reserved_blocks as f64 / blocks as f64;
             plan.reserved_blocks = (ratio * shrunk as f64 / 100.0) as u64;
         }
+        let inodes = u64::from(plan.inodes_per_group) * u64::from(plan.group_count);
+        if inodes < u64::from(FIRST_INO + 1) {
+            // ext2fs_initialize asks for FIRST_INO + 1, but its rounding to
+            // whole inode blocks (and to a multiple of 8) can end below:
+            // mke2fs then fails writing the reserved inodes; refuse here.
+            return Err(invalid(format!(
+                "{inodes} inodes are too few: inodes 1 to {} are reserved and lost+found is {FIRST_INO}, \
+                 so a file system needs at least {}; give a larger size, a larger -N or a smaller -i",
+                FIRST_INO - 1,
+                FIRST_INO + 1
+            )));
+        }
         plan.journal_blocks = plan.journal_size();
         if plan.journal_blocks == 0 {
             plan.features.compat.0 &= !CompatFeatures::HAS_JOURNAL.0;
