@@ -612,3 +612,98 @@ fn the_mount_reads_ahead_as_much_as_asked() {
         assert_clean(&img);
     }
 }
+
+/// A corrupt extent met by `cat` through the mount is recorded in the
+/// superblock at once (as the kernel's `ext4_error`), with nothing else of
+/// the image written; `e2fsck -p` then checks the image. A read-only mount
+/// writes nothing; `errors=panic` records before it stops.
+#[test]
+fn corruption_met_by_a_read_is_recorded_in_the_superblock() {
+    if !ready() || skip_unless(require_tool("debugfs")).is_none() || skip_unless(require_tool("dumpe2fs")).is_none() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), vec![5u8; 20_000]).unwrap();
+    let img = make_image(work.path(), "64M", &["-d", src.to_str().unwrap()]);
+    let debugfs = |req: &str| {
+        let out = Command::new("debugfs")
+            .args(["-w", "-R", req])
+            .arg(&img)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    debugfs("sif /f block[0] 0x1234");
+    let ino = debugfs("stat /f").split_whitespace().nth(1).unwrap().to_string();
+    let field = |key: &str| {
+        let out = Command::new("dumpe2fs").arg("-h").arg(&img).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(':')))
+            .map(|v| v.trim().to_string())
+    };
+    let cat_fails = |mnt: &Path| {
+        let out = Command::new("cat").arg(mnt.join("f")).output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+
+    let before = std::fs::read(&img).unwrap();
+    let m = FuseMount::start(exe(), &img, "ro").unwrap();
+    cat_fails(m.path());
+    assert!(m.unmount().unwrap().success());
+    assert!(
+        std::fs::read(&img).unwrap() == before,
+        "a read-only mount wrote the image"
+    );
+
+    let m = FuseMount::start(exe(), &img, "noatime").unwrap();
+    let err = cat_fails(m.path());
+    assert!(err.contains("Structure needs cleaning"), "{err}");
+    assert_eq!(
+        field("Filesystem state").as_deref(),
+        Some("clean with errors"),
+        "while mounted"
+    );
+    // One per READ: the kernel tries again without readahead.
+    let count = || field("FS Error count").map_or(0, |c| c.parse::<u32>().unwrap());
+    let errors = count();
+    assert!(errors >= 1);
+    assert!(m.unmount().unwrap().success());
+    assert_eq!(field("Filesystem state").as_deref(), Some("clean with errors"));
+    assert_eq!(count(), errors);
+    assert_eq!(field("First error inode #"), Some(ino.clone()));
+    assert!(field("First error function").is_some_and(|f| !f.is_empty()));
+    let after = std::fs::read(&img).unwrap();
+    let journal: Vec<usize> = debugfs("blocks <8>")
+        .split_whitespace()
+        .map(|b| b.parse().unwrap())
+        .collect();
+    let bs: usize = field("Block size").unwrap().parse().unwrap();
+    let others: Vec<usize> = (0..before.len() / bs)
+        .filter(|b| before[b * bs..(b + 1) * bs] != after[b * bs..(b + 1) * bs])
+        .filter(|b| *b != 1024 / bs && !journal.contains(b))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "written besides the superblock and the journal: {others:?}"
+    );
+
+    let m = FuseMount::start(exe(), &img, "errors=panic").unwrap();
+    cat_fails(m.path());
+    let mnt = m.path().to_path_buf();
+    let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+    assert!(count() > errors, "errors=panic records before it stops");
+
+    let out = Command::new("e2fsck").arg("-p").arg(&img).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("contains a file system with errors, check forced"),
+        "{text}"
+    );
+    let _ = Command::new("e2fsck").arg("-fy").arg(&img).output().unwrap();
+    assert_clean(&img);
+}

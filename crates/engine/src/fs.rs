@@ -101,6 +101,8 @@ pub struct Filesystem {
     pub(crate) open_files: Mutex<HashMap<u32, u32>>,
     /// The superblock's mounted/clean state in this session.
     pub(crate) session: crate::session::Session,
+    /// Errors found and not yet in the superblock ([`crate::fs_error`]).
+    pub(crate) errors: crate::fs_error::ErrorNotes,
     /// Committed metadata not yet written to the device.
     pub(crate) dirty: Mutex<crate::writeback::Dirty>,
     /// The journal writer, when the file system has a journal and is
@@ -136,11 +138,13 @@ impl Drop for Filesystem {
 
 impl Filesystem {
     /// Makes every committed change durable: writes the metadata waiting
-    /// in memory, then flushes the device.
+    /// in memory, then flushes the device. Errors found meanwhile are in
+    /// the superblock afterwards ([`Filesystem::commit_errors`]).
     ///
     /// # Errors
     /// [`Error::Io`] when the device cannot write or flush.
     pub fn sync(&self) -> Result<()> {
+        self.commit_errors()?;
         self.write_back_published()?;
         if self.journaling {
             // Every commit ends with a flush, and the data of each

@@ -50,6 +50,7 @@ pub mod device;
 pub mod dir;
 pub mod error;
 mod fs;
+mod fs_error;
 pub mod inode;
 mod inode_locks;
 pub mod journal;

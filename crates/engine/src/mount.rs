@@ -84,6 +84,7 @@ impl Filesystem {
             journaling: false,
             open_files: Mutex::new(Default::default()),
             session: crate::session::Session::new(state_at_open),
+            errors: Default::default(),
             dirty: Mutex::new(dirty),
             log: Mutex::new(None),
             writeback_seq: Default::default(),

@@ -24,6 +24,10 @@ impl Filesystem {
 
     /// Resolves `path`, following a final symbolic link when `follow` is set.
     pub fn resolve_opts(&self, path: &[u8], follow: bool) -> Result<Inode> {
+        self.reading("resolve_opts", || self.resolve_opts_unrecorded(path, follow))
+    }
+
+    fn resolve_opts_unrecorded(&self, path: &[u8], follow: bool) -> Result<Inode> {
         let mut budget = MAX_SYMLINKS;
         self.walk(self.inode(ROOT_INO)?, path, follow, &mut budget)
     }
@@ -64,6 +68,10 @@ impl Filesystem {
     /// # Errors
     /// [`Error::InvalidArgument`] when `inode` is not a symbolic link; corruption.
     pub fn read_link(&self, inode: &Inode) -> Result<Vec<u8>> {
+        self.reading("read_link", || self.read_link_unrecorded(inode))
+    }
+
+    fn read_link_unrecorded(&self, inode: &Inode) -> Result<Vec<u8>> {
         if inode.file_type()? != FileType::Symlink {
             return Err(Error::InvalidArgument(format!(
                 "inode {} is not a symbolic link",

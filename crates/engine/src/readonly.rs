@@ -32,11 +32,6 @@ impl ReadOnlyReason {
         self.0.get().is_some()
     }
 
-    /// True when writes are allowed.
-    pub(crate) fn is_none(&self) -> bool {
-        !self.is_some()
-    }
-
     /// The reason, if any.
     pub(crate) fn as_deref(&self) -> Option<&str> {
         self.0.get().map(String::as_str)

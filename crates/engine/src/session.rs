@@ -7,8 +7,8 @@
 //! [`crate::OpenOptions::count_mount`] is off) and, with
 //! `orphan_file`, sets `ORPHAN_PRESENT`; [`Filesystem::unmount`] (or a drop)
 //! frees the orphans still open and puts back the state found at open.
-//! Corruption met while writing sets `EXT2_ERROR_FS` and the
-//! `s_first_error_*` / `s_last_error_*` records.
+//! Corruption, met by reads or writes, is recorded as well (see
+//! [`crate::fs_error`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 
@@ -16,14 +16,9 @@ use ext4kit_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeature
 use ext4kit_format::superblock::{RawSuperblock, STATE_ERROR, STATE_VALID};
 
 use crate::clock;
-use crate::error::{Error, Location, Result};
+use crate::error::Result;
 use crate::fs::Filesystem;
 use crate::txn::Txn;
-
-/// `s_first_error_errcode` for a corrupt structure (`EXT4_ERR_EFSCORRUPTED`).
-const ERR_EFSCORRUPTED: u8 = 5;
-/// `s_first_error_errcode` for a checksum mismatch (`EXT4_ERR_EFSBADCRC`).
-const ERR_EFSBADCRC: u8 = 4;
 
 /// What the engine remembers about the superblock's state in one session.
 #[derive(Debug)]
@@ -46,6 +41,12 @@ impl Session {
     /// True once a write of this session has been committed.
     pub(crate) fn in_use(&self) -> bool {
         self.in_use.load(Ordering::Acquire)
+    }
+
+    /// An error was found: the state written at unmount says so
+    /// (`sbi->s_mount_state |= EXT4_ERROR_FS`).
+    pub(crate) fn error_found(&self) {
+        self.mount_state.fetch_or(STATE_ERROR, Ordering::AcqRel);
     }
 
     /// Called by [`Txn::commit`] once the superblock is on the device.
@@ -95,7 +96,7 @@ impl Filesystem {
     /// The work of [`Filesystem::unmount`]; idempotent, so that the drop
     /// after an unmount changes nothing.
     pub(crate) fn close(&self) -> Result<()> {
-        let mut first_err = None;
+        let mut first_err = self.commit_errors().err();
         let open: Vec<u32> = self.open_files.lock().drain().map(|(ino, _)| ino).collect();
         for ino in open {
             if let Err(e) = self.evict(ino) {
@@ -129,63 +130,5 @@ impl Filesystem {
             sb.s_feature_ro_compat.set(ro);
         }
         txn.commit()
-    }
-
-    /// Passes `r` through; when it is corruption found by a write operation
-    /// (`op`, e.g. `"unlink"`), first records it in the superblock the way
-    /// `__ext4_error` does: `EXT2_ERROR_FS` in `s_state` (kept at unmount),
-    /// `s_error_count`, and the first and last error records. Recording is
-    /// best effort: the original error is what the caller gets.
-    pub(crate) fn noting_errors<T>(&self, op: &str, r: Result<T>) -> Result<T> {
-        if let Err(e) = &r
-            && let Some((code, at)) = corruption(e)
-            && self.read_only_reason.is_none()
-        {
-            let _ = self.record_error(op, code, at);
-        }
-        r
-    }
-
-    fn record_error(&self, op: &str, code: u8, at: Location) -> Result<()> {
-        self.session.mount_state.fetch_or(STATE_ERROR, Ordering::AcqRel);
-        let (ino, block) = match at {
-            Location::Inode(i) => (i, 0),
-            Location::Block { block, inode } => (inode, block),
-            _ => (0, 0),
-        };
-        let mut func = [0u8; 32];
-        let n = op.len().min(31);
-        func[..n].copy_from_slice(&op.as_bytes()[..n]);
-        let now = clock::now().secs;
-        let mut txn = Txn::begin(self)?;
-        let sb = txn.sb_mut();
-        sb.s_state.set(sb.s_state.get() | STATE_ERROR);
-        sb.s_error_count.set(sb.s_error_count.get().saturating_add(1));
-        if sb.s_first_error_time.get() == 0 && sb.s_first_error_time_hi == 0 {
-            sb.s_first_error_time.set(now as u32);
-            sb.s_first_error_time_hi = (now >> 32) as u8;
-            sb.s_first_error_ino.set(ino);
-            sb.s_first_error_block.set(block);
-            sb.s_first_error_func = func;
-            sb.s_first_error_line.set(0);
-            sb.s_first_error_errcode = code;
-        }
-        sb.s_last_error_time.set(now as u32);
-        sb.s_last_error_time_hi = (now >> 32) as u8;
-        sb.s_last_error_ino.set(ino);
-        sb.s_last_error_block.set(block);
-        sb.s_last_error_func = func;
-        sb.s_last_error_line.set(0);
-        sb.s_last_error_errcode = code;
-        txn.commit()
-    }
-}
-
-/// The error code and place of a corruption error; `None` for the rest.
-fn corruption(e: &Error) -> Option<(u8, Location)> {
-    match e {
-        Error::Corrupt(c) => Some((ERR_EFSCORRUPTED, c.at)),
-        Error::BadChecksum { at, .. } => Some((ERR_EFSBADCRC, *at)),
-        _ => None,
     }
 }

@@ -432,6 +432,7 @@ impl<'a> Txn<'a> {
         let inodes = i64::from(sb.s_free_inodes_count.get()) + self.free_inodes_delta;
         sb.s_free_inodes_count.set(inodes.clamp(0, i64::from(u32::MAX)) as u32);
         sb.s_wtime.set(crate::clock::now().secs as u32);
+        self.fs.errors.fold_into(&mut sb);
         sb.set_checksum();
         sb
     }

@@ -12,6 +12,10 @@ impl Filesystem {
     /// [`Error::NotDir`], [`Error::NameTooLong`] (over 255 bytes),
     /// [`Error::NotFound`], or corruption of the blocks read.
     pub fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<u32> {
+        self.reading("lookup", || self.lookup_unrecorded(dir, name))
+    }
+
+    fn lookup_unrecorded(&self, dir: &Inode, name: &[u8]) -> Result<u32> {
         self.require_dir(dir)?;
         if name.len() > 255 {
             return Err(Error::NameTooLong(String::from_utf8_lossy(name).into_owned()));

@@ -69,6 +69,10 @@ impl Filesystem {
     /// # Errors
     /// [`Error::NotDir`]; corruption or checksum failures at the block.
     pub fn read_dir(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
+        self.reading("read_dir", || self.read_dir_unrecorded(dir))
+    }
+
+    fn read_dir_unrecorded(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
         self.require_dir(dir)?;
         let mut out = Vec::new();
         self.for_each_dir_entry(dir, |e| {

@@ -23,6 +23,10 @@ impl Filesystem {
 
     /// The parsed tree nodes of `inode`, root first, depth-first (for `stat`).
     pub fn extent_tree(&self, inode: &Inode) -> Result<Vec<(Option<u64>, ExtentNode)>> {
+        self.reading("extent_tree", || self.extent_tree_unrecorded(inode))
+    }
+
+    fn extent_tree_unrecorded(&self, inode: &Inode) -> Result<Vec<(Option<u64>, ExtentNode)>> {
         let root = extent::parse_node(&inode.raw.i_block[..I_BLOCK_SIZE], true)
             .map_err(|e| Error::format(Location::Inode(inode.ino), e))?;
         let mut out = vec![(None, root)];

@@ -40,6 +40,10 @@ impl Filesystem {
     /// Corruption of an extent node or indirect block (located at its block),
     /// or a mapping that points outside the file system.
     pub fn map_range(&self, inode: &Inode, start: u64, count: u64) -> Result<Vec<Run>> {
+        self.reading("map_range", || self.map_range_unrecorded(inode, start, count))
+    }
+
+    fn map_range_unrecorded(&self, inode: &Inode, start: u64, count: u64) -> Result<Vec<Run>> {
         let end = start.saturating_add(count).min(MAX_LOGICAL);
         if start >= end || inode.has_inline_data() {
             return Ok(Vec::new());

@@ -144,6 +144,10 @@ impl Filesystem {
     /// [`Error::InvalidArgument`] for a number outside `1..=s_inodes_count`;
     /// [`Error::BadChecksum`] / [`Error::Corrupt`] at [`Location::Inode`].
     pub fn inode(&self, ino: u32) -> Result<Inode> {
+        self.reading("inode", || self.inode_unrecorded(ino))
+    }
+
+    fn inode_unrecorded(&self, ino: u32) -> Result<Inode> {
         let slot = self.inode_slot(ino)?;
         let buf = self.meta_block_ahead(
             slot.block,
@@ -185,6 +189,10 @@ impl Filesystem {
 
     /// `stat` information of an inode.
     pub fn metadata(&self, inode: &Inode) -> Result<Metadata> {
+        self.reading("metadata", || self.metadata_unrecorded(inode))
+    }
+
+    fn metadata_unrecorded(&self, inode: &Inode) -> Result<Metadata> {
         let r = &inode.raw;
         let huge = self
             .geo

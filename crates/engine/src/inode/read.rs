@@ -24,6 +24,10 @@ impl Filesystem {
     /// # Errors
     /// Corrupt mappings, I/O errors.
     pub fn read_at(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.reading("read_at", || self.read_at_unrecorded(inode, offset, buf))
+    }
+
+    fn read_at_unrecorded(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let _file = self.inode_locks.read(inode.ino);
         self.read_body(inode, offset, buf)
     }
@@ -36,6 +40,10 @@ impl Filesystem {
     /// # Errors
     /// As [`Filesystem::inode`] and [`Filesystem::read_at`].
     pub fn read_file_at(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.reading("read_file_at", || self.read_file_at_unrecorded(ino, offset, buf))
+    }
+
+    fn read_file_at_unrecorded(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let _file = self.inode_locks.read(ino);
         let inode = self.inode(ino)?;
         self.read_body(&inode, offset, buf)
@@ -85,6 +93,10 @@ impl Filesystem {
     /// Reads the whole body of `inode` (for symlink targets and directories;
     /// bounded by `limit` bytes).
     pub fn read_all(&self, inode: &Inode, limit: u64) -> Result<Vec<u8>> {
+        self.reading("read_all", || self.read_all_unrecorded(inode, limit))
+    }
+
+    fn read_all_unrecorded(&self, inode: &Inode, limit: u64) -> Result<Vec<u8>> {
         let _file = self.inode_locks.read(inode.ino);
         self.read_all_unlocked(inode, limit)
     }

@@ -31,6 +31,10 @@ impl Filesystem {
     /// Corruption of the in-inode area or the block, a bad block checksum,
     /// or an `ea_inode` value inode that is not one.
     pub fn xattrs(&self, inode: &Inode) -> Result<Vec<Xattr>> {
+        self.reading("xattrs", || self.xattrs_unrecorded(inode))
+    }
+
+    fn xattrs_unrecorded(&self, inode: &Inode) -> Result<Vec<Xattr>> {
         let mut out = Vec::new();
         let at = Location::Inode(inode.ino);
         if inode.record.len() > 128 {

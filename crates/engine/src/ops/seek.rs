@@ -19,6 +19,10 @@ impl Filesystem {
     /// [`Error::NoSuchOffset`] (`ENXIO`) when `offset` is at or past the
     /// size or no data follows it; corrupt mappings; I/O errors.
     pub fn seek_data(&self, ino: u32, offset: u64) -> Result<u64> {
+        self.reading("seek_data", || self.seek_data_unrecorded(ino, offset))
+    }
+
+    fn seek_data_unrecorded(&self, ino: u32, offset: u64) -> Result<u64> {
         let inode = self.inode(ino)?;
         let size = inode.size();
         if offset >= size {
@@ -47,6 +51,10 @@ impl Filesystem {
     /// [`Error::NoSuchOffset`] (`ENXIO`) when `offset` is at or past the
     /// size; corrupt mappings; I/O errors.
     pub fn seek_hole(&self, ino: u32, offset: u64) -> Result<u64> {
+        self.reading("seek_hole", || self.seek_hole_unrecorded(ino, offset))
+    }
+
+    fn seek_hole_unrecorded(&self, ino: u32, offset: u64) -> Result<u64> {
         let inode = self.inode(ino)?;
         let size = inode.size();
         if offset >= size {

@@ -108,6 +108,10 @@ impl Ext4Fuse {
     pub(crate) fn errno(&self, e: Error) -> Errno {
         if matches!(e, Error::Corrupt(_) | Error::BadChecksum { .. }) {
             log::error!("ext4kit: {e}");
+            // Recorded in the superblock before anything else happens.
+            if let Err(e) = self.fs.commit_errors() {
+                log::error!("ext4kit: recording the error in the superblock: {e}");
+            }
             match self.cfg.errors {
                 OnError::Continue => {}
                 OnError::RemountRo => {
