@@ -76,6 +76,8 @@ enum Command {
     Mount(cmd::mount::Args),
     /// Unmount, waiting until the server has finished writing the image.
     Umount(cmd::mount::UmountArgs),
+    /// Make everything written to an ext4kit mount durable now.
+    Sync(cmd::sync::Args),
     /// Benchmarks: `bench mount` compares kernel ext4, fuse2fs and ext4kit.
     Bench(cmd::bench::Args),
 }
@@ -110,6 +112,7 @@ fn main() -> ExitCode {
         Command::Mkfs(a) => cmd::mkfs::run(a),
         Command::Mount(a) => cmd::mount::run(a),
         Command::Umount(a) => cmd::mount::umount(a),
+        Command::Sync(a) => cmd::sync::run(a),
         Command::Bench(a) => cmd::bench::run(a),
     };
     match r {

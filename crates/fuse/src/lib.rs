@@ -18,6 +18,7 @@ pub mod options;
 mod poll;
 mod readahead;
 mod session;
+pub mod sync_request;
 
 pub use adapter::Ext4Fuse;
 pub use options::{AtimeMode, CpuLatencyMode, IdMap, MountConfig, OnError};

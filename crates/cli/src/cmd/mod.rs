@@ -10,4 +10,5 @@ pub mod ls;
 pub mod mkfs;
 pub mod mount;
 pub mod stat;
+pub mod sync;
 mod util;

@@ -482,7 +482,12 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _serving = self.request_arrived();
-        xattrs::reply_sized(self.get_xattr(ino, name_bytes(name)), size, reply);
+        let r = if name == crate::sync_request::SYNC_XATTR {
+            self.sync_request(size)
+        } else {
+            self.get_xattr(ino, name_bytes(name))
+        };
+        xattrs::reply_sized(r, size, reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
