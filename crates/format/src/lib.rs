@@ -23,6 +23,7 @@ pub mod htree;
 pub mod inline;
 pub mod inode;
 pub mod journal;
+pub mod mmp;
 pub mod orphan;
 pub mod superblock;
 pub mod xattr;
