@@ -123,6 +123,10 @@ pub enum Error {
     /// The attribute does not exist.
     #[error("no such attribute: {0}")]
     NoAttribute(String),
+    /// Another host or program holds the file system through multi-mount
+    /// protection (its MMP block is alive, or e2fsck runs): `EBUSY`.
+    #[error("file system in use elsewhere: {0}")]
+    InUseElsewhere(String),
     /// The file system is read-only.
     #[error("read-only file system")]
     ReadOnly,
@@ -202,6 +206,7 @@ impl Error {
             Self::NameTooLong(_) => libc::ENAMETOOLONG,
             Self::InvalidArgument(_) => libc::EINVAL,
             Self::NoAttribute(_) => libc::ENODATA,
+            Self::InUseElsewhere(_) => libc::EBUSY,
             Self::ReadOnly => libc::EROFS,
             Self::NoSpace | Self::DirIndexFull(_) => libc::ENOSPC,
             Self::Exists(_) => libc::EEXIST,

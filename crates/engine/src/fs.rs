@@ -58,6 +58,14 @@ pub struct OpenOptions {
     /// `mke2fs -d`, writes in place: the superblock says "not clean" until
     /// the build is done.
     pub use_journal: bool,
+    /// The shortest check interval of multi-mount protection, in seconds
+    /// (default 5, the kernel's and e2fsprogs' `EXT4_MMP_MIN_CHECK_INTERVAL`).
+    /// A writable open of an `mmp` image waits `2 * check + 1` seconds,
+    /// where `check` is the largest of this, `s_mmp_update_interval` and
+    /// the holder's `mmp_check_interval`: lowering it shortens the wait
+    /// only on images made with a short interval (`mkfs -E
+    /// mmp_update_interval=1`, for tests); the check itself always runs.
+    pub mmp_min_check_interval: u16,
 }
 
 impl Default for OpenOptions {
@@ -71,6 +79,7 @@ impl Default for OpenOptions {
             writeback_bytes: 64 << 20,
             journal: crate::journal::JournalOptions::default(),
             use_journal: true,
+            mmp_min_check_interval: ext4kit_format::mmp::EXT4_MMP_MIN_CHECK_INTERVAL,
         }
     }
 }
@@ -103,6 +112,9 @@ pub struct Filesystem {
     pub(crate) session: crate::session::Session,
     /// Errors found and not yet in the superblock ([`crate::fs_error`]).
     pub(crate) errors: crate::fs_error::ErrorNotes,
+    /// Multi-mount protection: the claim a writable open holds on the MMP
+    /// block and the thread that keeps it ([`crate::mmp`]).
+    pub(crate) mmp: crate::mmp::Mmp,
     /// Committed metadata not yet written to the device.
     pub(crate) dirty: Mutex<crate::writeback::Dirty>,
     /// The journal writer, when the file system has a journal and is

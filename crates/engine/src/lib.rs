@@ -55,6 +55,7 @@ pub mod inode;
 mod inode_locks;
 pub mod journal;
 pub mod mkfs;
+pub mod mmp;
 mod mount;
 mod ops;
 mod ordered;

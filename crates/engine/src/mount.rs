@@ -65,6 +65,10 @@ impl Filesystem {
         if dev.read_only() && read_only_reason.is_none() {
             read_only_reason = Some("the device is read-only".into());
         }
+        let read_only_reason: crate::readonly::ReadOnlyReason = read_only_reason.into();
+        // Before anything is written (replay, orphans), as the kernel's
+        // ext4_fill_super checks MMP before loading the journal.
+        let (dev, mmp) = crate::mmp::Mmp::start(dev, &sb, &geo, &opts, &read_only_reason)?;
         let csum_seed = sb.csum_seed();
         let state_at_open = sb.s_state.get();
         let cache = BlockCache::new(opts.cache_bytes, geo.block_size as usize);
@@ -79,7 +83,8 @@ impl Filesystem {
             csum_seed,
             opts,
             cache,
-            read_only_reason: read_only_reason.into(),
+            read_only_reason,
+            mmp,
             journal: Default::default(),
             journaling: false,
             open_files: Mutex::new(Default::default()),
@@ -151,7 +156,10 @@ impl Filesystem {
         self.session = crate::session::Session::new(sb.s_state.get());
         self.cache = BlockCache::new(self.opts.cache_bytes, geo.block_size as usize);
         self.busy = crate::alloc::busy::BusyBlocks::new(geo.first_data_block, geo.blocks_per_group);
-        self.read_only_reason = read_only_reason.into();
+        // Set, not replaced: the MMP thread shares this reason.
+        if let Some(why) = read_only_reason {
+            self.read_only_reason.set(why);
+        }
         self.geo = geo;
         *self.sb.get_mut() = sb;
         let groups = self.load_group_descs()?;

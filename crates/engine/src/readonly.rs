@@ -7,14 +7,16 @@
 //! checked and opened again. The first reason wins.
 
 use std::io;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::Error;
 use crate::fs::Filesystem;
 
-/// The reason writes are refused, if they are.
+/// The reason writes are refused, if they are. Shared with the thread
+/// that keeps the MMP block ([`ReadOnlyReason::share`]), which sets it when
+/// another host takes the file system.
 #[derive(Debug, Default)]
-pub(crate) struct ReadOnlyReason(OnceLock<String>);
+pub(crate) struct ReadOnlyReason(Arc<OnceLock<String>>);
 
 impl From<Option<String>> for ReadOnlyReason {
     fn from(why: Option<String>) -> Self {
@@ -30,6 +32,11 @@ impl ReadOnlyReason {
     /// True when writes are refused.
     pub(crate) fn is_some(&self) -> bool {
         self.0.get().is_some()
+    }
+
+    /// Another handle on the same reason.
+    pub(crate) fn share(&self) -> Self {
+        Self(Arc::clone(&self.0))
     }
 
     /// The reason, if any.

@@ -111,6 +111,10 @@ impl Filesystem {
         if let Err(e) = self.sync() {
             first_err.get_or_insert(e);
         }
+        // Last: the block says clean only once nothing more is written.
+        if let Err(e) = self.mmp.release() {
+            first_err.get_or_insert(e);
+        }
         first_err.map_or(Ok(()), Err)
     }
 

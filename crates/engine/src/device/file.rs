@@ -19,6 +19,8 @@ pub struct FileDevice {
     /// which are refused instead.
     in_use: Option<InUse>,
     _claim: Option<Claim>,
+    /// The path as given, for [`BlockDevice::name`].
+    name: String,
 }
 
 impl FileDevice {
@@ -88,6 +90,7 @@ impl FileDevice {
             read_only: !writable,
             in_use,
             _claim: claim,
+            name: path.display().to_string(),
         })
     }
 
@@ -154,5 +157,9 @@ impl BlockDevice for FileDevice {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
     }
 }

@@ -34,6 +34,11 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> io::Result<()>;
     /// True when writes are refused.
     fn read_only(&self) -> bool;
+    /// A name for people: the image path as given, or empty. Multi-mount
+    /// protection writes it into the MMP block (`mmp_bdevname`).
+    fn name(&self) -> String {
+        String::new()
+    }
 }
 
 /// A shared device is a device: a test keeps one `Arc` to inspect the
@@ -54,6 +59,9 @@ impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
     }
     fn read_only(&self) -> bool {
         (**self).read_only()
+    }
+    fn name(&self) -> String {
+        (**self).name()
     }
 }
 

@@ -1,12 +1,13 @@
 //! The files of a new file system: the root directory (inode 2),
 //! `lost+found` (inode 11), the resize inode (7) with its double-indirect
 //! block listing the reserved GDT blocks and each reserved block listing its
-//! backups, and the journal (inode 8) with an empty jbd2 v2 superblock.
-//! Blocks are allocated in mke2fs's order (root, lost+found, resize, journal)
-//! from mke2fs's goals, so placements match on the same geometry.
+//! backups, the journal (inode 8) with an empty jbd2 v2 superblock, and
+//! the multi-mount protection block. Blocks are allocated in mke2fs's order
+//! (root, lost+found, resize, journal, MMP, orphan file) from mke2fs's
+//! goals, so placements match on the same geometry.
 //!
 //! See `Documentation/filesystems/ext4/special_inodes.rst`, `directory.rst`,
-//! `ifork.rst` and `journal.rst`.
+//! `ifork.rst`, `journal.rst` and `mmp.rst`.
 
 use ext4kit_format::dir_entry::{TAIL_SIZE, encode_entry, set_block_checksum};
 use ext4kit_format::extent::{
@@ -14,6 +15,9 @@ use ext4kit_format::extent::{
 };
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
 use ext4kit_format::inode::{I_BLOCK_SIZE, RawInode, flags, mode, set_inode_checksum};
+use ext4kit_format::mmp::{
+    EXT4_MMP_MAX_UPDATE_INTERVAL, EXT4_MMP_MIN_CHECK_INTERVAL, EXT4_MMP_UPDATE_INTERVAL, MMP_SIZE, RawMmp,
+};
 
 use super::Build;
 use super::write::Writer;
@@ -67,6 +71,8 @@ pub(crate) struct Files {
     resize: Option<FileMap>,
     pub journal: Option<FileMap>,
     orphan: Option<FileMap>,
+    /// The multi-mount protection block (`s_mmp_block`) and its interval.
+    pub mmp: Option<(u64, u16)>,
 }
 
 impl Files {
@@ -88,6 +94,11 @@ impl Files {
         } else {
             None
         };
+        let mmp = if b.plan.features.incompat.contains(IncompatFeatures::MMP) {
+            Some(mmp_block(b)?)
+        } else {
+            None
+        };
         let orphan = if b.plan.features.compat.contains(CompatFeatures::ORPHAN_FILE) {
             Some(alloc_file(b, first, orphan_blocks(b.plan.blocks_count), extents)?)
         } else {
@@ -99,6 +110,7 @@ impl Files {
             resize,
             journal,
             orphan,
+            mmp,
         })
     }
 
@@ -152,6 +164,9 @@ impl Files {
             for blk in data_blocks(o) {
                 w.write_block(b, blk, &orphan_block(b, blk))?;
             }
+        }
+        if let Some((blk, interval)) = self.mmp {
+            w.write_block(b, blk, &mmp_block_bytes(b, interval))?;
         }
         let isz = usize::from(b.plan.inode_size);
         let last = b.plan.used_inodes();
@@ -233,6 +248,44 @@ impl Files {
         }
         rec
     }
+}
+
+/// Allocates the MMP block as `ext2fs_mmp_init` does after the journal:
+/// the first free block from the start. Returns it with the update
+/// interval (0 or none means 5; over 300 is refused).
+fn mmp_block(b: &mut Build) -> Result<(u64, u16)> {
+    let interval = match b.opts.mmp_update_interval.unwrap_or(0) {
+        0 => EXT4_MMP_UPDATE_INTERVAL,
+        i if i > EXT4_MMP_MAX_UPDATE_INTERVAL => {
+            return Err(Error::InvalidArgument(format!(
+                "mmp_update_interval={i}: at most {EXT4_MMP_MAX_UPDATE_INTERVAL} seconds"
+            )));
+        }
+        i => i,
+    };
+    let blk = b.map.new_block(u64::from(b.plan.first_data_block))?;
+    b.map.mark(blk, 1);
+    Ok((blk, interval))
+}
+
+/// The MMP block of a new file system (`ext2fs_mmp_reset`): clean, this
+/// host's name, the device's name, the check interval (at least 5 s), the
+/// time (mke2fs stamps the wall clock; this is the build's time, so that
+/// the same inputs give the same image) and the rest of the block zero.
+fn mmp_block_bytes(b: &Build, interval: u16) -> Vec<u8> {
+    let host = crate::mmp::host_nodename();
+    let mut rec = RawMmp::clean(
+        &host,
+        b.device_name.as_bytes(),
+        interval.max(EXT4_MMP_MIN_CHECK_INTERVAL),
+    );
+    rec.mmp_time.set(u64::from(b.now));
+    if b.plan.features.metadata_csum() {
+        rec.set_checksum(b.csum_seed);
+    }
+    let mut buf = vec![0u8; b.plan.block_size as usize];
+    buf[..MMP_SIZE].copy_from_slice(&rec.encode());
+    buf
 }
 
 /// The data blocks of `f` in logical order.

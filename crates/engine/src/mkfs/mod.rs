@@ -67,6 +67,8 @@ pub(crate) struct Build {
     pub opts: MkfsOptions,
     /// Group metadata blocks (bases and tables) plus the first data block.
     pub overhead: u64,
+    /// The device's name as given ([`BlockDevice::name`]), for the MMP block.
+    pub device_name: String,
 }
 
 /// Creates a new file system on `dev` as `opts` describes.
@@ -100,6 +102,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
         csum_seed,
         opts: opts.clone(),
         overhead,
+        device_name: dev.name(),
     };
     let files = Files::allocate(&mut b)?;
     let mut w = write::Writer::new(dev);

@@ -96,6 +96,10 @@ pub struct MkfsOptions {
     /// Every time stamp written; `None` uses `SOURCE_DATE_EPOCH` when set,
     /// else the current time.
     pub timestamp: Option<u32>,
+    /// `-E mmp_update_interval=`: seconds between updates of the MMP block
+    /// (`s_mmp_update_interval`); with `-O mmp`, `None` or 0 means 5 and
+    /// more than 300 is refused, as `ext2fs_mmp_init` does.
+    pub mmp_update_interval: Option<u16>,
     /// The caller guarantees the device reads as zeros (a freshly created or
     /// truncated image file): inode tables and the journal are then not
     /// written and groups are marked `ITABLE_ZEROED`, as mke2fs does after a
@@ -123,6 +127,7 @@ impl Default for MkfsOptions {
             uuid: None,
             label: String::new(),
             timestamp: None,
+            mmp_update_interval: None,
             device_zeroed: false,
         }
     }
@@ -141,7 +146,8 @@ impl MkfsOptions {
     }
 
     /// Applies an `-E` list: `stride=`, `stripe_width=` (or `stripe-width=`),
-    /// `lazy_itable_init=`, `root_owner=uid:gid`, `hash_seed=UUID`.
+    /// `lazy_itable_init=`, `root_owner=uid:gid`, `hash_seed=UUID`,
+    /// `mmp_update_interval=`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming an unknown option or a bad value.
@@ -160,6 +166,7 @@ impl MkfsOptions {
                     self.root_owner = (u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?);
                 }
                 "hash_seed" => self.hash_seed = Some(parse_uuid(value)?),
+                "mmp_update_interval" => self.mmp_update_interval = Some(value.parse().map_err(|_| bad())?),
                 _ => return Err(Error::InvalidArgument(format!("unknown extended option {key:?}"))),
             }
         }
@@ -259,6 +266,7 @@ const SUPPORTED: Features = Features {
     incompat: IncompatFeatures(
         IncompatFeatures::FILETYPE.0
             | IncompatFeatures::META_BG.0
+            | IncompatFeatures::MMP.0
             | IncompatFeatures::EXTENTS.0
             | IncompatFeatures::BIT64.0
             | IncompatFeatures::FLEX_BG.0

@@ -327,6 +327,12 @@ fn superblock(b: &Build, files: &Files, free_blocks: u64) -> RawSuperblock {
         overhead += u64::from(p.journal_blocks);
     }
     sb.s_overhead_clusters.set(overhead as u32);
+    // mke2fs copies the interval given even without mmp.
+    sb.s_mmp_update_interval.set(b.opts.mmp_update_interval.unwrap_or(0));
+    if let Some((blk, interval)) = files.mmp {
+        sb.s_mmp_block.set(blk);
+        sb.s_mmp_update_interval.set(interval);
+    }
     if p.features.compat.contains(CompatFeatures::ORPHAN_FILE) {
         sb.s_orphan_file_inum.set(FIRST_INO + 1);
     }
