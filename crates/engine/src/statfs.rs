@@ -55,6 +55,13 @@ impl Filesystem {
         }
     }
 
+    /// Free blocks now (`s_free_blocks_count`), without the rest of
+    /// [`Self::statfs`]: cheap enough to ask before every allocation.
+    pub fn free_blocks(&self) -> u64 {
+        let sb = self.sb.read();
+        u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32)
+    }
+
     /// Blocks that never hold file data.
     fn metadata_overhead(&self) -> u64 {
         let sb = self.superblock();

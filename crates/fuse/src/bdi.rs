@@ -1,9 +1,13 @@
-//! The kernel's readahead for the mount (`read_ahead_kb=`). FUSE starts
-//! every mount's backing device info at 128 KiB of readahead and lets the
-//! server's INIT reply only lower it, so a cold sequential read waits on
-//! one small request after another. The knob is the mount's
-//! `/sys/class/bdi/MAJOR:MINOR/read_ahead_kb`, as for a block device
-//! (`blockdev --setra`); root may write it.
+//! The mount's backing device info, `/sys/class/bdi/MAJOR:MINOR/`, where
+//! the kernel keeps two limits a FUSE server wants to set and that FUSE's
+//! INIT reply cannot raise:
+//! - `read_ahead_kb` (`read_ahead_kb=`): FUSE starts every mount at
+//!   128 KiB, so a cold sequential read waits on one small request after
+//!   another; root may raise it, as `blockdev --setra` does for a disk.
+//! - `max_bytes` (`max_dirty=`): the most dirty and in-flight page-cache
+//!   data the kernel keeps for the mount (FUSE sets `strict_limit`, so the
+//!   writer is throttled at this bound). [`crate::space`] keeps that much
+//!   room so every byte `write(2)` accepted can be stored.
 //!
 //! The device number comes from `/proc/self/mountinfo`, not from `stat` on
 //! the mount point: before the session serves, a `stat` would wait for a
@@ -12,18 +16,31 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Sets the readahead of the FUSE mount at `mountpoint` to `kb` KiB.
+/// Writes `value` to the mount's `knob` (e.g. `read_ahead_kb`).
 ///
 /// # Errors
 /// The mount is not in `/proc/self/mountinfo`, or the kernel refuses the
-/// write (not root).
-pub(crate) fn set(mountpoint: &Path, kb: u32) -> io::Result<()> {
-    let knob = knob(mountpoint)?;
-    std::fs::write(&knob, format!("{kb}\n")).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", knob.display())))
+/// write (not root, no such knob on this kernel).
+pub(crate) fn set(mountpoint: &Path, knob: &str, value: u64) -> io::Result<()> {
+    let path = dir(mountpoint)?.join(knob);
+    std::fs::write(&path, format!("{value}\n"))
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
 }
 
-/// `/sys/class/bdi/MAJOR:MINOR/read_ahead_kb` of the mount at `mountpoint`.
-fn knob(mountpoint: &Path) -> io::Result<PathBuf> {
+/// Reads the mount's `knob` as a number.
+///
+/// # Errors
+/// As [`set`], or the file does not hold a number.
+pub(crate) fn get(mountpoint: &Path, knob: &str) -> io::Result<u64> {
+    let path = dir(mountpoint)?.join(knob);
+    let text = std::fs::read_to_string(&path)?;
+    text.trim()
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{}: not a number", path.display())))
+}
+
+/// `/sys/class/bdi/MAJOR:MINOR` of the mount at `mountpoint`.
+fn dir(mountpoint: &Path) -> io::Result<PathBuf> {
     // Only the parent is resolved: resolving the mount point itself would
     // look it up in the mount.
     let abs = std::path::absolute(mountpoint)?;
@@ -38,7 +55,7 @@ fn knob(mountpoint: &Path) -> io::Result<PathBuf> {
             format!("{} is not a mount point", abs.display()),
         )
     })?;
-    Ok(PathBuf::from(format!("/sys/class/bdi/{dev}/read_ahead_kb")))
+    Ok(PathBuf::from(format!("/sys/class/bdi/{dev}")))
 }
 
 /// The `MAJOR:MINOR` of the newest FUSE mount at `at` in a mountinfo text:

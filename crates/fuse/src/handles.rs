@@ -17,6 +17,8 @@ pub(crate) enum Handle {
     File {
         /// The ext4 inode.
         ino: u32,
+        /// Opened for writing: the kernel may cache writes to it.
+        write: bool,
     },
     /// An open directory and its listing.
     Dir {
@@ -32,11 +34,16 @@ pub(crate) enum Handle {
 pub(crate) struct Handles {
     next: AtomicU64,
     map: Mutex<HashMap<u64, Handle>>,
+    /// Handles open for writing (see [`crate::space`]).
+    writing: AtomicU64,
 }
 
 impl Handles {
     pub(crate) fn insert(&self, h: Handle) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        if matches!(h, Handle::File { write: true, .. }) {
+            self.writing.fetch_add(1, Ordering::Relaxed);
+        }
         self.map.lock().insert(fh, h);
         fh
     }
@@ -50,7 +57,31 @@ impl Handles {
     }
 
     pub(crate) fn remove(&self, fh: u64) -> Option<Handle> {
-        self.map.lock().remove(&fh)
+        let h = self.map.lock().remove(&fh);
+        if matches!(h, Some(Handle::File { write: true, .. })) {
+            self.writing.fetch_sub(1, Ordering::Relaxed);
+        }
+        h
+    }
+
+    /// How many handles are open for writing.
+    pub(crate) fn writing(&self) -> u64 {
+        self.writing.load(Ordering::Relaxed)
+    }
+
+    /// Inodes with a handle open for writing.
+    pub(crate) fn writers(&self) -> Vec<u32> {
+        let map = self.map.lock();
+        let mut inos: Vec<u32> = map
+            .values()
+            .filter_map(|h| match h {
+                Handle::File { ino, write: true } => Some(*ino),
+                _ => None,
+            })
+            .collect();
+        inos.sort_unstable();
+        inos.dedup();
+        inos
     }
 
     /// Every handle still open (at unmount).

@@ -13,11 +13,12 @@
 
 mod adapter;
 mod attr;
+mod bdi;
 mod handles;
 pub mod options;
 mod poll;
-mod readahead;
 mod session;
+mod space;
 pub mod sync_request;
 
 pub use adapter::Ext4Fuse;

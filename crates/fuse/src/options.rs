@@ -111,6 +111,11 @@ pub struct MountConfig {
     /// The kernel's readahead for the mount in KiB (`read_ahead_kb=`);
     /// `None` sets [`DEFAULT_READ_AHEAD_KB`] where permitted.
     pub read_ahead_kb: Option<u32>,
+    /// Most file data the kernel may hold written but not yet sent to
+    /// the server (`max_dirty=`, bytes); `None` picks
+    /// [`crate::space::default_max_dirty`] for the image's size. The
+    /// same amount of space is kept for it (see [`crate::space`]).
+    pub max_dirty: Option<u64>,
     /// Flush the image after every change (`sync`).
     pub sync: bool,
     /// Kernel flags passed through: `nodev`, `nosuid`, `noexec` (and their opposites).
@@ -149,6 +154,7 @@ impl Default for MountConfig {
             poll: DEFAULT_POLL,
             cpu_latency: CpuLatencyMode::Auto,
             read_ahead_kb: None,
+            max_dirty: None,
             sync: false,
             dev: true,
             suid: true,
@@ -169,6 +175,11 @@ pub(crate) const DEFAULT_POLL: Duration = Duration::from_micros(500);
 /// read on this project's VM ran at 1.0–1.4 GB/s with FUSE's 128 KiB,
 /// 1.5–1.6 GB/s with 8 MiB and 2.2–2.3 GB/s with 16 MiB.
 pub const DEFAULT_READ_AHEAD_KB: u32 = 16 * 1024;
+
+/// Bounds of `max_dirty=`: below a few pages the kernel's throttling
+/// cannot keep to it; above, the space kept back is unreasonable.
+const MIN_MAX_DIRTY: u64 = 256 << 10;
+const MAX_MAX_DIRTY: u64 = 1 << 30;
 
 /// ext4's default commit interval (`JBD2_DEFAULT_MAX_COMMIT_AGE`).
 const DEFAULT_COMMIT: Duration = Duration::from_secs(5);
@@ -307,6 +318,13 @@ impl MountConfig {
                 }
                 _ => Err("expects KiB from 0 to 262144".into()),
             },
+            "max_dirty" => match value.map(ext4kit_engine::mkfs::parse_size) {
+                Some(Ok(n @ MIN_MAX_DIRTY..=MAX_MAX_DIRTY)) => {
+                    self.max_dirty = Some(n);
+                    Ok(())
+                }
+                _ => Err("expects a size from 256K to 1G (e.g. 16M)".into()),
+            },
             "writeback_cache" => flag(value).map(|()| self.writeback_cache = true),
             "nowriteback_cache" => flag(value).map(|()| self.writeback_cache = false),
             "sync" => flag(value).map(|()| self.sync = true),
@@ -404,6 +422,9 @@ mod tests {
         assert_eq!(c.read_ahead_kb, None);
         c.apply("read_ahead_kb=4096").unwrap();
         assert_eq!(c.read_ahead_kb, Some(4096));
+        assert_eq!(c.max_dirty, None);
+        c.apply("max_dirty=8M").unwrap();
+        assert_eq!(c.max_dirty, Some(8 << 20));
     }
 
     #[test]
@@ -420,6 +441,9 @@ mod tests {
         assert!(MountConfig::default().apply("poll=-1").is_err());
         assert!(MountConfig::default().apply("poll").is_err());
         assert!(MountConfig::default().apply("read_ahead_kb=262145").is_err());
+        assert!(MountConfig::default().apply("max_dirty=4K").is_err());
+        assert!(MountConfig::default().apply("max_dirty=2G").is_err());
+        assert!(MountConfig::default().apply("max_dirty=lots").is_err());
         let e = MountConfig::default().apply("cpu_latency=fast").unwrap_err();
         assert!(e.contains("cpu_latency=fast") && e.contains("auto, on or off"), "{e}");
     }

@@ -154,8 +154,10 @@ pub fn serve(
     let commit = cfg.commit;
     let adapter = Ext4Fuse::new(fs.clone(), cfg.clone());
     let notifier = adapter.notifier_slot();
+    let space = adapter.space_slot();
     let mut session = mount_polled(adapter, mountpoint, &config, &cfg)?;
     set_read_ahead(mountpoint, cfg.read_ahead_kb)?;
+    set_max_dirty(mountpoint, &space, cfg.max_dirty.is_some())?;
     let _ = notifier.set(session.notifier());
     let signals = on_signals_unmount(session.unmount_callable(), std::path::absolute(mountpoint)?)?;
     let (stop, flusher) = spawn_flusher(fs.clone(), commit)?;
@@ -225,18 +227,42 @@ fn mount_polled(
     Ok(session)
 }
 
-/// Sets the mount's readahead (see [`crate::readahead`]): as asked, or
+/// Sets the mount's readahead (see [`crate::bdi`]): as asked, or
 /// the default where this process may.
 ///
 /// # Errors
 /// `read_ahead_kb=` was given and cannot be set.
 fn set_read_ahead(mountpoint: &Path, asked: Option<u32>) -> io::Result<()> {
     let kb = asked.unwrap_or(DEFAULT_READ_AHEAD_KB);
-    match crate::readahead::set(mountpoint, kb) {
+    match crate::bdi::set(mountpoint, "read_ahead_kb", u64::from(kb)) {
         Ok(()) => Ok(()),
         Err(e) if asked.is_some() => Err(io::Error::new(e.kind(), format!("read_ahead_kb={kb}: {e}"))),
         Err(e) => {
             log::info!("ext4kit: keeping the kernel's readahead: {e}");
+            Ok(())
+        }
+    }
+}
+
+/// Makes the kernel hold at most the reserve's `max_dirty` of unsent file
+/// data for the mount (see [`crate::space`]). Where this process may not
+/// (not root, an older kernel), the reserve follows the kernel's own
+/// limit instead.
+///
+/// # Errors
+/// `max_dirty=` was given and cannot be set.
+fn set_max_dirty(mountpoint: &Path, space: &crate::space::Space, asked: bool) -> io::Result<()> {
+    let want = space.max_dirty();
+    if want == 0 {
+        return Ok(());
+    }
+    match crate::bdi::set(mountpoint, "max_bytes", want) {
+        Ok(()) => Ok(()),
+        Err(e) if asked => Err(io::Error::new(e.kind(), format!("max_dirty={want}: {e}"))),
+        Err(e) => {
+            let kernel = crate::bdi::get(mountpoint, "max_bytes").unwrap_or(want.max(64 << 20));
+            log::info!("ext4kit: keeping the kernel's dirty limit of {kernel} bytes: {e}");
+            space.set_max_dirty(kernel);
             Ok(())
         }
     }

@@ -88,7 +88,7 @@ impl Ext4Fuse {
                 fuse_ino(e.ino),
                 i as u64 + 1,
                 bytes_name(&e.name),
-                &self.cfg.entry_timeout,
+                &self.attr_ttl(&self.cfg.entry_timeout),
                 &attr,
                 generation,
             ) {

@@ -57,7 +57,11 @@ impl Ext4Fuse {
                 .map_err(|e| self.errno(e))?;
         }
         self.fs.open_file(ino).map_err(|e| self.errno(e))?;
-        Ok(self.handles.insert(Handle::File { ino }))
+        if write {
+            let size = self.inode(ino).map_or(0, |i| i.size());
+            self.opened_for_writing(ino, size, None);
+        }
+        Ok(self.handles.insert(Handle::File { ino, write }))
     }
 
     pub(super) fn create_file(
@@ -67,17 +71,26 @@ impl Ext4Fuse {
         name: &[u8],
         mode: u32,
         umask: u32,
-        _flags: i32,
+        flags: i32,
     ) -> Res<(ext4kit_engine::Inode, u64)> {
         let inode = self.create_node(req, parent, name, NodeKind::Regular, mode, umask)?;
         self.fs.open_file(inode.ino).map_err(|e| self.errno(e))?;
-        let fh = self.handles.insert(Handle::File { ino: inode.ino });
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let fh = self.handles.insert(Handle::File { ino: inode.ino, write });
+        if write {
+            self.opened_for_writing(inode.ino, 0, Some((parent, name)));
+        }
         Ok((inode, fh))
     }
 
     pub(super) fn close_handle(&self, fh: u64) -> Res<()> {
         match self.handles.remove(fh) {
-            Some(Handle::File { ino }) => self.fs.release_file(ino).map_err(|e| self.errno(e)),
+            Some(Handle::File { ino, write }) => {
+                if write {
+                    self.closed_for_writing(ino);
+                }
+                self.fs.release_file(ino).map_err(|e| self.errno(e))
+            }
             Some(Handle::Dir { .. }) => Ok(()),
             None => Err(Errno::EBADF),
         }
@@ -86,7 +99,7 @@ impl Ext4Fuse {
     /// Closes whatever the kernel left open (at unmount).
     pub(super) fn release_all(&self) {
         for h in self.handles.drain() {
-            if let Handle::File { ino } = h
+            if let Handle::File { ino, .. } = h
                 && let Err(e) = self.fs.release_file(ino)
             {
                 log::error!("ext4kit: closing inode {ino} at unmount: {e}");
@@ -139,10 +152,16 @@ impl Ext4Fuse {
         }
     }
 
-    pub(super) fn write_data(&self, ino: INodeNo, offset: u64, data: &[u8]) -> Res<u32> {
+    pub(super) fn write_data(&self, ino: INodeNo, offset: u64, data: &[u8], cached: bool) -> Res<u32> {
         self.writable()?;
         let ino = self.ino(ino)?;
+        if cached {
+            self.past_failure(ino, offset, data.len())?;
+        } else {
+            self.check_space()?;
+        }
         let n = self.fs.write(ino, offset, data).map_err(|e| self.errno(e))?;
+        self.space_taken();
         self.written.lock().insert(ino);
         if self.cfg.sync {
             self.fs.sync_inode(ino).map_err(|e| self.errno(e))?;
@@ -154,11 +173,26 @@ impl Ext4Fuse {
     /// the change, while the data is still being copied to the image (see
     /// [`ext4kit_engine::Filesystem::write_announcing`]). A copy that fails
     /// after the answer is remembered for the file's next fsync.
-    pub(super) fn write_answering_early(&self, ino: INodeNo, offset: u64, data: &[u8], reply: ReplyWrite) {
+    pub(super) fn write_answering_early(
+        &self,
+        ino: INodeNo,
+        offset: u64,
+        data: &[u8],
+        cached: bool,
+        reply: ReplyWrite,
+    ) {
         let e4 = match self.writable().and_then(|()| self.ino(ino)) {
             Ok(i) => i,
             Err(e) => return reply.error(e),
         };
+        let admitted = if cached {
+            self.past_failure(e4, offset, data.len())
+        } else {
+            self.check_space()
+        };
+        if let Err(e) = admitted {
+            return reply.error(e);
+        }
         let mut reply = Some(reply);
         let r = self.fs.write_announcing(e4, offset, data, |n| {
             self.written.lock().insert(e4);
@@ -166,8 +200,12 @@ impl Ext4Fuse {
                 reply.written(n as u32);
             }
         });
+        self.space_taken();
         if let Err(e) = r {
             let errno = self.errno(e);
+            if cached {
+                self.write_back_failed(e4, offset, data.len(), errno);
+            }
             match reply.take() {
                 Some(reply) => reply.error(errno),
                 None => {
@@ -184,6 +222,7 @@ impl Ext4Fuse {
     pub(super) fn sync_inode(&self, ino: INodeNo) -> Res<()> {
         let ino = self.ino(ino)?;
         let synced = self.fs.sync_inode(ino).map_err(|e| self.errno(e));
+        self.synced(ino);
         if self.lost_writes.lock().remove(&ino) {
             return Err(Errno::EIO);
         }
@@ -193,9 +232,15 @@ impl Ext4Fuse {
     pub(super) fn allocate(&self, ino: INodeNo, offset: u64, len: u64, mode: i32) -> Res<()> {
         self.writable()?;
         let mode = ext4kit_engine::FallocMode::from_linux_flags(mode as u32).map_err(|e| self.errno(e))?;
-        self.fs
+        if !matches!(mode, ext4kit_engine::FallocMode::PunchHole) {
+            self.check_space()?;
+        }
+        let r = self
+            .fs
             .fallocate(self.ino(ino)?, offset, len, mode)
-            .map_err(|e| self.errno(e))
+            .map_err(|e| self.errno(e));
+        self.space_taken();
+        r
     }
 
     pub(super) fn seek(&self, ino: INodeNo, offset: i64, whence: i32) -> Res<i64> {
@@ -221,6 +266,7 @@ impl Ext4Fuse {
         len: u64,
     ) -> Res<u32> {
         self.writable()?;
+        self.check_space()?;
         let (from, to) = (self.ino(from)?, self.ino(to)?);
         let len = len.min(u64::from(u32::MAX) & !(u64::from(MAX_IO) - 1));
         let mut done = 0u64;
@@ -241,6 +287,7 @@ impl Ext4Fuse {
                 break;
             }
             self.fs.write(to, off_out, &buf[..n]).map_err(|e| self.errno(e))?;
+            self.space_taken();
             done += n as u64;
             off_in += n as u64;
             off_out += n as u64;

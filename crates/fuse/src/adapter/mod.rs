@@ -7,6 +7,7 @@
 mod dirs;
 mod files;
 mod names;
+mod write_back;
 mod xattrs;
 
 use std::ffi::OsStr;
@@ -49,9 +50,13 @@ pub struct Ext4Fuse {
     /// answered: their next fsync reports EIO (the kernel's write-back
     /// error).
     pub(crate) lost_writes: parking_lot::Mutex<std::collections::HashSet<u32>>,
+    /// Files open for writing, and where their cached data failed.
+    pub(crate) write_back: write_back::WriteBack,
     /// Busy-polls `/dev/fuse` while requests keep coming (set once the
     /// session exists, unless `poll=0`).
     pub(crate) poller: Arc<OnceLock<crate::poll::Poller>>,
+    /// Room kept for the data the kernel's write-back cache holds.
+    pub(crate) space: Arc<crate::space::Space>,
 }
 
 type Res<T> = Result<T, Errno>;
@@ -59,7 +64,15 @@ type Res<T> = Result<T, Errno>;
 impl Ext4Fuse {
     /// Serves `fs` with the options in `cfg`.
     pub fn new(fs: Arc<Filesystem>, cfg: MountConfig) -> Self {
+        let geo = fs.geometry();
+        let max_dirty = if cfg.writeback_cache && !cfg.read_only {
+            let bytes = geo.blocks_count.saturating_mul(u64::from(geo.block_size));
+            cfg.max_dirty.unwrap_or_else(|| crate::space::default_max_dirty(bytes))
+        } else {
+            0
+        };
         Self {
+            space: Arc::new(crate::space::Space::new(max_dirty)),
             fs,
             cfg,
             handles: Handles::default(),
@@ -67,6 +80,7 @@ impl Ext4Fuse {
             notifier: Arc::new(OnceLock::new()),
             written: Default::default(),
             lost_writes: Default::default(),
+            write_back: Default::default(),
             poller: Arc::default(),
         }
     }
@@ -80,6 +94,45 @@ impl Ext4Fuse {
     /// served while the returned guard lives.
     fn request_arrived(&self) -> Option<crate::poll::Serving<'_>> {
         self.poller.get().map(crate::poll::Poller::request)
+    }
+
+    /// The reserve for cached writes, which the session sizes once the
+    /// mount exists (the kernel's dirty limit is set then).
+    pub(crate) fn space_slot(&self) -> Arc<crate::space::Space> {
+        self.space.clone()
+    }
+
+    /// ENOSPC when only the room kept for the kernel's cached writes is
+    /// left (see [`crate::space`]).
+    pub(crate) fn check_space(&self) -> Res<()> {
+        self.space.check(&self.fs, self.handles.writing())
+    }
+
+    /// After a change that may have taken space: on coming near the
+    /// reserve, the attributes the kernel caches for files open for
+    /// writing are dropped, so their next `write(2)` asks (see
+    /// [`crate::space`]).
+    pub(crate) fn space_taken(&self) {
+        if !self.space.update(&self.fs, self.handles.writing()) {
+            return;
+        }
+        log::info!("ext4kit: free space near the reserve for cached writes: write(2) now asks first");
+        let Some(n) = self.notifier.get() else { return };
+        for ino in self.handles.writers() {
+            if let Err(e) = n.inval_inode(crate::attr::fuse_ino(ino), -1, 0) {
+                log::debug!("ext4kit: invalidating attributes of inode {ino}: {e}");
+            }
+        }
+    }
+
+    /// How long the kernel may keep attributes: not at all near the
+    /// reserve, so that every `write(2)` asks first.
+    pub(crate) fn attr_ttl(&self, normal: &std::time::Duration) -> std::time::Duration {
+        if self.space.is_low() {
+            std::time::Duration::ZERO
+        } else {
+            *normal
+        }
     }
 
     /// Where the session puts its notifier.
@@ -153,7 +206,7 @@ impl Ext4Fuse {
         match self.attr_of(inode) {
             Ok(a) => reply.entry_with_ttls(
                 &self.cfg.entry_timeout,
-                &self.cfg.attr_timeout,
+                &self.attr_ttl(&self.cfg.attr_timeout),
                 &a,
                 Generation(u64::from(inode.raw.i_generation.get())),
             ),
@@ -223,10 +276,19 @@ impl fuser::Filesystem for Ext4Fuse {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    /// A GETATTR naming a handle open for writing is, with the write-back
+    /// cache, how a `write(2)` with stale attributes starts: refused
+    /// near full (see [`crate::space`]).
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let _serving = self.request_arrived();
+        if let Some(fh) = fh
+            && let Some(crate::handles::Handle::File { write: true, .. }) = self.handles.get(fh.0)
+            && let Err(e) = self.check_space()
+        {
+            return reply.error(e);
+        }
         match self.ino(ino).and_then(|i| self.inode(i)).and_then(|i| self.attr_of(&i)) {
-            Ok(a) => reply.attr(&self.cfg.attr_timeout, &a),
+            Ok(a) => reply.attr(&self.attr_ttl(&self.cfg.attr_timeout), &a),
             Err(e) => reply.error(e),
         }
     }
@@ -258,8 +320,10 @@ impl fuser::Filesystem for Ext4Fuse {
             atime,
             mtime,
         };
-        match self.set_attributes(ino, &change) {
-            Ok(a) => reply.attr(&self.cfg.attr_timeout, &a),
+        let r = self.set_attributes(ino, &change);
+        self.space_taken();
+        match r {
+            Ok(a) => reply.attr(&self.attr_ttl(&self.cfg.attr_timeout), &a),
             Err(e) => reply.error(e),
         }
     }
@@ -367,20 +431,27 @@ impl fuser::Filesystem for Ext4Fuse {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let _serving = self.request_arrived();
+        // Pages the kernel cached (write-back), which may use the reserve.
+        let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         if self.cfg.sync {
-            match self.write_data(ino, offset, data) {
+            match self.write_data(ino, offset, data, cached) {
                 Ok(n) => reply.written(n),
-                Err(e) => reply.error(e),
+                Err(e) => {
+                    if cached {
+                        self.write_back_failed(ext4_ino(ino).unwrap_or(0), offset, data.len(), e);
+                    }
+                    reply.error(e)
+                }
             }
             return;
         }
-        self.write_answering_early(ino, offset, data, reply);
+        self.write_answering_early(ino, offset, data, cached, reply);
     }
 
     /// Nothing to do at close: writes are committed as they arrive, and
@@ -520,7 +591,7 @@ impl fuser::Filesystem for Ext4Fuse {
         match self.create_file(req, parent, name_bytes(name), mode, umask, flags) {
             Ok((inode, fh)) => match self.attr_of(&inode) {
                 Ok(a) => reply.created(
-                    &self.cfg.entry_timeout,
+                    &self.attr_ttl(&self.cfg.entry_timeout),
                     &a,
                     Generation(u64::from(inode.raw.i_generation.get())),
                     FileHandle(fh),

@@ -57,6 +57,7 @@ impl Ext4Fuse {
         let ino = self.ino(ino)?;
         if let Some(size) = c.size {
             self.fs.truncate(ino, size).map_err(|e| self.errno(e))?;
+            self.truncated(ino, size);
         }
         let set = SetAttr {
             perm: c.mode.map(|m| (m & 0o7777) as u16),
@@ -109,12 +110,16 @@ impl Ext4Fuse {
         umask: u32,
     ) -> Res<Inode> {
         self.writable()?;
+        self.check_space()?;
         let parent = self.ino(parent)?;
         let dir = self.inode(parent)?;
         let attr = self.owner(req, &dir, mode, kind == NodeKind::Directory);
-        self.fs
+        let r = self
+            .fs
             .create_with_umask(parent, name, kind, attr, (umask & 0o777) as u16)
-            .map_err(|e| self.errno(e))
+            .map_err(|e| self.errno(e));
+        self.space_taken();
+        r
     }
 
     pub(super) fn make_node(
@@ -155,6 +160,7 @@ impl Ext4Fuse {
         } else {
             self.fs.unlink(parent, name)
         };
+        self.space_taken();
         r.map_err(|e| self.errno(e))
     }
 
@@ -167,6 +173,7 @@ impl Ext4Fuse {
         flags: RenameFlags,
     ) -> Res<()> {
         self.writable()?;
+        self.check_space()?;
         if flags.contains(RenameFlags::RENAME_WHITEOUT) || flags.bits() & !0b111 != 0 {
             return Err(Errno::EINVAL);
         }
@@ -181,6 +188,7 @@ impl Ext4Fuse {
 
     pub(super) fn hard_link(&self, ino: INodeNo, new_parent: INodeNo, new_name: &[u8]) -> Res<Inode> {
         self.writable()?;
+        self.check_space()?;
         let ino = self.ino(ino)?;
         self.fs
             .link(ino, self.ino(new_parent)?, new_name)

@@ -32,6 +32,7 @@ impl Ext4Fuse {
             XATTR_REPLACE => XattrSet::Replace,
             _ => return Err(Errno::EINVAL),
         };
+        self.check_space()?;
         self.fs
             .set_xattr(self.ino(ino)?, name, value, how)
             .map_err(|e| self.errno(e))
