@@ -22,6 +22,7 @@ use ext4kit_format::journal::{
     self, INCOMPAT_64BIT, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3, INCOMPAT_REVOKE, JournalParams,
     descriptor, revoke,
 };
+use ext4kit_format::mmp::RawMmp;
 use ext4kit_format::superblock::{Geometry, RawSuperblock};
 use ext4kit_format::xattr::{self, acl};
 use ext4kit_format::{dir_entry, extent};
@@ -334,6 +335,13 @@ fn journal_blocks(data: &[u8], k: &Knobs) {
     }
 }
 
+fn mmp_block(data: &[u8], k: &Knobs) {
+    if let Ok(m) = RawMmp::parse(data) {
+        let _ = black_box(m.validate(k.seed, k.number & 1 != 0));
+        black_box((m.state(), m.nodename(), m.bdevname(), m.encode()));
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let k = knobs(data);
     let features = superblock(data, &k);
@@ -346,4 +354,5 @@ fuzz_target!(|data: &[u8]| {
     xattrs(data, &k);
     inline_data(data, &k);
     journal_blocks(data, &k);
+    mmp_block(data, &k);
 });

@@ -315,3 +315,101 @@ fn populate_from_a_directory() {
     );
     mnt.unmount().unwrap();
 }
+
+/// `-O mmp` lays out the MMP block where mke2fs puts it (the first free
+/// block after the journal, before the orphan file) with the same record:
+/// clean, this host's name, the device name as given, the check interval.
+/// Both tools get the same relative image name (each in its own directory)
+/// so `mmp_bdevname` matches; `mmp_time` (mke2fs stamps the wall clock,
+/// ext4kit the build time) and the checksum covering it are the only
+/// bytes of the block that differ. e2fsck verifies the record's checksum.
+#[test]
+fn mmp_matches_mke2fs() {
+    let Some(dir) = setup() else { return };
+    let (a, b) = (dir.path().join("mke2fs"), dir.path().join("ext4kit"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    // mke2fs keeps only the last -E, so the interval shares it with the seed.
+    for (size, args, interval) in [
+        ("64M", &["-t", "ext4", "-O", "mmp"][..], None),
+        ("64M", &["-t", "ext4", "-O", "mmp"][..], Some(1)),
+        ("8M", &["-t", "ext2", "-O", "mmp"][..], Some(30)),
+        ("64M", &["-t", "ext4", "-O", "mmp,orphan_file,^metadata_csum"][..], None),
+        ("64M", &["-t", "ext4"][..], Some(7)),
+    ] {
+        let what = format!("{args:?} {size} interval {interval:?}");
+        let (theirs, ours) = (a.join("x.img"), b.join("x.img"));
+        std::fs::remove_file(&ours).ok();
+        let bytes = ext4kit_engine::mkfs::parse_size(size).unwrap();
+        std::fs::File::create(&theirs).unwrap().set_len(bytes).unwrap();
+        let e = match interval {
+            Some(i) => format!("mmp_update_interval={i},hash_seed={SEED}"),
+            None => format!("hash_seed={SEED}"),
+        };
+        let out = Command::new(tools::require_tool("mke2fs").unwrap())
+            .current_dir(&a)
+            .env("E2FSPROGS_FAKE_TIME", EPOCH)
+            .args(["-q", "-F"])
+            .args(args)
+            .args(["-U", UUID, "-E", &e, "x.img"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mke2fs {what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+            .current_dir(&b)
+            .env("SOURCE_DATE_EPOCH", EPOCH)
+            .args(["mkfs", "-q"])
+            .args(args)
+            .args(["-U", UUID, "-E", &e, "x.img", size])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ext4kit mkfs {what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_fsck_clean(&ours).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let skip_time = |l: &&str| !l.contains("mmp_update_date:") && !l.contains("mmp_update_time:");
+        let (d_ours, d_theirs) = (dumpe2fs(&ours), dumpe2fs(&theirs));
+        assert_eq!(
+            d_ours.lines().filter(skip_time).collect::<Vec<_>>(),
+            d_theirs.lines().filter(skip_time).collect::<Vec<_>>(),
+            "dumpe2fs of {what}"
+        );
+        let sb = ext4kit_format::superblock::RawSuperblock::parse(&std::fs::read(&ours).unwrap()[1024..2048]).unwrap();
+        let mmp_block = sb.s_mmp_block.get();
+        let has_mmp = args.iter().any(|a| a.contains("mmp,") || *a == "mmp");
+        assert_eq!(mmp_block != 0, has_mmp, "{what}: s_mmp_block {mmp_block}");
+        let want = interval.unwrap_or(if has_mmp { 5 } else { 0 });
+        assert_eq!(sb.s_mmp_update_interval.get(), want, "{what}");
+        let bs = 1024u64 << sb.s_log_block_size.get();
+        compare_bytes_except(&ours, &theirs, mmp_block * bs, &what);
+    }
+}
+
+/// As [`compare_bytes`], also letting `mmp_time` and `mmp_checksum` of the
+/// MMP record at byte `mmp_at` (0: none) differ.
+fn compare_bytes_except(a: &Path, b: &Path, mmp_at: u64, what: &str) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert_eq!(x.len(), y.len(), "{what}: lengths");
+    let diffs: Vec<usize> = (0..x.len())
+        .filter(|&i| x[i] != y[i])
+        .filter(|&i| {
+            let off = i % 1024;
+            let sb_field = (0x178..0x180).contains(&off) || off >= 0x3FC;
+            let rel = (i as u64).wrapping_sub(mmp_at);
+            let mmp_field = mmp_at != 0 && ((8..16).contains(&rel) || (0x3FC..0x400).contains(&rel));
+            !sb_field && !mmp_field
+        })
+        .collect();
+    assert!(
+        diffs.is_empty(),
+        "{what}: {} bytes differ, first at {:#x}",
+        diffs.len(),
+        diffs[0]
+    );
+}

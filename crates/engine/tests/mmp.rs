@@ -8,7 +8,8 @@
 //! - ext4kit holds it: the kernel's mount is refused; after a clean close
 //!   the block says clean (`debugfs dump_mmp`) and the kernel mounts it;
 //! - a holder that died without cleaning up is taken over after the wait;
-//! - e2fsck running, or an unknown sequence, is refused at once;
+//! - e2fsck running, or an unknown sequence, is refused at once, and
+//!   e2fsck refuses an image ext4kit holds;
 //! - another writer appearing while ext4kit holds the block turns the file
 //!   system read-only and records the error;
 //! - a corrupt MMP block is an error naming it, never a panic.
@@ -244,6 +245,17 @@ fn a_clean_close_leaves_the_block_clean() {
     assert!(seq != EXT4_MMP_SEQ_CLEAN && seq != EXT4_MMP_SEQ_FSCK, "{seq:#x}");
     fs.create(ROOT_INO, b"d", NodeKind::Directory, Attr { perm: 0o755, ..ATTR })
         .unwrap();
+    // e2fsck that would repair the image waits and backs off, as it does
+    // for a kernel holder.
+    let fsck = tools::run("e2fsck", &[Path::new("-fy"), &img]).unwrap();
+    assert_eq!(
+        fsck.code,
+        Some(8),
+        "e2fsck -fy ran on a held image: {}",
+        fsck.combined()
+    );
+    assert!(fsck.combined().contains("MMP"), "{}", fsck.combined());
+    assert!(fs.read_only_reason().is_none());
     drop(fs);
     let after = read_mmp(&img);
     assert_eq!(after.mmp_seq.get(), EXT4_MMP_SEQ_CLEAN);
