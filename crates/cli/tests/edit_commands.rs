@@ -92,3 +92,169 @@ fn edit_commands_keep_the_image_clean() {
         mnt.unmount().unwrap();
     }
 }
+
+/// Runs `ext4kit CMD IMG ARGS…` and returns its output, whatever its status.
+fn try_ext4kit(img: &Path, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .arg(args[0])
+        .arg(img)
+        .args(&args[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ext4kit");
+    let mut input = child.stdin.take().expect("stdin");
+    if let Some(data) = stdin {
+        // The command may stop reading at an error: a broken pipe is expected then.
+        let _ = input.write_all(data);
+    }
+    drop(input);
+    child.wait_with_output().expect("wait")
+}
+
+/// A fresh `mkfs.ext4` image of `size`; `None` (skipped) without mkfs.ext4.
+fn mke2fs(dir: &Path, size: &str) -> Option<std::path::PathBuf> {
+    skip_unless(require_tool("mkfs.ext4"))?;
+    let img = dir.join("img");
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&img)
+        .arg(size)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    Some(img)
+}
+
+fn assert_fsck_clean(img: &Path) {
+    let fsck = e2fsck_fn(img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
+}
+
+/// `rm` of a path ending in `.` or `..`, or of `/`, is refused before the
+/// image is touched — alone or after valid paths (GNU rm: "refusing to
+/// remove '.' or '..' directory"); it used to empty the directory first.
+#[test]
+fn rm_refuses_dot_dotdot_and_root_before_any_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mke2fs(dir.path(), "16M") else { return };
+    ext4kit(&img, &["mkdir", "-p", "/d/e/f"], None);
+    ext4kit(&img, &["write", "/d/e/file"], Some(b"kept"));
+    ext4kit(&img, &["write", "/top"], Some(b"kept too"));
+    let before = std::fs::read(&img).unwrap();
+    for args in [
+        &["rm", "-r", "/.."][..],
+        &["rm", "-r", "/."],
+        &["rm", "-r", "/d/."],
+        &["rm", "-r", "/d/e/.."],
+        &["rm", "-r", "/d/e/../"],
+        &["rm", "-r", "/"],
+        &["rm", "-rd", "/d/e/f/.."],
+        &["rm", "-r", "/top", "/d/e", "/.."],
+        &["rm", "/top", "/missing"],
+        &["rm", "/top", "/d"],
+    ] {
+        let out = try_ext4kit(&img, args, None);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.starts_with("ext4kit: "), "{args:?}: {err}");
+        if args.iter().any(|a| a.ends_with('.') || a.ends_with("./")) {
+            assert!(err.contains("refusing to remove '.' or '..'"), "{args:?}: {err}");
+        }
+        assert!(
+            std::fs::read(&img).unwrap() == before,
+            "{args:?} changed the image: {err}"
+        );
+    }
+    assert_fsck_clean(&img);
+    // Nested and repeated paths are fine: what an earlier one removed is done.
+    ext4kit(&img, &["rm", "-r", "/d", "/d/e", "/d/e/file", "/top", "/top"], None);
+    assert_eq!(ext4kit(&img, &["ls", "/"], None).trim(), "lost+found");
+    assert_fsck_clean(&img);
+}
+
+/// Each edit command resolves every path before its first change: a bad
+/// path anywhere in the request leaves the image as it was.
+#[test]
+fn edits_check_every_path_before_the_first_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mke2fs(dir.path(), "16M") else { return };
+    ext4kit(&img, &["write", "/f"], Some(b"f"));
+    let before = std::fs::read(&img).unwrap();
+    for args in [
+        &["mkdir", "/x", "/y/z"][..],
+        &["mkdir", "/x", "/x"],
+        &["mkdir", "/x", "/f"],
+        &["mkdir", "-p", "/x/y", "/f/g"],
+        &["mkdir", "/x/.."],
+        &["touch", "/new", "/missing/z"],
+        &["touch", "/new", "/f/.."],
+        &["chmod", "600", "/f", "/missing"],
+        &["chmod", "600", "/f", "/."],
+        &["chown", "1:1", "/f", "/missing"],
+        &["ln", "-s", "t", "/f/.."],
+        &["ln", "/f", "/."],
+        &["mv", "/f", "/.."],
+        &["mv", "/.", "/g"],
+        &["write", "/f/.."],
+    ] {
+        let out = try_ext4kit(&img, args, Some(b"data"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.starts_with("ext4kit: "), "{args:?}: {err}");
+        assert!(
+            std::fs::read(&img).unwrap() == before,
+            "{args:?} changed the image: {err}"
+        );
+    }
+    // A path made earlier in the same request counts as there.
+    ext4kit(&img, &["mkdir", "/p", "/p/q", "/p/q/r"], None);
+    assert!(ext4kit(&img, &["ls", "/p/q"], None).contains('r'));
+    assert_fsck_clean(&img);
+}
+
+/// Free blocks and inodes as `ext4kit info` reports them.
+fn free_counts(img: &Path) -> (String, String) {
+    let info = ext4kit(img, &["info"], None);
+    let line = |key: &str| {
+        info.lines()
+            .find(|l| l.trim_start().starts_with(key))
+            .unwrap_or_else(|| panic!("no {key} in info:\n{info}"))
+            .to_string()
+    };
+    (line("free blocks:"), line("free inodes:"))
+}
+
+/// `write` is all or nothing: more data than the image holds fails with
+/// ENOSPC named, leaves no partial file, and gives back every block; at
+/// `--offset` into an existing file the size is restored. Both for data
+/// that fits one batch commit and for more (several commits).
+#[test]
+fn write_that_runs_out_of_space_leaves_no_partial_file() {
+    for (size, data_mib) in [("8M", 20usize), ("80M", 100)] {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(img) = mke2fs(dir.path(), size) else { return };
+        ext4kit(&img, &["write", "/small"], Some(b"0123456789"));
+        let before = free_counts(&img);
+        let data = vec![b'x'; data_mib << 20];
+        let out = try_ext4kit(&img, &["write", "/big"], Some(&data));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "a {data_mib} MiB write into {size} succeeded");
+        assert!(err.contains("ENOSPC"), "{err}");
+        let ls = ext4kit(&img, &["ls", "/"], None);
+        assert!(!ls.contains("big"), "{size}: a partial file is left:\n{ls}\n{err}");
+        assert_eq!(free_counts(&img), before, "{size}: {err}");
+        assert_fsck_clean(&img);
+
+        let out = try_ext4kit(&img, &["write", "/small", "--offset", "5"], Some(&data));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        let undone = err.contains("the file is unchanged") || err.contains("the size is 10 as before");
+        assert!(err.contains("ENOSPC") && undone, "{err}");
+        let stat = ext4kit(&img, &["stat", "/small"], None);
+        assert!(stat.contains("Size: 10 "), "{stat}");
+        assert_eq!(free_counts(&img), before, "{size}: {err}");
+        assert_fsck_clean(&img);
+    }
+}

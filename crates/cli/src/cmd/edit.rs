@@ -1,31 +1,85 @@
 //! Namespace edits on an image: `mkdir`, `rm`, `ln`, `touch`, `write`,
-//! `chmod`, `chown`. Each is a thin loop over engine operations; the engine
-//! keeps the image consistent (one transaction per operation).
+//! `chmod`, `chown`, `mv`. Each is a thin loop over engine operations; the
+//! engine keeps the image consistent (one transaction per operation, one
+//! batch for a tree or a file's data).
+//!
+//! Every command checks its whole request before its first change: each
+//! path resolves as the command needs, no path ends in `.` or `..` (such a
+//! name is an alias of a directory, and GNU `rm` refuses it for that reason:
+//! `rm -r /..` would empty `/`), the root is never removed. A command that
+//! fails half-way through several paths says which ones it finished.
 
 use std::io::Read;
 
 use anyhow::{Context, Result, bail};
-use ext4kit_engine::{Attr, Filesystem, NodeKind, ROOT_INO, SetAttr};
+use ext4kit_engine::{Attr, Error, Filesystem, Inode, NodeKind, ROOT_INO, SetAttr};
 
 use crate::ImageArgs;
 use crate::open::open_rw;
 
-/// Splits `path` into its parent directory's inode and the last name.
-fn parent_and_name<'p>(fs: &Filesystem, path: &'p str) -> Result<(u32, &'p [u8])> {
+/// Splits `path` into its parent directory's path and its last name,
+/// refusing the root and names that are aliases (`.`, `..`).
+fn split(path: &str) -> Result<(&str, &str)> {
     let trimmed = path.trim_end_matches('/');
     let (dir, name) = match trimmed.rfind('/') {
         Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
         None => ("", trimmed),
     };
+    if name.is_empty() && path.starts_with('/') {
+        bail!("{path}: refusing to change the root directory '/' itself");
+    }
     if name.is_empty() {
         bail!("{path}: no file name");
     }
+    if name == "." || name == ".." {
+        bail!("{path}: refusing a path ending in '.' or '..' (name the directory itself)");
+    }
+    Ok((dir, name))
+}
+
+/// Splits `path` into its parent directory's inode and the last name.
+fn parent_and_name<'p>(fs: &Filesystem, path: &'p str) -> Result<(u32, &'p [u8])> {
+    let (dir, name) = split(path)?;
     let parent = if dir.is_empty() {
         ROOT_INO
     } else {
-        fs.resolve_opts(dir.as_bytes(), true)?.ino
+        let p = fs
+            .resolve_opts(dir.as_bytes(), true)
+            .with_context(|| path.to_string())?;
+        if !p.is_dir() {
+            bail!("{path}: {dir} is not a directory");
+        }
+        p.ino
     };
     Ok((parent, name.as_bytes()))
+}
+
+/// Resolves an existing path for a command that changes it in place.
+fn existing(fs: &Filesystem, path: &str, follow: bool) -> Result<Inode> {
+    split(path)?;
+    fs.resolve_opts(path.as_bytes(), follow)
+        .with_context(|| path.to_string())
+}
+
+/// `path` as components without `.` and empty ones, for telling whether a
+/// path names one created earlier by the same command; `None` when it
+/// goes through `..` (then only the image can tell).
+fn lexical(path: &str) -> Option<Vec<&str>> {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    (!parts.contains(&"..")).then_some(parts)
+}
+
+/// Runs `op` on each path in order; an error names the paths already done.
+fn each<'p>(paths: &'p [String], mut op: impl FnMut(&'p str) -> Result<()>) -> Result<()> {
+    for (i, path) in paths.iter().enumerate() {
+        if let Err(e) = op(path) {
+            if i == 0 {
+                return Err(e);
+            }
+            return Err(e.context(format!("stopped at {path}; done before it: {}", paths[..i].join(", "))));
+        }
+    }
+    Ok(())
 }
 
 fn owner() -> (u32, u32) {
@@ -62,26 +116,66 @@ pub struct MkdirArgs {
 
 /// Creates directories.
 pub fn mkdir(a: MkdirArgs) -> Result<()> {
-    let fs = open_rw(&a.image)?;
     let perm = parse_mode(&a.mode)?;
+    let fs = open_rw(&a.image)?;
+    let mut made: Vec<Vec<&str>> = Vec::new();
     for path in &a.paths {
+        let (dir, _) = split(path)?;
+        let earlier = |p: &str| lexical(p).is_some_and(|l| made.contains(&l));
+        if a.p {
+            check_mkdir_p(&fs, path)?;
+        } else if earlier(path) {
+            bail!("{path}: named twice");
+        } else if !earlier(dir) {
+            let (parent, name) = parent_and_name(&fs, path)?;
+            if fs.lookup(&fs.inode(parent)?, name).is_ok() {
+                bail!("{path}: {}", Error::Exists(String::from_utf8_lossy(name).into_owned()));
+            }
+        }
+        made.extend(lexical(path));
+    }
+    each(&a.paths, |path| {
         if a.p {
             let mut cur = ROOT_INO;
-            for part in path.split('/').filter(|p| !p.is_empty()) {
+            for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
                 let dir = fs.inode(cur)?;
                 cur = match fs.lookup(&dir, part.as_bytes()) {
                     Ok(ino) => ino,
-                    Err(ext4kit_engine::Error::NotFound(_)) => {
-                        fs.create(cur, part.as_bytes(), NodeKind::Directory, attr(perm))?.ino
-                    }
-                    Err(e) => return Err(e).with_context(|| path.clone()),
+                    Err(Error::NotFound(_)) => fs.create(cur, part.as_bytes(), NodeKind::Directory, attr(perm))?.ino,
+                    Err(e) => return Err(e).with_context(|| path.to_string()),
                 };
             }
-            continue;
+            return Ok(());
         }
         let (parent, name) = parent_and_name(&fs, path)?;
         fs.create(parent, name, NodeKind::Directory, attr(perm))
-            .with_context(|| path.clone())?;
+            .with_context(|| path.to_string())?;
+        Ok(())
+    })
+}
+
+/// `mkdir -p`: every component that exists is a directory, and none after
+/// the first missing one is `..`.
+fn check_mkdir_p(fs: &Filesystem, path: &str) -> Result<()> {
+    let mut cur = Some(fs.inode(ROOT_INO)?);
+    for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        let Some(dir) = cur else {
+            if part == ".." {
+                bail!("{path}: '..' after a directory that does not exist yet");
+            }
+            continue;
+        };
+        cur = match fs.lookup(&dir, part.as_bytes()) {
+            Ok(ino) => {
+                let inode = fs.inode(ino)?;
+                if !inode.is_dir() {
+                    bail!("{path}: {part} exists and is not a directory");
+                }
+                Some(inode)
+            }
+            Err(Error::NotFound(_)) => None,
+            Err(e) => return Err(e).with_context(|| path.to_string()),
+        };
     }
     Ok(())
 }
@@ -102,39 +196,50 @@ pub struct RmArgs {
     d: bool,
 }
 
-/// Removes files (and, with `-r`/`-d`, directories).
+/// Removes files (and, with `-r`/`-d`, directories). Every path is checked
+/// first; a tree goes through the engine's [`Filesystem::remove_tree`].
 pub fn rm(a: RmArgs) -> Result<()> {
     let fs = open_rw(&a.image)?;
+    let mut targets = Vec::with_capacity(a.paths.len());
     for path in &a.paths {
-        let (parent, name) = parent_and_name(&fs, path)?;
-        let target = fs.inode(fs.lookup(&fs.inode(parent)?, name)?)?;
-        if !target.is_dir() {
-            fs.unlink(parent, name).with_context(|| path.clone())?;
-        } else if a.r {
-            remove_tree(&fs, target.ino)?;
-            fs.rmdir(parent, name).with_context(|| path.clone())?;
-        } else if a.d {
-            fs.rmdir(parent, name).with_context(|| path.clone())?;
-        } else {
-            bail!("{path}: is a directory (use -d or -r)");
+        let last = path.trim_end_matches('/').rsplit('/').next();
+        if matches!(last, Some("." | "..")) {
+            bail!("{path}: refusing to remove '.' or '..' directory");
         }
+        let (parent, name) = parent_and_name(&fs, path)?;
+        let ino = fs.lookup(&fs.inode(parent)?, name).with_context(|| path.clone())?;
+        let target = fs.inode(ino)?;
+        if target.is_dir() && !a.r {
+            if !a.d {
+                bail!("{path}: is a directory (use -d or -r)");
+            }
+            if fs.read_dir(&target)?.len() > 2 {
+                bail!("{path}: directory not empty (ENOTEMPTY)");
+            }
+        }
+        targets.push((path.as_str(), parent, name, ino));
     }
-    Ok(())
-}
-
-/// Empties directory `dir`, depth first.
-fn remove_tree(fs: &Filesystem, dir: u32) -> Result<()> {
-    for e in fs.read_dir(&fs.inode(dir)?)? {
-        if e.name == b"." || e.name == b".." {
+    let mut done: Vec<&str> = Vec::new();
+    for (path, parent, name, ino) in targets {
+        // Validated above: a target gone now was inside one removed before it.
+        if fs.lookup(&fs.inode(parent)?, name).ok() != Some(ino) {
             continue;
         }
-        let child = fs.inode(e.ino)?;
-        if child.is_dir() {
-            remove_tree(fs, e.ino)?;
-            fs.rmdir(dir, &e.name)?;
+        let r = if a.r {
+            fs.remove_tree(parent, name).map(drop).map_err(anyhow::Error::from)
+        } else if fs.inode(ino)?.is_dir() {
+            fs.rmdir(parent, name).map_err(anyhow::Error::from)
         } else {
-            fs.unlink(dir, &e.name)?;
+            fs.unlink(parent, name).map_err(anyhow::Error::from)
+        };
+        if let Err(e) = r {
+            let e = e.context(path.to_string());
+            if done.is_empty() {
+                return Err(e);
+            }
+            return Err(e.context(format!("removed before it: {}", done.join(", "))));
         }
+        done.push(path);
     }
     Ok(())
 }
@@ -158,10 +263,11 @@ pub fn ln(a: LnArgs) -> Result<()> {
     let fs = open_rw(&a.image)?;
     let (parent, name) = parent_and_name(&fs, &a.link)?;
     if a.s {
-        fs.create(parent, name, NodeKind::Symlink(a.target.into_bytes()), attr(0o777))?;
+        fs.create(parent, name, NodeKind::Symlink(a.target.into_bytes()), attr(0o777))
+            .with_context(|| a.link.clone())?;
     } else {
-        let target = fs.resolve(a.target.as_bytes())?;
-        fs.link(target.ino, parent, name)?;
+        let target = existing(&fs, &a.target, false)?;
+        fs.link(target.ino, parent, name).with_context(|| a.link.clone())?;
     }
     Ok(())
 }
@@ -180,13 +286,25 @@ pub struct TouchArgs {
 pub fn touch(a: TouchArgs) -> Result<()> {
     let fs = open_rw(&a.image)?;
     for path in &a.paths {
+        match existing(&fs, path, true) {
+            Ok(_) => {}
+            Err(e)
+                if e.downcast_ref::<Error>()
+                    .is_some_and(|e| matches!(e, Error::NotFound(_))) =>
+            {
+                parent_and_name(&fs, path)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let t = ext4kit_format::inode::Timestamp {
+        secs: now.as_secs() as i64,
+        nsecs: now.subsec_nanos(),
+    };
+    each(&a.paths, |path| {
         match fs.resolve_opts(path.as_bytes(), true) {
             Ok(inode) => {
-                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
-                let t = ext4kit_format::inode::Timestamp {
-                    secs: now.as_secs() as i64,
-                    nsecs: now.subsec_nanos(),
-                };
                 fs.setattr(
                     inode.ino,
                     &SetAttr {
@@ -196,14 +314,14 @@ pub fn touch(a: TouchArgs) -> Result<()> {
                     },
                 )?;
             }
-            Err(ext4kit_engine::Error::NotFound(_)) => {
+            Err(Error::NotFound(_)) => {
                 let (parent, name) = parent_and_name(&fs, path)?;
                 fs.create(parent, name, NodeKind::Regular, attr(0o644))?;
             }
-            Err(e) => return Err(e).with_context(|| path.clone()),
+            Err(e) => return Err(e).with_context(|| path.to_string()),
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Arguments of `write`.
@@ -218,32 +336,79 @@ pub struct WriteArgs {
     offset: Option<u64>,
 }
 
-/// Copies standard input into a file of the image.
+/// Copies standard input into a file of the image, all or nothing: the
+/// data goes through one engine batch, and on any error (no space, a read
+/// error on standard input) a file this command created is removed again,
+/// and a file written at `--offset` gets its old size back.
 pub fn write(a: WriteArgs) -> Result<()> {
     let fs = open_rw(&a.image)?;
-    let (ino, mut off) = match a.offset {
-        Some(off) => (fs.resolve_opts(a.path.as_bytes(), true)?.ino, off),
-        None => {
-            let (parent, name) = parent_and_name(&fs, &a.path)?;
-            (
-                fs.create(parent, name, NodeKind::Regular, attr(0o644))
-                    .with_context(|| a.path.clone())?
-                    .ino,
-                0,
-            )
+    let (parent, name) = parent_and_name(&fs, &a.path)?;
+    let existing = match a.offset {
+        Some(_) => {
+            let inode = existing(&fs, &a.path, true)?;
+            if inode.is_dir() {
+                bail!("{}: {}", a.path, Error::IsDir("cannot write into a directory".into()));
+            }
+            Some(inode)
         }
+        None => None,
     };
+    let mut batch = fs.batch()?;
+    let (ino, start) = match &existing {
+        Some(inode) => (inode.ino, a.offset.unwrap_or(0)),
+        None => (
+            batch
+                .create(parent, name, NodeKind::Regular, attr(0o644))
+                .with_context(|| a.path.clone())?
+                .ino,
+            0,
+        ),
+    };
+    let mut off = start;
+    let r = copy_stdin(&mut batch, ino, &mut off).and_then(|()| Ok(batch.commit()?));
+    if let Err(e) = r {
+        let committed = batch.committed();
+        drop(batch);
+        let written = off - start;
+        let undo = match &existing {
+            None if committed == 0 => "nothing was written".to_string(),
+            None => match fs.unlink(parent, name) {
+                Ok(()) => "the partly written file was removed".to_string(),
+                Err(u) => format!("a partly written file remains ({u})"),
+            },
+            Some(_) if committed == 0 => "the file is unchanged".to_string(),
+            Some(old) => {
+                let size = old.size();
+                let grown = fs.inode(ino).map(|i| i.size() > size).unwrap_or(true);
+                match if grown { fs.truncate(ino, size) } else { Ok(()) } {
+                    Ok(()) => format!("bytes from offset {start} on may hold new data; the size is {size} as before"),
+                    Err(u) => {
+                        format!("bytes from offset {start} on may hold new data; the size was not restored ({u})")
+                    }
+                }
+            }
+        };
+        let e = match e.downcast_ref::<Error>() {
+            Some(Error::NoSpace | Error::DirIndexFull(_)) => e.context("no space left in the image (ENOSPC)"),
+            _ => e,
+        };
+        return Err(e.context(format!("{}: write failed after {written} bytes; {undo}", a.path)));
+    }
+    Ok(())
+}
+
+/// Feeds standard input to `ino` from `*off` on, moving `*off` along.
+fn copy_stdin(batch: &mut ext4kit_engine::Batch<'_>, ino: u32, off: &mut u64) -> Result<()> {
     let mut buf = vec![0u8; 4 << 20];
     let mut input = std::io::stdin().lock();
     loop {
-        let n = input.read(&mut buf)?;
+        let n = input.read(&mut buf).context("reading standard input")?;
         if n == 0 {
-            break;
+            return Ok(());
         }
-        fs.write(ino, off, &buf[..n])?;
-        off += n as u64;
+        batch.write(ino, *off, &buf[..n])?;
+        *off += n as u64;
     }
-    Ok(())
 }
 
 /// Arguments of `chmod`.
@@ -260,19 +425,23 @@ pub struct ChmodArgs {
 
 /// Changes permission bits.
 pub fn chmod(a: ChmodArgs) -> Result<()> {
-    let fs = open_rw(&a.image)?;
     let perm = parse_mode(&a.mode)?;
-    for path in &a.paths {
-        let inode = fs.resolve_opts(path.as_bytes(), true)?;
-        fs.setattr(
-            inode.ino,
-            &SetAttr {
-                perm: Some(perm),
-                ..SetAttr::default()
-            },
-        )?;
-    }
-    Ok(())
+    let fs = open_rw(&a.image)?;
+    let inodes = a
+        .paths
+        .iter()
+        .map(|p| existing(&fs, p, true).map(|i| i.ino))
+        .collect::<Result<Vec<_>>>()?;
+    let set = SetAttr {
+        perm: Some(perm),
+        ..SetAttr::default()
+    };
+    let mut it = inodes.into_iter();
+    each(&a.paths, |path| {
+        let ino = it.next().context("one inode per path")?;
+        fs.setattr(ino, &set).with_context(|| path.to_string())?;
+        Ok(())
+    })
 }
 
 /// Arguments of `chown`.
@@ -289,7 +458,6 @@ pub struct ChownArgs {
 
 /// Changes owner and group (numeric ids: the image's users are not the host's).
 pub fn chown(a: ChownArgs) -> Result<()> {
-    let fs = open_rw(&a.image)?;
     let (u, g) = a.owner.split_once(':').unwrap_or((&a.owner, ""));
     let num = |s: &str| -> Result<Option<u32>> {
         if s.is_empty() {
@@ -303,10 +471,18 @@ pub fn chown(a: ChownArgs) -> Result<()> {
         gid: num(g)?,
         ..SetAttr::default()
     };
-    for path in &a.paths {
-        fs.setattr(fs.resolve(path.as_bytes())?.ino, &set)?;
-    }
-    Ok(())
+    let fs = open_rw(&a.image)?;
+    let inodes = a
+        .paths
+        .iter()
+        .map(|p| existing(&fs, p, false).map(|i| i.ino))
+        .collect::<Result<Vec<_>>>()?;
+    let mut it = inodes.into_iter();
+    each(&a.paths, |path| {
+        let ino = it.next().context("one inode per path")?;
+        fs.setattr(ino, &set).with_context(|| path.to_string())?;
+        Ok(())
+    })
 }
 
 /// Arguments of `mv`.
@@ -326,10 +502,13 @@ pub struct MvArgs {
     exchange: bool,
 }
 
-/// Renames a file or directory.
+/// Renames a file or directory: one engine operation, a whole tree
+/// included.
 pub fn mv(a: MvArgs) -> Result<()> {
     let fs = open_rw(&a.image)?;
     let (op, oname) = parent_and_name(&fs, &a.from)?;
+    split(&a.to)?;
+    fs.lookup(&fs.inode(op)?, oname).with_context(|| a.from.clone())?;
     let into_dir = !a.exchange && fs.resolve_opts(a.to.as_bytes(), true).is_ok_and(|i| i.is_dir());
     let (np, nname) = if into_dir {
         (fs.resolve_opts(a.to.as_bytes(), true)?.ino, oname)
