@@ -14,7 +14,7 @@
 #   3. makes an ext4 image of it with `mkfs.ext4 -q -d`, ~1.3x the tree;
 #   4. REPS times, each tool from a cold page cache (`sync; echo 3 >
 #      /proc/sys/vm/drop_caches`), into an empty DEST removed afterwards:
-#        ext4kit   ext4kit export -q IMG / DEST
+#        ext4kit   ext4kit export -q --trusted IMG / DEST
 #        debugfs   debugfs -R 'rdump / DEST' IMG
 #        kernel    mount -o loop,ro IMG MNT; cp -a MNT/. DEST; umount MNT
 #      Only the command is timed (mount and umount included for the kernel);
@@ -230,7 +230,7 @@ cold() {
     if [ "$is_root" -eq 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
 }
 
-run_ext4kit() { "$bin" export -q "$img" / "$1"; }
+run_ext4kit() { "$bin" export -q --trusted "$img" / "$1"; }
 run_debugfs() {
     mkdir -p "$1"
     debugfs -R "rdump / $1" "$img" >/dev/null 2>"$SCRATCH/debugfs.err"

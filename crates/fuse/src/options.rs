@@ -118,7 +118,10 @@ pub struct MountConfig {
     pub max_dirty: Option<u64>,
     /// Flush the image after every change (`sync`).
     pub sync: bool,
-    /// Kernel flags passed through: `nodev`, `nosuid`, `noexec` (and their opposites).
+    /// Kernel flags passed through: `nodev`, `nosuid`, `noexec` (and their
+    /// opposites). `nodev` and `nosuid` are the default: an image made
+    /// elsewhere must not open this host's devices or run programs with
+    /// the privileges it chose; `-o dev`, `-o suid` for images one trusts.
     pub dev: bool,
     /// See `dev`.
     pub suid: bool,
@@ -156,8 +159,8 @@ impl Default for MountConfig {
             read_ahead_kb: None,
             max_dirty: None,
             sync: false,
-            dev: true,
-            suid: true,
+            dev: false,
+            suid: false,
             exec: true,
             ignore_checksums: false,
             fsname: None,

@@ -4,9 +4,10 @@
 //! FIFOs, sockets and hard-link groups.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -19,9 +20,11 @@ use anyhow::{Context, Result, bail};
 use ext4kit_engine::{Filesystem, Inode, Metadata};
 use ext4kit_format::inode::FileType;
 use indicatif::{ProgressBar, ProgressStyle};
-use nix::fcntl::AT_FDCWD;
-use nix::sys::stat::{Mode, SFlag, UtimensatFlags, makedev, mknod, utimensat};
+use nix::fcntl::{AtFlags, OFlag, openat};
+use nix::sys::stat::{FchmodatFlags, Mode, SFlag, UtimensatFlags, makedev, mkdirat, mknodat};
 use nix::sys::time::TimeSpec;
+use nix::unistd::{Gid, Uid};
+use xattr::FileExt as _;
 
 use crate::ImageArgs;
 use crate::open::open_ro;
@@ -42,6 +45,50 @@ pub struct Args {
     /// cache needs; directories are still walked by one thread.
     #[arg(short, long, default_value_t = 4)]
     jobs: usize,
+    /// Recreate character and block device nodes. By default they are
+    /// skipped: a node from an image made elsewhere would open a device of
+    /// this host.
+    #[arg(long)]
+    devices: bool,
+    /// Keep set-user-ID and set-group-ID bits and file capabilities
+    /// (`security.capability`). By default they are dropped, so that an
+    /// image made elsewhere cannot leave a program that runs with
+    /// privileges it chose (the set-group-ID bit of directories stays).
+    #[arg(long)]
+    keep_setid: bool,
+    /// The image is trusted: both --devices and --keep-setid.
+    #[arg(long)]
+    trusted: bool,
+}
+
+/// What an untrusted image was not allowed to bring over: how many, and
+/// the first, for the summary on standard error.
+#[derive(Default)]
+struct Withheld {
+    count: AtomicU64,
+    first: Mutex<Option<PathBuf>>,
+}
+
+impl Withheld {
+    fn note(&self, path: &Path) {
+        if self.count.fetch_add(1, Relaxed) == 0
+            && let Ok(mut f) = self.first.lock()
+        {
+            *f = Some(path.to_path_buf());
+        }
+    }
+
+    fn report(&self, what: &str, flag: &str) {
+        let n = self.count.load(Relaxed);
+        if n == 0 {
+            return;
+        }
+        let first = self.first.lock().ok().and_then(|f| f.clone()).unwrap_or_default();
+        eprintln!(
+            "ext4kit: export: {what} of {n} files (first: {}); {flag}",
+            first.display()
+        );
+    }
 }
 
 /// What the copying threads share: the file system, the counters, and the
@@ -49,6 +96,10 @@ pub struct Args {
 struct Shared<'a> {
     fs: &'a Filesystem,
     chown: bool,
+    devices: bool,
+    keep_setid: bool,
+    skipped_devices: Withheld,
+    dropped_setid: Withheld,
     files: AtomicU64,
     bytes: AtomicU64,
     error: Mutex<Option<anyhow::Error>>,
@@ -69,25 +120,60 @@ impl Shared<'_> {
 /// A regular file created by the walker, to be filled by a worker.
 struct Job {
     inode: Inode,
+    /// For messages only: every host call goes through `file`.
     path: PathBuf,
     file: File,
 }
 
+/// Where metadata goes: an open file or directory, or a name in an open
+/// directory (symlinks and special files, which are not opened: opening a
+/// FIFO would block).
+enum Target<'f> {
+    Fd(&'f File),
+    At(&'f OwnedFd, &'f OsStr),
+}
+
 /// The walking side: creates directories, special files and links in
 /// order, and hands regular files to the workers.
+///
+/// Host paths may be deeper than `PATH_MAX`: everything is created
+/// relative to the open directory `cur` (`mkdirat`, `openat`, `mknodat`,
+/// `linkat`…), one directory descriptor open at a time, and the walk goes
+/// back up through `..` of the directories it made.
 struct Walker<'a, 's> {
     shared: &'s Shared<'a>,
     jobs: SyncSender<Job>,
-    linked: HashMap<u32, PathBuf>,
+    /// The directory `export` writes into (the destination, or its parent
+    /// when a single file is exported).
+    root: OwnedFd,
+    /// The directory being filled.
+    cur: OwnedFd,
+    /// `cur` below `root`, as names, for the first link of each
+    /// multiply-linked inode.
+    rel: Vec<OsString>,
+    /// `cur` as a host path, for messages.
+    shown: PathBuf,
+    /// Inode → its first copy, below `root`.
+    linked: HashMap<u32, Vec<OsString>>,
     visited_dirs: HashSet<u32>,
     dirs: u64,
     links: u64,
     pb: ProgressBar,
 }
 
-enum Step {
-    Enter(u32, PathBuf),
-    Finish(Box<Inode>, PathBuf),
+/// A directory on the walk's stack: its subdirectories not yet copied.
+struct Level {
+    ino: u32,
+    subdirs: Vec<(Vec<u8>, u32)>,
+}
+
+fn open_dir_at(dir: impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
+    openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
 }
 
 /// Runs the export.
@@ -111,10 +197,32 @@ pub fn run(a: Args) -> Result<()> {
     let shared = Shared {
         fs: &fs,
         chown: nix::unistd::geteuid().is_root(),
+        devices: a.devices || a.trusted,
+        keep_setid: a.keep_setid || a.trusted,
+        skipped_devices: Withheld::default(),
+        dropped_setid: Withheld::default(),
         files: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         error: Mutex::new(None),
     };
+    // The directory the copy goes into, and the name of a single file.
+    let (into, file_name) = if root.is_dir() {
+        if !dest.exists() {
+            fs::create_dir(&dest).with_context(|| format!("{}", dest.display()))?;
+        }
+        (dest.clone(), None)
+    } else {
+        let parent = dest
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = dest.file_name().context("the destination has no file name")?;
+        (parent.to_path_buf(), Some(name.to_os_string()))
+    };
+    let open_into = || -> Result<OwnedFd> {
+        open_dir_at(nix::fcntl::AT_FDCWD, into.as_os_str()).with_context(|| format!("{}", into.display()))
+    };
+    let (root_fd, cur) = (open_into()?, open_into()?);
     let t = Instant::now();
     let (tx, rx) = sync_channel::<Job>(1024);
     let rx = Mutex::new(rx);
@@ -125,16 +233,19 @@ pub fn run(a: Args) -> Result<()> {
         let mut w = Walker {
             shared: &shared,
             jobs: tx,
+            root: root_fd,
+            cur,
+            rel: Vec::new(),
+            shown: into.clone(),
             linked: HashMap::new(),
             visited_dirs: HashSet::new(),
             dirs: 0,
             links: 0,
             pb,
         };
-        let r = if root.is_dir() {
-            w.tree(root.ino, dest)
-        } else {
-            w.entry(&root, &dest)
+        let r = match &file_name {
+            None => w.tree(root.ino),
+            Some(name) => w.entry(&root, name),
         };
         w.pb.finish_and_clear();
         r.map(|()| (w.dirs, w.links))
@@ -142,6 +253,13 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(e) = shared.error.lock().ok().and_then(|mut e| e.take()) {
         return Err(e);
     }
+    shared
+        .skipped_devices
+        .report("skipped the device nodes", "--devices recreates them");
+    shared.dropped_setid.report(
+        "dropped set-user-ID/set-group-ID bits or file capabilities",
+        "--keep-setid keeps them",
+    );
     if !a.quiet {
         let (files, bytes) = (shared.files.load(Relaxed), shared.bytes.load(Relaxed));
         eprintln!(
@@ -164,7 +282,8 @@ fn worker(shared: &Shared<'_>, rx: &Mutex<Receiver<Job>>) {
         if shared.failed() {
             continue;
         }
-        let r = copy_data(shared, &job, &mut buf).and_then(|()| apply_metadata(shared, &job.inode, &job.path));
+        let r = copy_data(shared, &job, &mut buf)
+            .and_then(|()| apply_metadata(shared, &job.inode, Target::Fd(&job.file), &job.path));
         if let Err(e) = r {
             shared.fail(e);
         }
@@ -181,69 +300,99 @@ fn check_dest(dest: &Path) -> Result<()> {
 }
 
 impl Walker<'_, '_> {
-    /// Copies the directory `ino` to `dest`, depth first with an explicit
-    /// stack; directory metadata is applied after the contents so their
-    /// times survive.
-    fn tree(&mut self, ino: u32, dest: PathBuf) -> Result<()> {
-        let mut stack = vec![Step::Enter(ino, dest)];
-        while let Some(step) = stack.pop() {
-            match step {
-                Step::Finish(inode, path) => apply_metadata(self.shared, &inode, &path)?,
-                Step::Enter(ino, path) => {
-                    if !self.visited_dirs.insert(ino) {
-                        bail!(
-                            "directory inode {ino} is reachable twice (a directory loop); {} not exported",
-                            path.display()
-                        );
-                    }
-                    if self.shared.failed() {
-                        return Ok(());
-                    }
-                    let dir = self.shared.fs.inode(ino)?;
-                    if !path.exists() {
-                        fs::create_dir(&path).with_context(|| format!("{}", path.display()))?;
-                    }
-                    self.dirs += 1;
-                    let entries = self.shared.fs.read_dir(&dir)?;
-                    stack.push(Step::Finish(Box::new(dir), path.clone()));
-                    for e in entries.into_iter().rev() {
-                        if e.name == b"." || e.name == b".." {
-                            continue;
-                        }
-                        let child = path.join(OsStr::from_bytes(&e.name));
-                        let inode = self.shared.fs.inode(e.ino)?;
-                        if inode.is_dir() {
-                            stack.push(Step::Enter(e.ino, child));
-                        } else {
-                            self.entry(&inode, &child)?;
-                        }
-                    }
-                }
+    /// Copies the directory `ino` into `cur`, depth first with an explicit
+    /// stack (any depth costs heap, not the thread's stack); a directory's
+    /// metadata is applied once its contents are done, so its times survive.
+    fn tree(&mut self, ino: u32) -> Result<()> {
+        let subdirs = self.enter(ino)?;
+        let mut stack = vec![Level { ino, subdirs }];
+        while let Some(top) = stack.last_mut() {
+            if self.shared.failed() {
+                return Ok(());
+            }
+            if let Some((name, ino)) = top.subdirs.pop() {
+                let name = OsString::from_vec(name);
+                let shown = self.shown.join(&name);
+                mkdirat(&self.cur, name.as_os_str(), Mode::from_bits_truncate(0o700))
+                    .with_context(|| format!("{}", shown.display()))?;
+                self.cur = open_dir_at(&self.cur, &name).with_context(|| format!("{}", shown.display()))?;
+                self.shown = shown;
+                self.rel.push(name);
+                let subdirs = self.enter(ino)?;
+                stack.push(Level { ino, subdirs });
+                continue;
+            }
+            let done = stack.pop().map(|l| l.ino).context("the walk's stack")?;
+            let dir = self.shared.fs.inode(done)?;
+            let fd = File::from(self.cur.try_clone()?);
+            apply_metadata(self.shared, &dir, Target::Fd(&fd), &self.shown)?;
+            if !stack.is_empty() {
+                self.cur =
+                    open_dir_at(&self.cur, OsStr::new("..")).with_context(|| format!("{}/..", self.shown.display()))?;
+                self.shown.pop();
+                self.rel.pop();
             }
         }
         Ok(())
     }
 
-    /// Copies one non-directory inode: links and special files here,
-    /// regular files created here and filled by a worker.
-    fn entry(&mut self, inode: &Inode, path: &Path) -> Result<()> {
+    /// Copies the non-directories of directory `ino` into `cur`; returns
+    /// its subdirectories, first listed last.
+    fn enter(&mut self, ino: u32) -> Result<Vec<(Vec<u8>, u32)>> {
+        if !self.visited_dirs.insert(ino) {
+            bail!(
+                "directory inode {ino} is reachable twice (a directory loop); {} not exported",
+                self.shown.display()
+            );
+        }
+        self.dirs += 1;
+        let dir = self.shared.fs.inode(ino)?;
+        let mut subdirs = Vec::new();
+        for e in self.shared.fs.read_dir(&dir)? {
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            let inode = self.shared.fs.inode(e.ino)?;
+            if inode.is_dir() {
+                subdirs.push((e.name, e.ino));
+            } else {
+                self.entry(&inode, OsStr::from_bytes(&e.name))?;
+            }
+        }
+        subdirs.reverse();
+        Ok(subdirs)
+    }
+
+    /// Copies one non-directory inode as `name` in `cur`: links and
+    /// special files here, regular files created here and filled by a worker.
+    fn entry(&mut self, inode: &Inode, name: &OsStr) -> Result<()> {
         let fs = self.shared.fs;
         let m = fs.metadata(inode)?;
+        let shown = self.shown.join(name);
+        let ctx = || format!("{}", shown.display());
+        if matches!(m.file_type, FileType::CharDevice | FileType::BlockDevice) && !self.shared.devices {
+            self.shared.skipped_devices.note(&shown);
+            return Ok(());
+        }
         if m.nlink > 1 {
             if let Some(first) = self.linked.get(&inode.ino) {
-                fs::hard_link(first, path).with_context(|| format!("{}", path.display()))?;
+                let (dir, last) = self.open_parent(first)?;
+                nix::unistd::linkat(&dir, last, &self.cur, name, AtFlags::empty()).with_context(ctx)?;
                 self.links += 1;
                 return Ok(());
             }
-            self.linked.insert(inode.ino, path.to_path_buf());
+            let mut at = self.rel.clone();
+            at.push(name.to_os_string());
+            self.linked.insert(inode.ino, at);
         }
         match m.file_type {
             FileType::Regular => {
-                let file = File::create_new(path).with_context(|| format!("{}", path.display()))?;
+                let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                let fd = openat(&self.cur, name, flags, Mode::from_bits_truncate(0o600)).with_context(ctx)?;
                 let job = Job {
                     inode: inode.clone(),
-                    path: path.to_path_buf(),
-                    file,
+                    path: shown.clone(),
+                    file: File::from(fd),
                 };
                 // A closed channel means every worker is gone; their error is reported.
                 let _ = self.jobs.send(job);
@@ -256,14 +405,24 @@ impl Walker<'_, '_> {
             }
             FileType::Symlink => {
                 let target = fs.read_link(inode)?;
-                std::os::unix::fs::symlink(OsStr::from_bytes(&target), path)
-                    .with_context(|| format!("{}", path.display()))?;
+                nix::unistd::symlinkat(OsStr::from_bytes(&target), &self.cur, name).with_context(ctx)?;
             }
-            FileType::Directory => bail!("{}: directories go through the walk", path.display()),
-            other => make_node(other, &m, path)?,
+            FileType::Directory => bail!("{}: directories go through the walk", shown.display()),
+            other => make_node(other, &m, &self.cur, name).with_context(ctx)?,
         }
         self.shared.files.fetch_add(1, Relaxed);
-        apply_metadata(self.shared, inode, path)
+        apply_metadata(self.shared, inode, Target::At(&self.cur, name), &shown)
+    }
+
+    /// Opens the directory holding `path` (names below `root`), one
+    /// component at a time; returns it and the last name.
+    fn open_parent<'p>(&self, path: &'p [OsString]) -> Result<(OwnedFd, &'p OsStr)> {
+        let (last, dirs) = path.split_last().context("an empty link path")?;
+        let mut dir = self.root.try_clone()?;
+        for d in dirs {
+            dir = open_dir_at(&dir, d).with_context(|| format!("{}", d.to_string_lossy()))?;
+        }
+        Ok((dir, last.as_os_str()))
     }
 }
 
@@ -300,52 +459,91 @@ fn copy_data(shared: &Shared<'_>, job: &Job, buf: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// The set-id bits an untrusted image may not bring: set-user-ID always,
+/// set-group-ID on anything but a directory (there it only passes the
+/// group on to new entries).
+fn setid_bits(ft: FileType) -> u16 {
+    if ft == FileType::Directory { 0o4000 } else { 0o6000 }
+}
+
 /// Owner (as root), mode, xattrs, then times — in that order, because
 /// chown clears set-id bits and capabilities.
-fn apply_metadata(shared: &Shared<'_>, inode: &Inode, path: &Path) -> Result<()> {
+fn apply_metadata(shared: &Shared<'_>, inode: &Inode, to: Target<'_>, shown: &Path) -> Result<()> {
     let fs = shared.fs;
     let m = fs.metadata(inode)?;
-    let ctx = || format!("{}", path.display());
+    let ctx = || format!("{}", shown.display());
     let symlink = m.file_type == FileType::Symlink;
+    let mut dropped = false;
+    let mut perm = m.perm;
+    if !shared.keep_setid && perm & setid_bits(m.file_type) != 0 {
+        perm &= !setid_bits(m.file_type);
+        dropped = true;
+    }
     if shared.chown {
-        std::os::unix::fs::lchown(path, Some(m.uid), Some(m.gid)).with_context(ctx)?;
+        let (u, g) = (Some(Uid::from_raw(m.uid)), Some(Gid::from_raw(m.gid)));
+        match to {
+            Target::Fd(f) => nix::unistd::fchown(f, u, g),
+            Target::At(dir, name) => nix::unistd::fchownat(dir, name, u, g, AtFlags::AT_SYMLINK_NOFOLLOW),
+        }
+        .with_context(ctx)?;
     }
     if !symlink {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(u32::from(m.perm))).with_context(ctx)?;
+        let mode = Mode::from_bits_truncate(u32::from(perm));
+        match to {
+            Target::Fd(f) => nix::sys::stat::fchmod(f, mode),
+            // Never a symlink here, so following the name changes nothing.
+            Target::At(dir, name) => nix::sys::stat::fchmodat(dir, name, mode, FchmodatFlags::FollowSymlink),
+        }
+        .with_context(ctx)?;
     }
     for x in fs.xattrs(inode)? {
         let name = OsStr::from_bytes(&x.name);
-        if let Err(e) = xattr::set(path, name, &x.value) {
+        if !shared.keep_setid && x.name == b"security.capability" {
+            dropped = true;
+            continue;
+        }
+        let r = match to {
+            Target::Fd(f) => f.set_xattr(name, &x.value),
+            Target::At(dir, entry) => {
+                // No `lsetxattrat`: the directory's /proc link keeps the path short.
+                let mut p = OsString::from(format!("/proc/self/fd/{}/", dir.as_raw_fd()));
+                p.push(entry);
+                xattr::set(&p, name, &x.value)
+            }
+        };
+        if let Err(e) = r {
             // Symlinks cannot carry user.* attributes on Linux; the kernel
             // shows none there either.
             if !(symlink && e.raw_os_error() == Some(libc::EPERM)) {
-                return Err(e).with_context(|| format!("{}: setting xattr {}", path.display(), name.to_string_lossy()));
+                return Err(e)
+                    .with_context(|| format!("{}: setting xattr {}", shown.display(), name.to_string_lossy()));
             }
         }
     }
-    // utimensat on the path itself: opening a FIFO to set times would block.
     let ts = |t: ext4kit_format::inode::Timestamp| TimeSpec::new(t.secs, i64::from(t.nsecs));
-    utimensat(
-        AT_FDCWD,
-        path,
-        &ts(m.atime),
-        &ts(m.mtime),
-        UtimensatFlags::NoFollowSymlink,
-    )
+    match to {
+        Target::Fd(f) => nix::sys::stat::futimens(f, &ts(m.atime), &ts(m.mtime)),
+        // On the name itself: opening a FIFO to set times would block.
+        Target::At(dir, name) => {
+            nix::sys::stat::utimensat(dir, name, &ts(m.atime), &ts(m.mtime), UtimensatFlags::NoFollowSymlink)
+        }
+    }
     .with_context(ctx)?;
+    if dropped {
+        shared.dropped_setid.note(shown);
+    }
     Ok(())
 }
 
-fn make_node(ft: FileType, m: &Metadata, path: &Path) -> Result<()> {
+fn make_node(ft: FileType, m: &Metadata, dir: &OwnedFd, name: &OsStr) -> Result<()> {
     let kind = match ft {
         FileType::CharDevice => SFlag::S_IFCHR,
         FileType::BlockDevice => SFlag::S_IFBLK,
         FileType::Fifo => SFlag::S_IFIFO,
         FileType::Socket => SFlag::S_IFSOCK,
-        _ => bail!("{}: not a special file", path.display()),
+        _ => bail!("not a special file"),
     };
     let dev = makedev(u64::from(m.rdev.0), u64::from(m.rdev.1));
-    mknod(path, kind, Mode::from_bits_truncate(0o600), dev).with_context(|| format!("{}: mknod", path.display()))?;
+    mknodat(dir, name, kind, Mode::from_bits_truncate(0o600), dev).context("mknod")?;
     Ok(())
 }

@@ -5,14 +5,19 @@
 //! image is an engine call.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::{Attr, Batch, Filesystem, NodeKind, SetAttr, XattrSet};
 use ext4kit_format::inode::Timestamp;
+use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, openat, readlinkat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstatat};
+use xattr::FileExt as _;
 
 use crate::ImageArgs;
 use crate::open::open_rw;
@@ -44,6 +49,10 @@ pub fn run(a: Args) -> Result<()> {
 /// directory and inode-table blocks) are written once per commit. On an
 /// error the image keeps what the last commit held (whole files and
 /// directories up to some point of the walk, e2fsck-clean).
+///
+/// The host tree is read relative to open directories (`openat`,
+/// `fstatat`), one at a time, so its depth is bounded neither by the
+/// stack nor by `PATH_MAX`.
 pub fn import(fs: &Filesystem, src: &Path, dest_path: &str, own_root: bool) -> Result<()> {
     let dest = fs.resolve_opts(dest_path.as_bytes(), true)?;
     if !dest.is_dir() {
@@ -54,29 +63,79 @@ pub fn import(fs: &Filesystem, src: &Path, dest_path: &str, own_root: bool) -> R
         links: HashMap::new(),
         buf: vec![0u8; 1 << 20],
     };
-    let meta = fs::symlink_metadata(src).with_context(|| src.display().to_string())?;
-    if meta.is_dir() {
-        im.dir_contents(src, dest.ino)?;
+    let shown = || src.display().to_string();
+    let st = fstatat(AT_FDCWD, src, AtFlags::AT_SYMLINK_NOFOLLOW).with_context(shown)?;
+    if kind(&st) == SFlag::S_IFDIR {
+        let top = open_dir_at(AT_FDCWD, src.as_os_str()).with_context(shown)?;
+        let top = im.tree(top, src.to_path_buf(), dest.ino)?;
         if own_root {
-            let perm = (meta.mode() & 0o7777) as u16;
             im.fs.setattr(
                 dest.ino,
                 &SetAttr {
-                    perm: Some(perm),
-                    uid: Some(meta.uid()),
-                    gid: Some(meta.gid()),
+                    perm: Some(perm(&st)),
+                    uid: Some(st.st_uid),
+                    gid: Some(st.st_gid),
                     ..SetAttr::default()
                 },
             )?;
-            im.finish(src, dest.ino, &meta)?;
+            im.finish(Host::Fd(&File::from(top)), dest.ino, &st, src)?;
         }
     } else {
+        let parent = src
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         let name = src.file_name().context("source has no file name")?;
-        im.entry(src, dest.ino, name.as_bytes())?;
+        let dir = open_dir_at(AT_FDCWD, parent.as_os_str()).with_context(|| parent.display().to_string())?;
+        im.entry(&dir, name, dest.ino, &st, src)?;
     }
     im.fs.finish()?;
     fs.sync()?;
     Ok(())
+}
+
+fn open_dir_at(dir: impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
+    openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+fn kind(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+}
+
+fn perm(st: &FileStat) -> u16 {
+    (st.st_mode & 0o7777) as u16
+}
+
+/// The names in the open directory `dir`, sorted, last first (popped in order).
+fn names(dir: &OwnedFd, shown: &Path) -> Result<Vec<OsString>> {
+    // Listed through the descriptor's /proc link: a short path at any depth.
+    let at = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    let mut names = std::fs::read_dir(&at)
+        .and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect::<std::io::Result<Vec<_>>>())
+        .with_context(|| shown.display().to_string())?;
+    names.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(names)
+}
+
+/// Where a host entry's xattrs are read: an open file or directory, or a
+/// name in an open directory (symlinks and special files are not opened).
+enum Host<'f> {
+    Fd(&'f File),
+    At(&'f OwnedFd, &'f OsStr),
+}
+
+/// A host directory being copied: its image inode, the names still to
+/// copy, and its own status (taken before its contents were read), for
+/// its times once they are done.
+struct Level {
+    ino: u32,
+    names: Vec<OsString>,
+    st: FileStat,
 }
 
 struct Importer<'a> {
@@ -88,67 +147,108 @@ struct Importer<'a> {
 }
 
 impl Importer<'_> {
-    fn dir_contents(&mut self, dir: &Path, parent: u32) -> Result<()> {
-        let mut names: Vec<_> = fs::read_dir(dir)?.collect::<std::io::Result<_>>()?;
-        names.sort_by_key(|e| e.file_name());
-        for e in names {
-            self.entry(&e.path(), parent, e.file_name().as_bytes())?;
+    /// Copies the contents of the open host directory `top` into image
+    /// directory `ino`, depth first with an explicit stack: one host
+    /// directory open at a time, and back up through `..`. Returns `top`.
+    fn tree(&mut self, top: OwnedFd, mut shown: PathBuf, ino: u32) -> Result<OwnedFd> {
+        let st = nix::sys::stat::fstat(&top).with_context(|| shown.display().to_string())?;
+        let mut cur = top;
+        let mut stack = vec![Level {
+            ino,
+            names: names(&cur, &shown)?,
+            st,
+        }];
+        while let Some(level) = stack.last_mut() {
+            if let Some(name) = level.names.pop() {
+                let path = shown.join(&name);
+                let st = fstatat(&cur, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                    .with_context(|| path.display().to_string())?;
+                if kind(&st) != SFlag::S_IFDIR {
+                    self.entry(&cur, &name, level.ino, &st, &path)?;
+                    continue;
+                }
+                let attr = Attr {
+                    perm: perm(&st),
+                    uid: st.st_uid,
+                    gid: st.st_gid,
+                };
+                let sub = self
+                    .fs
+                    .create(level.ino, name.as_bytes(), NodeKind::Directory, attr)
+                    .with_context(|| path.display().to_string())?
+                    .ino;
+                cur = open_dir_at(&cur, &name).with_context(|| path.display().to_string())?;
+                shown = path;
+                let names = names(&cur, &shown)?;
+                stack.push(Level { ino: sub, names, st });
+                continue;
+            }
+            let done = stack.pop().context("the walk's stack")?;
+            if stack.is_empty() {
+                break;
+            }
+            self.finish(Host::Fd(&File::from(cur.try_clone()?)), done.ino, &done.st, &shown)?;
+            cur = open_dir_at(&cur, OsStr::new("..")).with_context(|| format!("{}/..", shown.display()))?;
+            shown.pop();
         }
-        Ok(())
+        Ok(cur)
     }
 
-    fn entry(&mut self, path: &Path, parent: u32, name: &[u8]) -> Result<()> {
-        let m = fs::symlink_metadata(path).with_context(|| path.display().to_string())?;
+    /// Copies the non-directory `name` of host directory `dir` into image
+    /// directory `parent`.
+    fn entry(&mut self, dir: &OwnedFd, name: &OsStr, parent: u32, st: &FileStat, path: &Path) -> Result<()> {
         let ctx = || path.display().to_string();
-        if !m.is_dir()
-            && m.nlink() > 1
-            && let Some(&ino) = self.links.get(&(m.dev(), m.ino()))
+        let nlink = st.st_nlink;
+        let key = (st.st_dev, st.st_ino);
+        if nlink > 1
+            && let Some(&ino) = self.links.get(&key)
         {
-            return self.fs.link(ino, parent, name).with_context(ctx);
+            return self.fs.link(ino, parent, name.as_bytes()).with_context(ctx);
         }
-        let ft = m.file_type();
-        let kind = if ft.is_dir() {
-            NodeKind::Directory
-        } else if ft.is_symlink() {
-            NodeKind::Symlink(fs::read_link(path)?.as_os_str().as_bytes().to_vec())
-        } else if ft.is_char_device() {
-            NodeKind::CharDevice(major(m.rdev()), minor(m.rdev()))
-        } else if ft.is_block_device() {
-            NodeKind::BlockDevice(major(m.rdev()), minor(m.rdev()))
-        } else if ft.is_fifo() {
-            NodeKind::Fifo
-        } else if ft.is_socket() {
-            NodeKind::Socket
-        } else {
-            NodeKind::Regular
+        let ft = kind(st);
+        let rdev = st.st_rdev;
+        let node = match ft {
+            SFlag::S_IFDIR => bail!("{}: directories go through the walk", path.display()),
+            SFlag::S_IFLNK => NodeKind::Symlink(readlinkat(dir, name).with_context(ctx)?.as_bytes().to_vec()),
+            SFlag::S_IFCHR => NodeKind::CharDevice(major(rdev), minor(rdev)),
+            SFlag::S_IFBLK => NodeKind::BlockDevice(major(rdev), minor(rdev)),
+            SFlag::S_IFIFO => NodeKind::Fifo,
+            SFlag::S_IFSOCK => NodeKind::Socket,
+            _ => NodeKind::Regular,
         };
         let attr = Attr {
-            perm: (m.mode() & 0o7777) as u16,
-            uid: m.uid(),
-            gid: m.gid(),
+            perm: perm(st),
+            uid: st.st_uid,
+            gid: st.st_gid,
         };
-        let ino = self.fs.create(parent, name, kind, attr).with_context(ctx)?.ino;
-        if ft.is_file() {
-            self.copy_data(path, ino, m.len())?;
-            if m.nlink() > 1 {
-                self.links.insert((m.dev(), m.ino()), ino);
+        let ino = self
+            .fs
+            .create(parent, name.as_bytes(), node, attr)
+            .with_context(ctx)?
+            .ino;
+        if ft == SFlag::S_IFREG {
+            let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            let f = File::from(openat(dir, name, flags, Mode::empty()).with_context(ctx)?);
+            self.copy_data(&f, ino, st.st_size as u64, path)?;
+            if nlink > 1 {
+                self.links.insert(key, ino);
             }
-        } else if ft.is_dir() {
-            self.dir_contents(path, ino)?;
+            return self.finish(Host::Fd(&f), ino, st, path);
         }
-        self.finish(path, ino, &m)
+        self.finish(Host::At(dir, name), ino, st, path)
     }
 
     /// Copies the data ranges (SEEK_DATA/SEEK_HOLE keeps holes as holes).
-    fn copy_data(&mut self, path: &Path, ino: u32, len: u64) -> Result<()> {
-        let f = File::open(path).with_context(|| path.display().to_string())?;
-        let ranges = data_ranges(&f, len);
+    fn copy_data(&mut self, f: &File, ino: u32, len: u64, path: &Path) -> Result<()> {
+        let ranges = data_ranges(f, len);
         let written_to = ranges.last().map_or(0, |r| r.1.min(len));
         for (start, end) in ranges {
             let mut off = start;
             while off < end {
                 let want = ((end - off) as usize).min(self.buf.len());
-                let n = f.read_at(&mut self.buf[..want], off)?;
+                let n = f
+                    .read_at(&mut self.buf[..want], off)
+                    .with_context(|| path.display().to_string())?;
                 if n == 0 {
                     break;
                 }
@@ -164,22 +264,39 @@ impl Importer<'_> {
     }
 
     /// Times and xattrs, after the contents (writing changes mtime).
-    fn finish(&mut self, path: &Path, ino: u32, m: &fs::Metadata) -> Result<()> {
-        let names = xattr::list(path).map(|l| l.collect::<Vec<_>>()).unwrap_or_default();
-        for n in names {
-            if let Some(v) = xattr::get(path, &n)? {
-                self.fs
-                    .set_xattr(ino, n.as_bytes(), &v, XattrSet::Any)
-                    .with_context(|| format!("{}: xattr {}", path.display(), n.to_string_lossy()))?;
+    fn finish(&mut self, host: Host<'_>, ino: u32, st: &FileStat, path: &Path) -> Result<()> {
+        let xattrs = match host {
+            Host::Fd(f) => f
+                .list_xattr()
+                .map(|l| {
+                    l.filter_map(|n| f.get_xattr(&n).ok().flatten().map(|v| (n, v)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Host::At(dir, name) => {
+                // No `llistxattrat`: the directory's /proc link keeps the path short.
+                let mut p = OsString::from(format!("/proc/self/fd/{}/", dir.as_raw_fd()));
+                p.push(name);
+                xattr::list(&p)
+                    .map(|l| {
+                        l.filter_map(|n| xattr::get(&p, &n).ok().flatten().map(|v| (n, v)))
+                            .collect()
+                    })
+                    .unwrap_or_else(|_| Vec::<(OsString, Vec<u8>)>::new())
             }
+        };
+        for (n, v) in xattrs {
+            self.fs
+                .set_xattr(ino, n.as_bytes(), &v, XattrSet::Any)
+                .with_context(|| format!("{}: xattr {}", path.display(), n.to_string_lossy()))?;
         }
         let ts = |s: i64, ns: i64| Timestamp {
             secs: s,
             nsecs: ns.clamp(0, 999_999_999) as u32,
         };
         let set = SetAttr {
-            atime: Some(ts(m.atime(), m.atime_nsec())),
-            mtime: Some(ts(m.mtime(), m.mtime_nsec())),
+            atime: Some(ts(st.st_atime, st.st_atime_nsec)),
+            mtime: Some(ts(st.st_mtime, st.st_mtime_nsec)),
             ..SetAttr::default()
         };
         self.fs.setattr(ino, &set)?;
