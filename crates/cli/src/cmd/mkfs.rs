@@ -73,6 +73,11 @@ pub fn run(a: Args) -> Result<()> {
 
 fn make(a: &Args) -> Result<()> {
     let mut opts = options(a)?;
+    if let Some(src) = &a.root_dir
+        && !src.is_dir()
+    {
+        bail!("-d {}: not a directory", src.display());
+    }
     let size = a.size.as_deref().map(parse_size).transpose()?;
     opts.size_bytes = size;
     // Sizes and counts mkfs cannot lay out are refused before an

@@ -103,10 +103,10 @@ impl fmt::Display for Holder {
                 .and_then(|a| Path::new(a).file_name())
                 .is_some_and(|n| n.to_string_lossy().contains("ext4kit"))
         });
-        let pid = self
-            .pid
-            .map(|p| format!("pid {p}"))
-            .unwrap_or_else(|| "pid unknown".into());
+        let Some(pid) = self.pid else {
+            return write!(f, "locked by another process");
+        };
+        let pid = format!("pid {pid}");
         match (&self.mount_point, ext4kit) {
             (Some(mp), _) => {
                 let how = if self.shared { "mounted read-only" } else { "mounted" };
@@ -189,11 +189,11 @@ pub(super) fn claim_for_reading(path: &Path, file: &File, meta: &Metadata) -> io
 }
 
 /// What uses the image, for a reader that takes no lock: the kernel, or a
-/// writer holding the image lock. Never fails: what cannot be read
-/// (no `/proc`) counts as unused.
+/// writer holding the image lock (other readers do not count). Never
+/// fails: what cannot be read (no `/proc`) counts as unused.
 pub fn check(path: &Path) -> Option<InUse> {
     let meta = std::fs::metadata(path).ok()?;
-    kernel_use(&meta, false).or_else(|| lock_holder(path, &meta, false).map(InUse::Locked))
+    kernel_use(&meta, false).or_else(|| lock_holder(path, &meta, true).map(InUse::Locked))
 }
 
 /// Opens the image (flags as given); a block device opened for writing is
@@ -235,10 +235,11 @@ fn lock(path: &Path, file: &File, meta: &Metadata, shared: bool) -> io::Result<(
     match r {
         Ok(()) => Ok(()),
         Err(std::fs::TryLockError::WouldBlock) => {
-            let holder = lock_holder(path, meta, !shared).unwrap_or(Holder {
+            // A writer is kept out by any lock, a reader only by a writer's.
+            let holder = lock_holder(path, meta, shared).unwrap_or(Holder {
                 pid: None,
                 command: None,
-                shared: !shared,
+                shared: false,
                 mount_point: None,
             });
             Err(InUseError {
