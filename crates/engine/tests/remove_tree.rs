@@ -294,6 +294,16 @@ fn recovered(dev: &CrashDevice, point: usize, s: Survivors) -> BTreeMap<String, 
     tree
 }
 
+/// Every commit goes to the journal and is flushed at once (`-o sync`):
+/// a removal of many commits would then show its steps to a crash.
+fn open_syncing(dev: &Arc<CrashDevice>) -> Filesystem {
+    let opts = OpenOptions {
+        sync_writes: true,
+        ..OpenOptions::default()
+    };
+    Filesystem::open(Box::new(dev.clone()), opts).unwrap()
+}
+
 fn crash_image() -> Arc<CrashDevice> {
     Arc::new(CrashDevice::with_atomic_unit(image(8 << 20, None), 4096))
 }
@@ -304,7 +314,7 @@ fn a_crash_during_a_tree_removal_leaves_before_or_after() {
         return;
     }
     let dev = crash_image();
-    let fs = Filesystem::open(Box::new(dev.clone()), OpenOptions::default()).unwrap();
+    let fs = open_syncing(&dev);
     build_tree(&fs, 150);
     fs.sync().unwrap();
     let before = listing(&fs);
@@ -331,7 +341,7 @@ fn a_crash_during_a_batch_of_creates_leaves_before_or_after() {
         return;
     }
     let dev = crash_image();
-    let fs = Filesystem::open(Box::new(dev.clone()), OpenOptions::default()).unwrap();
+    let fs = open_syncing(&dev);
     fs.sync().unwrap();
     let before = listing(&fs);
     let start = dev.writes();
