@@ -13,11 +13,15 @@
 //! A clean record skips step 2 but not step 3 (e2fsprogs' order; the
 //! kernel waits nothing after a clean record, a race its maintainers have
 //! acknowledged). Every writable open of an MMP image therefore takes at
-//! least `2 * check + 1` seconds: 11 s with the default 5 s interval.
+//! least `2 * check + 1` seconds: with the default 5 s update interval,
+//! 11 s on an image fresh from mke2fs (its record says 5 s) and 21 s once
+//! the kernel or ext4kit has held it (they advertise twice the update
+//! interval, `kmmpd`'s margin for slow writes); twice that to take over
+//! from a holder that died.
 
 use std::time::Duration;
 
-use ext4kit_format::mmp::{MmpState, RawMmp, check_interval_for, wait_secs};
+use ext4kit_format::mmp::{EXT4_MMP_MAX_CHECK_INTERVAL, MmpState, RawMmp, check_interval_for, wait_secs};
 
 use super::site::{Site, new_seq, nodename};
 use crate::error::{Error, Result};
@@ -25,7 +29,7 @@ use crate::error::{Error, Result};
 /// The record as this opener wrote it, once it holds the block.
 pub(crate) fn claim(site: &Site, update_interval: u16, min_check: u16, bdevname: &[u8]) -> Result<RawMmp> {
     let mut rec = site.read()?;
-    let check = update_interval.max(min_check).max(1).max(rec.mmp_check_interval.get());
+    let check = check_secs(update_interval, min_check, rec.mmp_check_interval.get());
     let wait = wait_secs(check);
     match rec.state() {
         MmpState::Clean => {}
@@ -68,6 +72,19 @@ pub(crate) fn claim(site: &Site, update_interval: u16, min_check: u16, bdevname:
     Ok(rec)
 }
 
+/// The check interval an opener waits on: the larger of the update
+/// interval (raised to `min`) and the holder's `mmp_check_interval`, capped
+/// where no live holder goes (the kernel's own limit, and the tools' limit
+/// on the update interval) so a hostile image cannot make an open wait for
+/// hours.
+fn check_secs(update_interval: u16, min: u16, recorded: u16) -> u16 {
+    update_interval
+        .max(min)
+        .max(1)
+        .max(recorded)
+        .min(EXT4_MMP_MAX_CHECK_INTERVAL)
+}
+
 /// "in use on host X, device Y (its MMP block N: … ; last update T)".
 pub(crate) fn holder(rec: &RawMmp, block: u64, what: &str) -> String {
     format!(
@@ -85,4 +102,18 @@ fn show(name: &str) -> &str {
 
 fn busy(why: String) -> Error {
     Error::InUseElsewhere(why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_secs;
+
+    #[test]
+    fn the_wait_follows_the_largest_interval_within_the_kernel_limit() {
+        assert_eq!(check_secs(1, 5, 0), 5);
+        assert_eq!(check_secs(1, 1, 2), 2);
+        assert_eq!(check_secs(0, 0, 0), 1);
+        assert_eq!(check_secs(60, 5, 10), 60);
+        assert_eq!(check_secs(65535, 5, 65535), 300);
+    }
 }

@@ -18,7 +18,9 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ext4kit_format::mmp::{EXT4_MMP_SEQ_CLEAN, EXT4_MMP_SEQ_MAX, RawMmp, check_interval_for};
+use ext4kit_format::mmp::{
+    EXT4_MMP_MAX_UPDATE_INTERVAL, EXT4_MMP_SEQ_CLEAN, EXT4_MMP_SEQ_MAX, RawMmp, check_interval_for,
+};
 use ext4kit_format::superblock::{RawSuperblock, STATE_ERROR, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use parking_lot::{Condvar, Mutex};
 
@@ -70,7 +72,9 @@ impl Updater {
             lost,
             read_only,
         });
-        let period = Duration::from_secs(u64::from(update_interval.max(1)));
+        // Never slower than the longest interval the tools allow: the check
+        // interval others wait on is capped there too.
+        let period = Duration::from_secs(u64::from(update_interval.clamp(1, EXT4_MMP_MAX_UPDATE_INTERVAL)));
         let (s, st) = (shared.clone(), site.clone());
         let thread = std::thread::Builder::new()
             .name("ext4kit-mmp".into())
