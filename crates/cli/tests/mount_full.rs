@@ -253,3 +253,61 @@ fn an_overrunning_write_call_reads_back_as_what_was_stored() {
     assert_stored_exactly(&img, "huge", 5, kept.len() as u64);
     assert_clean(&img);
 }
+
+/// A tmpfs of a given size, unmounted on drop.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn new(size: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount -t tmpfs");
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+/// A sparse 64 MiB image on a 40 MiB host file system: the host fills
+/// first. write(2) fails with ENOSPC (not EROFS later), every accepted
+/// byte is stored, other changes are refused with ENOSPC, and the image
+/// unmounts clean.
+#[test]
+fn a_full_host_under_a_sparse_image_is_enospc_from_write() {
+    if !ready() {
+        return;
+    }
+    let host = Tmpfs::new("40m");
+    let img = host.0.path().join("sparse.ext4");
+    let out = Command::new(exe())
+        .args(["mkfs", "-q"])
+        .arg(&img)
+        .arg("64M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = FuseMount::start(exe(), &img, "").unwrap();
+    let (f, accepted, err) = fill(&m.path().join("big"), 6);
+    drop(f);
+    assert_eq!(err.kind(), ErrorKind::StorageFull, "write(2) failed with {err}");
+    let e = File::create(m.path().join("after")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StorageFull, "create: {e}");
+    assert!(
+        m.unmount().unwrap().success(),
+        "the server did not close the image cleanly"
+    );
+    assert_stored_exactly(&img, "big", 6, accepted);
+    assert!(
+        accepted >= 24 << 20,
+        "only {accepted} bytes accepted with 40 MiB on the host"
+    );
+    assert_clean(&img);
+}

@@ -15,6 +15,7 @@ mod adapter;
 mod attr;
 mod bdi;
 mod handles;
+mod host_space;
 pub mod options;
 mod poll;
 mod session;

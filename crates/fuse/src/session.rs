@@ -134,9 +134,11 @@ fn fuse_config(cfg: &MountConfig, source: &str) -> Config {
     c
 }
 
-/// Mounts `fs` at `mountpoint` and serves it until unmounted. `mounted` runs
-/// once the kernel has accepted the mount (the daemon reports success to
-/// its parent there). Returns after the image was closed cleanly.
+/// Mounts `fs` at `mountpoint` and serves it until unmounted. `image`, the
+/// image file when there is one, lets the server watch the host file
+/// system under it (see [`crate::host_space`]). `mounted` runs once the
+/// kernel has accepted the mount (the daemon reports success to its parent
+/// there). Returns after the image was closed cleanly.
 ///
 /// # Errors
 /// Mounting fails (no `/dev/fuse`, not a directory, not permitted), the
@@ -144,6 +146,7 @@ fn fuse_config(cfg: &MountConfig, source: &str) -> Config {
 pub fn serve(
     fs: Filesystem,
     source: &str,
+    image: Option<&Path>,
     mountpoint: &Path,
     cfg: MountConfig,
     mounted: impl FnOnce(),
@@ -155,6 +158,9 @@ pub fn serve(
     let adapter = Ext4Fuse::new(fs.clone(), cfg.clone());
     let notifier = adapter.notifier_slot();
     let space = adapter.space_slot();
+    if let Some(host) = image.and_then(|i| crate::host_space::HostSpace::open(i, journal_bytes(&fs))) {
+        space.watch_host(host);
+    }
     let mut session = mount_polled(adapter, mountpoint, &config, &cfg)?;
     set_read_ahead(mountpoint, cfg.read_ahead_kb)?;
     set_max_dirty(mountpoint, &space, cfg.max_dirty.is_some())?;
@@ -242,6 +248,14 @@ fn set_read_ahead(mountpoint: &Path, asked: Option<u32>) -> io::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Bytes of the internal journal (0 without one).
+fn journal_bytes(fs: &Filesystem) -> u64 {
+    fs.journal_info()
+        .superblock
+        .as_ref()
+        .map_or(0, |j| u64::from(j.max_len) * u64::from(j.block_size))
 }
 
 /// Makes the kernel hold at most the reserve's `max_dirty` of unsent file

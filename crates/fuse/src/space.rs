@@ -39,6 +39,7 @@
 //! the image never holds a hole the program did not write; the kernel
 //! may still report the size it cached until it forgets the inode.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use ext4kit_engine::Filesystem;
@@ -67,6 +68,8 @@ pub(crate) struct Space {
     max_dirty: AtomicU64,
     /// Within `max_dirty` of the reserve: attributes are not cached.
     low: AtomicBool,
+    /// The host file system under a sparse image file, once known.
+    host: OnceLock<crate::host_space::HostSpace>,
 }
 
 impl Space {
@@ -74,7 +77,25 @@ impl Space {
         Self {
             max_dirty: AtomicU64::new(max_dirty),
             low: AtomicBool::new(false),
+            host: OnceLock::new(),
         }
+    }
+
+    /// Counts the host file system of the image file too (see
+    /// [`crate::host_space`]).
+    pub(crate) fn watch_host(&self, host: crate::host_space::HostSpace) {
+        let _ = self.host.set(host);
+    }
+
+    /// Bytes the host can still give the image, when it is the tighter
+    /// limit (for `statfs`).
+    pub(crate) fn host_limit(&self, fs: &Filesystem) -> Option<u64> {
+        let host = self.host.get()?;
+        host.limit(Self::ext4_free(fs))
+    }
+
+    fn ext4_free(fs: &Filesystem) -> u64 {
+        fs.free_blocks().saturating_mul(u64::from(fs.geometry().block_size))
     }
 
     /// The kernel's actual limit, once the mount exists and it was set
@@ -97,16 +118,28 @@ impl Space {
         }
     }
 
-    fn free_bytes(fs: &Filesystem) -> u64 {
-        fs.free_blocks().saturating_mul(u64::from(fs.geometry().block_size))
+    /// Free bytes: ext4's free blocks, or what the host can still store
+    /// for the image when that is less (and then whether it was).
+    fn free_bytes(&self, fs: &Filesystem) -> (u64, bool) {
+        let ext4 = Self::ext4_free(fs);
+        match self.host.get().and_then(|h| h.limit(ext4)) {
+            Some(host) if host < ext4 => (host, true),
+            _ => (ext4, false),
+        }
     }
 
     /// ENOSPC when only the reserve is left: for every allocation that
     /// does not come from the kernel's cache, and for the GETATTR that
     /// precedes a cached `write(2)`.
+    /// Without the write-back cache (no reserve) only a full host is
+    /// refused here; the engine finds a full ext4 itself.
     pub(crate) fn check(&self, fs: &Filesystem, writers: u64) -> Result<(), Errno> {
         let reserve = self.reserve(writers);
-        if reserve != 0 && Self::free_bytes(fs) <= reserve {
+        let (free, host) = self.free_bytes(fs);
+        if (reserve != 0 || host) && free <= reserve {
+            if host && let Some(h) = self.host.get() {
+                h.report(free);
+            }
             return Err(Errno::ENOSPC);
         }
         Ok(())
@@ -120,7 +153,7 @@ impl Space {
         if reserve == 0 {
             return false;
         }
-        let low = Self::free_bytes(fs) <= reserve + self.max_dirty();
+        let low = self.free_bytes(fs).0 <= reserve + self.max_dirty();
         let was = self.low.swap(low, Ordering::Relaxed);
         low && !was
     }

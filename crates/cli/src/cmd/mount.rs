@@ -86,7 +86,7 @@ fn open_and_serve(a: &Args, cfg: MountConfig, mounted: impl FnOnce()) -> Result<
             .to_string()
     });
     let daemon = std::env::var_os(DAEMON_CHILD).is_some();
-    ext4kit_fuse::serve(fs, &source, &a.mountpoint, cfg, || {
+    ext4kit_fuse::serve(fs, &source, Some(&a.image), &a.mountpoint, cfg, || {
         mounted();
         if daemon {
             let mut out = std::io::stdout();

@@ -525,10 +525,15 @@ impl fuser::Filesystem for Ext4Fuse {
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let _serving = self.request_arrived();
         let s = self.fs.statfs();
+        // A full host under a sparse image shows as a full file system.
+        let host = self
+            .space
+            .host_limit(&self.fs)
+            .map_or(u64::MAX, |b| b / u64::from(s.block_size));
         reply.statfs(
             s.blocks,
-            s.blocks_free,
-            s.blocks_available,
+            s.blocks_free.min(host),
+            s.blocks_available.min(host),
             s.files,
             s.files_free,
             s.block_size,
