@@ -75,3 +75,39 @@ fn imported_trees_read_back_through_the_kernel() {
     import_into(dir.path(), &src, &["-b", "1024", "-O", "^metadata_csum,uninit_bg"]);
     import_into(dir.path(), &src, &["-t", "ext3", "-b", "4096", "-I", "128"]);
 }
+
+/// An import that runs out of space inside its first commit leaves the
+/// image as it was, and says so.
+#[test]
+fn an_import_that_does_not_fit_changes_nothing() {
+    if skip_unless(require_tool("mkfs.ext4")).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    for i in 0..12 {
+        std::fs::write(src.join("sub").join(format!("f{i:02}")), vec![i as u8; 1 << 20]).unwrap();
+    }
+    let img = dir.path().join("img");
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&img)
+        .arg("8M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let before = std::fs::read(&img).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .arg("import")
+        .arg(&img)
+        .arg(&src)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "12 MiB fit in 8 MiB");
+    assert!(err.contains("nothing was imported, the image is as it was"), "{err}");
+    assert!(std::fs::read(&img).unwrap() == before, "the image changed: {err}");
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
+}

@@ -63,31 +63,16 @@ pub fn import(fs: &Filesystem, src: &Path, dest_path: &str, own_root: bool) -> R
         links: HashMap::new(),
         buf: vec![0u8; 1 << 20],
     };
-    let shown = || src.display().to_string();
-    let st = fstatat(AT_FDCWD, src, AtFlags::AT_SYMLINK_NOFOLLOW).with_context(shown)?;
-    if kind(&st) == SFlag::S_IFDIR {
-        let top = open_dir_at(AT_FDCWD, src.as_os_str()).with_context(shown)?;
-        let top = im.tree(top, src.to_path_buf(), dest.ino)?;
-        if own_root {
-            im.fs.setattr(
-                dest.ino,
-                &SetAttr {
-                    perm: Some(perm(&st)),
-                    uid: Some(st.st_uid),
-                    gid: Some(st.st_gid),
-                    ..SetAttr::default()
-                },
-            )?;
-            im.finish(Host::Fd(&File::from(top)), dest.ino, &st, src)?;
-        }
-    } else {
-        let parent = src
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let name = src.file_name().context("source has no file name")?;
-        let dir = open_dir_at(AT_FDCWD, parent.as_os_str()).with_context(|| parent.display().to_string())?;
-        im.entry(&dir, name, dest.ino, &st, src)?;
+    if let Err(e) = im.copy(src, dest.ino, own_root) {
+        // Dropping the batch discards what its last commit did not hold.
+        let kept = im.fs.committed();
+        return Err(if kept == 0 {
+            e.context("import stopped; nothing was imported, the image is as it was")
+        } else {
+            e.context(format!(
+                "import stopped; the first {kept} changes of the walk (whole files and directories, in name order) stay in the image"
+            ))
+        });
     }
     im.fs.finish()?;
     fs.sync()?;
@@ -147,6 +132,37 @@ struct Importer<'a> {
 }
 
 impl Importer<'_> {
+    /// Copies `src` into image directory `dest` (see [`import`]).
+    fn copy(&mut self, src: &Path, dest: u32, own_root: bool) -> Result<()> {
+        let shown = || src.display().to_string();
+        let st = fstatat(AT_FDCWD, src, AtFlags::AT_SYMLINK_NOFOLLOW).with_context(shown)?;
+        if kind(&st) == SFlag::S_IFDIR {
+            let top = open_dir_at(AT_FDCWD, src.as_os_str()).with_context(shown)?;
+            let top = self.tree(top, src.to_path_buf(), dest)?;
+            if own_root {
+                self.fs.setattr(
+                    dest,
+                    &SetAttr {
+                        perm: Some(perm(&st)),
+                        uid: Some(st.st_uid),
+                        gid: Some(st.st_gid),
+                        ..SetAttr::default()
+                    },
+                )?;
+                self.finish(Host::Fd(&File::from(top)), dest, &st, src)?;
+            }
+        } else {
+            let parent = src
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            let name = src.file_name().context("source has no file name")?;
+            let dir = open_dir_at(AT_FDCWD, parent.as_os_str()).with_context(|| parent.display().to_string())?;
+            self.entry(&dir, name, dest, &st, src)?;
+        }
+        Ok(())
+    }
+
     /// Copies the contents of the open host directory `top` into image
     /// directory `ino`, depth first with an explicit stack: one host
     /// directory open at a time, and back up through `..`. Returns `top`.
