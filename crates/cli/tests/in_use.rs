@@ -365,3 +365,37 @@ fn umount_refuses_what_is_not_an_ext4kit_mount() {
     let refused = ext4kit(&["umount".as_ref(), tmp.as_os_str()], b"");
     assert_refused(&refused, "umount of a plain directory", "not a mount point");
 }
+
+/// A file the kernel swaps to is refused to `mkfs -F` and left as it was.
+#[test]
+fn swap_space_is_refused() {
+    if skip_unless(can_loop_mount()).is_none() || skip_unless(require_tools(&["mkswap", "swapon", "swapoff"])).is_none()
+    {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let swap = work.path().join("swapfile");
+    std::fs::write(&swap, vec![0u8; 16 << 20]).unwrap();
+    std::fs::set_permissions(&swap, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let made = Command::new("mkswap").arg(&swap).output().unwrap();
+    assert!(
+        made.status.success(),
+        "mkswap: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let on = Command::new("swapon").arg(&swap).output().unwrap();
+    if !on.status.success() {
+        eprintln!(
+            "SKIPPED: swapon {}: {}",
+            swap.display(),
+            String::from_utf8_lossy(&on.stderr).trim()
+        );
+        assert!(std::env::var_os("CI").is_none(), "swapon failed under CI");
+        return;
+    }
+    let before = std::fs::read(&swap).unwrap();
+    let mkfs = ext4kit(&["mkfs".as_ref(), "-q".as_ref(), "-F".as_ref(), swap.as_os_str()], b"");
+    let _ = Command::new("swapoff").arg(&swap).status();
+    assert_refused(&mkfs, "mkfs -F of a swap file", "in use by the kernel as swap space");
+    assert!(std::fs::read(&swap).unwrap() == before, "the swap file changed");
+}

@@ -15,9 +15,10 @@
 //!   (`/sys/block/loopN/loop/backing_file`) is the image (same device and
 //!   inode); and for block devices, an `O_EXCL` open, which fails with
 //!   `EBUSY` while the kernel holds the device (mounted — also in another
-//!   mount namespace —, device mapper, RAID, or another `O_EXCL` opener).
-//!   A writable [`FileDevice`] on a block device keeps its `O_EXCL` open,
-//!   so the kernel cannot mount the device while ext4kit writes it.
+//!   mount namespace —, device mapper, RAID, or another `O_EXCL` opener);
+//!   and swap space (`/proc/swaps`). A writable [`FileDevice`] on a block
+//!   device keeps its `O_EXCL` open, so the kernel cannot mount the device
+//!   while ext4kit writes it.
 //!
 //! Readers take no lock: [`FileDevice::open`] read-only records what it
 //! found ([`FileDevice::in_use`]) so the caller can warn; a long-lived
@@ -53,6 +54,8 @@ pub enum InUse {
         /// The device that refused an exclusive open.
         device: PathBuf,
     },
+    /// The kernel swaps to it (`/proc/swaps`).
+    Swap,
     /// Another process holds ext4kit's image lock.
     Locked(Holder),
 }
@@ -90,6 +93,7 @@ impl fmt::Display for InUse {
                  or claimed by device mapper, RAID or another program)",
                 device.display()
             ),
+            Self::Swap => write!(f, "in use by the kernel as swap space"),
             Self::Locked(h) => h.fmt(f),
         }
     }
@@ -432,10 +436,33 @@ fn loop_backing_file(meta: &Metadata) -> Option<PathBuf> {
     (!b.ends_with(" (deleted)")).then(|| PathBuf::from(b))
 }
 
+/// True when `/proc/swaps` lists the image (same device number for a
+/// block device, same device and inode for a file), as e2fsprogs checks.
+fn is_swap(meta: &Metadata) -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/swaps") else {
+        return false;
+    };
+    text.lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .any(|name| {
+            std::fs::metadata(unescape(name)).is_ok_and(|m| {
+                if meta.file_type().is_block_device() {
+                    m.file_type().is_block_device() && m.rdev() == meta.rdev()
+                } else {
+                    m.dev() == meta.dev() && m.ino() == meta.ino()
+                }
+            })
+        })
+}
+
 /// The kernel's use of the image: a mount of its block device, or of a
 /// loop device backed by it; with `writing`, also a loop device backed
 /// by the image file that someone holds exclusively (`O_EXCL` → `EBUSY`).
 fn kernel_use(meta: &Metadata, writing: bool) -> Option<InUse> {
+    if is_swap(meta) {
+        return Some(InUse::Swap);
+    }
     let table = mounts();
     let mounted_at = |dev: (u32, u32)| table.iter().rev().find(|m| m.dev == dev);
     if meta.file_type().is_block_device() {
