@@ -258,3 +258,38 @@ fn write_that_runs_out_of_space_leaves_no_partial_file() {
         assert_fsck_clean(&img);
     }
 }
+
+/// `rm -r` of a tree whose directory is linked inside itself (a corrupt
+/// image: debugfs `ln` makes the loop) stops with the loop named and
+/// removes nothing; with the loop unlinked again the image is clean.
+#[test]
+fn rm_r_of_a_directory_loop_removes_nothing() {
+    if skip_unless(require_tool("debugfs")).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mke2fs(dir.path(), "8M") else { return };
+    ext4kit(&img, &["mkdir", "-p", "/a/b"], None);
+    ext4kit(&img, &["write", "/a/b/f"], Some(b"f"));
+    let debugfs = |req: &str| {
+        let out = Command::new("debugfs")
+            .args(["-w", "-R", req])
+            .arg(&img)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    debugfs("ln /a /a/b/loop");
+    let before = std::fs::read(&img).unwrap();
+    let out = try_ext4kit(&img, &["rm", "-r", "/a"], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("a/b/loop") && err.contains("directory loop") && err.contains("nothing was removed"),
+        "{err}"
+    );
+    assert_eq!(err.matches("directory loop").count(), 1, "{err}");
+    assert!(std::fs::read(&img).unwrap() == before, "{err}");
+    debugfs("unlink /a/b/loop");
+    assert_fsck_clean(&img);
+}

@@ -45,11 +45,9 @@ impl std::fmt::Display for RemoveTreeError {
     }
 }
 
-impl std::error::Error for RemoveTreeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
+/// The message already says [`RemoveTreeError::error`]; it is not given
+/// again as the source, so that a chain of messages names it once.
+impl std::error::Error for RemoveTreeError {}
 
 /// One directory on the walk's stack.
 struct Level {
