@@ -267,8 +267,8 @@ fn a_read_only_mount_refuses_writers() {
 }
 
 /// `kill -9` of a server: once its dead mount point is detached, the next
-/// mount succeeds without any cleaning up, and a clean exit removes the
-/// server's lock file.
+/// mount succeeds without any cleaning up and removes the lock files
+/// killed servers left, and a clean exit removes the server's own.
 #[test]
 fn a_killed_server_does_not_block_the_next_mount() {
     if skip_unless(can_fuse_mount()).is_none() || skip_unless(require_tool("mkfs.ext4")).is_none() {
@@ -299,11 +299,18 @@ fn a_killed_server_does_not_block_the_next_mount() {
     while std::path::Path::new(&format!("/proc/{pid}")).exists() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert!(lock.exists(), "a killed server cannot remove its lock file");
     let lazy = Command::new("umount").arg("-l").arg(&mnt).status().unwrap();
     assert!(lazy.success());
+    // Another killed server's file, for a mount point long gone.
+    let other = lock.with_file_name(format!("_gone_{}_{}.lock", std::process::id(), pid));
+    std::fs::write(&other, b"").unwrap();
 
     mount();
+    assert!(
+        !other.exists(),
+        "a new server leaves stale lock files: {}",
+        other.display()
+    );
     assert_eq!(std::fs::read(mnt.join("before")).unwrap(), b"synced");
     let o = ext4kit(&["umount".as_ref(), mnt.as_os_str()], b"");
     assert!(o.status.success(), "umount: {}", stderr(&o));

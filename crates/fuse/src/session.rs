@@ -75,20 +75,61 @@ impl Drop for ServerLock {
     }
 }
 
-/// Takes the server lock for `mountpoint`.
+/// Takes the server lock for `mountpoint`, first removing lock files that
+/// servers killed before they could remove theirs left behind.
 fn lock_server(mountpoint: &Path) -> io::Result<ServerLock> {
     let path = server_lock_path(mountpoint)?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
+        sweep_stale_locks(dir);
     }
-    let file = File::create(&path)?;
-    let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
-        io::Error::new(
-            io::ErrorKind::AddrInUse,
-            format!("another ext4kit server holds {}: {e}", path.display()),
-        )
-    })?;
-    Ok(ServerLock { path, _lock: lock })
+    // A few tries: another server's sweep holds a stale file's lock for a
+    // moment before it removes the file.
+    let mut tries = 0;
+    loop {
+        let file = File::create(&path)?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            // The sweep may also have removed the file between the create
+            // and the lock: only a lock on what the path names counts.
+            Ok(lock) if names(&path, &lock) => return Ok(ServerLock { path, _lock: lock }),
+            Ok(_) => {}
+            Err((_, e)) if tries >= 10 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("another ext4kit server holds {}: {e}", path.display()),
+                ));
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+        tries += 1;
+    }
+}
+
+/// Removes the `*.lock` files in `dir` that no live server holds (the
+/// kernel released a killed server's lock; its file stayed).
+fn sweep_stale_locks(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "lock") {
+            continue;
+        }
+        let Ok(f) = File::open(&p) else { continue };
+        if let Ok(lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock)
+            && names(&p, &lock)
+        {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+}
+
+/// True when `path` still names the file `f` is open on.
+fn names(path: &Path, f: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(path), f.metadata()) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 fn fuse_config(cfg: &MountConfig, source: &str) -> Config {
