@@ -296,10 +296,11 @@ fn a_full_host_under_a_sparse_image_is_enospc_from_write() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let m = FuseMount::start(exe(), &img, "").unwrap();
     let (f, accepted, err) = fill(&m.path().join("big"), 6);
-    drop(f);
     assert_eq!(err.kind(), ErrorKind::StorageFull, "write(2) failed with {err}");
+    // (While the writer is open: its room is kept until it closes.)
     let e = File::create(m.path().join("after")).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::StorageFull, "create: {e}");
+    drop(f);
     assert!(
         m.unmount().unwrap().success(),
         "the server did not close the image cleanly"
