@@ -406,3 +406,58 @@ fn swap_space_is_refused() {
     assert_refused(&mkfs, "mkfs -F of a swap file", "in use by the kernel as swap space");
     assert!(std::fs::read(&swap).unwrap() == before, "the swap file changed");
 }
+
+/// While `ext4kit write` runs (its input still open), `ext4kit mount` and
+/// other edits are refused naming that command; the write then completes.
+#[test]
+fn a_running_cli_edit_holds_off_a_mount() {
+    if skip_unless(can_fuse_mount()).is_none() || skip_unless(require_tool("mkfs.ext4")).is_none() {
+        return;
+    }
+    use std::io::Write;
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "img.ext4");
+    let mut writer = Command::new(exe())
+        .arg("write")
+        .arg(&img)
+        .arg("/slow")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = writer.stdin.take().unwrap();
+    input.write_all(b"first half, ").unwrap();
+    // The image is locked once the writer has opened it.
+    while !held(&img) {
+        if let Some(status) = writer.try_wait().unwrap() {
+            panic!("write exited early: {status}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let holder = format!("being written by ext4kit (pid {}: ", writer.id());
+    let err = FuseMount::start(exe(), &img, "")
+        .expect_err("mount beside a writer")
+        .to_string();
+    assert!(err.contains(&holder) && err.contains(" write "), "mount: {err}");
+    let mkdir = ext4kit(&["mkdir".as_ref(), img.as_os_str(), "/d".as_ref()], b"");
+    assert_refused(&mkdir, "mkdir beside a writer", &holder);
+
+    input.write_all(b"second half").unwrap();
+    drop(input);
+    let out = writer.wait_with_output().unwrap();
+    assert!(out.status.success(), "write: {}", stderr(&out));
+    assert_clean(&img);
+    let cat = ext4kit(&["cat".as_ref(), img.as_os_str(), "/slow".as_ref()], b"");
+    assert_eq!(cat.stdout, b"first half, second half");
+    assert_eq!(root_names(&img), ["lost+found", "slow"]);
+}
+
+/// True when /proc/locks lists an exclusive lock on `img`.
+fn held(img: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(img).unwrap().ino().to_string();
+    std::fs::read_to_string("/proc/locks").unwrap().lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 5 && f[1] == "FLOCK" && f[3] == "WRITE" && f[5].rsplit(':').next() == Some(ino.as_str())
+    })
+}
