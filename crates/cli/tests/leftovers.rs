@@ -35,18 +35,19 @@ fn assert_clean(img: &Path) {
 /// Sizes and inode counts below what a file system needs (the 11 first
 /// inodes are reserved, and `mke2fs`'s rounding can leave only 8) fail
 /// with a message and leave no file; `mkfs.ext4` fails on each as well;
-/// the next size up works and is e2fsck-clean.
+/// 104 KiB, mke2fs's smallest default layout, works and is e2fsck-clean.
 #[test]
 fn mkfs_refuses_what_mke2fs_refuses_and_leaves_no_file() {
     let Some(_) = skip_unless(require_tool("mkfs.ext4")) else {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let cases: [(&str, &[&str], &str); 5] = [
+    let cases: [(&str, &[&str], &str); 6] = [
         ("8k", &[], "too small"),
         ("32k", &[], "too small"),
         ("64k", &[], "inodes are too few"),
         ("100k", &[], "inodes are too few"),
+        ("103k", &[], "inodes are too few"),
         ("1M", &["-N", "11"], "inodes are too few"),
     ];
     for (size, extra, why) in cases {
@@ -78,8 +79,8 @@ fn mkfs_refuses_what_mke2fs_refuses_and_leaves_no_file() {
         );
     }
     let img = work.path().join("ok.img");
-    let o = ext4kit(&["mkfs", "-q", "{}", "128k"], &img);
-    assert!(o.status.success(), "mkfs 128k: {}", stderr(&o));
+    let o = ext4kit(&["mkfs", "-q", "{}", "104k"], &img);
+    assert!(o.status.success(), "mkfs 104k (mke2fs's smallest too): {}", stderr(&o));
     assert_clean(&img);
     let o = ext4kit(&["mkfs", "-q", "-F", "-N", "16", "{}", "1M"], &img);
     assert!(o.status.success(), "mkfs -N 16 1M: {}", stderr(&o));
