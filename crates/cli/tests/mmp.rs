@@ -3,7 +3,8 @@
 //! mount out; a server killed with SIGKILL leaves the block live, and the
 //! next `ext4kit mount` takes it over after waiting as the kernel would,
 //! with no manual cleanup; after `ext4kit umount` the block is clean and
-//! the kernel mounts the image. Ends with `e2fsck -fn`.
+//! the kernel mounts the image; `ext4kit info` shows who holds the block.
+//! Ends with `e2fsck -fn`.
 
 use std::path::Path;
 use std::process::Command;
@@ -24,6 +25,18 @@ fn mmp_sequence(img: &Path) -> String {
         .unwrap_or_else(|| panic!("no sequence in dump_mmp:\n{out}"))
         .trim()
         .to_string()
+}
+
+/// The `mmp` object of `ext4kit info -H --json`.
+fn info_mmp(img: &Path) -> serde_json::Value {
+    let out = Command::new(exe())
+        .args(["info", "-H", "--json"])
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["mmp"].clone()
 }
 
 #[test]
@@ -49,6 +62,11 @@ fn a_killed_server_is_taken_over_and_the_kernel_is_kept_out() {
     std::fs::write(m.path().join("first"), b"first server\n").unwrap();
     std::fs::File::open(m.path().join("first")).unwrap().sync_all().unwrap();
     assert_ne!(mmp_sequence(&img), "ff4d4d50", "the server holds the block");
+    let held = info_mmp(&img);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(held["node_name"], host.trim(), "{held}");
+    assert_eq!(held["device_name"], img.to_str().unwrap(), "{held}");
+    assert_eq!(held["state"], "in use (or its holder died)", "{held}");
     assert!(
         LoopMount::rw(&img, &[]).is_err(),
         "the kernel mounted an image an ext4kit server holds"
@@ -66,6 +84,7 @@ fn a_killed_server_is_taken_over_and_the_kernel_is_kept_out() {
     std::fs::write(m.path().join("second"), b"second server\n").unwrap();
     assert!(m.unmount().unwrap().success());
     assert_eq!(mmp_sequence(&img), "ff4d4d50");
+    assert_eq!(info_mmp(&img)["state"], "clean");
     assert_fsck_clean(&img).unwrap();
 
     let k = LoopMount::rw(&img, &[]).expect("the kernel mounts once ext4kit let go");

@@ -38,7 +38,7 @@ fn summary(fs: &Filesystem) -> Value {
     let g = fs.geometry();
     let free_blocks = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32);
     let j = fs.journal_info();
-    json!({
+    let mut v = json!({
         "volume_name": sb.volume_name(),
         "last_mounted": sb.last_mounted(),
         "uuid": uuid(&sb.s_uuid),
@@ -74,6 +74,33 @@ fn summary(fs: &Filesystem) -> Value {
             "problem": j.problem,
         },
         "read_only_reason": fs.read_only_reason(),
+    });
+    if let Some(mmp) = fs.mmp_status() {
+        v["mmp"] = mmp_summary(&mmp);
+    }
+    v
+}
+
+/// The MMP block as found (`dumpe2fs`' "MMP_block" section): who last
+/// held the file system, and whether it is held now.
+fn mmp_summary(m: &ext4kit_engine::mmp::MmpStatus) -> Value {
+    use ext4kit_format::mmp::MmpState;
+    let r = m.record.as_ref();
+    json!({
+        "block": m.block,
+        "update_interval": m.update_interval,
+        "state": r.map(|r| match r.state() {
+            MmpState::Clean => "clean",
+            MmpState::Fsck => "being checked by e2fsck",
+            MmpState::Active(_) => "in use (or its holder died)",
+            MmpState::Unknown(_) => "unknown sequence",
+        }),
+        "sequence": r.map(|r| format!("{:#010x}", r.mmp_seq.get())),
+        "node_name": r.map(|r| r.nodename()),
+        "device_name": r.map(|r| r.bdevname()),
+        "update_time": r.map(|r| r.mmp_time.get()),
+        "check_interval": r.map(|r| r.mmp_check_interval.get()),
+        "problem": m.problem,
     })
 }
 
