@@ -299,6 +299,8 @@ fn a_killed_server_does_not_block_the_next_mount() {
     while std::path::Path::new(&format!("/proc/{pid}")).exists() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    let o = ext4kit(&["mount".as_ref(), img.as_os_str(), mnt.as_os_str()], b"");
+    assert_refused(&o, "mount on the dead mount point", "umount -l");
     let lazy = Command::new("umount").arg("-l").arg(&mnt).status().unwrap();
     assert!(lazy.success());
     // Another killed server's file, for a mount point long gone.

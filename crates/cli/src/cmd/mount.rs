@@ -58,8 +58,13 @@ pub fn run(a: Args) -> Result<()> {
     if a.daemon && std::env::var_os(DAEMON_CHILD).is_none() {
         return spawn_daemon(&a);
     }
-    if !a.mountpoint.is_dir() {
-        bail!("{}: mount point is not a directory", a.mountpoint.display());
+    match std::fs::metadata(&a.mountpoint) {
+        Ok(m) if m.is_dir() => {}
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+            "{}: a FUSE mount whose server is gone (killed?); detach it with `umount -l {0}` and mount again",
+            a.mountpoint.display()
+        ),
+        _ => bail!("{}: mount point is not a directory", a.mountpoint.display()),
     }
     let created = match &a.create {
         Some(size) => create_image(&a.image, size)?,
