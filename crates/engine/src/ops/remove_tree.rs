@@ -52,7 +52,7 @@ impl std::error::Error for RemoveTreeError {}
 /// One directory on the walk's stack.
 struct Level {
     ino: u32,
-    /// Its name in the directory below it on the stack.
+    /// Its name in its parent (the level before it on the stack).
     name: Vec<u8>,
     /// Subdirectories still to empty; `None` until it has been listed
     /// (listing removes everything else in it).
@@ -66,7 +66,8 @@ impl Filesystem {
     ///
     /// Runs as one [`Batch`] with the default [`BatchOptions`]: a tree
     /// of up to 16,384 entries (and 64 MiB of changed metadata) is removed
-    /// in a single commit, whole or not at all.
+    /// in a single commit, whole or not at all — on an image with a
+    /// journal, across a crash too.
     ///
     /// # Errors
     /// What [`Filesystem::unlink`] and [`Filesystem::rmdir`] return, in a
