@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -26,6 +26,7 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{Gid, Uid};
 use xattr::FileExt as _;
 
+use super::util::open_dir_at;
 use crate::ImageArgs;
 use crate::open::open_ro;
 
@@ -165,15 +166,6 @@ struct Walker<'a, 's> {
 struct Level {
     ino: u32,
     subdirs: Vec<(Vec<u8>, u32)>,
-}
-
-fn open_dir_at(dir: impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
-    openat(
-        dir,
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
 }
 
 /// Runs the export.

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -19,6 +19,7 @@ use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, openat, readlinkat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstatat};
 use xattr::FileExt as _;
 
+use super::util::open_dir_at;
 use crate::ImageArgs;
 use crate::open::open_rw;
 
@@ -77,15 +78,6 @@ pub fn import(fs: &Filesystem, src: &Path, dest_path: &str, own_root: bool) -> R
     im.fs.finish()?;
     fs.sync()?;
     Ok(())
-}
-
-fn open_dir_at(dir: impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
-    openat(
-        dir,
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
 }
 
 fn kind(st: &FileStat) -> SFlag {

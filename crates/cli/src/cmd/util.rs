@@ -1,6 +1,23 @@
-//! Formatting shared by the subcommands.
+//! Formatting and host-side helpers shared by the subcommands.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
 
 use ext4kit_format::inode::{FileType, Timestamp};
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::Mode;
+
+/// Opens directory `name` under `dir` without following a symlink there:
+/// `export` and `import` walk host trees one open directory at a time, so
+/// paths of any length work and a link swapped in cannot redirect them.
+pub fn open_dir_at(dir: impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
+    openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
 
 /// `ls -l` style mode string.
 pub fn mode_string(ft: FileType, perm: u16) -> String {
