@@ -142,6 +142,32 @@ impl<'a> Batch<'a> {
         self.run(Some("create"), |t| t.create(parent, name, kind, attr, 0))
     }
 
+    /// A regular file with no name yet near directory `parent` (as
+    /// `O_TMPFILE` makes one), counted open as
+    /// [`Filesystem::open_file`] would: name it with
+    /// [`Batch::link_tmpfile`], and call [`Filesystem::release_file`] on
+    /// it once the batch is finished or dropped — which frees it if it was
+    /// never named. A crash before the naming commit leaves it on the
+    /// orphan list, freed at the next writable open.
+    ///
+    /// # Errors
+    /// As [`Filesystem::create`], but for the name.
+    pub fn create_tmpfile(&mut self, parent: u32, attr: Attr) -> Result<Inode> {
+        let inode = self.run(Some("create"), |t| t.create_tmpfile(parent, attr, 0))?;
+        *self.fs.open_files.lock().entry(inode.ino).or_insert(0) += 1;
+        Ok(inode)
+    }
+
+    /// Names `ino`, made by [`Batch::create_tmpfile`], `name` in `parent`.
+    ///
+    /// # Errors
+    /// [`Error::Exists`], [`Error::NotDir`], [`Error::NameTooLong`] and
+    /// the like as for [`Filesystem::link`]; [`Error::InvalidArgument`]
+    /// when `ino` is not a file waiting for a name.
+    pub fn link_tmpfile(&mut self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
+        self.run(Some("link"), |t| t.link_tmpfile(ino, parent, name))
+    }
+
     /// [`Filesystem::write`] inside the batch.
     ///
     /// # Errors

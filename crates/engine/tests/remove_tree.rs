@@ -4,8 +4,9 @@
 //! walk keeps its own stack); a failure inside one commit leaves the image
 //! exactly as it was, and one after some commits says how far it got. A
 //! power loss at any write of a removal, or of a batch of creates (what
-//! `import` runs), leaves the tree as it was or as asked, never between,
-//! and `e2fsck -fn` clean.
+//! `import` runs), or of a file built without a name over many commits
+//! and named last (what `ext4kit write` runs), leaves the tree as it was
+//! or as asked, never between, and `e2fsck -fn` clean.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -379,4 +380,85 @@ fn a_crash_during_a_batch_of_creates_leaves_before_or_after() {
             after.len()
         );
     }
+}
+
+/// A file written over many commits (1 MiB each) without a name and named
+/// in the last one: a crash anywhere shows no file or the whole file, and
+/// the recovered image holds no leftover inode or block (e2fsck, and the
+/// free counts of the image before).
+#[test]
+fn a_crash_while_a_nameless_file_is_built_leaves_no_file_or_all_of_it() {
+    if skip_unless(require_tool("e2fsck")).is_none() {
+        return;
+    }
+    let dev = crash_image();
+    let fs = open_syncing(&dev);
+    fs.sync().unwrap();
+    let before = listing(&fs);
+    let free_before = free_counts(&fs);
+    let start = dev.writes();
+    let opts = BatchOptions {
+        max_ops: 16_384,
+        max_bytes: 1 << 20,
+    };
+    let mut b = fs.batch_with(opts).unwrap();
+    let ino = b.create_tmpfile(ROOT_INO, FILE).unwrap().ino;
+    let data: Vec<u8> = (0..(3 << 20) + 1234u32).map(|i| (i % 251) as u8).collect();
+    for (i, chunk) in data.chunks(256 << 10).enumerate() {
+        b.write(ino, (i * (256 << 10)) as u64, chunk).unwrap();
+    }
+    assert!(b.committed() > 0, "the file must take several commits");
+    b.link_tmpfile(ino, ROOT_INO, b"built").unwrap();
+    b.finish().unwrap();
+    fs.release_file(ino).unwrap();
+    let after = listing(&fs);
+    fs.unmount().unwrap();
+    assert_eq!(after.get("/built"), Some(&data));
+    for (point, s) in crash_points(&dev, start, 40, 0x7f11e) {
+        let mem = Arc::new(MemDevice::new(dev.crash_image(point, s)));
+        let fs = open(mem.clone());
+        let got = listing(&fs);
+        let free = free_counts(&fs);
+        fs.unmount().unwrap();
+        assert_clean(&mem.snapshot());
+        assert!(
+            got == before || got == after,
+            "crash at write {point} of {} ({s:?}): {} entries, /built {:?} bytes",
+            dev.writes(),
+            got.len(),
+            got.get("/built").map(Vec::len)
+        );
+        if got == before {
+            assert_eq!(
+                free, free_before,
+                "crash at write {point}: the nameless file was not freed"
+            );
+        }
+    }
+}
+
+/// A nameless file that is never named is freed at its release, and one
+/// cannot be given a name that exists.
+#[test]
+fn a_nameless_file_never_named_is_freed() {
+    let dev = Arc::new(MemDevice::new(image(8 << 20, None)));
+    let fs = open(dev.clone());
+    fs.create(ROOT_INO, b"taken", NodeKind::Regular, FILE).unwrap();
+    let free_before = free_counts(&fs);
+    let mut b = fs.batch().unwrap();
+    let ino = b.create_tmpfile(ROOT_INO, FILE).unwrap().ino;
+    b.write(ino, 0, &[7u8; 100_000]).unwrap();
+    assert!(matches!(b.link_tmpfile(ino, ROOT_INO, b"taken"), Err(Error::Exists(_))));
+    b.finish().unwrap();
+    assert_ne!(free_counts(&fs), free_before);
+    fs.release_file(ino).unwrap();
+    assert_eq!(free_counts(&fs), free_before);
+    let mut b = fs.batch().unwrap();
+    assert!(
+        b.link_tmpfile(ino, ROOT_INO, b"late").is_err(),
+        "a freed file got a name"
+    );
+    drop(b);
+    fs.unmount().unwrap();
+    assert_clean(&dev.snapshot());
 }

@@ -336,10 +336,12 @@ pub struct WriteArgs {
     offset: Option<u64>,
 }
 
-/// Copies standard input into a file of the image, all or nothing: the
-/// data goes through one engine batch, and on any error (no space, a read
-/// error on standard input) a file this command created is removed again,
-/// and a file written at `--offset` gets its old size back.
+/// Copies standard input into a file of the image, all or nothing. A new
+/// file is built without a name (the engine's `O_TMPFILE`) and named in
+/// the last commit, so at any size — through several commits, an error or
+/// a crash — it appears whole or not at all; an error frees it. Written
+/// at `--offset` into an existing file, the data goes through one batch,
+/// and on error the file gets its old size back.
 pub fn write(a: WriteArgs) -> Result<()> {
     let fs = open_rw(&a.image)?;
     let (parent, name) = parent_and_name(&fs, &a.path)?;
@@ -351,50 +353,63 @@ pub fn write(a: WriteArgs) -> Result<()> {
             }
             Some(inode)
         }
-        None => None,
+        None => {
+            if fs.lookup(&fs.inode(parent)?, name).is_ok() {
+                bail!(
+                    "{}: {}",
+                    a.path,
+                    Error::Exists("the file exists (use --offset to write into it)".into())
+                );
+            }
+            None
+        }
     };
     let mut batch = fs.batch()?;
     let (ino, start) = match &existing {
         Some(inode) => (inode.ino, a.offset.unwrap_or(0)),
         None => (
             batch
-                .create(parent, name, NodeKind::Regular, attr(0o644))
+                .create_tmpfile(parent, attr(0o644))
                 .with_context(|| a.path.clone())?
                 .ino,
             0,
         ),
     };
     let mut off = start;
-    let r = copy_stdin(&mut batch, ino, &mut off).and_then(|()| Ok(batch.commit()?));
-    if let Err(e) = r {
-        let committed = batch.committed();
-        drop(batch);
-        let written = off - start;
-        let undo = match &existing {
-            None if committed == 0 => "nothing was written".to_string(),
-            None => match fs.unlink(parent, name) {
-                Ok(()) => "the partly written file was removed".to_string(),
-                Err(u) => format!("a partly written file remains ({u})"),
-            },
-            Some(_) if committed == 0 => "the file is unchanged".to_string(),
-            Some(old) => {
-                let size = old.size();
-                let grown = fs.inode(ino).map(|i| i.size() > size).unwrap_or(true);
-                match if grown { fs.truncate(ino, size) } else { Ok(()) } {
-                    Ok(()) => format!("bytes from offset {start} on may hold new data; the size is {size} as before"),
-                    Err(u) => {
-                        format!("bytes from offset {start} on may hold new data; the size was not restored ({u})")
-                    }
-                }
-            }
-        };
-        let e = match e.downcast_ref::<Error>() {
-            Some(Error::NoSpace | Error::DirIndexFull(_)) => e.context("no space left in the image (ENOSPC)"),
-            _ => e,
-        };
-        return Err(e.context(format!("{}: write failed after {written} bytes; {undo}", a.path)));
+    let r = copy_stdin(&mut batch, ino, &mut off)
+        .and_then(|()| match existing {
+            None => Ok(batch.link_tmpfile(ino, parent, name)?),
+            Some(_) => Ok(()),
+        })
+        .and_then(|()| Ok(batch.commit()?));
+    let committed = batch.committed();
+    drop(batch);
+    if existing.is_none() {
+        // Frees the file if it never got its name.
+        let released = fs.release_file(ino);
+        if r.is_ok() {
+            released?;
+        }
     }
-    Ok(())
+    let Err(e) = r else { return Ok(()) };
+    let written = off - start;
+    let undo = match &existing {
+        None => "nothing was stored".to_string(),
+        Some(_) if committed == 0 => "the file is unchanged".to_string(),
+        Some(old) => {
+            let size = old.size();
+            let grown = fs.inode(ino).map(|i| i.size() > size).unwrap_or(true);
+            match if grown { fs.truncate(ino, size) } else { Ok(()) } {
+                Ok(()) => format!("bytes from offset {start} on may hold new data; the size is {size} as before"),
+                Err(u) => format!("bytes from offset {start} on may hold new data; the size was not restored ({u})"),
+            }
+        }
+    };
+    let e = match e.downcast_ref::<Error>() {
+        Some(Error::NoSpace | Error::DirIndexFull(_)) => e.context("no space left in the image (ENOSPC)"),
+        _ => e,
+    };
+    Err(e.context(format!("{}: write failed after {written} bytes; {undo}", a.path)))
 }
 
 /// Feeds standard input to `ino` from `*off` on, moving `*off` along.

@@ -15,6 +15,7 @@ mod remove;
 mod remove_tree;
 mod rename;
 mod seek;
+mod tmpfile;
 mod truncate;
 mod write;
 mod xattr;

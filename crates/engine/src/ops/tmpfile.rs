@@ -1,0 +1,77 @@
+//! Files without a name yet (`O_TMPFILE`, `ext4_tmpfile`): a regular
+//! file created with no links, on the orphan list, that a later link
+//! (`linkat(…, AT_EMPTY_PATH)`, `ext4_link` of an `I_LINKABLE` inode)
+//! takes off the list and names. Whatever happens before that link — an
+//! error, a crash between commits of a large write — leaves no name
+//! behind, and the orphan list frees the file at its last release or at
+//! the next writable open. `ext4kit write` builds its files this way, so a
+//! file of any size appears whole or not at all.
+
+use ext4kit_format::inode::FileType;
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::inode::Inode;
+use crate::inode::write::{NewInode, set_times, touch_ctime};
+use crate::ops::Attr;
+use crate::txn::Txn;
+
+impl Txn<'_> {
+    /// A regular file near directory `parent`, with no name: zero links,
+    /// on the orphan list. `umask` and `parent`'s default ACL apply as for
+    /// a create there.
+    pub(crate) fn create_tmpfile(&mut self, parent: u32, attr: Attr, umask: u16) -> Result<Inode> {
+        let dir = self.inode(parent)?;
+        if !dir.is_dir() {
+            return Err(Error::NotDir(format!("inode {parent}")));
+        }
+        super::require_live(&dir)?;
+        super::flags::require_mutable(&dir)?;
+        let ino = self.alloc_inode(parent, false)?;
+        let n = NewInode {
+            file_type: FileType::Regular,
+            perm: attr.perm,
+            uid: attr.uid,
+            gid: attr.gid,
+        };
+        let mut inode = self.fresh_inode(ino, n)?;
+        self.inherit_acl(&dir, &mut inode, umask)?;
+        inode.raw.i_links_count.set(0);
+        self.orphan_add(&mut inode)?;
+        self.write_inode(&mut inode)?;
+        Ok(inode)
+    }
+
+    /// Names `ino`, made by [`Txn::create_tmpfile`], `name` in `parent`.
+    pub(crate) fn link_tmpfile(&mut self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
+        super::check_new_name(name)?;
+        let dir = self.inode(parent)?;
+        if !dir.is_dir() {
+            return Err(Error::NotDir(format!("inode {parent}")));
+        }
+        super::require_live(&dir)?;
+        super::flags::require_mutable(&dir)?;
+        let mut target = self.inode(ino)?;
+        let at = match (target.raw.links(), self.orphan_find(ino)?) {
+            (0, Some(at)) if target.raw.file_type() == Some(FileType::Regular) => at,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "inode {ino} is not a file waiting for a name"
+                )));
+            }
+        };
+        let (found, spot) = self.find_entry(&dir, name)?;
+        if found.is_some() {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        self.orphan_del(&mut target, at)?;
+        let mut dir = self.inode_for_change(parent)?;
+        self.add_entry_at(&mut dir, name, ino, FileType::Regular.dirent_code(), spot)?;
+        target.raw.i_links_count.set(1);
+        let now = clock::now();
+        touch_ctime(&mut target.raw, now);
+        self.write_inode(&mut target)?;
+        set_times(&mut dir.raw, now, false);
+        self.write_inode(&mut dir)
+    }
+}
