@@ -4,12 +4,14 @@
 //! statistics) wrap one device in another.
 
 mod crash;
+pub mod disk_model;
 mod fault;
 mod file;
 pub mod inuse;
 mod mem;
 
 pub use crash::{CrashDevice, Survivors};
+pub use disk_model::{DiskModel, DiskProfile, DiskStats};
 pub use fault::{FaultControl, FaultDevice};
 pub use file::FileDevice;
 pub use inuse::{InUse, InUseError};
