@@ -8,7 +8,7 @@
 use std::io;
 use std::sync::Arc;
 
-use ext4kit_engine::device::disk_model::{HddProfile, Rotation};
+use ext4kit_engine::device::disk_model::{HddProfile, Rotation, SeekHistogram};
 use ext4kit_engine::device::{BlockDevice, DiskModel, DiskProfile, DiskStats, MemDevice};
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
 use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
@@ -280,6 +280,16 @@ fn failed_requests_cost_nothing_and_reset_keeps_the_clock() {
     d.drop_cache();
     read(&d, at(7, 8), KIB4);
     assert_eq!(d.stats().read_hits, 1, "but not drop_cache");
+}
+
+#[test]
+fn an_offset_places_the_image_further_in() {
+    let d = void_model(&hp(Rotation::Average, true)).with_offset(at(1000, 0));
+    let curve = d.seek_curve().unwrap();
+    read(&d, 0, KIB4);
+    let s = d.stats();
+    assert_eq!(s.time.seek_ns, curve.time_ns(1000), "image byte 0 is on cylinder 1000");
+    assert_eq!(s.seek_distances.count(SeekHistogram::bucket(1000)), 1);
 }
 
 #[test]
