@@ -9,6 +9,7 @@ mod fault;
 mod file;
 pub mod inuse;
 mod mem;
+mod page_cache;
 
 pub use crash::{CrashDevice, Survivors};
 pub use disk_model::{DiskModel, DiskProfile, DiskStats};
@@ -16,6 +17,7 @@ pub use fault::{FaultControl, FaultDevice};
 pub use file::FileDevice;
 pub use inuse::{InUse, InUseError};
 pub use mem::MemDevice;
+pub use page_cache::{DEFAULT_PAGE_SIZE, PageCache, PageCacheStats};
 
 use std::io;
 use std::sync::Arc;
