@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use ext4kit_engine::device::{BlockDevice, CrashDevice, MemDevice, PageCache, Survivors};
+use ext4kit_engine::device::{BlockDevice, CrashDevice, DiskModel, DiskProfile, MemDevice, PageCache, Survivors};
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
 use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_testkit::rng::Rng;
@@ -588,4 +588,49 @@ fn a_crash_below_the_cache_recovers_clean_with_every_synced_batch() {
         fs.unmount().unwrap();
         assert_clean(&mem.snapshot(), &format!("crash at write {point} of {writes} ({s:?})"));
     }
+}
+
+/// Over the disk model, the cache's size decides what a re-read costs: a
+/// warm re-read of a file reaches the disk not at all; after `drop_all`
+/// (and the drive's own cache dropped) it costs what the first cold read
+/// did, request for request; with no cache every re-read goes to the disk.
+#[test]
+fn over_the_disk_model_cold_and_warm_are_chosen() {
+    let profile: DiskProfile = "hp-sas-10k".parse().unwrap();
+    let mut per_size = Vec::new();
+    for size in [8u64 << 20, 0] {
+        let disk = Arc::new(DiskModel::new(MemDevice::new(image(32 << 20)), &profile).unwrap());
+        let cache = Arc::new(PageCache::new(disk.clone(), size));
+        let fs = Filesystem::open(Box::new(cache.clone()), OpenOptions::default()).unwrap();
+        let ino = fs.create(ROOT_INO, b"big", NodeKind::Regular, FILE).unwrap().ino;
+        fs.write(ino, 0, &vec![0x5a; 2 << 20]).unwrap();
+        fs.sync().unwrap();
+        let inode = fs.inode(ino).unwrap();
+        let mut reads = Vec::new();
+        for round in 0..3 {
+            if round != 1 {
+                cache.drop_all().unwrap();
+                disk.drop_cache();
+            }
+            let (before, t0) = (disk.stats(), disk.now_ns());
+            assert_eq!(fs.read_all(&inode, 4 << 20).unwrap().len(), 2 << 20);
+            let after = disk.stats();
+            reads.push((after.reads - before.reads, disk.now_ns() - t0));
+        }
+        fs.unmount().unwrap();
+        per_size.push(reads);
+    }
+    let (cached, uncached) = (&per_size[0], &per_size[1]);
+    let cold = cached[0];
+    assert!(
+        cold.0 > 0 && cold.1 > 1_000_000,
+        "a cold 2 MiB read takes disk time: {cached:?}"
+    );
+    assert_eq!(cached[1], (0, 0), "a warm re-read never reaches the disk");
+    assert_eq!(cached[2].0, cold.0, "cold again after drop_all: {cached:?}");
+    assert!(cached[2].1 > 1_000_000, "{cached:?}");
+    assert!(
+        uncached[1].0 > 0 && uncached[1].1 > 0,
+        "with no cache a re-read goes to the disk: {uncached:?}"
+    );
 }
