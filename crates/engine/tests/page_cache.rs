@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use ext4kit_engine::device::{BlockDevice, CrashDevice, DiskModel, DiskProfile, MemDevice, PageCache, Survivors};
+use ext4kit_engine::device::{
+    BlockDevice, CrashDevice, DiskModel, DiskProfile, FaultDevice, MemDevice, PageCache, Survivors,
+};
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
 use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_testkit::rng::Rng;
@@ -331,6 +333,60 @@ fn no_size_passes_requests_through_as_they_came() {
     assert_eq!(inner.take(), [Op::Read(10, 20), Op::Write(5000, 3), Op::Flush]);
     let s = c.stats();
     assert_eq!((s.hits, s.misses, s.cached_pages), (0, 1, 0));
+}
+
+/// A failing inner device: a flush whose write-back fails reports it and
+/// keeps the unwritten pages dirty for the next flush; a failed write-back while evicting for a read leaves the
+/// read correct and the page dirty, and for a write fails the write; a
+/// failed miss read fails the read and keeps nothing.
+#[test]
+fn failed_inner_requests_lose_no_write() {
+    let (fault, ctl) = FaultDevice::new(MemDevice::new(vec![0; 16 * PAGE as usize]));
+    let c = PageCache::new(fault, 2 * PAGE);
+    let mem = |c: &PageCache<FaultDevice<MemDevice>>, p: u64| c.inner().inner().snapshot()[(p * PAGE) as usize];
+    c.write_at(0, &[1; PAGE as usize]).unwrap();
+    c.write_at(5 * PAGE, &[5; PAGE as usize]).unwrap();
+    ctl.fail_one_write(1);
+    let e = c.flush().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    assert_eq!(
+        (mem(&c, 0), mem(&c, 5)),
+        (1, 0),
+        "the first run went out, the second failed"
+    );
+    assert_eq!(c.stats().inner_writes, 1);
+    c.flush().unwrap();
+    assert_eq!(
+        mem(&c, 5),
+        5,
+        "the failed page was kept dirty and written by the next flush"
+    );
+    assert_eq!(c.stats().inner_writes, 2);
+
+    // Page 0 dirty, page 5 clean: a read of page 9 evicts 0 (the oldest).
+    c.read_at(5 * PAGE, &mut [0; 1]).unwrap();
+    c.write_at(0, &[2; 100]).unwrap();
+    c.read_at(5 * PAGE, &mut [0; 1]).unwrap();
+    ctl.fail_writes_from(0);
+    let mut buf = vec![9; PAGE as usize];
+    c.read_at(9 * PAGE, &mut buf).unwrap();
+    assert_eq!(buf, vec![0; PAGE as usize], "the read itself succeeded");
+    assert!(
+        c.write_at(11 * PAGE, &[3; PAGE as usize]).is_err(),
+        "no room without a write-back"
+    );
+    ctl.clear();
+    let mut got = [0; 1];
+    c.read_at(0, &mut got).unwrap();
+    assert_eq!(got, [2], "page 0 is still held");
+    c.flush().unwrap();
+    assert_eq!(mem(&c, 0), 2);
+
+    c.drop_all().unwrap();
+    ctl.fail_one_read(0);
+    assert!(c.read_at(3 * PAGE, &mut buf).is_err());
+    assert_eq!(c.stats().cached_pages, 0);
+    c.read_at(3 * PAGE, &mut buf).unwrap();
 }
 
 /// A flush returns only once every write completed before it is in the
