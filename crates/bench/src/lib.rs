@@ -17,6 +17,7 @@
 //! jbd2 journal.
 
 pub mod config;
+pub mod create_scale;
 pub mod journal;
 pub mod report;
 pub mod rng;

@@ -7,8 +7,14 @@
 //! `ext4kit bench journal`: the engine through its library API with and
 //! without a journal (`ext4kit_bench::journal`); fails on an image e2fsck
 //! does not find clean.
+//!
+//! `ext4kit bench create-scale`: seed 000's creates and opens in one
+//! directory (`ext4kit_bench::create_scale`) on an image (modeled, on the
+//! disk model) or a directory (wall time); fails on an image e2fsck does
+//! not find clean.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use ext4kit_bench::config::parse_list;
@@ -29,6 +35,40 @@ enum What {
     /// and create+write+fsync from 1 and 4 threads, with and without a
     /// journal, through the engine's library API.
     Journal(JournalArgs),
+    /// Seed 000: N creates in one new directory, then opens in a random
+    /// order after dropping caches; time per batch against entries so
+    /// far. On an image: the engine on the disk model, modeled time.
+    CreateScale(CreateScaleArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct CreateScaleArgs {
+    /// An image file (made if missing, sized for N files) or a directory
+    /// on any mounted file system.
+    #[arg(long, value_name = "PATH")]
+    target: PathBuf,
+    /// Files to create.
+    #[arg(short = 'n', value_name = "N", default_value_t = 100_000)]
+    n: usize,
+    /// Disk model profile (images): hp-sas-10k, ssd or none.
+    #[arg(long, value_name = "PROFILE", default_value = "hp-sas-10k")]
+    disk: String,
+    /// Page cache in front of the disk model (images), e.g. 64M; 0 for
+    /// none.
+    #[arg(long, value_name = "SIZE", default_value = "64M")]
+    cache: String,
+    /// Files per batch [default: N/20].
+    #[arg(long, value_name = "B")]
+    batch: Option<usize>,
+    /// Make the new image without dir_index (linear directories).
+    #[arg(long)]
+    no_dir_index: bool,
+    /// Seed of the random open order.
+    #[arg(long, value_name = "SEED", default_value_t = ext4kit_bench::create_scale::DEFAULT_SEED)]
+    seed: u64,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -85,7 +125,60 @@ pub fn run(a: Args) -> Result<()> {
     match a.what {
         What::Mount(a) => run_mount(a),
         What::Journal(a) => run_journal(a),
+        What::CreateScale(a) => run_create_scale(a),
     }
+}
+
+fn run_create_scale(a: CreateScaleArgs) -> Result<()> {
+    let cfg = ext4kit_bench::create_scale::Config {
+        target: a.target,
+        n: a.n,
+        batch: a.batch.unwrap_or(0),
+        disk: a.disk,
+        cache_bytes: ext4kit_engine::mkfs::parse_size(&a.cache).with_context(|| format!("--cache {}", a.cache))?,
+        no_dir_index: a.no_dir_index,
+        seed: a.seed,
+    };
+    if a.batch == Some(0) {
+        bail!("--batch must be at least 1");
+    }
+    let started = Instant::now();
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    let mut progress = |done: u64, total: u64| {
+        if bar.is_none() && started.elapsed() > Duration::from_secs(1) {
+            let b = indicatif::ProgressBar::new(total);
+            if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} creates+opens, {elapsed}")
+            {
+                b.set_style(style);
+            }
+            bar = Some(b);
+        }
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    };
+    let report = ext4kit_bench::create_scale::run(&cfg, &mut progress);
+    if let Some(b) = bar.take() {
+        b.finish_and_clear();
+    }
+    let report = report?;
+    outln!("{}", report.to_markdown());
+    if let Some(path) = &a.json {
+        write_whole(path, &report.to_json())?;
+    }
+    if report.failed() {
+        bail!("{} is not e2fsck-clean after the run", cfg.target.display());
+    }
+    Ok(())
+}
+
+/// Writes `text` to a temporary file beside `path`, then renames it, so an
+/// interrupted run leaves no half-written report.
+fn write_whole(path: &std::path::Path, text: &str) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", PathBuf::from(&tmp).display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn run_mount(a: MountArgs) -> Result<()> {
