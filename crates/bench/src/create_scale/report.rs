@@ -194,7 +194,8 @@ impl Report {
             let _ = writeln!(
                 s,
                 "{} files in one new directory, batches of {}; disk `{}`, page cache {} MiB, dir_index {}; \
-                 µs are modeled (each create batch ends with a sync); opens after dropping every cache, \
+                 µs are modeled (each create batch ends with a sync) and charge the disk only: the engine's \
+                 CPU (a linear directory's scans) shows in the wall columns; opens after dropping every cache, \
                  in a random order (seed {:#x}).\n",
                 self.n,
                 self.batch_size,
