@@ -142,6 +142,18 @@ impl<'a> Batch<'a> {
         self.run(Some("create"), |t| t.create(parent, name, kind, attr, 0))
     }
 
+    /// [`Filesystem::create_new`] inside the batch: `name` is promised
+    /// new in `parent` and not looked up.
+    ///
+    /// # Errors
+    /// As [`Filesystem::create_new`]; see [`Batch`] for what a failure does
+    /// to the batch.
+    pub fn create_new(&mut self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr) -> Result<Inode> {
+        self.run(Some("create"), |t| {
+            t.create_placed(parent, name, kind, attr, 0, crate::ops::create::Lookup::Skip)
+        })
+    }
+
     /// A regular file with no name yet near directory `parent` (as
     /// `O_TMPFILE` makes one), counted open as
     /// [`Filesystem::open_file`] would: name it with

@@ -108,6 +108,9 @@ pub struct Filesystem {
     pub(crate) busy: crate::alloc::busy::BusyBlocks,
     /// Open counts by inode ([`Filesystem::open_file`]).
     pub(crate) open_files: Mutex<HashMap<u32, u32>>,
+    /// Where the next new name of each linear directory goes
+    /// ([`Filesystem::create_new`]).
+    pub(crate) dir_hints: crate::dir::hint::DirHints,
     /// The superblock's mounted/clean state in this session.
     pub(crate) session: crate::session::Session,
     /// Errors found and not yet in the superblock ([`crate::fs_error`]).

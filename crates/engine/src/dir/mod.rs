@@ -2,11 +2,15 @@
 //! alike) and name lookup (through the htree index when there is one).
 //! See `Documentation/filesystems/ext4/directory.rst`.
 
+pub(crate) mod hint;
 mod htree;
 mod htree_insert;
 mod lookup;
 mod modify;
+mod new_entry;
 mod txn_lookup;
+
+pub(crate) use new_entry::Placement;
 
 use ext4kit_format::dir_entry::{self, DirEntryIter};
 use ext4kit_format::features::IncompatFeatures;

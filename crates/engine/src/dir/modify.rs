@@ -14,7 +14,7 @@ use crate::txn::Txn;
 
 /// One directory block: its logical and physical number.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct DirBlock {
+pub(crate) struct DirBlock {
     pub(super) logical: u64,
     pub(super) physical: u64,
 }
@@ -33,7 +33,7 @@ impl Txn<'_> {
         Ok(out)
     }
 
-    fn used_len(&self, buf: &[u8]) -> usize {
+    pub(super) fn used_len(&self, buf: &[u8]) -> usize {
         if dir_entry::has_tail(buf) {
             buf.len() - dir_entry::TAIL_SIZE
         } else {
@@ -95,17 +95,7 @@ impl Txn<'_> {
         let buf = self.block(block, dir.ino)?;
         let bs = buf.len();
         let used = self.used_len(&buf);
-        let need = rec_len_for(name.len());
-        let mut slot = None;
-        for e in DirEntryIter::new(&buf[..used], bs, true) {
-            let e = e.map_err(|err| Error::format(at, err))?;
-            let actual = if e.inode == 0 { 0 } else { rec_len_for(e.name.len()) };
-            if e.rec_len - actual >= need {
-                slot = Some((e.offset, e.rec_len, actual));
-                break;
-            }
-        }
-        let Some((off, rec_len, actual)) = slot else {
+        let Some((off, rec_len, actual)) = find_slot(&buf[..used], bs, rec_len_for(name.len()), at)? else {
             return Ok(false);
         };
         let buf = self.block_mut(block, dir.ino)?;
@@ -154,7 +144,14 @@ impl Txn<'_> {
         self.append_dir_block(dir, &blocks, name, ino, ft)
     }
 
-    fn append_dir_block(&mut self, dir: &mut Inode, blocks: &[DirBlock], name: &[u8], ino: u32, ft: u8) -> Result<()> {
+    pub(super) fn append_dir_block(
+        &mut self,
+        dir: &mut Inode,
+        blocks: &[DirBlock],
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+    ) -> Result<()> {
         let bs = self.fs.block_size();
         let logical = blocks.last().map_or(0, |b| b.logical + 1);
         let goal = blocks.last().map_or(0, |b| b.physical + 1);
@@ -221,6 +218,9 @@ impl Txn<'_> {
                         None => w[off..off + 4].fill(0),
                     }
                     self.seal_dir_block(dir, b.physical)?;
+                    if !dir.raw.has_flag(flags::INDEX) {
+                        self.fs.dir_hints.freed(dir.ino, dir.raw.i_generation.get(), b.logical);
+                    }
                     return Ok(ino);
                 }
                 prev = Some((e.offset, e.rec_len));
@@ -266,4 +266,18 @@ impl Txn<'_> {
         }
         Ok(true)
     }
+}
+
+/// The first record of the used part `buf` (of a `bs`-byte block) whose
+/// slack, or whose whole length if unused, holds a record of `need` bytes:
+/// its offset, length and the length its own entry keeps.
+pub(super) fn find_slot(buf: &[u8], bs: usize, need: usize, at: Location) -> Result<Option<(usize, usize, usize)>> {
+    for e in DirEntryIter::new(buf, bs, true) {
+        let e = e.map_err(|err| Error::format(at, err))?;
+        let actual = if e.inode == 0 { 0 } else { rec_len_for(e.name.len()) };
+        if e.rec_len - actual >= need {
+            return Ok(Some((e.offset, e.rec_len, actual)));
+        }
+    }
+    Ok(None)
 }

@@ -5,6 +5,7 @@
 use ext4kit_format::inode::{FileType, flags};
 
 use crate::clock;
+use crate::dir::Placement;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
@@ -83,6 +84,25 @@ impl Filesystem {
         self.noting_errors("create", r)
     }
 
+    /// [`Filesystem::create`] for a caller who knows `name` is not in
+    /// `parent` (a host directory being imported, a benchmark's fresh
+    /// names): the name is not looked up, so a create costs O(1) directory
+    /// blocks amortized in a linear directory where [`Filesystem::create`]
+    /// reads every block before the first with room (seed 000 §5.4, the
+    /// S_CR736 mode). See [`crate::dir`]'s `new_entry` module for the
+    /// placement. Keeping the promise is the caller's responsibility: a
+    /// copy of `name` in a block this create reads anyway is still
+    /// [`Error::Exists`], but one elsewhere is not seen and the directory
+    /// then holds the name twice (structurally consistent, each entry with
+    /// its own inode; a lookup finds the first).
+    ///
+    /// # Errors
+    /// As [`Filesystem::create`].
+    pub fn create_new(&self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr) -> Result<Inode> {
+        let r = self.create_placed(parent, name, kind, attr, Lookup::Skip);
+        self.noting_errors("create", r)
+    }
+
     fn create_in_txn(&self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr, umask: u16) -> Result<Inode> {
         super::check_new_name(name)?;
         let mut txn = Txn::begin(self)?;
@@ -90,24 +110,61 @@ impl Filesystem {
         txn.commit()?;
         Ok(inode)
     }
+
+    fn create_placed(&self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr, lookup: Lookup) -> Result<Inode> {
+        super::check_new_name(name)?;
+        let mut txn = Txn::begin(self)?;
+        let inode = txn.create_placed(parent, name, kind, attr, 0, lookup)?;
+        txn.commit()?;
+        Ok(inode)
+    }
+}
+
+/// Whether a create looks its name up first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// `EEXIST` if the name is there ([`Filesystem::create`]).
+    Check,
+    /// The caller promises the name is new ([`Filesystem::create_new`]).
+    Skip,
 }
 
 impl Txn<'_> {
     /// The body of [`Filesystem::create_with_umask`] inside this
     /// transaction; returns the new inode as written.
     pub(crate) fn create(&mut self, parent: u32, name: &[u8], kind: NodeKind, attr: Attr, umask: u16) -> Result<Inode> {
+        self.create_placed(parent, name, kind, attr, umask, Lookup::Check)
+    }
+
+    /// [`Txn::create`], or with [`Lookup::Skip`] the body of
+    /// [`Filesystem::create_new`].
+    pub(crate) fn create_placed(
+        &mut self,
+        parent: u32,
+        name: &[u8],
+        kind: NodeKind,
+        attr: Attr,
+        umask: u16,
+        lookup: Lookup,
+    ) -> Result<Inode> {
         super::check_new_name(name)?;
         // Names are checked against the directory as this transaction sees
-        // it, before an inline directory is moved to a block.
+        // it, before an inline directory is moved to a block (an inline
+        // directory is looked up either way: it is one inode, no blocks).
         let dir = self.inode(parent)?;
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
         super::require_live(&dir)?;
-        let (found, spot) = self.find_entry(&dir, name)?;
-        if found.is_some() {
-            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
-        }
+        let place = if lookup == Lookup::Skip && !dir.has_inline_data() {
+            self.place_new(&dir, name)?
+        } else {
+            let (found, spot) = self.find_entry(&dir, name)?;
+            if found.is_some() {
+                return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+            }
+            Placement::Looked(spot)
+        };
         super::flags::require_mutable(&dir)?;
         let mut dir = self.inode_for_change(parent)?;
         let is_dir = kind == NodeKind::Directory;
@@ -126,7 +183,7 @@ impl Txn<'_> {
         self.inherit_acl(&dir, &mut inode, umask)?;
         self.fill_body(&mut inode, &kind, parent)?;
         self.write_inode(&mut inode)?;
-        self.add_entry_at(&mut dir, name, ino, ft.dirent_code(), spot)?;
+        self.add_entry_placed(&mut dir, name, ino, ft.dirent_code(), place)?;
         if is_dir {
             let links = dir.raw.links();
             // 1 means uncounted (dir_nlink): it stays so.

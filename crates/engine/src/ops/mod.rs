@@ -7,7 +7,7 @@
 
 mod acl;
 mod attr;
-mod create;
+pub(crate) mod create;
 mod fallocate;
 mod flags;
 mod open;
