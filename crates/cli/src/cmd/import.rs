@@ -108,11 +108,15 @@ enum Host<'f> {
 
 /// A host directory being copied: its image inode, the names still to
 /// copy, and its own status (taken before its contents were read), for
-/// its times once they are done.
+/// its times once they are done. `fresh` when this import made the image
+/// directory: then its names are the host directory's, unique, and are
+/// added without a lookup ([`Batch::create_new`]); the destination itself
+/// may hold names already and gets [`Batch::create`], which refuses a clash.
 struct Level {
     ino: u32,
     names: Vec<OsString>,
     st: FileStat,
+    fresh: bool,
 }
 
 struct Importer<'a> {
@@ -150,7 +154,7 @@ impl Importer<'_> {
                 .unwrap_or(Path::new("."));
             let name = src.file_name().context("source has no file name")?;
             let dir = open_dir_at(AT_FDCWD, parent.as_os_str()).with_context(|| parent.display().to_string())?;
-            self.entry(&dir, name, dest, &st, src)?;
+            self.entry(&dir, name, (dest, false), &st, src)?;
         }
         Ok(())
     }
@@ -165,6 +169,7 @@ impl Importer<'_> {
             ino,
             names: names(&cur, &shown)?,
             st,
+            fresh: false,
         }];
         while let Some(level) = stack.last_mut() {
             if let Some(name) = level.names.pop() {
@@ -172,7 +177,7 @@ impl Importer<'_> {
                 let st = fstatat(&cur, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
                     .with_context(|| path.display().to_string())?;
                 if kind(&st) != SFlag::S_IFDIR {
-                    self.entry(&cur, &name, level.ino, &st, &path)?;
+                    self.entry(&cur, &name, (level.ino, level.fresh), &st, &path)?;
                     continue;
                 }
                 let attr = Attr {
@@ -181,14 +186,18 @@ impl Importer<'_> {
                     gid: st.st_gid,
                 };
                 let sub = self
-                    .fs
-                    .create(level.ino, name.as_bytes(), NodeKind::Directory, attr)
+                    .create(level.ino, level.fresh, name.as_bytes(), NodeKind::Directory, attr)
                     .with_context(|| path.display().to_string())?
                     .ino;
                 cur = open_dir_at(&cur, &name).with_context(|| path.display().to_string())?;
                 shown = path;
                 let names = names(&cur, &shown)?;
-                stack.push(Level { ino: sub, names, st });
+                stack.push(Level {
+                    ino: sub,
+                    names,
+                    st,
+                    fresh: true,
+                });
                 continue;
             }
             let done = stack.pop().context("the walk's stack")?;
@@ -202,9 +211,27 @@ impl Importer<'_> {
         Ok(cur)
     }
 
+    /// Creates `name` in image directory `parent`, without a lookup when
+    /// `fresh` (see [`Level`]).
+    fn create(
+        &mut self,
+        parent: u32,
+        fresh: bool,
+        name: &[u8],
+        node: NodeKind,
+        attr: Attr,
+    ) -> ext4kit_engine::Result<ext4kit_engine::Inode> {
+        if fresh {
+            self.fs.create_new(parent, name, node, attr)
+        } else {
+            self.fs.create(parent, name, node, attr)
+        }
+    }
+
     /// Copies the non-directory `name` of host directory `dir` into image
-    /// directory `parent`.
-    fn entry(&mut self, dir: &OwnedFd, name: &OsStr, parent: u32, st: &FileStat, path: &Path) -> Result<()> {
+    /// directory `parent` (the inode, and whether this import made it).
+    fn entry(&mut self, dir: &OwnedFd, name: &OsStr, parent: (u32, bool), st: &FileStat, path: &Path) -> Result<()> {
+        let (parent, fresh) = parent;
         let ctx = || path.display().to_string();
         let nlink = st.st_nlink;
         let key = (st.st_dev, st.st_ino);
@@ -230,8 +257,7 @@ impl Importer<'_> {
             gid: st.st_gid,
         };
         let ino = self
-            .fs
-            .create(parent, name.as_bytes(), node, attr)
+            .create(parent, fresh, name.as_bytes(), node, attr)
             .with_context(ctx)?
             .ino;
         if ft == SFlag::S_IFREG {
