@@ -300,6 +300,25 @@ mod tests {
     }
 
     #[test]
+    fn phase_stats_are_the_difference_of_the_counters() {
+        let mut d0 = DiskStats::default();
+        d0.seek_distances.record(3);
+        d0.reads = 2;
+        d0.modeled_ns = 1_000;
+        let mut d1 = d0.clone();
+        d1.seek_distances.record(3);
+        d1.seek_distances.record(100);
+        d1.reads = 7;
+        d1.flushes = 1;
+        d1.modeled_ns = 5_000;
+        let c = PageCacheStats::default();
+        let p = PhaseStats::between(&d0, &d1, &c, &c);
+        assert_eq!((p.modeled_ns, p.reads, p.flushes, p.writes), (4_000, 5, 1, 0));
+        // One more seek of 3 cylinders (bucket 2..=3) and one of 100 (64..=127).
+        assert_eq!(p.seek_histogram, vec![[2, 3, 1], [64, 127, 1]]);
+    }
+
+    #[test]
     fn a_missing_or_zero_first_figure_gives_no_ratio() {
         assert_eq!(last_first_ratio(&[batch(1, 0.0), batch(1, 5.0)], |b| b.create_us), None);
         assert_eq!(last_first_ratio(&[], |b| b.create_us), None);
