@@ -125,6 +125,35 @@ fn no_dir_index_makes_a_linear_image_and_an_existing_image_is_reused() {
     assert_eq!(String::from_utf8_lossy(&ls.stdout).lines().count(), 50);
 }
 
+/// `--no-lookup` (the engine's `create_new`) in a linear directory: every
+/// name once, the image clean; refused on a directory target.
+#[test]
+fn no_lookup_creates_every_name_once_and_only_on_images() {
+    if skip_unless(require_tool("e2fsck")).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("nl.img");
+    let r = run_json(&img, 2000, &["--no-lookup", "--no-dir-index"]);
+    check_bookkeeping(&r, 2000, 100);
+    assert_eq!(
+        (&r["no_lookup"], &r["dir_index"]),
+        (&Value::Bool(true), &Value::Bool(false))
+    );
+    assert_eq!(r["fsck"]["clean"], true, "{}", r["fsck"]["output"]);
+    let ls = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args(["ls", img.to_str().unwrap(), "/create-scale"])
+        .output()
+        .unwrap();
+    let mut names: Vec<String> = String::from_utf8_lossy(&ls.stdout).lines().map(str::to_owned).collect();
+    names.sort();
+    let want: Vec<String> = (0..2000).map(|i| format!("f{i:07}")).collect();
+    assert_eq!(names, want);
+    let out = bench(&["--target", dir.path().to_str().unwrap(), "-n", "10", "--no-lookup"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-lookup"));
+}
+
 #[test]
 fn a_directory_target_reports_wall_time_and_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();

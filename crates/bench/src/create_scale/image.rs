@@ -118,8 +118,13 @@ pub(super) fn run(cfg: &Config, create_image: bool, progress: Progress<'_>) -> R
         let before = disk.stats();
         let wall = Instant::now();
         for i in range.clone() {
-            fs.create(dir, file_name(i).as_bytes(), NodeKind::Regular, ATTR)
-                .with_context(|| format!("creating {dir_name}/{}", file_name(i)))?;
+            let name = file_name(i);
+            if cfg.no_lookup {
+                fs.create_new(dir, name.as_bytes(), NodeKind::Regular, ATTR)
+            } else {
+                fs.create(dir, name.as_bytes(), NodeKind::Regular, ATTR)
+            }
+            .with_context(|| format!("creating {dir_name}/{name}"))?;
         }
         fs.sync()?;
         let wall_us = wall.elapsed().as_secs_f64() * 1e6;
@@ -183,6 +188,7 @@ pub(super) fn run(cfg: &Config, create_image: bool, progress: Progress<'_>) -> R
         n: cfg.n,
         batch_size: size,
         dir_index: Some(dir_index),
+        no_lookup: cfg.no_lookup,
         image_created: create_image,
         disk: Some(profile.name().to_string()),
         page_cache_bytes: Some(cfg.cache_bytes),

@@ -45,6 +45,9 @@ pub struct Config {
     pub cache_bytes: u64,
     /// Make a new image without `dir_index`.
     pub no_dir_index: bool,
+    /// Create with `Filesystem::create_new` (no existence lookup; seed
+    /// 000's S_CR736 mode): the names are known to be new. Images only.
+    pub no_lookup: bool,
     /// Seed of the open order.
     pub seed: u64,
 }
@@ -123,6 +126,12 @@ pub fn run(cfg: &Config, progress: Progress<'_>) -> Result<Report> {
             if cfg.no_dir_index {
                 bail!(
                     "--no-dir-index makes a new image; {} is a directory (make its file system with ^dir_index instead)",
+                    cfg.target.display()
+                );
+            }
+            if cfg.no_lookup {
+                bail!(
+                    "--no-lookup chooses the engine's create; {} is a directory, created through the host's calls",
                     cfg.target.display()
                 );
             }

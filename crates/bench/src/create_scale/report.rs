@@ -102,6 +102,9 @@ pub struct Report {
     pub batch_size: usize,
     /// Whether the image has `dir_index` (`None` on a directory).
     pub dir_index: Option<bool>,
+    /// Whether the creates skipped the existence lookup
+    /// (`Filesystem::create_new`, seed 000's S_CR736 mode).
+    pub no_lookup: bool,
     /// Whether the image was made by this run.
     pub image_created: bool,
     /// Disk profile (images).
@@ -193,11 +196,16 @@ impl Report {
         if modeled {
             let _ = writeln!(
                 s,
-                "{} files in one new directory, batches of {}; disk `{}`, page cache {} MiB, dir_index {}; \
+                "{} files in one new directory{}, batches of {}; disk `{}`, page cache {} MiB, dir_index {}; \
                  µs are modeled (each create batch ends with a sync) and charge the disk only: the engine's \
                  CPU (a linear directory's scans) shows in the wall columns; opens after dropping every cache, \
                  in a random order (seed {:#x}).\n",
                 self.n,
+                if self.no_lookup {
+                    " by create_new (no lookup)"
+                } else {
+                    ""
+                },
                 self.batch_size,
                 self.disk.as_deref().unwrap_or("?"),
                 self.page_cache_bytes.unwrap_or(0) >> 20,

@@ -63,6 +63,10 @@ struct CreateScaleArgs {
     /// Make the new image without dir_index (linear directories).
     #[arg(long)]
     no_dir_index: bool,
+    /// Create without the existence lookup (the engine's create_new, seed
+    /// 000's S_CR736 mode; images only).
+    #[arg(long)]
+    no_lookup: bool,
     /// Seed of the random open order.
     #[arg(long, value_name = "SEED", default_value_t = ext4kit_bench::create_scale::DEFAULT_SEED)]
     seed: u64,
@@ -137,6 +141,7 @@ fn run_create_scale(a: CreateScaleArgs) -> Result<()> {
         disk: a.disk,
         cache_bytes: ext4kit_engine::mkfs::parse_size(&a.cache).with_context(|| format!("--cache {}", a.cache))?,
         no_dir_index: a.no_dir_index,
+        no_lookup: a.no_lookup,
         seed: a.seed,
     };
     if a.batch == Some(0) {
