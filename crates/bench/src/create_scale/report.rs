@@ -45,6 +45,10 @@ pub struct PhaseStats {
     pub writes: u64,
     /// Flushes reaching the disk.
     pub flushes: u64,
+    /// Bytes read from the disk.
+    pub bytes_read: u64,
+    /// Bytes written to the disk.
+    pub bytes_written: u64,
     /// Reads served from the drive's cache.
     pub read_hits: u64,
     /// Mechanical positionings (seek, settle, rotation).
@@ -77,6 +81,8 @@ impl PhaseStats {
             reads: d1.reads - d0.reads,
             writes: d1.writes - d0.writes,
             flushes: d1.flushes - d0.flushes,
+            bytes_read: d1.bytes_read - d0.bytes_read,
+            bytes_written: d1.bytes_written - d0.bytes_written,
             read_hits: d1.read_hits - d0.read_hits,
             positionings: d1.positionings - d0.positionings,
             seek_histogram: hist,
@@ -263,12 +269,13 @@ impl Report {
             if let Some(p) = p {
                 let _ = writeln!(
                     s,
-                    "Disk, {name}: {:.3} s modeled, {} reads ({} drive-cache hits), {} writes, {} flushes, {} positionings; \
+                    "Disk, {name}: {:.3} s modeled, {} reads ({} drive-cache hits), {} writes ({:.1} MiB), {} flushes, {} positionings; \
                      page cache {} hits, {} misses, {} evictions.",
                     p.modeled_ns as f64 / 1e9,
                     p.reads,
                     p.read_hits,
                     p.writes,
+                    p.bytes_written as f64 / f64::from(1u32 << 20),
                     p.flushes,
                     p.positionings,
                     p.cache_hits,
@@ -317,11 +324,13 @@ mod tests {
         d1.seek_distances.record(3);
         d1.seek_distances.record(100);
         d1.reads = 7;
+        d1.bytes_written = 8192;
         d1.flushes = 1;
         d1.modeled_ns = 5_000;
         let c = PageCacheStats::default();
         let p = PhaseStats::between(&d0, &d1, &c, &c);
         assert_eq!((p.modeled_ns, p.reads, p.flushes, p.writes), (4_000, 5, 1, 0));
+        assert_eq!((p.bytes_read, p.bytes_written), (0, 8192));
         // One more seek of 3 cylinders (bucket 2..=3) and one of 100 (64..=127).
         assert_eq!(p.seek_histogram, vec![[2, 3, 1], [64, 127, 1]]);
     }
