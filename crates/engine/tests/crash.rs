@@ -11,6 +11,8 @@
 //! `EXT4KIT_CRASH_POINTS` sets how many random points the full test checks
 //! (1000 by default), `EXT4KIT_CRASH_SEED` the workload seed.
 
+#[path = "common/mem_image.rs"]
+mod mem_image;
 #[path = "common/workload.rs"]
 mod workload;
 
@@ -22,7 +24,8 @@ use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
 use ext4kit_engine::{BlockDevice, Filesystem, OpenOptions};
 use ext4kit_testkit::rng::Rng;
 use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
-use workload::{FileModel, Workload, check_own_words, fresh_image, read_tree};
+use mem_image::fresh_image;
+use workload::{FileModel, Workload, check_own_words, read_tree};
 
 const IMAGE_BYTES: usize = 8 << 20;
 const STEPS: usize = 400;

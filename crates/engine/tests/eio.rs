@@ -4,6 +4,8 @@
 //! nothing may panic, and the image left behind must be one e2fsck accepts
 //! whenever the engine could make it so.
 
+#[path = "common/mem_image.rs"]
+mod mem_image;
 #[path = "common/workload.rs"]
 mod workload;
 
@@ -12,7 +14,8 @@ use std::sync::Arc;
 use ext4kit_engine::device::{FaultControl, FaultDevice, MemDevice};
 use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
-use workload::{Workload, fresh_image, is_eio, read_tree};
+use mem_image::fresh_image;
+use workload::{Workload, is_eio, read_tree};
 
 const IMAGE_BYTES: usize = 8 << 20;
 const STEPS: usize = 60;

@@ -7,15 +7,18 @@
 //! a small cache leave an e2fsck-clean image, and a power loss below the
 //! cache at any write recovers clean with every synced batch kept.
 
+#[path = "common/mem_image.rs"]
+mod mem_image;
+
 use std::sync::Arc;
 
 use ext4kit_engine::device::{
     BlockDevice, CrashDevice, DiskModel, DiskProfile, FaultDevice, MemDevice, PageCache, Survivors,
 };
-use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
 use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_testkit::rng::Rng;
-use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
+use ext4kit_testkit::tools::{require_tool, skip_unless};
+use mem_image::{assert_clean, fresh_image};
 use parking_lot::Mutex;
 
 const PAGE: u64 = 4096;
@@ -498,27 +501,6 @@ const FILE: Attr = Attr {
     gid: 0,
 };
 
-/// A fresh image of `size` bytes by the engine's mkfs.
-fn image(size: usize) -> Vec<u8> {
-    let dev = MemDevice::new(vec![0; size]);
-    let opts = MkfsOptions {
-        uuid: Some([7; 16]),
-        hash_seed: Some([9; 16]),
-        timestamp: Some(1_700_000_000),
-        device_zeroed: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(&dev, &opts).expect("mkfs");
-    dev.snapshot()
-}
-
-fn assert_clean(img: &[u8], what: &str) {
-    let tmp = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(tmp.path(), img).unwrap();
-    let r = e2fsck_fn(tmp.path()).unwrap();
-    assert!(r.is_clean(), "{what}: e2fsck -fn:\n{}", r.output);
-}
-
 /// File `i`'s contents: a few hundred bytes to a few blocks.
 fn contents(i: usize) -> Vec<u8> {
     format!("file {i} ").repeat(1 + i % 700).into_bytes()
@@ -562,7 +544,7 @@ fn the_engine_through_a_small_page_cache_leaves_a_clean_image() {
 /// Runs the workload through a 512 KiB cache of `page`-byte pages and
 /// checks the image; returns the cache's counts.
 fn run_through_a_small_cache(page: usize) -> ext4kit_engine::device::PageCacheStats {
-    let mem = Arc::new(MemDevice::new(image(64 << 20)));
+    let mem = Arc::new(MemDevice::new(fresh_image(64 << 20)));
     let cache = Arc::new(PageCache::with_page_size(mem.clone(), 512 << 10, page));
     let fs = Filesystem::open(Box::new(cache.clone()), OpenOptions::default()).unwrap();
     assert_eq!(fs.block_size(), 1024);
@@ -598,7 +580,7 @@ fn a_crash_below_the_cache_recovers_clean_with_every_synced_batch() {
     if skip_unless(require_tool("e2fsck")).is_none() {
         return;
     }
-    let crash = Arc::new(CrashDevice::with_atomic_unit(image(16 << 20), 4096));
+    let crash = Arc::new(CrashDevice::with_atomic_unit(fresh_image(16 << 20), 4096));
     let cache = PageCache::new(crash.clone(), 256 << 10);
     let fs = Filesystem::open(Box::new(cache), OpenOptions::default()).unwrap();
     let start = crash.writes();
@@ -658,7 +640,7 @@ fn over_the_disk_model_cold_and_warm_are_chosen() {
     let profile: DiskProfile = "hp-sas-10k".parse().unwrap();
     let mut per_size = Vec::new();
     for size in [8u64 << 20, 0] {
-        let disk = Arc::new(DiskModel::new(MemDevice::new(image(32 << 20)), &profile).unwrap());
+        let disk = Arc::new(DiskModel::new(MemDevice::new(fresh_image(32 << 20)), &profile).unwrap());
         let cache = Arc::new(PageCache::new(disk.clone(), size));
         let fs = Filesystem::open(Box::new(cache.clone()), OpenOptions::default()).unwrap();
         let ino = fs.create(ROOT_INO, b"big", NodeKind::Regular, FILE).unwrap().ino;

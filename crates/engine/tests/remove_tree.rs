@@ -8,15 +8,18 @@
 //! and named last (what `ext4kit write` runs), leaves the tree as it was
 //! or as asked, never between, and `e2fsck -fn` clean.
 
+#[path = "common/mem_image.rs"]
+mod mem_image;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
-use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
 use ext4kit_engine::{Attr, BatchOptions, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO, RenameFlags};
 use ext4kit_format::inode::flags::IMMUTABLE;
 use ext4kit_testkit::rng::Rng;
-use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
+use ext4kit_testkit::tools::{require_tool, skip_unless};
+use mem_image::{assert_clean, fresh_image_with};
 
 const DIR: Attr = Attr {
     perm: 0o755,
@@ -28,34 +31,9 @@ const FILE: Attr = Attr {
     uid: 0,
     gid: 0,
 };
-
-/// A fresh image of `size` bytes by the engine's mkfs, with `inodes` inodes.
-fn image(size: usize, inodes: Option<u64>) -> Vec<u8> {
-    let dev = MemDevice::new(vec![0; size]);
-    let opts = MkfsOptions {
-        uuid: Some([7; 16]),
-        hash_seed: Some([9; 16]),
-        timestamp: Some(1_700_000_000),
-        device_zeroed: true,
-        inode_count: inodes,
-        ..MkfsOptions::default()
-    };
-    mkfs(&dev, &opts).expect("mkfs");
-    dev.snapshot()
-}
-
 fn open(dev: Arc<MemDevice>) -> Filesystem {
     Filesystem::open(Box::new(dev), OpenOptions::default()).expect("open")
 }
-
-/// `e2fsck -fn` on the bytes of an image.
-fn assert_clean(img: &[u8]) {
-    let tmp = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(tmp.path(), img).unwrap();
-    let r = e2fsck_fn(tmp.path()).unwrap();
-    assert!(r.is_clean(), "e2fsck -fn:\n{}", r.output);
-}
-
 /// Every path below the root (lost+found aside) with what it is: a
 /// directory, a symlink's target or a file's contents.
 fn listing(fs: &Filesystem) -> BTreeMap<String, Vec<u8>> {
@@ -128,7 +106,7 @@ fn removes_a_tree_and_frees_everything() {
     if skip_unless(require_tool("e2fsck")).is_none() {
         return;
     }
-    let dev = Arc::new(MemDevice::new(image(32 << 20, None)));
+    let dev = Arc::new(MemDevice::new(fresh_image_with(32 << 20, None)));
     let fs = open(dev.clone());
     let before = free_counts(&fs);
     build_tree(&fs, 2_000);
@@ -141,7 +119,7 @@ fn removes_a_tree_and_frees_everything() {
     fs.unlink(ROOT_INO, b"outside").unwrap();
     assert_eq!(free_counts(&fs), before);
     fs.unmount().unwrap();
-    assert_clean(&dev.snapshot());
+    assert_clean(&dev.snapshot(), "the image");
 }
 
 #[test]
@@ -149,7 +127,7 @@ fn refuses_dot_and_dotdot_before_any_change() {
     if skip_unless(require_tool("e2fsck")).is_none() {
         return;
     }
-    let dev = Arc::new(MemDevice::new(image(16 << 20, None)));
+    let dev = Arc::new(MemDevice::new(fresh_image_with(16 << 20, None)));
     let fs = open(dev.clone());
     let t = build_tree(&fs, 10);
     let before = listing(&fs);
@@ -160,7 +138,7 @@ fn refuses_dot_and_dotdot_before_any_change() {
         assert_eq!(listing(&fs), before);
     }
     fs.unmount().unwrap();
-    assert_clean(&dev.snapshot());
+    assert_clean(&dev.snapshot(), "the image");
 }
 
 #[test]
@@ -168,7 +146,7 @@ fn a_failure_inside_one_commit_changes_nothing() {
     if skip_unless(require_tool("e2fsck")).is_none() {
         return;
     }
-    let dev = Arc::new(MemDevice::new(image(16 << 20, None)));
+    let dev = Arc::new(MemDevice::new(fresh_image_with(16 << 20, None)));
     let fs = open(dev.clone());
     build_tree(&fs, 300);
     // The last entry the walk reaches: at the bottom of the chain.
@@ -209,7 +187,7 @@ fn a_failure_inside_one_commit_changes_nothing() {
     fs.set_flags(leaf.ino, flags, true).unwrap();
     fs.remove_tree(ROOT_INO, b"t").unwrap();
     fs.unmount().unwrap();
-    assert_clean(&dev.snapshot());
+    assert_clean(&dev.snapshot(), "the image");
 }
 
 #[test]
@@ -218,7 +196,7 @@ fn a_chain_of_16000_directories_on_a_small_stack() {
         return;
     }
     const DEPTH: usize = 16_000;
-    let dev = Arc::new(MemDevice::new(image(48 << 20, Some(20_000))));
+    let dev = Arc::new(MemDevice::new(fresh_image_with(48 << 20, Some(20_000))));
     let fs = open(dev.clone());
     let before = free_counts(&fs);
     let mut b = fs.batch().unwrap();
@@ -238,7 +216,7 @@ fn a_chain_of_16000_directories_on_a_small_stack() {
     assert_eq!(removed, DEPTH as u64 + 1);
     assert_eq!(free_counts(&fs), before);
     fs.unmount().unwrap();
-    assert_clean(&dev.snapshot());
+    assert_clean(&dev.snapshot(), "the image");
 }
 
 /// Runs `remove_tree(/, "chain")` on a thread built by `self`.
@@ -284,15 +262,37 @@ fn crash_points(dev: &CrashDevice, from: usize, n: usize, seed: u64) -> Vec<(usi
     out
 }
 
-/// Recovers the image a crash at `point` leaves and returns its listing
-/// (after an `e2fsck -fn` of the recovered image).
-fn recovered(dev: &CrashDevice, point: usize, s: Survivors) -> BTreeMap<String, Vec<u8>> {
-    let mem = Arc::new(MemDevice::new(dev.crash_image(point, s)));
-    let fs = open(mem.clone());
-    let tree = listing(&fs);
-    fs.unmount().unwrap();
-    assert_clean(&mem.snapshot());
-    tree
+/// What a test compares after a crash: the listing, and the free block
+/// and inode counts.
+type State = (BTreeMap<String, Vec<u8>>, (u64, u64));
+
+fn state(fs: &Filesystem) -> State {
+    (listing(fs), free_counts(fs))
+}
+
+/// Recovers every crash point of the run recorded from write `start` on
+/// (the flush points and 40 random ones from `seed`), checks each with
+/// `e2fsck -fn`, and asserts its listing is `before`'s or `after`'s — and,
+/// with `counts`, that one back at `before` also has its free counts.
+fn assert_before_or_after(dev: &CrashDevice, start: usize, seed: u64, before: &State, after: &State, counts: bool) {
+    for (point, s) in crash_points(dev, start, 40, seed) {
+        let mem = Arc::new(MemDevice::new(dev.crash_image(point, s)));
+        let fs = open(mem.clone());
+        let (got, free) = state(&fs);
+        fs.unmount().unwrap();
+        assert_clean(&mem.snapshot(), &format!("crash at write {point} ({s:?})"));
+        assert!(
+            got == before.0 || got == after.0,
+            "crash at write {point} of {} ({s:?}): {} entries, before {}, after {}",
+            dev.writes(),
+            got.len(),
+            before.0.len(),
+            after.0.len()
+        );
+        if counts && got == before.0 {
+            assert_eq!(free, before.1, "crash at write {point}: space was not given back");
+        }
+    }
 }
 
 /// Every commit goes to the journal and is flushed at once (`-o sync`):
@@ -306,7 +306,7 @@ fn open_syncing(dev: &Arc<CrashDevice>) -> Filesystem {
 }
 
 fn crash_image() -> Arc<CrashDevice> {
-    Arc::new(CrashDevice::with_atomic_unit(image(8 << 20, None), 4096))
+    Arc::new(CrashDevice::with_atomic_unit(fresh_image_with(8 << 20, None), 4096))
 }
 
 #[test]
@@ -318,22 +318,13 @@ fn a_crash_during_a_tree_removal_leaves_before_or_after() {
     let fs = open_syncing(&dev);
     build_tree(&fs, 150);
     fs.sync().unwrap();
-    let before = listing(&fs);
+    let before = state(&fs);
     let start = dev.writes();
     fs.remove_tree(ROOT_INO, b"t").unwrap();
-    let after = listing(&fs);
+    let after = state(&fs);
     fs.unmount().unwrap();
-    assert!(after.len() == 1 && before.len() > 150);
-    for (point, s) in crash_points(&dev, start, 40, 0x7ee) {
-        let got = recovered(&dev, point, s);
-        assert!(
-            got == before || got == after,
-            "crash at write {point} of {} ({s:?}): {} of {} entries left",
-            dev.writes(),
-            got.len(),
-            before.len()
-        );
-    }
+    assert!(after.0.len() == 1 && before.0.len() > 150);
+    assert_before_or_after(&dev, start, 0x7ee, &before, &after, false);
 }
 
 #[test]
@@ -344,7 +335,7 @@ fn a_crash_during_a_batch_of_creates_leaves_before_or_after() {
     let dev = crash_image();
     let fs = open_syncing(&dev);
     fs.sync().unwrap();
-    let before = listing(&fs);
+    let before = state(&fs);
     let start = dev.writes();
     // What `import` does: creates, data, links and times in one batch.
     let mut b = fs.batch().unwrap();
@@ -366,20 +357,10 @@ fn a_crash_during_a_batch_of_creates_leaves_before_or_after() {
         }
     }
     b.finish().unwrap();
-    let after = listing(&fs);
+    let after = state(&fs);
     fs.unmount().unwrap();
-    assert!(after.len() > 160);
-    for (point, s) in crash_points(&dev, start, 40, 0xba7c) {
-        let got = recovered(&dev, point, s);
-        assert!(
-            got == before || got == after,
-            "crash at write {point} of {} ({s:?}): {} entries, before {}, after {}",
-            dev.writes(),
-            got.len(),
-            before.len(),
-            after.len()
-        );
-    }
+    assert!(after.0.len() > 160);
+    assert_before_or_after(&dev, start, 0xba7c, &before, &after, false);
 }
 
 /// A file written over many commits (1 MiB each) without a name and named
@@ -394,8 +375,7 @@ fn a_crash_while_a_nameless_file_is_built_leaves_no_file_or_all_of_it() {
     let dev = crash_image();
     let fs = open_syncing(&dev);
     fs.sync().unwrap();
-    let before = listing(&fs);
-    let free_before = free_counts(&fs);
+    let before = state(&fs);
     let start = dev.writes();
     let opts = BatchOptions {
         max_ops: 16_384,
@@ -411,37 +391,17 @@ fn a_crash_while_a_nameless_file_is_built_leaves_no_file_or_all_of_it() {
     b.link_tmpfile(ino, ROOT_INO, b"built").unwrap();
     b.finish().unwrap();
     fs.release_file(ino).unwrap();
-    let after = listing(&fs);
+    let after = state(&fs);
     fs.unmount().unwrap();
-    assert_eq!(after.get("/built"), Some(&data));
-    for (point, s) in crash_points(&dev, start, 40, 0x7f11e) {
-        let mem = Arc::new(MemDevice::new(dev.crash_image(point, s)));
-        let fs = open(mem.clone());
-        let got = listing(&fs);
-        let free = free_counts(&fs);
-        fs.unmount().unwrap();
-        assert_clean(&mem.snapshot());
-        assert!(
-            got == before || got == after,
-            "crash at write {point} of {} ({s:?}): {} entries, /built {:?} bytes",
-            dev.writes(),
-            got.len(),
-            got.get("/built").map(Vec::len)
-        );
-        if got == before {
-            assert_eq!(
-                free, free_before,
-                "crash at write {point}: the nameless file was not freed"
-            );
-        }
-    }
+    assert_eq!(after.0.get("/built"), Some(&data));
+    assert_before_or_after(&dev, start, 0x7f11e, &before, &after, true);
 }
 
 /// A nameless file that is never named is freed at its release, and one
 /// cannot be given a name that exists.
 #[test]
 fn a_nameless_file_never_named_is_freed() {
-    let dev = Arc::new(MemDevice::new(image(8 << 20, None)));
+    let dev = Arc::new(MemDevice::new(fresh_image_with(8 << 20, None)));
     let fs = open(dev.clone());
     fs.create(ROOT_INO, b"taken", NodeKind::Regular, FILE).unwrap();
     let free_before = free_counts(&fs);
@@ -460,5 +420,5 @@ fn a_nameless_file_never_named_is_freed() {
     );
     drop(b);
     fs.unmount().unwrap();
-    assert_clean(&dev.snapshot());
+    assert_clean(&dev.snapshot(), "the image");
 }

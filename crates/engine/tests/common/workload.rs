@@ -13,8 +13,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use ext4kit_engine::device::MemDevice;
-use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
 use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, ROOT_INO, RenameFlags, Result};
 use ext4kit_testkit::rng::Rng;
 
@@ -30,22 +28,6 @@ const MAX_FILES: usize = 40;
 const MAX_DIRS: usize = 6;
 /// Most bytes of file data in the model, well inside an 8 MiB image.
 const MAX_BYTES: usize = 2 << 20;
-
-/// A fresh, reproducible ext4 image of `size` bytes (journal included) made
-/// by the engine's mkfs.
-pub fn fresh_image(size: usize) -> Vec<u8> {
-    let dev = MemDevice::new(vec![0; size]);
-    let opts = MkfsOptions {
-        uuid: Some([7; 16]),
-        hash_seed: Some([9; 16]),
-        timestamp: Some(1_700_000_000),
-        device_zeroed: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(&dev, &opts).expect("mkfs");
-    dev.snapshot()
-}
-
 /// One regular file of the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileModel {
