@@ -164,19 +164,27 @@ fn sixteen_tib_sparse() {
 
 /// mke2fs on a fresh sparse file with the fixed UUID, hash seed and time.
 fn run_mke2fs(img: &Path, bytes: u64, args: &[&str]) {
+    run_mke2fs_e(img, bytes, args, &format!("hash_seed={SEED}"));
+}
+
+/// [`run_mke2fs`] with `-E extended` (which must carry the hash seed:
+/// mke2fs keeps only the last `-E`), run in the image's directory so the
+/// name it records (the MMP block's device name) is the relative one.
+fn run_mke2fs_e(img: &Path, bytes: u64, args: &[&str], extended: &str) {
     std::fs::File::create(img).unwrap().set_len(bytes).unwrap();
-    let e = format!("hash_seed={SEED}");
+    let (dir, name) = (img.parent().unwrap(), img.file_name().unwrap());
     let out = Command::new(tools::require_tool("mke2fs").unwrap())
+        .current_dir(dir)
         .env("E2FSPROGS_FAKE_TIME", EPOCH)
         .args(["-q", "-F"])
         .args(args)
-        .args(["-U", UUID, "-E", &e])
-        .arg(img)
+        .args(["-U", UUID, "-E", extended])
+        .arg(name)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "mke2fs {args:?}: {}",
+        "mke2fs {args:?} -E {extended}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -341,24 +349,11 @@ fn mmp_matches_mke2fs() {
         let (theirs, ours) = (a.join("x.img"), b.join("x.img"));
         std::fs::remove_file(&ours).ok();
         let bytes = ext4kit_engine::mkfs::parse_size(size).unwrap();
-        std::fs::File::create(&theirs).unwrap().set_len(bytes).unwrap();
         let e = match interval {
             Some(i) => format!("mmp_update_interval={i},hash_seed={SEED}"),
             None => format!("hash_seed={SEED}"),
         };
-        let out = Command::new(tools::require_tool("mke2fs").unwrap())
-            .current_dir(&a)
-            .env("E2FSPROGS_FAKE_TIME", EPOCH)
-            .args(["-q", "-F"])
-            .args(args)
-            .args(["-U", UUID, "-E", &e, "x.img"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mke2fs {what}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_mke2fs_e(&theirs, bytes, args, &e);
         let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
             .current_dir(&b)
             .env("SOURCE_DATE_EPOCH", EPOCH)
