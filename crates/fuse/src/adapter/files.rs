@@ -49,16 +49,17 @@ impl Ext4Fuse {
         let ino = self.ino(ino)?;
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let truncate = flags & libc::O_TRUNC != 0;
+        let mut size = 0;
         if write || truncate {
             self.writable()?;
             let inode = self.inode(ino)?;
             self.fs
                 .check_open(&inode, write, flags & libc::O_APPEND != 0, truncate)
                 .map_err(|e| self.errno(e))?;
+            size = inode.size();
         }
         self.fs.open_file(ino).map_err(|e| self.errno(e))?;
         if write {
-            let size = self.inode(ino).map_or(0, |i| i.size());
             self.opened_for_writing(ino, size, None);
         }
         Ok(self.handles.insert(Handle::File { ino, write }))
