@@ -271,14 +271,7 @@ fn rm_r_of_a_directory_loop_removes_nothing() {
     let Some(img) = mke2fs(dir.path(), "8M") else { return };
     ext4kit(&img, &["mkdir", "-p", "/a/b"], None);
     ext4kit(&img, &["write", "/a/b/f"], Some(b"f"));
-    let debugfs = |req: &str| {
-        let out = Command::new("debugfs")
-            .args(["-w", "-R", req])
-            .arg(&img)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    };
+    let debugfs = |req: &str| ext4kit_testkit::tools::debugfs_write(&img, req).unwrap();
     debugfs("ln /a /a/b/loop");
     let before = std::fs::read(&img).unwrap();
     let out = try_ext4kit(&img, &["rm", "-r", "/a"], None);

@@ -627,15 +627,7 @@ fn corruption_met_by_a_read_is_recorded_in_the_superblock() {
     std::fs::create_dir(&src).unwrap();
     std::fs::write(src.join("f"), vec![5u8; 20_000]).unwrap();
     let img = make_image(work.path(), "64M", &["-d", src.to_str().unwrap()]);
-    let debugfs = |req: &str| {
-        let out = Command::new("debugfs")
-            .args(["-w", "-R", req])
-            .arg(&img)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let debugfs = |req: &str| ext4kit_testkit::tools::debugfs_write(&img, req).unwrap();
     debugfs("sif /f block[0] 0x1234");
     let ino = debugfs("stat /f").split_whitespace().nth(1).unwrap().to_string();
     let field = |key: &str| {

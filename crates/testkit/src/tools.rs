@@ -169,6 +169,21 @@ pub fn debugfs(image: &Path, request: &str) -> io::Result<String> {
     Ok(debugfs_full(image, request)?.stdout)
 }
 
+/// Runs `debugfs -w -R CMD IMG` (changing the image, e.g. to damage it on
+/// purpose) and returns its standard output; a non-zero exit is an error.
+pub fn debugfs_write(image: &Path, request: &str) -> io::Result<String> {
+    Ok(run_ok(
+        "debugfs",
+        &[
+            OsStr::new("-w"),
+            OsStr::new("-R"),
+            OsStr::new(request),
+            image.as_os_str(),
+        ],
+    )?
+    .stdout)
+}
+
 /// Runs `debugfs -R CMD IMG` and returns the whole captured output.
 pub fn debugfs_full(image: &Path, request: &str) -> io::Result<CmdOutput> {
     run("debugfs", &[OsStr::new("-R"), OsStr::new(request), image.as_os_str()])
