@@ -485,10 +485,14 @@ impl fuser::Filesystem for Ext4Fuse {
         reply_empty(self.close_handle(fh.0), reply);
     }
 
+    /// The cached attributes are dropped before the answer: a `stat` right
+    /// after `fsync` returns must see the `st_blocks` of the pages it just
+    /// wrote back (the kernel processes the notification at once).
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let _serving = self.request_arrived();
-        reply_empty(self.sync_inode(ino), reply);
+        let synced = self.sync_inode(ino);
         self.refresh_attrs(ino);
+        reply_empty(synced, reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
