@@ -169,9 +169,12 @@ fn parallel_writers_and_readers() {
                     s.spawn(move || writer(fs, ino, f, 300))
                 })
                 .collect();
-            let models: Vec<Vec<u8>> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+            // Stop the readers before a writer's failure is raised: the
+            // scope waits for them, and they only end on `stop`.
+            let models: Vec<_> = writers.into_iter().map(|w| w.join()).collect();
             stop.store(true, Ordering::Release);
             let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+            let models: Vec<Vec<u8>> = models.into_iter().map(|m| m.expect("a writer failed")).collect();
             (models, reads)
         });
         assert!(reads > 0);

@@ -33,6 +33,12 @@ impl Pressure {
         p
     }
 
+    /// A source that never reports a crowd, as on a kernel without PSI.
+    #[cfg(test)]
+    pub(crate) fn never() -> Self {
+        Self { file: None, last: None }
+    }
+
     /// Forgets the stall before now: the next look covers only what
     /// follows.
     pub(crate) fn restart(&mut self) {

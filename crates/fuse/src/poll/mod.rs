@@ -82,6 +82,25 @@ impl Poller {
         latency: Option<CpuLatency>,
         window: Duration,
     ) -> std::io::Result<Self> {
+        Self::start_with(
+            spin,
+            latency,
+            window,
+            load::Pressure::new(),
+            standby::Standby::default(),
+        )
+    }
+
+    /// [`Poller::start`] with the CPU pressure source and the standby
+    /// given: tests pass a source that never reports a crowd and a long
+    /// safety net, so a loaded test machine cannot change what they watch.
+    fn start_with(
+        spin: Option<(OwnedFd, String)>,
+        latency: Option<CpuLatency>,
+        window: Duration,
+        pressure: load::Pressure,
+        standby: standby::Standby,
+    ) -> std::io::Result<Self> {
         let (spin, spinner) = spin.unzip();
         let shared = Arc::new(Shared {
             spin,
@@ -89,7 +108,7 @@ impl Poller {
             spinner,
             spinner_since: AtomicU64::new(0),
             spinner_seen: AtomicBool::new(false),
-            standby: standby::Standby::default(),
+            standby,
             window,
             epoch: Instant::now(),
             last: AtomicU64::new(0),
@@ -99,7 +118,7 @@ impl Poller {
         let s = shared.clone();
         let watcher = std::thread::Builder::new()
             .name("ext4kit-poll".into())
-            .spawn(move || s.watch(latency))?;
+            .spawn(move || s.watch(latency, pressure))?;
         Ok(Self {
             shared,
             watcher: Some(watcher),
@@ -183,8 +202,7 @@ impl Shared {
     /// window whether a request came: if none did, the mount is idle again;
     /// if some did, spins unless threads were kept waiting for a CPU, and
     /// calls the threads on standby back when the spinner is held up.
-    fn watch(&self, mut latency: Option<CpuLatency>) {
-        let mut pressure = load::Pressure::new();
+    fn watch(&self, mut latency: Option<CpuLatency>, mut pressure: load::Pressure) {
         let mut spinning = false;
         let mut rest = 0;
         while !self.stop.load(Ordering::Acquire) {
@@ -276,6 +294,33 @@ mod tests {
         fcntl_getfl(fd).unwrap().contains(OFlags::NONBLOCK)
     }
 
+    /// A poller that never sees CPU pressure: the tests run beside others
+    /// on a loaded machine, where real pressure would pause the spin
+    /// under them.
+    fn calm(spin: Option<(OwnedFd, String)>, latency: Option<CpuLatency>) -> std::io::Result<Poller> {
+        calm_with(spin, latency, Duration::from_millis(2), standby::LONGEST)
+    }
+
+    fn calm_with(
+        spin: Option<(OwnedFd, String)>,
+        latency: Option<CpuLatency>,
+        window: Duration,
+        longest: Duration,
+    ) -> std::io::Result<Poller> {
+        let standby = standby::Standby::with_longest(longest);
+        Poller::start_with(spin, latency, window, load::Pressure::never(), standby)
+    }
+
+    /// Sets its flag when dropped, so a failed assertion in a scope still
+    /// stops the threads the scope waits for instead of hanging the run.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Waits up to 10 s for `cond`; the window is milliseconds, so this
     /// only turns a watcher that never acts into a failure.
     fn eventually(cond: impl Fn() -> bool) -> bool {
@@ -293,7 +338,7 @@ mod tests {
     fn a_request_turns_polling_on_and_an_idle_window_turns_it_off() {
         let (reader, _writer) = std::io::pipe().unwrap();
         let dup = reader.as_fd().try_clone_to_owned().unwrap();
-        let p = Poller::start(Some((dup, "nobody".into())), None, Duration::from_millis(2)).unwrap();
+        let p = calm(Some((dup, "nobody".into())), None).unwrap();
         assert!(!nonblocking(&reader), "polling before any request");
         let serving = p.request();
         assert!(nonblocking(&reader), "the shared description is polled at once");
@@ -309,13 +354,18 @@ mod tests {
         );
     }
 
+    /// The window is long enough (200 ms) that a loaded machine cannot
+    /// starve the spinner of a request per window, and the safety net
+    /// (10 s) long enough that a wait it ends shows as a failure.
     #[test]
     fn other_threads_stand_by_while_the_spinner_serves_and_come_back_when_it_stops() {
+        let window = Duration::from_millis(200);
         let (reader, _writer) = std::io::pipe().unwrap();
         let dup = reader.as_fd().try_clone_to_owned().unwrap();
-        let p = Poller::start(Some((dup, "spinner-t".into())), None, Duration::from_millis(2)).unwrap();
+        let p = calm_with(Some((dup, "spinner-t".into())), None, window, Duration::from_secs(10)).unwrap();
         let stop = AtomicBool::new(false);
         std::thread::scope(|sc| {
+            let _stop_on_failure = StopOnDrop(&stop);
             let spinner = std::thread::Builder::new().name("spinner-t".into());
             let spinner = spinner
                 .spawn_scoped(sc, || {
@@ -325,7 +375,7 @@ mod tests {
                     }
                     // Held up by one long request while others still come.
                     let _long = p.request();
-                    std::thread::sleep(Duration::from_millis(30));
+                    std::thread::sleep(window * 3);
                 })
                 .unwrap();
             assert!(
@@ -339,17 +389,17 @@ mod tests {
                 eventually(|| p.shared.standby.waiting() == 1),
                 "a thread other than the spinner did not stand by"
             );
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(window * 2);
             assert_eq!(
                 p.shared.standby.waiting(),
                 1,
                 "the standby ended while the spinner kept up"
             );
             stop.store(true, Ordering::Relaxed);
-            let t = Instant::now();
             other.join().unwrap();
-            assert!(
-                t.elapsed() < standby::LONGEST,
+            assert_eq!(
+                p.shared.standby.timeouts(),
+                0,
                 "only the safety net ended the standby of a held-up spinner"
             );
             let s2 = sc.spawn(|| drop(p.request()));
@@ -370,7 +420,7 @@ mod tests {
         };
         let before = cpu_latency::current_limit().unwrap();
         assert_ne!(before, 0, "another program already demands zero latency");
-        let p = Poller::start(None, Some(latency), Duration::from_millis(2)).unwrap();
+        let p = calm(None, Some(latency)).unwrap();
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(
             cpu_latency::current_limit().unwrap(),

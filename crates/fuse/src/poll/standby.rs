@@ -14,10 +14,18 @@ use parking_lot::{Condvar, Mutex};
 pub(crate) const LONGEST: Duration = Duration::from_millis(50);
 
 /// Where threads stand by.
-#[derive(Default)]
 pub(crate) struct Standby {
     state: Mutex<State>,
     cv: Condvar,
+    /// [`LONGEST`], but for tests that tell a call back from the safety
+    /// net on a loaded machine.
+    longest: Duration,
+}
+
+impl Default for Standby {
+    fn default() -> Self {
+        Self::with_longest(LONGEST)
+    }
 }
 
 #[derive(Default)]
@@ -26,16 +34,31 @@ struct State {
     calls: u64,
     /// Threads standing by.
     waiting: usize,
+    /// Waits the safety net ended.
+    timeouts: u64,
 }
 
 impl Standby {
-    /// Waits until called back, or [`LONGEST`].
+    pub(crate) fn with_longest(longest: Duration) -> Self {
+        Self {
+            state: Mutex::default(),
+            cv: Condvar::new(),
+            longest,
+        }
+    }
+
+    /// Waits until called back, or the longest wait.
     pub(crate) fn wait(&self) {
         let mut state = self.state.lock();
         let seen = state.calls;
-        let deadline = std::time::Instant::now() + LONGEST;
+        let deadline = std::time::Instant::now() + self.longest;
         state.waiting += 1;
-        while state.calls == seen && !self.cv.wait_until(&mut state, deadline).timed_out() {}
+        while state.calls == seen {
+            if self.cv.wait_until(&mut state, deadline).timed_out() {
+                state.timeouts += u64::from(state.calls == seen);
+                break;
+            }
+        }
         state.waiting -= 1;
     }
 
@@ -43,6 +66,12 @@ impl Standby {
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
         self.state.lock().waiting
+    }
+
+    /// Waits that ended without a call back.
+    #[cfg(test)]
+    pub(crate) fn timeouts(&self) -> u64 {
+        self.state.lock().timeouts
     }
 
     /// Calls every waiting thread back.
@@ -79,8 +108,10 @@ mod tests {
                 assert!(w.join().unwrap() < LONGEST, "a released waiter waited the longest wait");
             }
         });
+        assert_eq!(s.timeouts(), 0, "a released waiter was counted as timed out");
         let t = Instant::now();
         s.wait();
         assert!(t.elapsed() >= LONGEST, "a wait without a release ended early");
+        assert_eq!(s.timeouts(), 1);
     }
 }
