@@ -19,9 +19,11 @@
 pub mod config;
 pub mod create_scale;
 pub mod journal;
+pub mod modeled;
 pub mod report;
 pub mod rng;
 pub mod rounds;
+pub mod suite;
 pub mod system;
 pub mod tarball;
 pub mod target;

@@ -4,10 +4,10 @@
 
 use std::fmt::Write as _;
 
-use ext4kit_engine::device::{DiskStats, PageCacheStats};
 use serde::Serialize;
 
 use crate::FsckOutcome;
+pub use crate::modeled::PhaseStats;
 
 /// One batch of creates and the batch of opens with the same index.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -32,65 +32,6 @@ pub struct Batch {
     pub create_requests: Option<u64>,
     /// Requests the disk model served during the opens.
     pub open_requests: Option<u64>,
-}
-
-/// Device statistics of one phase, from its start to its end.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct PhaseStats {
-    /// Modeled nanoseconds.
-    pub modeled_ns: u64,
-    /// Disk reads, writes and flushes.
-    pub reads: u64,
-    /// Writes reaching the disk.
-    pub writes: u64,
-    /// Flushes reaching the disk.
-    pub flushes: u64,
-    /// Bytes read from the disk.
-    pub bytes_read: u64,
-    /// Bytes written to the disk.
-    pub bytes_written: u64,
-    /// Reads served from the drive's cache.
-    pub read_hits: u64,
-    /// Mechanical positionings (seek, settle, rotation).
-    pub positionings: u64,
-    /// Seek distances in cylinders: `[from, to, count]` per non-empty
-    /// power-of-two bucket.
-    pub seek_histogram: Vec<[u64; 3]>,
-    /// Page cache: requests that found every page held.
-    pub cache_hits: u64,
-    /// Page cache: requests that missed a page.
-    pub cache_misses: u64,
-    /// Page cache: pages evicted.
-    pub cache_evictions: u64,
-}
-
-impl PhaseStats {
-    /// The difference `after - before` of the two devices' counters.
-    pub fn between(d0: &DiskStats, d1: &DiskStats, c0: &PageCacheStats, c1: &PageCacheStats) -> Self {
-        let c = c1.since(c0);
-        let mut hist: Vec<[u64; 3]> = Vec::new();
-        let before: Vec<(u64, u64, u64)> = d0.seek_distances.buckets().collect();
-        for (lo, hi, n) in d1.seek_distances.buckets() {
-            let was = before.iter().find(|b| b.0 == lo).map_or(0, |b| b.2);
-            if n > was {
-                hist.push([lo, hi, n - was]);
-            }
-        }
-        PhaseStats {
-            modeled_ns: d1.modeled_ns - d0.modeled_ns,
-            reads: d1.reads - d0.reads,
-            writes: d1.writes - d0.writes,
-            flushes: d1.flushes - d0.flushes,
-            bytes_read: d1.bytes_read - d0.bytes_read,
-            bytes_written: d1.bytes_written - d0.bytes_written,
-            read_hits: d1.read_hits - d0.read_hits,
-            positionings: d1.positionings - d0.positionings,
-            seek_histogram: hist,
-            cache_hits: c.hits,
-            cache_misses: c.misses,
-            cache_evictions: c.evictions,
-        }
-    }
 }
 
 /// A whole run.
@@ -312,27 +253,6 @@ mod tests {
         // 40 batches of 2.5 %: two at each end.
         let b: Vec<Batch> = (0..40).map(|k| batch(10, 100.0 + k as f64)).collect();
         assert_eq!(last_first_ratio(&b, |b| b.create_us), Some(138.5 / 100.5));
-    }
-
-    #[test]
-    fn phase_stats_are_the_difference_of_the_counters() {
-        let mut d0 = DiskStats::default();
-        d0.seek_distances.record(3);
-        d0.reads = 2;
-        d0.modeled_ns = 1_000;
-        let mut d1 = d0.clone();
-        d1.seek_distances.record(3);
-        d1.seek_distances.record(100);
-        d1.reads = 7;
-        d1.bytes_written = 8192;
-        d1.flushes = 1;
-        d1.modeled_ns = 5_000;
-        let c = PageCacheStats::default();
-        let p = PhaseStats::between(&d0, &d1, &c, &c);
-        assert_eq!((p.modeled_ns, p.reads, p.flushes, p.writes), (4_000, 5, 1, 0));
-        assert_eq!((p.bytes_read, p.bytes_written), (0, 8192));
-        // One more seek of 3 cylinders (bucket 2..=3) and one of 100 (64..=127).
-        assert_eq!(p.seek_histogram, vec![[2, 3, 1], [64, 127, 1]]);
     }
 
     #[test]

@@ -38,6 +38,36 @@ impl DiskStats {
     pub fn cache_hits(&self) -> u64 {
         self.read_hits + self.cached_writes
     }
+
+    /// What happened between an earlier reading and this one: a phase's
+    /// own figures.
+    pub fn since(&self, earlier: &Self) -> Self {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        let (t, e) = (&self.time, &earlier.time);
+        Self {
+            modeled_ns: d(self.modeled_ns, earlier.modeled_ns),
+            reads: d(self.reads, earlier.reads),
+            writes: d(self.writes, earlier.writes),
+            flushes: d(self.flushes, earlier.flushes),
+            bytes_read: d(self.bytes_read, earlier.bytes_read),
+            bytes_written: d(self.bytes_written, earlier.bytes_written),
+            read_hits: d(self.read_hits, earlier.read_hits),
+            cached_writes: d(self.cached_writes, earlier.cached_writes),
+            forced_drains: d(self.forced_drains, earlier.forced_drains),
+            positionings: d(self.positionings, earlier.positionings),
+            time: TimeSplit {
+                command_ns: d(t.command_ns, e.command_ns),
+                seek_ns: d(t.seek_ns, e.seek_ns),
+                settle_ns: d(t.settle_ns, e.settle_ns),
+                rotation_ns: d(t.rotation_ns, e.rotation_ns),
+                media_ns: d(t.media_ns, e.media_ns),
+                interface_ns: d(t.interface_ns, e.interface_ns),
+            },
+            seek_distances: SeekHistogram(std::array::from_fn(|k| {
+                d(self.seek_distances.0[k], earlier.seek_distances.0[k])
+            })),
+        }
+    }
 }
 
 /// Modeled time by the components of seed 004's eq. (3)–(4), in ns.

@@ -12,6 +12,10 @@
 //! directory (`ext4kit_bench::create_scale`) on an image (modeled, on the
 //! disk model) or a directory (wall time); fails on an image e2fsck does
 //! not find clean.
+//!
+//! `ext4kit bench WORKLOAD` for the suite's other workloads ([`suite`]).
+
+mod suite;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -39,6 +43,9 @@ enum What {
     /// order after dropping caches; time per batch against entries so
     /// far. On an image: the engine on the disk model, modeled time.
     CreateScale(CreateScaleArgs),
+    /// Sequential write, fsync and cold read of one file, and the extents
+    /// it ended in (`--size`, `--io-size`).
+    Seqio(suite::SuiteArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -130,6 +137,7 @@ pub fn run(a: Args) -> Result<()> {
         What::Mount(a) => run_mount(a),
         What::Journal(a) => run_journal(a),
         What::CreateScale(a) => run_create_scale(a),
+        What::Seqio(a) => suite::run("seqio", &a),
     }
 }
 

@@ -1,0 +1,328 @@
+//! Where a workload runs: an image through the engine on the disk model
+//! (made when missing), a directory on any mounted file system, or a
+//! kernel ext2/3/4 file system this run makes on a loop device and removes
+//! afterwards. Every image ends checked by `e2fsck -fn`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use ext4kit_engine::device::{DiskProfile, FileDevice};
+use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
+
+use super::fs::BenchFs;
+use super::host::HostFs;
+use super::image::EngineFs;
+use crate::FsckOutcome;
+use crate::system::{self, run_ok, tool};
+
+/// What to run on, as the command line names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetSpec {
+    /// An image file, made when missing.
+    Image(PathBuf),
+    /// A directory on a mounted file system.
+    Dir(PathBuf),
+    /// A kernel file system of this type (`ext2`, `ext3`, `ext4`) on a
+    /// loop device made for the run, in a scratch directory.
+    Kernel(String),
+}
+
+/// How a target is opened.
+#[derive(Debug, Clone)]
+pub struct TargetOptions {
+    /// Disk model under an image.
+    pub disk: DiskProfile,
+    /// Page cache in front of the disk model.
+    pub cache_bytes: u64,
+    /// Size of an image this run makes.
+    pub image_bytes: u64,
+    /// Inodes of an image this run makes (0: mkfs's default).
+    pub inodes: u64,
+    /// `-O` features of an image this run makes, e.g. `^dir_index`.
+    pub features: Vec<String>,
+    /// Where a kernel target's image goes.
+    pub scratch: PathBuf,
+}
+
+/// Offset and value of the superblock's magic number.
+const MAGIC_AT: u64 = 1024 + 56;
+const EXT_MAGIC: [u8; 2] = 0xEF53u16.to_le_bytes();
+
+impl TargetSpec {
+    /// Classifies a `--target PATH`: a directory, an ext2/3/4 image, or a
+    /// path where a new image may be made.
+    pub fn from_path(path: &Path) -> Result<Self> {
+        let expected = "expected an ext2/3/4 image file (made if missing) or a directory";
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => Ok(Self::Dir(path.to_path_buf())),
+            Ok(m) if m.is_file() => {
+                use std::os::unix::fs::FileExt as _;
+                let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+                let mut magic = [0u8; 2];
+                if f.read_exact_at(&mut magic, MAGIC_AT).is_err() || magic != EXT_MAGIC {
+                    bail!(
+                        "{}: a regular file without an ext2/3/4 superblock; {expected}",
+                        path.display()
+                    );
+                }
+                Ok(Self::Image(path.to_path_buf()))
+            }
+            Ok(_) => bail!("{}: neither a regular file nor a directory; {expected}", path.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let parent = path
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                if !parent.is_dir() {
+                    bail!(
+                        "{}: does not exist and its parent {} is not a directory; {expected}",
+                        path.display(),
+                        parent.display()
+                    );
+                }
+                Ok(Self::Image(path.to_path_buf()))
+            }
+            Err(e) => bail!("{}: {e}; {expected}", path.display()),
+        }
+    }
+
+    /// `ext2`, `ext3` or `ext4`.
+    pub fn kernel(kind: &str) -> Result<Self> {
+        match kind {
+            "ext2" | "ext3" | "ext4" => Ok(Self::Kernel(kind.to_string())),
+            _ => bail!("--kernel {kind}: expected ext2, ext3 or ext4"),
+        }
+    }
+
+    /// A short name for reports.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Image(p) => p.display().to_string(),
+            Self::Dir(p) => p.display().to_string(),
+            Self::Kernel(k) => format!("kernel {k} (loop)"),
+        }
+    }
+
+    /// `image`, `directory` or `kernel`, for reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Image(_) => "image",
+            Self::Dir(_) => "directory",
+            Self::Kernel(_) => "kernel",
+        }
+    }
+}
+
+/// An opened target.
+pub struct Target(Inner);
+
+enum Inner {
+    Image { fs: Box<EngineFs>, made: bool },
+    Dir { fs: HostFs, work: tempfile::TempDir },
+    Kernel { fs: Option<HostFs>, mount: LoopMount },
+}
+
+/// What closing a target found.
+pub struct Closed {
+    /// `e2fsck -fn` of the image, for image and kernel targets.
+    pub fsck: Option<FsckOutcome>,
+    /// The image was made by this run.
+    pub image_made: bool,
+}
+
+impl Target {
+    /// Opens `spec` for workload `name`, whose files go into a new
+    /// directory named after it.
+    pub fn open(spec: &TargetSpec, name: &str, o: &TargetOptions) -> Result<Self> {
+        match spec {
+            TargetSpec::Image(path) => {
+                let made = !path.exists();
+                if made {
+                    make_image(path, o)?;
+                }
+                let dir = free_name(name, |n| image_has(path, n))?;
+                Ok(Self(Inner::Image {
+                    fs: Box::new(EngineFs::open(path, &o.disk, o.cache_bytes, &dir)?),
+                    made,
+                }))
+            }
+            TargetSpec::Dir(dir) => {
+                let work = tempfile::Builder::new()
+                    .prefix(&format!("{name}."))
+                    .tempdir_in(dir)
+                    .with_context(|| format!("cannot make a directory in {}", dir.display()))?;
+                Ok(Self(Inner::Dir {
+                    fs: HostFs::new(work.path())?,
+                    work,
+                }))
+            }
+            TargetSpec::Kernel(kind) => {
+                let mount = LoopMount::new(kind, o)?;
+                let dir = mount.dir.join(name);
+                std::fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+                Ok(Self(Inner::Kernel {
+                    fs: Some(HostFs::new(&dir)?),
+                    mount,
+                }))
+            }
+        }
+    }
+
+    /// The file system the workload works on.
+    pub fn fs(&mut self) -> &mut dyn BenchFs {
+        match &mut self.0 {
+            Inner::Image { fs, .. } => fs.as_mut(),
+            Inner::Dir { fs, .. } => fs,
+            Inner::Kernel { fs, .. } => fs.as_mut().expect("a kernel target is open until closed"),
+        }
+    }
+
+    /// Ends the run: unmounts, removes what the run made in a directory,
+    /// and checks images.
+    pub fn close(self) -> Result<Closed> {
+        match self.0 {
+            Inner::Image { fs, made } => {
+                let path = fs.finish()?;
+                Ok(Closed {
+                    fsck: Some(system::e2fsck(&path)?),
+                    image_made: made,
+                })
+            }
+            Inner::Dir { fs, work } => {
+                drop(fs);
+                let at = work.path().display().to_string();
+                work.close().with_context(|| format!("cannot remove {at}"))?;
+                Ok(Closed {
+                    fsck: None,
+                    image_made: false,
+                })
+            }
+            Inner::Kernel { mut fs, mut mount } => {
+                fs.take();
+                let fsck = mount.close()?;
+                Ok(Closed {
+                    fsck: Some(fsck),
+                    image_made: true,
+                })
+            }
+        }
+    }
+}
+
+/// `name`, or `name.2`, `name.3`… the first one `taken` says is free.
+fn free_name(name: &str, taken: impl Fn(&str) -> Result<bool>) -> Result<String> {
+    for k in 1u32..10_000 {
+        let n = if k == 1 {
+            name.to_string()
+        } else {
+            format!("{name}.{k}")
+        };
+        if !taken(&n)? {
+            return Ok(n);
+        }
+    }
+    bail!("{name}.1 to {name}.9999 all exist in the target")
+}
+
+/// Whether the image's root holds `name` (read-only look, no lock kept).
+fn image_has(path: &Path, name: &str) -> Result<bool> {
+    let dev = FileDevice::open(path, false).with_context(|| format!("opening {}", path.display()))?;
+    let fs = ext4kit_engine::Filesystem::open(Box::new(dev), ext4kit_engine::OpenOptions::default())
+        .with_context(|| format!("opening {} with the engine", path.display()))?;
+    let root = fs.inode(ext4kit_engine::ROOT_INO)?;
+    Ok(fs.lookup(&root, name.as_bytes()).is_ok())
+}
+
+/// A sparse image made by the engine's mkfs, with a fixed identity
+/// (UUID, hash seed, time) so two runs lay out and hash alike.
+fn make_image(path: &Path, o: &TargetOptions) -> Result<()> {
+    let f = std::fs::File::create_new(path).with_context(|| format!("cannot create {}", path.display()))?;
+    f.set_len(o.image_bytes)
+        .with_context(|| format!("cannot size {} to {} bytes", path.display(), o.image_bytes))?;
+    drop(f);
+    let made = (|| {
+        let dev = FileDevice::open(path, true).with_context(|| format!("opening {}", path.display()))?;
+        let mut opts = MkfsOptions {
+            inode_count: (o.inodes > 0).then_some(o.inodes),
+            uuid: Some(*b"ext4kit-bench-00"),
+            hash_seed: Some(*b"bench-suite-seed"),
+            timestamp: Some(1_700_000_000),
+            device_zeroed: true,
+            ..MkfsOptions::default()
+        };
+        for feature in &o.features {
+            opts.add_features(feature);
+        }
+        mkfs(&dev, &opts).with_context(|| format!("mkfs of {}", path.display()))
+    })();
+    if made.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    made.map(drop)
+}
+
+/// A kernel file system on a loop device: made, mounted, and on close (or
+/// drop, after an error or Ctrl-C) unmounted and its image removed.
+pub struct LoopMount {
+    image: PathBuf,
+    dir: PathBuf,
+    mounted: bool,
+    _scratch: tempfile::TempDir,
+}
+
+impl LoopMount {
+    fn new(kind: &str, o: &TargetOptions) -> Result<Self> {
+        if !system::is_root() {
+            bail!("--kernel {kind} mounts a loop device, which takes root");
+        }
+        let scratch = tempfile::Builder::new()
+            .prefix("ext4kit-bench.")
+            .tempdir_in(&o.scratch)
+            .with_context(|| format!("cannot make a directory in {}", o.scratch.display()))?;
+        let image = scratch.path().join(format!("{kind}.img"));
+        let dir = scratch.path().join("mnt");
+        std::fs::create_dir(&dir)?;
+        let mut extra: Vec<String> = vec!["-t".into(), kind.into()];
+        if !o.features.is_empty() {
+            extra.push("-O".into());
+            extra.push(o.features.join(","));
+        }
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        system::mkfs_with(&image, o.image_bytes, &extra)?;
+        run_ok(
+            Command::new(tool("mount")?)
+                .args(["-t", kind, "-o", "loop"])
+                .arg(&image)
+                .arg(&dir),
+        )?;
+        Ok(Self {
+            image,
+            dir,
+            mounted: true,
+            _scratch: scratch,
+        })
+    }
+
+    /// Unmounts (which frees the loop device) and checks the image.
+    fn close(&mut self) -> Result<FsckOutcome> {
+        self.unmount()?;
+        system::e2fsck(&self.image)
+    }
+
+    fn unmount(&mut self) -> Result<()> {
+        if self.mounted {
+            run_ok(Command::new(tool("umount")?).arg(&self.dir))?;
+            self.mounted = false;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        if let Err(e) = self.unmount() {
+            eprintln!("bench: could not unmount {}: {e:#}", self.dir.display());
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The suite's harness: targets, determinism, interrupts. Each workload's
+//! own bookkeeping is tested in a `tests/suite_*.rs` file of its own.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use ext4kit_bench::suite::{self, Params, Progress, SuiteReport, TargetOptions, TargetSpec};
+
+fn options() -> TargetOptions {
+    TargetOptions {
+        disk: "hp-sas-10k".parse().unwrap(),
+        cache_bytes: 4 << 20,
+        image_bytes: 0,
+        inodes: 0,
+        features: Vec::new(),
+        scratch: std::env::temp_dir(),
+    }
+}
+
+fn run_on(name: &str, spec: &TargetSpec, params: &Params, interrupted: bool) -> anyhow::Result<SuiteReport> {
+    let w = suite::workload(name)?;
+    let mut show = |_: u64, _: u64| {};
+    let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(interrupted)));
+    suite::run(w, spec, &options(), params, &mut p)
+}
+
+fn small() -> Params {
+    Params {
+        size: Some(3 << 20),
+        io_size: Some(100_000),
+        ..Params::default()
+    }
+}
+
+/// Modeled figures only: wall times differ run to run.
+fn modeled(r: &SuiteReport) -> Vec<(String, u64, u64, String)> {
+    r.outcome
+        .phases
+        .iter()
+        .map(|p| {
+            let m = p.span.modeled.as_ref().expect("an image run is modeled");
+            (p.name.clone(), p.ops, p.bytes, format!("{m:?}"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_same_run_on_two_new_images_gives_the_same_modeled_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = run_on("seqio", &TargetSpec::Image(dir.path().join("a.img")), &small(), false).unwrap();
+    let b = run_on("seqio", &TargetSpec::Image(dir.path().join("b.img")), &small(), false).unwrap();
+    assert!(a.image_made && a.modeled);
+    assert!(!a.failed(), "{}", a.to_markdown());
+    assert_eq!(modeled(&a), modeled(&b));
+    assert_eq!(a.outcome.values, b.outcome.values);
+    let write = &a.outcome.phases[0];
+    assert_eq!((write.name.as_str(), write.ops, write.bytes), ("write", 32, 3 << 20));
+    assert!(write.span.modeled.as_ref().unwrap().modeled_ns > 0);
+    let json: serde_json::Value = serde_json::from_str(&a.to_json()).unwrap();
+    assert_eq!(json["workload"], "seqio");
+    assert_eq!(json["fsck"]["clean"], true);
+}
+
+#[test]
+fn a_second_run_on_an_image_works_in_a_directory_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TargetSpec::from_path(&dir.path().join("x.img")).unwrap();
+    run_on("seqio", &spec, &small(), false).unwrap();
+    let spec = TargetSpec::from_path(&dir.path().join("x.img")).unwrap();
+    assert_eq!(spec, TargetSpec::Image(dir.path().join("x.img")));
+    let r = run_on("seqio", &spec, &small(), false).unwrap();
+    assert!(!r.image_made && !r.failed());
+    let out = std::process::Command::new("debugfs")
+        .args(["-R", "ls /"])
+        .arg(dir.path().join("x.img"))
+        .output()
+        .unwrap();
+    let ls = String::from_utf8_lossy(&out.stdout);
+    let names: Vec<&str> = ls.split_whitespace().collect();
+    assert!(names.contains(&"seqio") && names.contains(&"seqio.2"), "{ls}");
+}
+
+#[test]
+fn a_directory_target_keeps_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run_on("seqio", &TargetSpec::from_path(dir.path()).unwrap(), &small(), false).unwrap();
+    assert_eq!(r.target_kind, "directory");
+    assert!(!r.modeled && r.fsck.is_none());
+    assert!(r.outcome.phases.iter().all(|p| p.span.modeled.is_none()));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn an_interrupted_run_fails_and_leaves_the_image_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("i.img");
+    let e = run_on("seqio", &TargetSpec::Image(img.clone()), &small(), true).unwrap_err();
+    assert!(format!("{e:#}").contains("interrupted"), "{e:#}");
+    let out = std::process::Command::new("e2fsck")
+        .arg("-fn")
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn wrong_targets_and_workloads_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, vec![0u8; 4096]).unwrap();
+    let e = TargetSpec::from_path(&plain).unwrap_err().to_string();
+    assert!(e.contains("without an ext2/3/4 superblock"), "{e}");
+    let e = TargetSpec::from_path(&dir.path().join("no/such/img"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("parent"), "{e}");
+    assert!(TargetSpec::kernel("xfs").is_err());
+    let e = suite::workload("nosuch").err().unwrap().to_string();
+    assert!(e.contains("seqio"), "{e}");
+}
+
+#[test]
+fn a_kernel_target_is_made_mounted_checked_and_removed() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        eprintln!("SKIPPED: a_kernel_target_is_made_mounted_checked_and_removed: needs root for a loop mount");
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let mut opts = options();
+    opts.scratch = scratch.path().to_path_buf();
+    let w = suite::workload("seqio").unwrap();
+    let mut show = |_: u64, _: u64| {};
+    let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(false)));
+    let r = suite::run(w, &TargetSpec::kernel("ext3").unwrap(), &opts, &small(), &mut p).unwrap();
+    assert_eq!(r.target_kind, "kernel");
+    assert!(r.fsck.as_ref().is_some_and(|f| f.clean), "{}", r.to_markdown());
+    assert_eq!(r.outcome.phases.len(), 3);
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(scratch.path().to_str().unwrap()), "{mounts}");
+    assert_eq!(
+        std::fs::read_dir(scratch.path()).unwrap().count(),
+        0,
+        "the scratch image stayed"
+    );
+    // An interrupted kernel run unmounts too.
+    let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(true)));
+    assert!(suite::run(w, &TargetSpec::kernel("ext4").unwrap(), &opts, &small(), &mut p).is_err());
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(scratch.path().to_str().unwrap()), "{mounts}");
+    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+}

@@ -1,0 +1,161 @@
+//! `ext4kit bench WORKLOAD`: one workload of the suite
+//! (`ext4kit_bench::suite`) on an image (the engine on the disk model,
+//! modeled time), a directory, or a kernel loop mount made for the run.
+//! Prints Markdown; `--json` also writes the report. Fails on an image
+//! e2fsck does not find clean. Ctrl-C ends the run through its cleanup:
+//! no mount, loop device or half-written report is left.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use ext4kit_bench::suite::{self, Params, Progress, TargetOptions, TargetSpec};
+use ext4kit_engine::mkfs::parse_size;
+
+/// The flags every suite workload takes.
+#[derive(clap::Args, Debug)]
+pub struct SuiteArgs {
+    /// An image file (made if missing, with --features) or a directory on
+    /// any mounted file system.
+    #[arg(
+        long,
+        value_name = "PATH",
+        required_unless_present = "kernel",
+        conflicts_with = "kernel"
+    )]
+    target: Option<PathBuf>,
+    /// Make a kernel file system of this type (ext2, ext3, ext4) on a loop
+    /// device for the run, and remove it after (root).
+    #[arg(long, value_name = "TYPE")]
+    kernel: Option<String>,
+    /// Entries or files.
+    #[arg(short = 'n', value_name = "N")]
+    n: Option<u64>,
+    /// Bytes (per file or in all, as the workload says), e.g. 256M.
+    #[arg(long, value_name = "SIZE")]
+    size: Option<String>,
+    /// Bytes per read or write call, e.g. 1M.
+    #[arg(long, value_name = "SIZE")]
+    io_size: Option<String>,
+    /// Multiplies the preset's counts, e.g. 0.1 for a quick run.
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    scale: f64,
+    /// A named configuration of the workload.
+    #[arg(long, value_name = "NAME")]
+    preset: Option<String>,
+    /// Threads, for workloads that run several.
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Seed of the random choices.
+    #[arg(long, value_name = "SEED", default_value_t = 0x5eed)]
+    seed: u64,
+    /// Disk model profile under an image: hp-sas-10k, ssd or none.
+    #[arg(long, value_name = "PROFILE", default_value = "hp-sas-10k")]
+    disk: String,
+    /// Page cache in front of the disk model, e.g. 64M; 0 for none.
+    #[arg(long, value_name = "SIZE", default_value = "64M")]
+    cache: String,
+    /// `-O` features of an image the run makes (new image or --kernel),
+    /// e.g. ^dir_index,^flex_bg.
+    #[arg(long, value_name = "LIST")]
+    features: Option<String>,
+    /// Size of an image the run makes [default: what the workload needs].
+    #[arg(long, value_name = "SIZE")]
+    image_size: Option<String>,
+    /// Where --kernel puts its image.
+    #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
+    scratch: PathBuf,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+fn size(flag: &str, v: &Option<String>) -> Result<Option<u64>> {
+    v.as_deref()
+        .map(|s| parse_size(s).with_context(|| format!("--{flag} {s}")))
+        .transpose()
+}
+
+impl SuiteArgs {
+    fn spec(&self) -> Result<TargetSpec> {
+        match (&self.target, &self.kernel) {
+            (Some(p), None) => TargetSpec::from_path(p),
+            (None, Some(k)) => TargetSpec::kernel(k),
+            _ => bail!("give --target PATH or --kernel TYPE"),
+        }
+    }
+
+    fn params(&self) -> Result<Params> {
+        if !(self.scale > 0.0 && self.scale.is_finite()) {
+            bail!("--scale must be a positive number");
+        }
+        if self.n == Some(0) || self.threads == Some(0) {
+            bail!("-n and --threads must be at least 1");
+        }
+        Ok(Params {
+            n: self.n,
+            size: size("size", &self.size)?,
+            scale: self.scale,
+            preset: self.preset.clone(),
+            threads: self.threads,
+            io_size: size("io-size", &self.io_size)?,
+            seed: self.seed,
+        })
+    }
+
+    fn target_options(&self) -> Result<TargetOptions> {
+        Ok(TargetOptions {
+            disk: self.disk.parse().with_context(|| format!("--disk {}", self.disk))?,
+            cache_bytes: parse_size(&self.cache).with_context(|| format!("--cache {}", self.cache))?,
+            image_bytes: size("image-size", &self.image_size)?.unwrap_or(0),
+            inodes: 0,
+            features: self
+                .features
+                .iter()
+                .flat_map(|f| f.split(','))
+                .filter(|f| !f.is_empty())
+                .map(str::to_string)
+                .collect(),
+            scratch: self.scratch.clone(),
+        })
+    }
+}
+
+/// Runs workload `name` as `a` says.
+pub fn run(name: &str, a: &SuiteArgs) -> Result<()> {
+    let w = suite::workload(name)?;
+    let spec = a.spec()?;
+    let params = a.params()?;
+    let opts = a.target_options()?;
+    let (flag, _guard) = suite::interrupt_flag()?;
+    let started = Instant::now();
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    let mut show = |done: u64, total: u64| {
+        if bar.is_none() && started.elapsed() > Duration::from_secs(1) {
+            let b = indicatif::ProgressBar::new(total);
+            if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} {elapsed}") {
+                b.set_style(style);
+            }
+            b.set_message(name.to_string());
+            bar = Some(b);
+        }
+        if let Some(b) = &bar {
+            b.set_length(total);
+            b.set_position(done);
+        }
+    };
+    let mut progress = Progress::new(&mut show, flag);
+    let report = suite::run(w, &spec, &opts, &params, &mut progress);
+    if let Some(b) = bar.take() {
+        b.finish_and_clear();
+    }
+    let report = report?;
+    outln!("{}", report.to_markdown());
+    if let Some(path) = &a.json {
+        super::write_whole(path, &report.to_json())?;
+    }
+    if report.failed() {
+        bail!("{} is not e2fsck-clean after the run", spec.describe());
+    }
+    Ok(())
+}
