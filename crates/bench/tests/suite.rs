@@ -151,3 +151,40 @@ fn a_kernel_target_is_made_mounted_checked_and_removed() {
     assert!(!mounts.contains(scratch.path().to_str().unwrap()), "{mounts}");
     assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn compare_alternates_variants_on_fresh_images_and_sets_them_against_the_first() {
+    use ext4kit_bench::suite::compare::{Variant, compare};
+    let dir = tempfile::tempdir().unwrap();
+    let base = Variant {
+        label: "base".into(),
+        spec: TargetSpec::Image(dir.path().join("c.img")),
+        opts: options(),
+    };
+    let ssd = Variant::derive(&base, "disk=ssd").unwrap();
+    let linear = Variant::derive(&base, "features=^dir_index+^flex_bg").unwrap();
+    assert_eq!(linear.opts.features, vec!["^dir_index", "^flex_bg"]);
+    assert!(Variant::derive(&base, "colour=red").is_err());
+    assert!(Variant::derive(&base, "disk").is_err());
+    let w = suite::workload("seqio").unwrap();
+    let mut show = |_: u64, _: u64| {};
+    let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(false)));
+    let r = compare(w, &[base, ssd, linear], &small(), 2, &mut p).unwrap();
+    assert!(!r.failed());
+    assert_eq!(r.variants.len(), 3);
+    assert!(r.variants.iter().all(|v| v.1.len() == 2));
+    let (hdd, ssd) = (
+        r.median_ms(0, "read (cold)").unwrap(),
+        r.median_ms(1, "read (cold)").unwrap(),
+    );
+    assert!(ssd < hdd / 2.0, "ssd {ssd} ms, hdd {hdd} ms");
+    // Modeled: the two rounds of a variant agree exactly.
+    assert_eq!(modeled(&r.variants[0].1[0]), modeled(&r.variants[0].1[1]));
+    let md = r.to_markdown();
+    assert!(md.contains("disk=ssd") && md.contains("×)"), "{md}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "compare images were kept"
+    );
+}

@@ -8,6 +8,7 @@
 //! total, the workload says), `--scale` (shrinks a preset), `--preset`,
 //! `--threads`, `--seed`; each workload documents what it takes.
 
+pub mod compare;
 pub mod fs;
 pub mod host;
 pub mod image;

@@ -31,6 +31,8 @@ pub struct Args {
     what: What,
 }
 
+// Parsed once per process: the size of the largest arguments is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(clap::Subcommand, Debug)]
 enum What {
     /// Compare mounts: kernel ext4, fuse2fs and `ext4kit mount`.

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use ext4kit_bench::suite::compare::{self, Variant};
 use ext4kit_bench::suite::{self, Params, Progress, TargetOptions, TargetSpec};
 use ext4kit_engine::mkfs::parse_size;
 
@@ -68,6 +69,16 @@ pub struct SuiteArgs {
     /// Also write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Run the workload again with these settings changed, for a side by
+    /// side table (repeatable): key=value pairs, comma-separated, of
+    /// features (joined by +), disk, cache, target, kernel; e.g.
+    /// `--compare features=^dir_index --compare disk=ssd`.
+    #[arg(long, value_name = "SPEC")]
+    compare: Vec<String>,
+    /// Runs of each variant with --compare, alternating; medians are
+    /// reported.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=100))]
+    rounds: u16,
 }
 
 fn size(flag: &str, v: &Option<String>) -> Result<Option<u64>> {
@@ -132,12 +143,7 @@ pub fn run(name: &str, a: &SuiteArgs) -> Result<()> {
     let mut bar: Option<indicatif::ProgressBar> = None;
     let mut show = |done: u64, total: u64| {
         if bar.is_none() && started.elapsed() > Duration::from_secs(1) {
-            let b = indicatif::ProgressBar::new(total);
-            if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} {elapsed}") {
-                b.set_style(style);
-            }
-            b.set_message(name.to_string());
-            bar = Some(b);
+            bar = Some(new_bar(name, total));
         }
         if let Some(b) = &bar {
             b.set_length(total);
@@ -145,17 +151,71 @@ pub fn run(name: &str, a: &SuiteArgs) -> Result<()> {
         }
     };
     let mut progress = Progress::new(&mut show, flag);
-    let report = suite::run(w, &spec, &opts, &params, &mut progress);
+    let done = if a.compare.is_empty() {
+        run_one(w, spec, &opts, &params, &mut progress)
+    } else {
+        run_compare(w, a, spec, opts, &params, &mut progress)
+    };
     if let Some(b) = bar.take() {
         b.finish_and_clear();
     }
-    let report = report?;
-    outln!("{}", report.to_markdown());
+    let (markdown, json, failed) = done?;
+    outln!("{markdown}");
     if let Some(path) = &a.json {
-        super::write_whole(path, &report.to_json())?;
+        super::write_whole(path, &json)?;
     }
-    if report.failed() {
-        bail!("{} is not e2fsck-clean after the run", spec.describe());
+    if let Some(why) = failed {
+        bail!("{why}");
     }
     Ok(())
+}
+
+fn new_bar(name: &str, total: u64) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} {elapsed}") {
+        b.set_style(style);
+    }
+    b.set_message(name.to_string());
+    b
+}
+
+/// Markdown, JSON, and why the run failed if it did.
+type Printed = (String, String, Option<String>);
+
+fn run_one(
+    w: &suite::Workload,
+    spec: TargetSpec,
+    opts: &TargetOptions,
+    params: &Params,
+    progress: &mut Progress,
+) -> Result<Printed> {
+    let report = suite::run(w, &spec, opts, params, progress)?;
+    let failed = report
+        .failed()
+        .then(|| format!("{} is not e2fsck-clean after the run", spec.describe()));
+    Ok((report.to_markdown(), report.to_json(), failed))
+}
+
+fn run_compare(
+    w: &suite::Workload,
+    a: &SuiteArgs,
+    spec: TargetSpec,
+    opts: TargetOptions,
+    params: &Params,
+    progress: &mut Progress,
+) -> Result<Printed> {
+    let base = Variant {
+        label: "base".into(),
+        spec,
+        opts,
+    };
+    let mut variants = vec![base.clone()];
+    for c in &a.compare {
+        variants.push(Variant::derive(&base, c)?);
+    }
+    let report = compare::compare(w, &variants, params, usize::from(a.rounds), progress)?;
+    let failed = report
+        .failed()
+        .then(|| "an image was not e2fsck-clean after its run (see above)".to_string());
+    Ok((report.to_markdown(), report.to_json(), failed))
 }
