@@ -20,6 +20,7 @@ pub mod config;
 pub mod create_scale;
 pub mod journal;
 pub mod modeled;
+pub mod plot;
 pub mod report;
 pub mod rng;
 pub mod rounds;

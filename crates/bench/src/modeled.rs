@@ -3,8 +3,28 @@
 //! figure depends only on the request sequence, so equal runs give equal
 //! values on any machine.
 
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
 use ext4kit_engine::device::{DiskStats, PageCacheStats};
 use serde::Serialize;
+
+/// The block size an ext2/3/4 image's superblock records: the page size
+/// of the page cache in front of its disk model. The kernel tracks cached
+/// state per buffer (one block), so a write of one 1 KiB block never reads
+/// its page's other blocks; a 4 KiB page over 1 KiB blocks would.
+pub fn image_block_size(path: &Path) -> Result<usize> {
+    use std::os::unix::fs::FileExt as _;
+    let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    // s_log_block_size: offset 24 of the superblock at byte 1024.
+    let mut log = [0u8; 4];
+    f.read_exact_at(&mut log, 1024 + 24)
+        .with_context(|| format!("{}: no superblock", path.display()))?;
+    match u32::from_le_bytes(log) {
+        l @ 0..=6 => Ok(1024 << l),
+        l => bail!("{}: superblock s_log_block_size {l} is out of range", path.display()),
+    }
+}
 
 /// Device statistics of one phase, from its start to its end.
 #[derive(Debug, Clone, Default, Serialize)]

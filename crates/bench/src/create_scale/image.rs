@@ -103,7 +103,8 @@ pub(super) fn run(cfg: &Config, create_image: bool, progress: Progress<'_>) -> R
     let profile: DiskProfile = cfg.disk.parse()?;
     let file = FileDevice::open(path, true).with_context(|| format!("opening {}", path.display()))?;
     let disk: Disk = Arc::new(DiskModel::new(file, &profile)?);
-    let cache: Cache = Arc::new(PageCache::new(disk.clone(), cfg.cache_bytes));
+    let page = crate::modeled::image_block_size(path)?;
+    let cache: Cache = Arc::new(PageCache::with_page_size(disk.clone(), cfg.cache_bytes, page));
     let size = cfg.batch_size();
     let total = 2 * cfg.n as u64;
     let mut rows: Vec<Batch> = Vec::new();

@@ -17,6 +17,7 @@
 
 mod dir;
 mod image;
+pub mod plot;
 pub mod report;
 
 use std::path::{Path, PathBuf};

@@ -95,6 +95,11 @@ pub trait BenchFs: Sync {
     fn sample(&self) -> Sample;
     /// Block size of the file system.
     fn block_size(&self) -> u64;
+    /// Bytes the page cache in front of the disk holds at most, when the
+    /// target sets it (an image); `None` on the host's own cache.
+    fn cache_capacity(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A reading of the clocks and counters.

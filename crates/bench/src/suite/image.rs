@@ -45,7 +45,8 @@ impl EngineFs {
     pub fn open(path: &Path, profile: &DiskProfile, cache_bytes: u64, dir: &str) -> Result<Self> {
         let file = FileDevice::open(path, true).with_context(|| format!("opening {}", path.display()))?;
         let disk: Disk = Arc::new(DiskModel::new(file, profile)?);
-        let cache: Cache = Arc::new(PageCache::new(disk.clone(), cache_bytes));
+        let page = crate::modeled::image_block_size(path)?;
+        let cache: Cache = Arc::new(PageCache::with_page_size(disk.clone(), cache_bytes, page));
         let fs = open_fs(&cache, path)?;
         let block_size = fs.block_size() as u64;
         let me = Self {
@@ -272,5 +273,9 @@ impl BenchFs for EngineFs {
 
     fn block_size(&self) -> u64 {
         self.block_size
+    }
+
+    fn cache_capacity(&self) -> Option<u64> {
+        Some(self.cache.capacity_bytes())
     }
 }

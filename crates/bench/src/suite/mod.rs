@@ -9,9 +9,15 @@
 //! `--threads`, `--seed`; each workload documents what it takes.
 
 pub mod compare;
+pub mod compilebench;
+pub mod ffsb_meta;
 pub mod fs;
+pub mod fsparams;
 pub mod host;
 pub mod image;
+pub mod plots;
+pub mod postmark;
+pub mod readdir_stat;
 pub mod report;
 pub mod seqio;
 pub mod target;
@@ -84,7 +90,14 @@ pub struct Workload {
 }
 
 /// Every workload, by name.
-pub const WORKLOADS: &[Workload] = &[seqio::WORKLOAD];
+pub const WORKLOADS: &[Workload] = &[
+    seqio::WORKLOAD,
+    postmark::WORKLOAD,
+    ffsb_meta::WORKLOAD,
+    compilebench::WORKLOAD,
+    fsparams::WORKLOAD,
+    readdir_stat::WORKLOAD,
+];
 
 /// The workload called `name`.
 pub fn workload(name: &str) -> Result<&'static Workload> {

@@ -41,6 +41,9 @@ pub struct TargetOptions {
     pub inodes: u64,
     /// `-O` features of an image this run makes, e.g. `^dir_index`.
     pub features: Vec<String>,
+    /// `-b` block size of an image this run makes (`None`: an image by
+    /// its size as mke2fs picks, 1 KiB below 512 MiB; a kernel one 4 KiB).
+    pub block_size: Option<u32>,
     /// Where a kernel target's image goes.
     pub scratch: PathBuf,
 }
@@ -245,6 +248,7 @@ fn make_image(path: &Path, o: &TargetOptions) -> Result<()> {
         let dev = FileDevice::open(path, true).with_context(|| format!("opening {}", path.display()))?;
         let mut opts = MkfsOptions {
             inode_count: (o.inodes > 0).then_some(o.inodes),
+            block_size: o.block_size,
             uuid: Some(*b"ext4kit-bench-00"),
             hash_seed: Some(*b"bench-suite-seed"),
             timestamp: Some(1_700_000_000),
@@ -284,6 +288,12 @@ impl LoopMount {
         let dir = scratch.path().join("mnt");
         std::fs::create_dir(&dir)?;
         let mut extra: Vec<String> = vec!["-t".into(), kind.into()];
+        if let Some(b) = o.block_size {
+            extra.extend(["-b".into(), b.to_string()]);
+        }
+        if o.inodes > 0 {
+            extra.extend(["-N".into(), o.inodes.to_string()]);
+        }
         if !o.features.is_empty() {
             extra.push("-O".into());
             extra.push(o.features.join(","));

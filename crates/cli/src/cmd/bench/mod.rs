@@ -48,6 +48,31 @@ enum What {
     /// Sequential write, fsync and cold read of one file, and the extents
     /// it ended in (`--size`, `--io-size`).
     Seqio(suite::SuiteArgs),
+    /// Seed 004: PostMark, the mail server load: a pool of files, then
+    /// transactions (read or append, create or delete), then delete all
+    /// (`--preset test1|test2|test3`, `--scale`, `-n` files).
+    Postmark(suite::SuiteArgs),
+    /// Seed 001 Tables 2-3: FFSB's small-file meta-data mix of reads,
+    /// writes, creates, appends and deletes on a pool of `-n` files
+    /// (`--preset table2|table3|read|write|create|append|delete`,
+    /// `--threads`).
+    FfsbMeta(suite::SuiteArgs),
+    /// Seed 001 tables 1 and 4: compilebench, kernel-like trees created,
+    /// patched, compiled, cleaned, read, deleted and stat'ed as the file
+    /// system ages; MB/s per phase (`-n` files per tree, `--scale`,
+    /// `--preset quick` for 4 trees and 20 operations instead of
+    /// compilebench's 10 and 30).
+    Compilebench(suite::SuiteArgs),
+    /// Seed 003: readdir + stat, copy and delete of every entry of one
+    /// large directory, in readdir order and in inode order (`-n` files,
+    /// `--size` bytes each, `--preset aged` for the seed's aged file
+    /// system).
+    ReaddirStat(suite::SuiteArgs),
+    /// Seed 002: block size, read-ahead, cache size and direct block
+    /// pointers (extents in the inode) inferred from timing alone, beside
+    /// the true values (`--size` largest working set, `--io-size`
+    /// read-ahead probe).
+    Fsparams(suite::SuiteArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -82,6 +107,9 @@ struct CreateScaleArgs {
     /// Also write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Also plot µs per create and per open against entries (.svg or .png).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -140,6 +168,11 @@ pub fn run(a: Args) -> Result<()> {
         What::Journal(a) => run_journal(a),
         What::CreateScale(a) => run_create_scale(a),
         What::Seqio(a) => suite::run("seqio", &a),
+        What::Postmark(a) => suite::run("postmark", &a),
+        What::FfsbMeta(a) => suite::run("ffsb-meta", &a),
+        What::Compilebench(a) => suite::run("compilebench", &a),
+        What::ReaddirStat(a) => suite::run("readdir-stat", &a),
+        What::Fsparams(a) => suite::run("fsparams", &a),
     }
 }
 
@@ -180,6 +213,9 @@ fn run_create_scale(a: CreateScaleArgs) -> Result<()> {
     outln!("{}", report.to_markdown());
     if let Some(path) = &a.json {
         write_whole(path, &report.to_json())?;
+    }
+    if let Some(path) = &a.plot {
+        ext4kit_bench::create_scale::plot::plot(&report, path)?;
     }
     if report.failed() {
         bail!("{} is not e2fsck-clean after the run", cfg.target.display());

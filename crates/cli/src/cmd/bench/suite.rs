@@ -60,6 +60,11 @@ pub struct SuiteArgs {
     /// e.g. ^dir_index,^flex_bg.
     #[arg(long, value_name = "LIST")]
     features: Option<String>,
+    /// Block size of an image the run makes (new image or --kernel), e.g.
+    /// 1024 or 4096 [default: an image by its size as mke2fs picks, 1 KiB
+    /// below 512 MiB; --kernel 4096].
+    #[arg(long, value_name = "BYTES")]
+    block_size: Option<u32>,
     /// Size of an image the run makes [default: what the workload needs].
     #[arg(long, value_name = "SIZE")]
     image_size: Option<String>,
@@ -69,6 +74,10 @@ pub struct SuiteArgs {
     /// Also write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Also plot the report to this .svg or .png (phase times; a modeled
+    /// run adds FILE-seeks with its seek distances).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
     /// Run the workload again with these settings changed, for a side by
     /// side table (repeatable): key=value pairs, comma-separated, of
     /// features (joined by +), disk, cache, target, kernel; e.g.
@@ -127,6 +136,7 @@ impl SuiteArgs {
                 .filter(|f| !f.is_empty())
                 .map(str::to_string)
                 .collect(),
+            block_size: self.block_size,
             scratch: self.scratch.clone(),
         })
     }
@@ -152,7 +162,7 @@ pub fn run(name: &str, a: &SuiteArgs) -> Result<()> {
     };
     let mut progress = Progress::new(&mut show, flag);
     let done = if a.compare.is_empty() {
-        run_one(w, spec, &opts, &params, &mut progress)
+        run_one(w, a, spec, &opts, &params, &mut progress)
     } else {
         run_compare(w, a, spec, opts, &params, &mut progress)
     };
@@ -184,12 +194,16 @@ type Printed = (String, String, Option<String>);
 
 fn run_one(
     w: &suite::Workload,
+    a: &SuiteArgs,
     spec: TargetSpec,
     opts: &TargetOptions,
     params: &Params,
     progress: &mut Progress,
 ) -> Result<Printed> {
     let report = suite::run(w, &spec, opts, params, progress)?;
+    if let Some(path) = &a.plot {
+        suite::plots::plot_report(&report, path)?;
+    }
     let failed = report
         .failed()
         .then(|| format!("{} is not e2fsck-clean after the run", spec.describe()));
@@ -214,6 +228,9 @@ fn run_compare(
         variants.push(Variant::derive(&base, c)?);
     }
     let report = compare::compare(w, &variants, params, usize::from(a.rounds), progress)?;
+    if let Some(path) = &a.plot {
+        suite::plots::plot_compare(&report, path)?;
+    }
     let failed = report
         .failed()
         .then(|| "an image was not e2fsck-clean after its run (see above)".to_string());
