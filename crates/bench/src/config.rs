@@ -32,7 +32,8 @@ impl Target {
     }
 }
 
-/// One benchmark workload; each is a function over a directory path.
+/// One benchmark workload: a suite workload run on the mount (see
+/// [`crate::mount_suite`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
@@ -136,13 +137,15 @@ pub struct Sizes {
     pub create_files: usize,
     /// `postmark`: initial pool of files.
     pub postmark_files: usize,
-    /// `postmark`: subdirectories the pool is spread over.
+    /// `postmark`: subdirectories the pool is spread over (what the suite's
+    /// `mount` preset makes of the file count: one per 100 files, at
+    /// least 10).
     pub postmark_dirs: usize,
     /// `postmark`: transactions.
     pub postmark_transactions: usize,
     /// `seqwrite`/`seqread`: file size in bytes.
     pub seq_bytes: u64,
-    /// `untar`: files in the tarball.
+    /// `untar`: files in the tarball (the suite's `untar` makes it).
     pub untar_files: usize,
     /// `cached`: files in the directory.
     pub cached_files: usize,

@@ -9,8 +9,10 @@
 //! server has written the image) and is checked with `e2fsck -fn`: a dirty
 //! image makes the run fail, however fast it was.
 //!
-//! Workloads use only safe std / nix calls on a directory path, so they
-//! work on any mounted file system; see [`workloads`].
+//! The workloads are the suite's ([`suite`]), each defined once against
+//! [`suite::BenchFs`] and run here through [`suite::host::HostFs`] on the
+//! mount; [`mount_suite`] maps this benchmark's sizes to their parameters
+//! and their phases back to its figures.
 //!
 //! `ext4kit bench journal` ([`journal`]) measures the engine itself,
 //! through its library API: a metadata-heavy workload with and without a
@@ -20,6 +22,7 @@ pub mod config;
 pub mod create_scale;
 pub mod journal;
 pub mod modeled;
+pub mod mount_suite;
 pub mod plot;
 pub mod report;
 pub mod rng;
@@ -28,30 +31,19 @@ pub mod suite;
 pub mod system;
 pub mod tarball;
 pub mod target;
-pub mod workloads;
 
 pub use config::{Config, Sizes, Target, Workload};
 pub use report::{FsckOutcome, Metric, Report, TargetReport, WorkloadResult};
 
 /// Runs the benchmark described by `cfg`: every target in turn, each on a
-/// fresh image, `cfg.rounds` times over (figures are then medians). Never panics on a failing target; failures and skips are
-/// recorded in the report (see [`Report::failed`]).
+/// fresh image, `cfg.rounds` times over (figures are then medians). Never
+/// panics on a failing target; failures and skips are recorded in the
+/// report (see [`Report::failed`]). Ctrl-C ends the running workload, and
+/// the run fails once its target is unmounted and its image checked, so
+/// no mount is left behind.
 pub fn run(cfg: &Config) -> anyhow::Result<Report> {
     let work = cfg.work_dir()?;
-    let tarball = if cfg.workloads.contains(&Workload::Untar) {
-        let path = work.path().join("tree.tar");
-        let started = std::time::Instant::now();
-        tarball::write_source_tree(&path, cfg.sizes().untar_files, 0x7a11)?;
-        log(&format!(
-            "built {} ({} files) in {:.1} s",
-            path.display(),
-            cfg.sizes().untar_files,
-            started.elapsed().as_secs_f64()
-        ));
-        Some(path)
-    } else {
-        None
-    };
+    let (interrupted, _guard) = suite::interrupt_flag()?;
     let mut report = Report::new(cfg);
     let rounds = cfg.rounds.max(1);
     let mut runs: Vec<Vec<TargetReport>> = vec![Vec::new(); cfg.targets.len()];
@@ -60,7 +52,10 @@ pub fn run(cfg: &Config) -> anyhow::Result<Report> {
             log(&format!("round {round} of {rounds}"));
         }
         for (runs, &t) in runs.iter_mut().zip(&cfg.targets) {
-            runs.push(target::run_target(cfg, t, work.path(), tarball.as_deref()));
+            runs.push(target::run_target(cfg, t, work.path(), &interrupted));
+            if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+                anyhow::bail!("interrupted");
+            }
         }
     }
     report.targets = runs.into_iter().filter_map(rounds::median_of).collect();

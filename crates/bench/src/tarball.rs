@@ -33,12 +33,19 @@ pub struct TreeStats {
 /// Writes a tarball of `files` text files (1–40 KiB each) spread over
 /// nested directories under `tree/`, the same for the same `seed`.
 pub fn write_source_tree(path: &Path, files: usize, seed: u64) -> io::Result<TreeStats> {
+    let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let stats = source_tree(&mut out, files, seed)?;
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(stats)
+}
+
+/// The tarball of [`write_source_tree`], written to `out`.
+pub fn source_tree(out: &mut impl Write, files: usize, seed: u64) -> io::Result<TreeStats> {
     let mut rng = Rng::new(seed);
     let corpus = text_corpus(&mut rng);
-    let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
     let dirs = directory_tree(&mut rng, files.div_ceil(FILES_PER_DIR).max(1));
     for d in &dirs {
-        header(&mut out, &format!("{d}/"), 0, b'5', 0o755)?;
+        header(out, &format!("{d}/"), 0, b'5', 0o755)?;
     }
     let mut bytes = 0u64;
     for i in 0..files {
@@ -46,13 +53,12 @@ pub fn write_source_tree(path: &Path, files: usize, seed: u64) -> io::Result<Tre
         let ext = [".c", ".h", ".rs", ".txt", ".md"][rng.below(5)];
         let size = rng.range(1024, 40 * 1024);
         let start = rng.below(corpus.len() - size);
-        header(&mut out, &format!("{dir}/f{i:05}{ext}"), size as u64, b'0', 0o644)?;
+        header(out, &format!("{dir}/f{i:05}{ext}"), size as u64, b'0', 0o644)?;
         out.write_all(&corpus[start..start + size])?;
-        pad(&mut out, size)?;
+        pad(out, size)?;
         bytes += size as u64;
     }
     out.write_all(&[0; 2 * BLOCK])?;
-    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     Ok(TreeStats {
         files,
         dirs: dirs.len(),

@@ -1,8 +1,11 @@
-//! One target's run: fresh image, mount, workloads, unmount, `e2fsck -fn`.
+//! One target's run: fresh image, mount, workloads (the suite's, through
+//! [`crate::mount_suite`]), unmount, `e2fsck -fn`.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -10,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use crate::config::{Config, Target};
 use crate::report::{TargetReport, WorkloadResult};
 use crate::system::{self, find_tool, run_ok, tool};
-use crate::{log, workloads};
+use crate::{log, mount_suite};
 
 /// How long a mount or a server's exit after unmounting may take.
 const MOUNT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -56,22 +59,30 @@ pub fn availability(cfg: &Config, t: Target) -> Result<(), String> {
 }
 
 /// Runs every selected workload on a fresh image mounted by `t`; all
-/// failures end up in the returned report.
-pub fn run_target(cfg: &Config, t: Target, work: &Path, tarball: Option<&Path>) -> TargetReport {
+/// failures end up in the returned report. Once `interrupted` is set the
+/// running workload fails, no other starts, and the target is unmounted
+/// and checked as usual.
+pub fn run_target(cfg: &Config, t: Target, work: &Path, interrupted: &Arc<AtomicBool>) -> TargetReport {
     let mut r = TargetReport::new(t);
     if let Err(why) = availability(cfg, t) {
         eprintln!("SKIPPED: target {t}: {why}");
         r.skipped = Some(why);
         return r;
     }
-    if let Err(e) = run_mounted(cfg, t, work, tarball, &mut r) {
+    if let Err(e) = run_mounted(cfg, t, work, interrupted, &mut r) {
         log(&format!("{t}: FAILED: {e:#}"));
         r.error = Some(format!("{e:#}"));
     }
     r
 }
 
-fn run_mounted(cfg: &Config, t: Target, work: &Path, tarball: Option<&Path>, r: &mut TargetReport) -> Result<()> {
+fn run_mounted(
+    cfg: &Config,
+    t: Target,
+    work: &Path,
+    interrupted: &Arc<AtomicBool>,
+    r: &mut TargetReport,
+) -> Result<()> {
     let image = work.join(format!("{t}.ext4"));
     let mnt = work.join(format!("{t}.mnt"));
     std::fs::create_dir_all(&mnt)?;
@@ -81,9 +92,14 @@ fn run_mounted(cfg: &Config, t: Target, work: &Path, tarball: Option<&Path>, r: 
     let mut mounted = Mounted::mount(cfg, t, &image, &mnt, work)?;
     r.mount_s = started.elapsed().as_secs_f64();
     log(&format!("{t}: mounted at {} in {:.2} s", mnt.display(), r.mount_s));
+    let mut runner = mount_suite::Runner::new(&mnt, cfg.sizes(), interrupted.clone());
     for &w in &cfg.workloads {
+        if interrupted.load(Ordering::Relaxed) {
+            r.error = Some("interrupted".into());
+            break;
+        }
         log(&format!("{t}: {w} …"));
-        let result = workloads::run(w, &mnt, &cfg.sizes(), tarball).and_then(|m| system::syncfs(&mnt).map(|()| m));
+        let result = runner.run(w).and_then(|m| system::syncfs(&mnt).map(|()| m));
         let result = WorkloadResult::from_result(w, result);
         log(&format!("{t}: {}", result.summary()));
         r.workloads.push(result);

@@ -9,13 +9,9 @@ use ext4kit_bench::suite::{self, Params, Progress, SuiteReport, TargetOptions, T
 
 fn options() -> TargetOptions {
     TargetOptions {
-        disk: "hp-sas-10k".parse().unwrap(),
         cache_bytes: 4 << 20,
-        image_bytes: 0,
-        inodes: 0,
-        features: Vec::new(),
-        block_size: None,
         scratch: std::env::temp_dir(),
+        ..TargetOptions::default()
     }
 }
 

@@ -12,13 +12,9 @@ const OPS: [&str; 5] = ["read", "write", "create", "append", "delete"];
 
 fn options() -> TargetOptions {
     TargetOptions {
-        disk: "hp-sas-10k".parse().unwrap(),
         cache_bytes: 4 << 20,
-        image_bytes: 0,
-        inodes: 0,
-        features: Vec::new(),
-        block_size: None,
         scratch: std::env::temp_dir(),
+        ..TargetOptions::default()
     }
 }
 

@@ -17,6 +17,7 @@ fn options(block_size: u32, cache_bytes: u64) -> TargetOptions {
         cache_bytes,
         image_bytes: 0,
         inodes: 0,
+        fs_type: None,
         features: Vec::new(),
         block_size: Some(block_size),
         scratch: std::env::temp_dir(),

@@ -41,18 +41,20 @@ pub struct Report {
     pub workload: &'static str,
     /// The target as given.
     pub target: String,
-    /// `image` or `directory`.
+    /// `image`, `directory` or `kernel`.
     pub target_kind: &'static str,
     /// Files created.
     pub n: usize,
     /// Files per batch.
     pub batch_size: usize,
-    /// Whether the image has `dir_index` (`None` on a directory).
+    /// Whether the image or the kernel file system made for the run has
+    /// `dir_index` (`None` on a directory).
     pub dir_index: Option<bool>,
     /// Whether the creates skipped the existence lookup
     /// (`Filesystem::create_new`, seed 000's S_CR736 mode).
     pub no_lookup: bool,
-    /// Whether the image was made by this run.
+    /// Whether the image (or the kernel target's loop image) was made by
+    /// this run.
     pub image_created: bool,
     /// Disk profile (images).
     pub disk: Option<String>,
@@ -63,7 +65,7 @@ pub struct Report {
     /// Whether the opens started cold: always on an image; on a
     /// directory only when the kernel's caches could be dropped (root).
     pub opens_cold: bool,
-    /// Why the opens were warm, if they were.
+    /// Why the opens were warm, or a flag did not apply, if so.
     pub note: Option<String>,
     /// Per batch.
     pub batches: Vec<Batch>,
@@ -77,6 +79,9 @@ pub struct Report {
     pub create_phase: Option<PhaseStats>,
     /// Device statistics of the open phase (images).
     pub open_phase: Option<PhaseStats>,
+    /// Wall ns one timing sample pair costs on the target: the harness's
+    /// share of each batch's wall figure.
+    pub harness_ns_per_sample: f64,
     /// Wall seconds of the whole run, setup and e2fsck included.
     pub wall_seconds: f64,
     /// `e2fsck -fn` of the image at the end.
@@ -160,9 +165,15 @@ impl Report {
                 self.seed
             );
         } else {
+            let index = match self.dir_index {
+                Some(true) => ", dir_index on",
+                Some(false) => ", dir_index off",
+                None => "",
+            };
             let _ = writeln!(
                 s,
-                "{} files in one new directory, batches of {}; µs are wall time; opens {} in a random order (seed {:#x}).\n",
+                "{} files in one new directory{index}, batches of {} (each ending with a sync); µs are wall time; \
+                 opens {} in a random order (seed {:#x}).\n",
                 self.n,
                 self.batch_size,
                 if self.opens_cold {
@@ -228,7 +239,11 @@ impl Report {
         if let Some(f) = &self.fsck {
             let _ = writeln!(s, "e2fsck -fn: {}.", if f.clean { "clean" } else { "NOT clean" });
         }
-        let _ = writeln!(s, "Wall time of the run: {:.1} s.", self.wall_seconds);
+        let _ = writeln!(
+            s,
+            "Wall time of the run: {:.1} s; the harness costs {:.0} ns of wall time per batch.",
+            self.wall_seconds, self.harness_ns_per_sample
+        );
         s
     }
 }

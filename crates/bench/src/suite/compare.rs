@@ -4,7 +4,7 @@
 //! median of its rounds, and every variant is set against the first.
 //!
 //! A variant is the command line's own settings changed by a list of
-//! `key=value` pairs: `features=^dir_index`, `disk=ssd`, `cache=8M`,
+//! `key=value` pairs: `type=ext3`, `features=^dir_index`, `disk=ssd`, `cache=8M`,
 //! `target=PATH` or `kernel=ext3`. An image target gets a new image per
 //! variant and round (`PATH.v<k>.r<r>`), removed once checked, so every
 //! variant starts from the same fresh layout.
@@ -43,6 +43,7 @@ impl Variant {
                 bail!("--compare {pairs}: {pair:?} is not key=value");
             };
             match key {
+                "type" => v.opts.fs_type = Some(value.to_string()),
                 "features" => v.opts.features = value.split('+').map(str::to_string).collect(),
                 "disk" => v.opts.disk = value.parse().with_context(|| format!("--compare {pair}"))?,
                 "cache" => {
@@ -51,7 +52,7 @@ impl Variant {
                 }
                 "target" => v.spec = TargetSpec::from_path(&PathBuf::from(value))?,
                 "kernel" => v.spec = TargetSpec::kernel(value)?,
-                _ => bail!("--compare {pair}: the keys are features, disk, cache, target and kernel"),
+                _ => bail!("--compare {pair}: the keys are type, features, disk, cache, target and kernel"),
             }
         }
         Ok(v)

@@ -62,6 +62,10 @@ pub trait BenchFs: Sync {
     /// Creates a new empty file (fails if it exists) and opens it for
     /// reading and writing.
     fn create(&self, path: &str) -> Result<FileRef>;
+    /// Creates a file the caller knows does not exist, with no existence
+    /// lookup where the file system allows it (seed 000's S_CR736 mode,
+    /// §5.4), and opens it as [`BenchFs::create`] does.
+    fn create_new_name(&self, path: &str) -> Result<FileRef>;
     /// Opens an existing file.
     fn open(&self, path: &str, write: bool) -> Result<FileRef>;
     /// Writes all of `data` at `offset`.

@@ -142,6 +142,20 @@ impl BenchFs for EngineFs {
         Ok(FileRef(Open::Engine(ino)))
     }
 
+    /// `Filesystem::create_new`: no lookup of the name; a linear
+    /// directory's insert starts at the block that last had room.
+    fn create_new_name(&self, path: &str) -> Result<FileRef> {
+        self.with(|fs| {
+            let (parent, name) = self.parent_of(fs, path)?;
+            let ino = fs
+                .create_new(parent, name.as_bytes(), NodeKind::Regular, FILE)
+                .with_context(|| format!("create {path}"))?
+                .ino;
+            fs.open_file(ino)?;
+            Ok(FileRef(Open::Engine(ino)))
+        })
+    }
+
     fn open(&self, path: &str, _write: bool) -> Result<FileRef> {
         self.with(|fs| {
             let ino = self.ino_of(fs, path)?;

@@ -8,8 +8,10 @@
 //! total, the workload says), `--scale` (shrinks a preset), `--preset`,
 //! `--threads`, `--seed`; each workload documents what it takes.
 
+pub mod cached;
 pub mod compare;
 pub mod compilebench;
+pub mod create;
 pub mod ffsb_meta;
 pub mod fs;
 pub mod fsparams;
@@ -21,6 +23,8 @@ pub mod readdir_stat;
 pub mod report;
 pub mod seqio;
 pub mod target;
+pub mod threads;
+pub mod untar;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,6 +101,10 @@ pub const WORKLOADS: &[Workload] = &[
     compilebench::WORKLOAD,
     fsparams::WORKLOAD,
     readdir_stat::WORKLOAD,
+    create::WORKLOAD,
+    untar::WORKLOAD,
+    cached::WORKLOAD,
+    threads::WORKLOAD,
 ];
 
 /// The workload called `name`.

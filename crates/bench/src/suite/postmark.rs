@@ -8,11 +8,16 @@
 //! - `test1` (default): files of 1,000–100,000 bytes, 4,000 files, 50,000
 //!   transactions;
 //! - `test2`: 1–1,000 bytes, 30,000 files, 50,000 transactions;
-//! - `test3`: 1,000–300,000 bytes, 4,000 files, 50,000 transactions.
+//! - `test3`: 1,000–300,000 bytes, 4,000 files, 50,000 transactions;
+//! - `mount`, what `ext4kit bench mount` runs (not the seed's): 512–16,384
+//!   bytes, 10,000 files, 50,000 transactions, one subdirectory per 100
+//!   files (at least 10), and every file read or written in one call, as
+//!   a program reading a whole small file does.
 //!
 //! `--scale F` multiplies the file and transaction counts, `-n` sets the
 //! file count, `--size` the largest file, `--io-size` the bytes per read
-//! or write call (PostMark's block size, 512 by default).
+//! or write call (PostMark's block size, 512 by default; the `mount`
+//! preset's is its largest file).
 //!
 //! As in PostMark 1.5: reads and appends are equally likely, so are
 //! creates and deletes (its biases of 5); an append adds a random
@@ -20,7 +25,8 @@
 //! size; the file table holds twice the initial count, so a full table
 //! turns a create into a delete (PostMark drops the create) and an empty
 //! one a delete into a create (PostMark stops "out of files"). Files go to
-//! 10 subdirectories (the seed does not give PostMark's `subdirectories`).
+//! 10 subdirectories in the seed's presets (the seed does not give
+//! PostMark's `subdirectories`).
 //! A final `sync` phase shows the writeback PostMark leaves to the kernel.
 
 use anyhow::{Result, bail, ensure};
@@ -44,15 +50,22 @@ struct Preset {
     high: u64,
     files: u64,
     transactions: u64,
+    /// Bytes per read or write call.
+    io: u64,
+    /// One subdirectory per this many files (at least [`DIRS`]); `None`:
+    /// [`DIRS`].
+    files_per_dir: Option<u64>,
 }
 
-const PRESETS: [Preset; 3] = [
+const PRESETS: [Preset; 4] = [
     Preset {
         name: "test1",
         low: 1_000,
         high: 100_000,
         files: 4_000,
         transactions: 50_000,
+        io: DEFAULT_IO,
+        files_per_dir: None,
     },
     Preset {
         name: "test2",
@@ -60,6 +73,8 @@ const PRESETS: [Preset; 3] = [
         high: 1_000,
         files: 30_000,
         transactions: 50_000,
+        io: DEFAULT_IO,
+        files_per_dir: None,
     },
     Preset {
         name: "test3",
@@ -67,9 +82,21 @@ const PRESETS: [Preset; 3] = [
         high: 300_000,
         files: 4_000,
         transactions: 50_000,
+        io: DEFAULT_IO,
+        files_per_dir: None,
+    },
+    Preset {
+        name: "mount",
+        low: 512,
+        high: 16_384,
+        files: 10_000,
+        transactions: 50_000,
+        io: 16_384,
+        files_per_dir: Some(100),
     },
 ];
 
+/// Subdirectories of the seed's presets, and the fewest of any.
 const DIRS: u64 = 10;
 /// PostMark's default read and write block size.
 const DEFAULT_IO: u64 = 512;
@@ -83,6 +110,7 @@ struct Config {
     files: u64,
     transactions: u64,
     io: u64,
+    dirs: u64,
 }
 
 fn config(p: &Params) -> Result<Config> {
@@ -90,17 +118,22 @@ fn config(p: &Params) -> Result<Config> {
         None => &PRESETS[0],
         Some(name) => match PRESETS.iter().find(|x| x.name == name) {
             Some(x) => x,
-            None => bail!("postmark has no preset {name}; it has test1, test2, test3"),
+            None => {
+                let names: Vec<&str> = PRESETS.iter().map(|x| x.name).collect();
+                bail!("postmark has no preset {name}; it has {}", names.join(", "))
+            }
         },
     };
     let high = p.size.unwrap_or(preset.high).max(1);
+    let files = p.n_or(preset.files);
     Ok(Config {
         preset: preset.name,
         low: preset.low.min(high),
         high,
-        files: p.n_or(preset.files),
+        files,
         transactions: p.scaled(preset.transactions),
-        io: p.io_size.unwrap_or(DEFAULT_IO).clamp(1, 64 << 20),
+        io: p.io_size.unwrap_or(preset.io).clamp(1, 64 << 20),
+        dirs: preset.files_per_dir.map_or(DIRS, |per| (files / per).max(DIRS)),
     })
 }
 
@@ -112,7 +145,7 @@ fn image_size(p: &Params) -> (u64, u64) {
     // and appends push every file towards the largest size.
     let live = c.files + 4 * (c.transactions as f64).sqrt() as u64 + 64;
     let bytes = (live * c.high).min(2 * c.files * c.high);
-    (bytes + bytes / 3 + (64 << 20), 2 * c.files + DIRS + 1024)
+    (bytes + bytes / 3 + (64 << 20), 2 * c.files + c.dirs + 1024)
 }
 
 /// The byte at `offset` of file `id`: differs between neighbouring bytes
@@ -182,7 +215,7 @@ impl Pool<'_> {
         let size = self.rng.range(self.c.low as usize, self.c.high as usize) as u64;
         let file = File {
             id: self.next_id,
-            dir: self.rng.below(DIRS as usize) as u64,
+            dir: self.rng.below(self.c.dirs as usize) as u64,
             size,
         };
         self.next_id += 1;
@@ -275,7 +308,7 @@ fn params(out: &mut Outcome, c: &Config, seed: u64) {
     out.params.insert("transactions".into(), c.transactions.into());
     out.params.insert("size_low".into(), c.low.into());
     out.params.insert("size_high".into(), c.high.into());
-    out.params.insert("subdirectories".into(), DIRS.into());
+    out.params.insert("subdirectories".into(), c.dirs.into());
     out.params.insert("io_size".into(), c.io.into());
     out.params.insert("seed".into(), seed.into());
 }
@@ -285,7 +318,7 @@ fn run(fs: &mut dyn BenchFs, p: &Params, progress: &mut Progress) -> Result<Outc
     let mut out = Outcome::default();
     params(&mut out, &c, p.seed);
     progress.set_total(2 * c.files + c.transactions);
-    for d in 0..DIRS {
+    for d in 0..c.dirs {
         fs.mkdir(&format!("s{d}"))?;
     }
     let fs: &dyn BenchFs = fs;
@@ -311,10 +344,38 @@ fn run(fs: &mut dyn BenchFs, p: &Params, progress: &mut Progress) -> Result<Outc
     delete_all(&mut pool, &mut out, progress)?;
     let ((), span) = timed(fs, || fs.sync())?;
     out.phases.push(Phase::new("sync", 1, 0, span));
-    for d in 0..DIRS {
-        fs.rmdir(&format!("s{d}"))?;
-    }
+    remove_dirs(fs, c.dirs, &mut out)?;
     Ok(out)
+}
+
+/// Whether `name` is the file libfuse's high-level API (fuse2fs) renames a
+/// file to when it is unlinked while a release of it is still in flight;
+/// it goes away once the release arrives.
+pub(crate) fn fuse_hidden(name: &str) -> bool {
+    name.starts_with(".fuse_hidden")
+}
+
+/// Removes the subdirectories, which must be empty but for libfuse's
+/// hidden files (noted, and the directory then left).
+fn remove_dirs(fs: &dyn BenchFs, dirs: u64, out: &mut Outcome) -> Result<()> {
+    for d in 0..dirs {
+        let dir = format!("s{d}");
+        let left: Vec<String> = fs.read_dir(&dir)?.into_iter().map(|e| e.name).collect();
+        ensure!(
+            left.iter().all(|n| fuse_hidden(n)),
+            "{dir} holds {left:?} after deleting all"
+        );
+        if left.is_empty() {
+            fs.rmdir(&dir)?;
+        } else {
+            out.notes.push(format!(
+                "{dir} kept {} of libfuse's .fuse_hidden files: files unlinked while their \
+                 release was in flight",
+                left.len()
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn transactions(pool: &mut Pool, out: &mut Outcome, progress: &mut Progress) -> Result<()> {

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::device::{DiskProfile, FileDevice};
-use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
+use ext4kit_engine::mkfs::{FsType, MkfsOptions, mkfs};
 
 use super::fs::BenchFs;
 use super::host::HostFs;
@@ -39,6 +39,10 @@ pub struct TargetOptions {
     pub image_bytes: u64,
     /// Inodes of an image this run makes (0: mkfs's default).
     pub inodes: u64,
+    /// `-t` of an image this run makes: `ext2`, `ext3` or `ext4` (the
+    /// default), the feature set the `-O` list then edits. A kernel
+    /// target takes its type from `--kernel`.
+    pub fs_type: Option<String>,
     /// `-O` features of an image this run makes, e.g. `^dir_index`.
     pub features: Vec<String>,
     /// `-b` block size of an image this run makes (`None`: an image by
@@ -46,6 +50,24 @@ pub struct TargetOptions {
     pub block_size: Option<u32>,
     /// Where a kernel target's image goes.
     pub scratch: PathBuf,
+}
+
+impl Default for TargetOptions {
+    /// The seed's HP SAS 10K drive, a 64 MiB page cache, a new image as
+    /// large as the workload asks with mke2fs's defaults, scratch space in
+    /// /var/tmp.
+    fn default() -> Self {
+        Self {
+            disk: DiskProfile::Hdd(ext4kit_engine::device::disk_model::HddProfile::hp_sas_10k()),
+            cache_bytes: 64 << 20,
+            image_bytes: 0,
+            inodes: 0,
+            fs_type: None,
+            features: Vec::new(),
+            block_size: None,
+            scratch: PathBuf::from("/var/tmp"),
+        }
+    }
 }
 
 /// Offset and value of the superblock's magic number.
@@ -246,7 +268,14 @@ fn make_image(path: &Path, o: &TargetOptions) -> Result<()> {
     drop(f);
     let made = (|| {
         let dev = FileDevice::open(path, true).with_context(|| format!("opening {}", path.display()))?;
+        let fs_type = match o.fs_type.as_deref() {
+            None | Some("ext4") => FsType::Ext4,
+            Some("ext3") => FsType::Ext3,
+            Some("ext2") => FsType::Ext2,
+            Some(t) => bail!("file-system type {t}: expected ext2, ext3 or ext4"),
+        };
         let mut opts = MkfsOptions {
+            fs_type,
             inode_count: (o.inodes > 0).then_some(o.inodes),
             block_size: o.block_size,
             uuid: Some(*b"ext4kit-bench-00"),

@@ -10,8 +10,8 @@
 //!
 //! `ext4kit bench create-scale`: seed 000's creates and opens in one
 //! directory (`ext4kit_bench::create_scale`) on an image (modeled, on the
-//! disk model) or a directory (wall time); fails on an image e2fsck does
-//! not find clean.
+//! disk model), a directory or a kernel loop mount (wall time); fails on
+//! an image e2fsck does not find clean.
 //!
 //! `ext4kit bench WORKLOAD` for the suite's other workloads ([`suite`]).
 
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use ext4kit_bench::config::parse_list;
 use ext4kit_bench::journal::{self, Sizes};
+use ext4kit_bench::suite::{Progress, TargetSpec};
 use ext4kit_bench::{Config, Target, Workload};
 
 #[derive(clap::Args, Debug)]
@@ -35,7 +36,9 @@ pub struct Args {
 #[allow(clippy::large_enum_variant)]
 #[derive(clap::Subcommand, Debug)]
 enum What {
-    /// Compare mounts: kernel ext4, fuse2fs and `ext4kit mount`.
+    /// Compare mounts: kernel ext4, fuse2fs and `ext4kit mount`, each
+    /// running the suite's create, postmark (preset `mount`), seqio,
+    /// untar, cached and threads workloads on a fresh image.
     Mount(MountArgs),
     /// What the journal costs: create+write 4 KiB (one sync at the end),
     /// and create+write+fsync from 1 and 4 threads, with and without a
@@ -43,14 +46,16 @@ enum What {
     Journal(JournalArgs),
     /// Seed 000: N creates in one new directory, then opens in a random
     /// order after dropping caches; time per batch against entries so
-    /// far. On an image: the engine on the disk model, modeled time.
+    /// far. On an image: the engine on the disk model, modeled time; on a
+    /// directory or a --kernel loop mount, wall time.
     CreateScale(CreateScaleArgs),
     /// Sequential write, fsync and cold read of one file, and the extents
     /// it ended in (`--size`, `--io-size`).
     Seqio(suite::SuiteArgs),
     /// Seed 004: PostMark, the mail server load: a pool of files, then
     /// transactions (read or append, create or delete), then delete all
-    /// (`--preset test1|test2|test3`, `--scale`, `-n` files).
+    /// (`--preset test1|test2|test3`, or `mount` as `bench mount` runs it;
+    /// `--scale`, `-n` files).
     Postmark(suite::SuiteArgs),
     /// Seed 001 Tables 2-3: FFSB's small-file meta-data mix of reads,
     /// writes, creates, appends and deletes on a pool of `-n` files
@@ -73,14 +78,38 @@ enum What {
     /// the true values (`--size` largest working set, `--io-size`
     /// read-ahead probe).
     Fsparams(suite::SuiteArgs),
+    /// Seed 000 in brief: `-n` empty files created in one directory;
+    /// creates per second and the median µs of one create among the first
+    /// and the last 5 %.
+    Create(suite::SuiteArgs),
+    /// A source-like tarball of `-n` files extracted through the file
+    /// system (mkdir, create + write in `--io-size` calls + close), then
+    /// sync.
+    Untar(suite::SuiteArgs),
+    /// Warm caches: stat, readdir and open+close of `-n` empty files in
+    /// one directory.
+    Cached(suite::SuiteArgs),
+    /// Create + write 4 KiB + close, then unlink, of `-n` files from one
+    /// thread, then from `--threads` (2) in directories of their own.
+    Threads(suite::SuiteArgs),
 }
 
 #[derive(clap::Args, Debug)]
 struct CreateScaleArgs {
     /// An image file (made if missing, sized for N files) or a directory
     /// on any mounted file system.
-    #[arg(long, value_name = "PATH")]
-    target: PathBuf,
+    #[arg(
+        long,
+        value_name = "PATH",
+        required_unless_present = "kernel",
+        conflicts_with = "kernel"
+    )]
+    target: Option<PathBuf>,
+    /// Make a kernel file system of this type (ext2, ext3, ext4) on a loop
+    /// device in /var/tmp for the run, sized for N files, and remove it
+    /// after (root).
+    #[arg(long, value_name = "TYPE")]
+    kernel: Option<String>,
     /// Files to create.
     #[arg(short = 'n', value_name = "N", default_value_t = 100_000)]
     n: usize,
@@ -94,7 +123,8 @@ struct CreateScaleArgs {
     /// Files per batch [default: N/20].
     #[arg(long, value_name = "B")]
     batch: Option<usize>,
-    /// Make the new image without dir_index (linear directories).
+    /// Make the new image (or --kernel file system) without dir_index
+    /// (linear directories).
     #[arg(long)]
     no_dir_index: bool,
     /// Create without the existence lookup (the engine's create_new, seed
@@ -173,26 +203,37 @@ pub fn run(a: Args) -> Result<()> {
         What::Compilebench(a) => suite::run("compilebench", &a),
         What::ReaddirStat(a) => suite::run("readdir-stat", &a),
         What::Fsparams(a) => suite::run("fsparams", &a),
+        What::Create(a) => suite::run("create", &a),
+        What::Untar(a) => suite::run("untar", &a),
+        What::Cached(a) => suite::run("cached", &a),
+        What::Threads(a) => suite::run("threads", &a),
     }
 }
 
 fn run_create_scale(a: CreateScaleArgs) -> Result<()> {
+    if a.batch == Some(0) {
+        bail!("--batch must be at least 1");
+    }
+    let target = match (&a.target, &a.kernel) {
+        (Some(p), None) => TargetSpec::from_path(p)?,
+        (None, Some(k)) => TargetSpec::kernel(k)?,
+        _ => bail!("give --target PATH or --kernel TYPE"),
+    };
     let cfg = ext4kit_bench::create_scale::Config {
-        target: a.target,
+        target,
         n: a.n,
         batch: a.batch.unwrap_or(0),
-        disk: a.disk,
+        disk: a.disk.parse().with_context(|| format!("--disk {}", a.disk))?,
         cache_bytes: ext4kit_engine::mkfs::parse_size(&a.cache).with_context(|| format!("--cache {}", a.cache))?,
         no_dir_index: a.no_dir_index,
         no_lookup: a.no_lookup,
         seed: a.seed,
+        scratch: PathBuf::from("/var/tmp"),
     };
-    if a.batch == Some(0) {
-        bail!("--batch must be at least 1");
-    }
+    let (flag, _guard) = ext4kit_bench::suite::interrupt_flag()?;
     let started = Instant::now();
     let mut bar: Option<indicatif::ProgressBar> = None;
-    let mut progress = |done: u64, total: u64| {
+    let mut show = |done: u64, total: u64| {
         if bar.is_none() && started.elapsed() > Duration::from_secs(1) {
             let b = indicatif::ProgressBar::new(total);
             if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} creates+opens, {elapsed}")
@@ -202,10 +243,11 @@ fn run_create_scale(a: CreateScaleArgs) -> Result<()> {
             bar = Some(b);
         }
         if let Some(b) = &bar {
+            b.set_length(total);
             b.set_position(done);
         }
     };
-    let report = ext4kit_bench::create_scale::run(&cfg, &mut progress);
+    let report = ext4kit_bench::create_scale::run(&cfg, &mut Progress::new(&mut show, flag));
     if let Some(b) = bar.take() {
         b.finish_and_clear();
     }
@@ -218,7 +260,7 @@ fn run_create_scale(a: CreateScaleArgs) -> Result<()> {
         ext4kit_bench::create_scale::plot::plot(&report, path)?;
     }
     if report.failed() {
-        bail!("{} is not e2fsck-clean after the run", cfg.target.display());
+        bail!("{} is not e2fsck-clean after the run", cfg.target.describe());
     }
     Ok(())
 }

@@ -56,6 +56,9 @@ pub struct SuiteArgs {
     /// Page cache in front of the disk model, e.g. 64M; 0 for none.
     #[arg(long, value_name = "SIZE", default_value = "64M")]
     cache: String,
+    /// `-t` of an image the run makes: ext2, ext3 or ext4.
+    #[arg(long = "type", value_name = "TYPE")]
+    fs_type: Option<String>,
     /// `-O` features of an image the run makes (new image or --kernel),
     /// e.g. ^dir_index,^flex_bg.
     #[arg(long, value_name = "LIST")]
@@ -80,7 +83,7 @@ pub struct SuiteArgs {
     plot: Option<PathBuf>,
     /// Run the workload again with these settings changed, for a side by
     /// side table (repeatable): key=value pairs, comma-separated, of
-    /// features (joined by +), disk, cache, target, kernel; e.g.
+    /// type, features (joined by +), disk, cache, target, kernel; e.g.
     /// `--compare features=^dir_index --compare disk=ssd`.
     #[arg(long, value_name = "SPEC")]
     compare: Vec<String>,
@@ -129,6 +132,7 @@ impl SuiteArgs {
             cache_bytes: parse_size(&self.cache).with_context(|| format!("--cache {}", self.cache))?,
             image_bytes: size("image-size", &self.image_size)?.unwrap_or(0),
             inodes: 0,
+            fs_type: self.fs_type.clone(),
             features: self
                 .features
                 .iter()
