@@ -27,7 +27,7 @@ pub fn image_block_size(path: &Path) -> Result<usize> {
 }
 
 /// Device statistics of one phase, from its start to its end.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PhaseStats {
     /// Modeled nanoseconds.
     pub modeled_ns: u64,

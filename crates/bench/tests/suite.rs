@@ -1,24 +1,18 @@
 //! The suite's harness: targets, determinism, interrupts. Each workload's
 //! own bookkeeping is tested in a `tests/suite_*.rs` file of its own.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use ext4kit_bench::suite::{self, Params, Progress, SuiteReport, TargetOptions, TargetSpec};
-
-fn options() -> TargetOptions {
-    TargetOptions {
-        cache_bytes: 4 << 20,
-        scratch: std::env::temp_dir(),
-        ..TargetOptions::default()
-    }
-}
+use ext4kit_bench::suite::{self, Params, Progress, SuiteReport, TargetSpec};
 
 fn run_on(name: &str, spec: &TargetSpec, params: &Params, interrupted: bool) -> anyhow::Result<SuiteReport> {
     let w = suite::workload(name)?;
     let mut show = |_: u64, _: u64| {};
     let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(interrupted)));
-    suite::run(w, spec, &options(), params, &mut p)
+    suite::run(w, spec, &common::options(), params, &mut p)
 }
 
 fn small() -> Params {
@@ -29,18 +23,6 @@ fn small() -> Params {
     }
 }
 
-/// Modeled figures only: wall times differ run to run.
-fn modeled(r: &SuiteReport) -> Vec<(String, u64, u64, String)> {
-    r.outcome
-        .phases
-        .iter()
-        .map(|p| {
-            let m = p.span.modeled.as_ref().expect("an image run is modeled");
-            (p.name.clone(), p.ops, p.bytes, format!("{m:?}"))
-        })
-        .collect()
-}
-
 #[test]
 fn the_same_run_on_two_new_images_gives_the_same_modeled_figures() {
     let dir = tempfile::tempdir().unwrap();
@@ -48,7 +30,7 @@ fn the_same_run_on_two_new_images_gives_the_same_modeled_figures() {
     let b = run_on("seqio", &TargetSpec::Image(dir.path().join("b.img")), &small(), false).unwrap();
     assert!(a.image_made && a.modeled);
     assert!(!a.failed(), "{}", a.to_markdown());
-    assert_eq!(modeled(&a), modeled(&b));
+    assert_eq!(common::modeled(&a), common::modeled(&b));
     assert_eq!(a.outcome.values, b.outcome.values);
     let write = &a.outcome.phases[0];
     assert_eq!((write.name.as_str(), write.ops, write.bytes), ("write", 32, 3 << 20));
@@ -127,7 +109,7 @@ fn a_kernel_target_is_made_mounted_checked_and_removed() {
         return;
     }
     let scratch = tempfile::tempdir().unwrap();
-    let mut opts = options();
+    let mut opts = common::options();
     opts.scratch = scratch.path().to_path_buf();
     let w = suite::workload("seqio").unwrap();
     let mut show = |_: u64, _: u64| {};
@@ -158,7 +140,7 @@ fn compare_alternates_variants_on_fresh_images_and_sets_them_against_the_first()
     let base = Variant {
         label: "base".into(),
         spec: TargetSpec::Image(dir.path().join("c.img")),
-        opts: options(),
+        opts: common::options(),
     };
     let ssd = Variant::derive(&base, "disk=ssd").unwrap();
     let linear = Variant::derive(&base, "features=^dir_index+^flex_bg").unwrap();
@@ -178,7 +160,10 @@ fn compare_alternates_variants_on_fresh_images_and_sets_them_against_the_first()
     );
     assert!(ssd < hdd / 2.0, "ssd {ssd} ms, hdd {hdd} ms");
     // Modeled: the two rounds of a variant agree exactly.
-    assert_eq!(modeled(&r.variants[0].1[0]), modeled(&r.variants[0].1[1]));
+    assert_eq!(
+        common::modeled(&r.variants[0].1[0]),
+        common::modeled(&r.variants[0].1[1])
+    );
     let md = r.to_markdown();
     assert!(md.contains("disk=ssd") && md.contains("×)"), "{md}");
     assert_eq!(

@@ -2,24 +2,12 @@
 //! tables ran and counted its files and bytes, the image is clean, and
 //! two new images give the same modeled figures.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+mod common;
 
-use ext4kit_bench::suite::{self, Params, Progress, SuiteReport, TargetOptions, TargetSpec};
-
-fn options() -> TargetOptions {
-    TargetOptions {
-        cache_bytes: 4 << 20,
-        scratch: std::env::temp_dir(),
-        ..TargetOptions::default()
-    }
-}
+use ext4kit_bench::suite::{self, Params, SuiteReport, TargetSpec};
 
 fn run_on(spec: &TargetSpec, params: &Params) -> anyhow::Result<SuiteReport> {
-    let w = suite::workload("compilebench")?;
-    let mut show = |_: u64, _: u64| {};
-    let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(false)));
-    suite::run(w, spec, &options(), params, &mut p)
+    suite::run_quietly("compilebench", spec, &common::options(), params)
 }
 
 fn tiny() -> Params {
@@ -39,18 +27,6 @@ fn phase<'r>(r: &'r SuiteReport, name: &str) -> &'r suite::Phase {
 
 fn runs(r: &SuiteReport, name: &str) -> u64 {
     r.outcome.values["runs"][name].as_u64().unwrap()
-}
-
-/// Modeled figures only: wall times differ run to run.
-fn modeled(r: &SuiteReport) -> Vec<(String, u64, u64, String)> {
-    r.outcome
-        .phases
-        .iter()
-        .map(|p| {
-            let m = p.span.modeled.as_ref().expect("an image run is modeled");
-            (p.name.clone(), p.ops, p.bytes, format!("{m:?}"))
-        })
-        .collect()
 }
 
 #[test]
@@ -97,7 +73,7 @@ fn two_new_images_give_the_same_modeled_figures() {
     let dir = tempfile::tempdir().unwrap();
     let a = run_on(&TargetSpec::Image(dir.path().join("a.img")), &tiny()).unwrap();
     let b = run_on(&TargetSpec::Image(dir.path().join("b.img")), &tiny()).unwrap();
-    assert_eq!(modeled(&a), modeled(&b));
+    assert_eq!(common::modeled(&a), common::modeled(&b));
     assert_eq!(a.outcome.values, b.outcome.values);
     let other = Params { seed: 7, ..tiny() };
     let c = run_on(&TargetSpec::Image(dir.path().join("c.img")), &other).unwrap();

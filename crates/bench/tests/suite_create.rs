@@ -2,24 +2,12 @@
 //! the directory afterwards, the image clean, and two new images see the
 //! same modeled figures.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+mod common;
 
-use ext4kit_bench::suite::{self, Params, Progress, SuiteReport, TargetOptions, TargetSpec};
-
-fn options() -> TargetOptions {
-    TargetOptions {
-        cache_bytes: 4 << 20,
-        scratch: std::env::temp_dir(),
-        ..TargetOptions::default()
-    }
-}
+use ext4kit_bench::suite::{self, Params, SuiteReport, TargetSpec};
 
 fn run_on(spec: &TargetSpec, params: &Params) -> anyhow::Result<SuiteReport> {
-    let w = suite::workload("create")?;
-    let mut show = |_: u64, _: u64| {};
-    let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(false)));
-    suite::run(w, spec, &options(), params, &mut p)
+    suite::run_quietly("create", spec, &common::options(), params)
 }
 
 fn tiny() -> Params {

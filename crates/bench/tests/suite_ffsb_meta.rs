@@ -3,20 +3,14 @@
 //! file system and together do every operation, and the image stays
 //! clean.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ext4kit_bench::suite::{self, Params, Progress, SuiteReport, TargetOptions, TargetSpec};
+use ext4kit_bench::suite::{self, Params, Progress, SuiteReport, TargetSpec};
 
 const OPS: [&str; 5] = ["read", "write", "create", "append", "delete"];
-
-fn options() -> TargetOptions {
-    TargetOptions {
-        cache_bytes: 4 << 20,
-        scratch: std::env::temp_dir(),
-        ..TargetOptions::default()
-    }
-}
 
 fn run_on(spec: &TargetSpec, params: &Params) -> anyhow::Result<SuiteReport> {
     interrupted_on(spec, params, u64::MAX)
@@ -34,7 +28,7 @@ fn interrupted_on(spec: &TargetSpec, params: &Params, at: u64) -> anyhow::Result
         }
     };
     let mut p = Progress::new(&mut show, flag);
-    suite::run(w, spec, &options(), params, &mut p)
+    suite::run(w, spec, &common::options(), params, &mut p)
 }
 
 fn tiny(preset: &str, threads: Option<usize>) -> Params {

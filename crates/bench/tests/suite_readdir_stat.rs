@@ -2,24 +2,12 @@
 //! the copies move the bytes, the image is clean, the modeled figures
 //! repeat, and an htree directory's readdir order is not inode order.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+mod common;
 
-use ext4kit_bench::suite::{self, Params, Progress, SuiteReport, TargetOptions, TargetSpec};
-
-fn options() -> TargetOptions {
-    TargetOptions {
-        cache_bytes: 4 << 20,
-        scratch: std::env::temp_dir(),
-        ..TargetOptions::default()
-    }
-}
+use ext4kit_bench::suite::{self, Params, SuiteReport, TargetSpec};
 
 fn run_on(spec: &TargetSpec, params: &Params) -> anyhow::Result<SuiteReport> {
-    let w = suite::workload("readdir-stat")?;
-    let mut show = |_: u64, _: u64| {};
-    let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(false)));
-    suite::run(w, spec, &options(), params, &mut p)
+    suite::run_quietly("readdir-stat", spec, &common::options(), params)
 }
 
 fn tiny(size: u64) -> Params {
@@ -38,18 +26,6 @@ const PASSES: [&str; 6] = [
     "delete, readdir order",
     "delete, inode order",
 ];
-
-/// Modeled figures only: wall times differ run to run.
-fn modeled(r: &SuiteReport) -> Vec<(String, u64, u64, String)> {
-    r.outcome
-        .phases
-        .iter()
-        .map(|p| {
-            let m = p.span.modeled.as_ref().expect("an image run is modeled");
-            (p.name.clone(), p.ops, p.bytes, format!("{m:?}"))
-        })
-        .collect()
-}
 
 #[test]
 fn every_pass_counts_the_entries_and_the_copies_their_bytes() {
@@ -95,7 +71,7 @@ fn two_new_images_give_the_same_modeled_figures() {
     let a = run_on(&TargetSpec::Image(dir.path().join("a.img")), &p).unwrap();
     let b = run_on(&TargetSpec::Image(dir.path().join("b.img")), &p).unwrap();
     assert!(!a.failed(), "{}", a.to_markdown());
-    assert_eq!(modeled(&a), modeled(&b));
+    assert_eq!(common::modeled(&a), common::modeled(&b));
     assert_eq!(a.outcome.values, b.outcome.values);
     // Aging makes more files than are left, and the deletes count as ops.
     assert!(a.outcome.values["created"].as_u64().unwrap() > 400);

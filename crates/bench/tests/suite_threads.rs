@@ -2,24 +2,12 @@
 //! unlink every file, the image stays clean with several threads working
 //! on the engine at once, and the same on a directory.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+mod common;
 
-use ext4kit_bench::suite::{self, Params, Progress, SuiteReport, TargetOptions, TargetSpec};
-
-fn options() -> TargetOptions {
-    TargetOptions {
-        cache_bytes: 4 << 20,
-        scratch: std::env::temp_dir(),
-        ..TargetOptions::default()
-    }
-}
+use ext4kit_bench::suite::{self, Params, SuiteReport, TargetSpec};
 
 fn run_on(spec: &TargetSpec, params: &Params) -> anyhow::Result<SuiteReport> {
-    let w = suite::workload("threads")?;
-    let mut show = |_: u64, _: u64| {};
-    let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(false)));
-    suite::run(w, spec, &options(), params, &mut p)
+    suite::run_quietly("threads", spec, &common::options(), params)
 }
 
 fn tiny(threads: usize) -> Params {

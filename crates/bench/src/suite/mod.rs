@@ -192,6 +192,14 @@ pub fn harness_cost(fs: &dyn BenchFs) -> f64 {
     t.elapsed().as_nanos() as f64 / f64::from(PAIRS)
 }
 
+/// [`run`] of the workload called `name`, showing no progress and never
+/// interrupted: for programs and tests that embed the suite.
+pub fn run_quietly(name: &str, spec: &TargetSpec, opts: &TargetOptions, params: &Params) -> Result<SuiteReport> {
+    let mut show = |_: u64, _: u64| {};
+    let mut progress = Progress::new(&mut show, Arc::new(AtomicBool::new(false)));
+    run(workload(name)?, spec, opts, params, &mut progress)
+}
+
 /// Runs workload `w` on `spec`: opens the target, measures the harness,
 /// runs, closes and checks. The image stays; a directory target keeps
 /// nothing.

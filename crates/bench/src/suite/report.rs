@@ -93,6 +93,17 @@ pub struct SuiteReport {
 }
 
 impl SuiteReport {
+    /// The figures that depend only on the request sequence, phase by
+    /// phase: name, operations, bytes and the disk model's figures (`None`
+    /// on a wall-clock target). Two runs of one workload on images made
+    /// alike give equal lists; wall times never do.
+    pub fn modeled_figures(&self) -> Vec<(String, u64, u64, Option<crate::modeled::PhaseStats>)> {
+        let phases = self.outcome.phases.iter();
+        phases
+            .map(|p| (p.name.clone(), p.ops, p.bytes, p.span.modeled.clone()))
+            .collect()
+    }
+
     /// The image was not left clean.
     pub fn failed(&self) -> bool {
         self.fsck.as_ref().is_some_and(|f| !f.clean)
