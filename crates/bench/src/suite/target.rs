@@ -349,12 +349,32 @@ impl LoopMount {
         system::e2fsck(&self.image)
     }
 
+    /// Unmounts, retrying for a second while the mount is busy: a process
+    /// another thread forks inherits this one's descriptors until it execs,
+    /// so a file the workload closed can keep the mount busy for a moment.
+    /// Still busy after that, the mount is detached lazily (the kernel
+    /// finishes it when the last user goes) and the error returned.
     fn unmount(&mut self) -> Result<()> {
-        if self.mounted {
-            run_ok(Command::new(tool("umount")?).arg(&self.dir))?;
-            self.mounted = false;
+        if !self.mounted {
+            return Ok(());
         }
-        Ok(())
+        let umount = tool("umount")?;
+        let mut last = None;
+        for _ in 0..50 {
+            match run_ok(Command::new(&umount).arg(&self.dir)) {
+                Ok(_) => {
+                    self.mounted = false;
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        run_ok(Command::new(&umount).arg("-l").arg(&self.dir))?;
+        self.mounted = false;
+        Err(last
+            .expect("an attempt failed")
+            .context("the mount stayed busy; detached it lazily"))
     }
 }
 

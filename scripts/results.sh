@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Reruns the seeds' experiments behind docs/RESULTS.md with the benchmark
+# suite and writes each report (Markdown, JSON, plots) to docs/results/.
+# Images run the engine on the disk model (modeled time: the same figures
+# on any machine); `--kernel` runs need root and take wall time.
+#
+#   scripts/results.sh            # everything (about 5 minutes)
+#   K=path/to/ext4kit scripts/results.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+K=${K:-target/release/ext4kit}
+[ -x "$K" ] || cargo build --release -p ext4kit-cli
+OUT=docs/results
+mkdir -p "$OUT"
+WORK=$(mktemp -d /var/tmp/ext4kit-results.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+# run NAME ARGS...: `ext4kit ARGS --json OUT/NAME.json`, its Markdown with
+# the command line on top into OUT/NAME.md.
+run() {
+    local name=$1
+    shift
+    echo "== $name: ext4kit $*" >&2
+    {
+        printf '```\n$ ext4kit %s\n```\n\n' "$*"
+        "$K" "$@" --json "$OUT/$name.json"
+    } >"$OUT/$name.md.tmp"
+    mv "$OUT/$name.md.tmp" "$OUT/$name.md"
+}
+
+# Seed 000: creates in one directory, linear against htree.
+run 000-linear bench create-scale --target "$WORK/linear.img" -n 100000 --no-dir-index --plot "$OUT/000-linear.svg"
+run 000-htree bench create-scale --target "$WORK/htree.img" -n 100000 --plot "$OUT/000-htree.svg"
+run 000-htree-no-lookup bench create-scale --target "$WORK/htree-nl.img" -n 100000 --no-lookup
+
+# Seed 004: PostMark's three tests on ext4, ext3 and ext2 layouts made by
+# the engine, a cache smaller than the pool as the seed asks.
+for t in test1 test2 test3; do
+    run "004-postmark-$t" bench postmark --target "$WORK/pm-$t.img" --preset "$t" --scale 0.1 \
+        --block-size 4096 --cache 8M --compare type=ext3 --compare type=ext2 --rounds 1 \
+        --plot "$OUT/004-postmark-$t.svg"
+done
+if [ "$(id -u)" = 0 ]; then
+    run 004-postmark-kernel bench postmark --kernel ext4 --scale 0.1 \
+        --compare kernel=ext3 --compare kernel=ext2 --rounds 3
+fi
+
+# Seed 002: the four parameters from timing alone.
+run 002-fsparams-4k bench fsparams --target "$WORK/fsp4k.img" --block-size 4096 --cache 8M --size 32M
+run 002-fsparams-1k bench fsparams --target "$WORK/fsp1k.img" --block-size 1024 --cache 4M --size 16M
+run 002-fsparams-ext3 bench fsparams --target "$WORK/fsp3.img" --type ext3 --block-size 4096 --cache 8M --size 32M
+if [ "$(id -u)" = 0 ]; then
+    run 002-fsparams-kernel bench fsparams --kernel ext4 --size 64M
+fi
+
+# Seed 001: compilebench and the FFSB metadata mix, ext4 against ext3.
+run 001-compilebench bench compilebench --target "$WORK/cb.img" --block-size 4096 --cache 32M \
+    --compare type=ext3 --rounds 1 --plot "$OUT/001-compilebench.svg"
+run 001-ffsb-table2 bench ffsb-meta --target "$WORK/ffsb2.img" --preset table2 --block-size 4096 \
+    --cache 16M --compare type=ext3 --rounds 1
+run 001-ffsb-table3 bench ffsb-meta --target "$WORK/ffsb3.img" --preset table3 --block-size 4096 --cache 16M
+
+# Seed 003: readdir order against inode order in one large directory.
+run 003-readdir-stat bench readdir-stat --target "$WORK/rs.img" -n 20000 --size 4096 --block-size 4096 \
+    --cache 16M --plot "$OUT/003-readdir-stat.svg"
+
+# The disk model itself: one file streamed, on each profile.
+run seqio-profiles bench seqio --target "$WORK/seq.img" --size 256M --block-size 4096 \
+    --compare disk=ssd --compare disk=none --rounds 1
+echo "results in $OUT" >&2
