@@ -23,6 +23,14 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
+/// A group of segments of a segment plot.
+pub struct Segments {
+    /// Its legend.
+    pub name: String,
+    /// (from, to) points.
+    pub segments: Vec<((f64, f64), (f64, f64))>,
+}
+
 /// Grouped bars: per category, one bar per group.
 pub struct Bars {
     /// Names under the x axis.
@@ -138,6 +146,55 @@ pub fn lines(path: &Path, title: &str, x_desc: &str, y_desc: &str, series: &[Ser
     render(path, |r| draw!(r), |r| draw!(r))
 }
 
+/// Line segments, one colour per group: a file's extents as (logical,
+/// physical) from their first block to one past their last, so a
+/// contiguous file is one diagonal and every jump is a gap in it.
+pub fn segments(path: &Path, title: &str, x_desc: &str, y_desc: &str, groups: &[Segments]) -> Result<()> {
+    let ends = || groups.iter().flat_map(|g| g.segments.iter().flat_map(|s| [s.0, s.1]));
+    let xs = range(ends().map(|p| p.0), true);
+    let ys = range(ends().map(|p| p.1), false);
+    macro_rules! draw {
+        ($root:expr) => {{
+            let root = $root;
+            root.fill(&WHITE).map_err(err)?;
+            let mut chart = ChartBuilder::on(root)
+                .caption(title, ("sans-serif", 22))
+                .margin(14)
+                .x_label_area_size(44)
+                .y_label_area_size(90)
+                .build_cartesian_2d(xs.clone(), ys.clone())
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .x_desc(x_desc)
+                .y_desc(y_desc)
+                .draw()
+                .map_err(err)?;
+            for (k, g) in groups.iter().enumerate() {
+                let colour = Palette99::pick(k).to_rgba();
+                chart
+                    .draw_series(
+                        g.segments
+                            .iter()
+                            .map(|&(a, b)| PathElement::new(vec![a, b], colour.stroke_width(3))),
+                    )
+                    .map_err(err)?
+                    .label(g.name.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(3)));
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()
+                .map_err(err)?;
+            Ok(())
+        }};
+    }
+    render(path, |r| draw!(r), |r| draw!(r))
+}
+
 /// Grouped bars at `path`.
 pub fn bars(path: &Path, title: &str, y_desc: &str, b: &Bars) -> Result<()> {
     let n = b.categories.len().max(1);
@@ -219,6 +276,18 @@ mod tests {
             let g = dir.path().join(format!("b.{ext}"));
             lines(&l, "µs per create", "entries", "µs", &s).unwrap();
             bars(&g, "phases", "ms", &b).unwrap();
+            let seg = [Segments {
+                name: "file".into(),
+                segments: vec![((0.0, 100.0), (10.0, 110.0)), ((10.0, 500.0), (20.0, 510.0))],
+            }];
+            segments(
+                &dir.path().join(format!("s.{ext}")),
+                "layout",
+                "logical",
+                "physical",
+                &seg,
+            )
+            .unwrap();
             let (l, g) = (std::fs::read(&l).unwrap(), std::fs::read(&g).unwrap());
             if ext == "svg" {
                 let text = String::from_utf8(l).unwrap();

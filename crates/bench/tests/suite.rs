@@ -37,6 +37,22 @@ fn the_same_run_on_two_new_images_gives_the_same_modeled_figures() {
     // The writes stay in the page cache; the fsync pays for them.
     let fsync = a.outcome.phases[1].span.modeled.as_ref().unwrap();
     assert!(fsync.modeled_ns > 0 && fsync.bytes_written >= 3 << 20, "{fsync:?}");
+    let (name, map) = &a.outcome.layouts[0];
+    let blocks: u64 = map.iter().map(|e| e.len).sum();
+    assert_eq!(name, "file");
+    let extents = a.outcome.values["extents"].as_u64().unwrap();
+    assert!(
+        extents >= 1 && map.len() as u64 >= extents,
+        "{extents} extents: {map:?}"
+    );
+    assert!(blocks * 1024 >= 3 << 20, "{map:?}");
+    let plots = dir.path().join("p.svg");
+    let written = suite::plots::plot_report(&a, &plots).unwrap();
+    let names: Vec<_> = written
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap())
+        .collect();
+    assert_eq!(names, ["p.svg", "p-layout.svg", "p-seeks.svg"]);
     let json: serde_json::Value = serde_json::from_str(&a.to_json()).unwrap();
     assert_eq!(json["workload"], "seqio");
     assert_eq!(json["fsck"]["clean"], true);

@@ -46,6 +46,17 @@ pub struct Entry {
     pub ino: u64,
 }
 
+/// One mapped run of a file, in file-system blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Extent {
+    /// First logical block.
+    pub logical: u64,
+    /// First physical block.
+    pub physical: u64,
+    /// Blocks in the run.
+    pub len: u64,
+}
+
 /// Whether [`BenchFs::drop_caches`] could make the next access cold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cold {
@@ -95,6 +106,9 @@ pub trait BenchFs: Sync {
     fn drop_caches(&mut self) -> Result<Cold>;
     /// Extents of a file (physically contiguous runs, as `filefrag` counts).
     fn extents(&self, path: &str) -> Result<u64>;
+    /// Where a file's blocks lie: its mapped runs in logical order, in
+    /// file-system blocks, for layout plots.
+    fn extent_map(&self, path: &str) -> Result<Vec<Extent>>;
     /// The clocks and counters now.
     fn sample(&self) -> Sample;
     /// Block size of the file system.

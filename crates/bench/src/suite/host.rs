@@ -9,7 +9,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use super::fs::{BenchFs, Cold, Entry, FileRef, Open, Sample, Stat};
+use super::fs::{BenchFs, Cold, Entry, Extent, FileRef, Open, Sample, Stat};
 use crate::system;
 
 /// A directory through the host's system calls.
@@ -169,11 +169,70 @@ impl BenchFs for HostFs {
         }
     }
 
+    /// From `filefrag -v`, whose rows read
+    /// `ext: logical..end: physical..end: length: …` in file-system blocks.
+    fn extent_map(&self, path: &str) -> Result<Vec<Extent>> {
+        let p = self.at(path);
+        let out = Command::new(system::tool("filefrag")?)
+            .arg("-v")
+            .arg(&p)
+            .output()
+            .context("running filefrag")?;
+        if !out.status.success() {
+            bail!(
+                "filefrag -v {}: {}",
+                p.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(filefrag_row)
+            .collect())
+    }
+
     fn sample(&self) -> Sample {
         Sample::wall_only()
     }
 
     fn block_size(&self) -> u64 {
         self.block_size
+    }
+}
+
+/// One extent row of `filefrag -v`: `   0:        0..    2047:      34816..     36863:   2048: …`.
+fn filefrag_row(line: &str) -> Option<Extent> {
+    let mut fields = line.split(':').map(str::trim);
+    fields.next()?.parse::<u64>().ok()?;
+    let range = |f: &str| -> Option<(u64, u64)> {
+        let (a, b) = f.split_once("..")?;
+        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+    };
+    let (logical, _) = range(fields.next()?)?;
+    let (physical, _) = range(fields.next()?)?;
+    let len = fields.next()?.parse().ok()?;
+    Some(Extent { logical, physical, len })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filefrag_rows_parse_and_headers_do_not() {
+        let row = "   1:     2048..    4095:      40960..     43007:   2048:      36864: last,eof";
+        assert_eq!(
+            filefrag_row(row),
+            Some(Extent {
+                logical: 2048,
+                physical: 40960,
+                len: 2048
+            })
+        );
+        assert_eq!(
+            filefrag_row(" ext:     logical_offset:        physical_offset: length:   expected: flags:"),
+            None
+        );
+        assert_eq!(filefrag_row("f: 2 extents found"), None);
     }
 }

@@ -11,7 +11,7 @@ use ext4kit_engine::device::{DiskModel, DiskProfile, FileDevice, PageCache};
 use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, RenameFlags};
 use parking_lot::RwLock;
 
-use super::fs::{BenchFs, Cold, Entry, FileRef, Open, Sample, Stat, split_parent};
+use super::fs::{BenchFs, Cold, Entry, Extent, FileRef, Open, Sample, Stat, split_parent};
 
 type Disk = Arc<DiskModel<FileDevice>>;
 type Cache = Arc<PageCache<Disk>>;
@@ -263,6 +263,19 @@ impl BenchFs for EngineFs {
         self.disk.drop_cache();
         *self.fs.get_mut() = Some(open_fs(&self.cache, &self.path)?);
         Ok(Cold::Yes)
+    }
+
+    fn extent_map(&self, path: &str) -> Result<Vec<Extent>> {
+        self.with(|fs| {
+            let inode = fs.resolve(self.full(path).as_bytes())?;
+            let runs = fs.all_runs(&inode)?;
+            let map = runs.iter().map(|r| Extent {
+                logical: r.logical,
+                physical: r.physical,
+                len: r.len,
+            });
+            Ok(map.collect())
+        })
     }
 
     fn extents(&self, path: &str) -> Result<u64> {

@@ -1,17 +1,21 @@
 //! What a suite report plots: the phases' times as bars (one group per
-//! variant when comparing) and, on a modeled run, the seek distances of
-//! each phase by power-of-two bucket — the layout's cost made visible.
+//! variant when comparing); on a modeled run, the seek distances of each
+//! phase by power-of-two bucket — the layout's cost made visible; and the
+//! layout itself where the workload records one (logical against physical
+//! block of each extent).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
 use super::compare::CompareReport;
+use super::fs::Extent;
 use super::report::SuiteReport;
-use crate::plot::{Bars, bars};
+use crate::plot::{Bars, Segments, bars, segments};
 
-/// Writes `path` (phase times) and, for a modeled run, `path` with
-/// `-seeks` before its extension (seek distances). Returns the files.
+/// Writes `path` (phase times); for a modeled run `path` with `-seeks`
+/// before its extension (seek distances); where the workload recorded
+/// layouts, `-layout` (each file's extents). Returns the files written.
 pub fn plot_report(r: &SuiteReport, path: &Path) -> Result<Vec<PathBuf>> {
     let clock = if r.modeled { "modeled ms" } else { "wall ms" };
     let b = Bars {
@@ -23,6 +27,13 @@ pub fn plot_report(r: &SuiteReport, path: &Path) -> Result<Vec<PathBuf>> {
     };
     bars(path, &format!("{}: time per phase", r.workload), clock, &b)?;
     let mut written = vec![path.to_path_buf()];
+    if !r.outcome.layouts.is_empty() {
+        let p = beside(path, "layout");
+        let groups: Vec<Segments> = r.outcome.layouts.iter().map(|(name, map)| layout(name, map)).collect();
+        let title = format!("{}: where the blocks lie", r.workload);
+        segments(&p, &title, "logical block", "physical block", &groups)?;
+        written.push(p);
+    }
     if let Some(seeks) = seek_bars(r) {
         let p = beside(path, "seeks");
         bars(
@@ -99,6 +110,24 @@ fn seek_bars(r: &SuiteReport) -> Option<Bars> {
             .collect(),
         groups,
     })
+}
+
+/// A file's extents as segments from (logical, physical) of their first
+/// block to one past their last.
+fn layout(name: &str, map: &[Extent]) -> Segments {
+    let point = |l: u64, p: u64| (l as f64, p as f64);
+    Segments {
+        name: name.to_string(),
+        segments: map
+            .iter()
+            .map(|e| {
+                (
+                    point(e.logical, e.physical),
+                    point(e.logical + e.len, e.physical + e.len),
+                )
+            })
+            .collect(),
+    }
 }
 
 /// `dir/name-tag.ext` for `dir/name.ext`.

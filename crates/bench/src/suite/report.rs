@@ -61,6 +61,9 @@ pub struct Outcome {
     pub values: serde_json::Map<String, serde_json::Value>,
     /// What the reader must know (a warm read that should have been cold).
     pub notes: Vec<String>,
+    /// Where chosen files' blocks lie, by file name (layout plots).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layouts: Vec<(String, Vec<super::fs::Extent>)>,
 }
 
 /// A whole run.

@@ -70,6 +70,7 @@ fn run(fs: &mut dyn BenchFs, p: &Params, progress: &mut Progress) -> Result<Outc
     out.phases.push(Phase::new("fsync", 1, 0, s));
     fs.close(f)?;
     out.values.insert("extents".into(), fs.extents("file")?.into());
+    out.layouts.push(("file".into(), fs.extent_map("file")?));
 
     let cold = fs.drop_caches()?;
     if cold == super::fs::Cold::No {
