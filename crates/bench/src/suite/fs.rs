@@ -85,6 +85,9 @@ pub trait BenchFs: Sync {
     fn read_at(&self, f: &FileRef, offset: u64, buf: &mut [u8]) -> Result<usize>;
     /// The open file's size.
     fn file_size(&self, f: &FileRef) -> Result<u64>;
+    /// `fallocate(2)` mode 0: unwritten blocks over `offset..offset + len`,
+    /// the size grown to its end.
+    fn fallocate(&self, f: &FileRef, offset: u64, len: u64) -> Result<()>;
     /// `fsync(2)`: the file's data and metadata are durable.
     fn fsync(&self, f: &FileRef) -> Result<()>;
     /// Closes an open file.

@@ -88,6 +88,13 @@ impl BenchFs for HostFs {
         Ok(host(f).metadata()?.len())
     }
 
+    fn fallocate(&self, f: &FileRef, offset: u64, len: u64) -> Result<()> {
+        use nix::fcntl::{FallocateFlags, fallocate};
+        let (off, n) = (i64::try_from(offset)?, i64::try_from(len)?);
+        fallocate(host(f), FallocateFlags::empty(), off, n).context("fallocate")?;
+        Ok(())
+    }
+
     fn fsync(&self, f: &FileRef) -> Result<()> {
         Ok(host(f).sync_all()?)
     }

@@ -182,6 +182,11 @@ impl BenchFs for EngineFs {
         self.with(|fs| Ok(fs.inode(ino(f))?.size()))
     }
 
+    fn fallocate(&self, f: &FileRef, offset: u64, len: u64) -> Result<()> {
+        let mode = ext4kit_engine::FallocMode::Allocate { keep_size: false };
+        self.with(|fs| Ok(fs.fallocate(ino(f), offset, len, mode)?))
+    }
+
     fn fsync(&self, f: &FileRef) -> Result<()> {
         self.with(|fs| Ok(fs.sync_inode(ino(f))?))
     }

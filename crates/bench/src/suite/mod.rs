@@ -19,6 +19,7 @@ pub mod host;
 pub mod image;
 pub mod plots;
 pub mod postmark;
+pub mod randwrite;
 pub mod readdir_stat;
 pub mod report;
 pub mod seqio;
@@ -101,6 +102,7 @@ pub const WORKLOADS: &[Workload] = &[
     compilebench::WORKLOAD,
     fsparams::WORKLOAD,
     readdir_stat::WORKLOAD,
+    randwrite::WORKLOAD,
     create::WORKLOAD,
     untar::WORKLOAD,
     cached::WORKLOAD,

@@ -78,6 +78,10 @@ enum What {
     /// the true values (`--size` largest working set, `--io-size`
     /// read-ahead probe).
     Fsparams(suite::SuiteArgs),
+    /// Every block of a file written once in a random order, into a new
+    /// file and into a fallocated one (unwritten extents converted), each
+    /// fsynced (`--size`, `--io-size`).
+    Randwrite(suite::SuiteArgs),
     /// Seed 000 in brief: `-n` empty files created in one directory;
     /// creates per second and the median µs of one create among the first
     /// and the last 5 %.
@@ -203,6 +207,7 @@ pub fn run(a: Args) -> Result<()> {
         What::Compilebench(a) => suite::run("compilebench", &a),
         What::ReaddirStat(a) => suite::run("readdir-stat", &a),
         What::Fsparams(a) => suite::run("fsparams", &a),
+        What::Randwrite(a) => suite::run("randwrite", &a),
         What::Create(a) => suite::run("create", &a),
         What::Untar(a) => suite::run("untar", &a),
         What::Cached(a) => suite::run("cached", &a),
