@@ -11,9 +11,9 @@ use crate::inode::Inode;
 use crate::inode::extent_write::charge_blocks;
 use crate::txn::Txn;
 
-const DIRECT: u64 = 12;
+pub(crate) const DIRECT: u64 = 12;
 
-fn ptr_at(buf: &[u8], i: usize) -> u32 {
+pub(crate) fn ptr_at(buf: &[u8], i: usize) -> u32 {
     buf.get(i * 4..i * 4 + 4)
         .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }

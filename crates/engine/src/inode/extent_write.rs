@@ -59,6 +59,35 @@ fn insert_sorted(v: &mut Vec<Extent>, e: Extent) {
     v.insert(pos, e);
 }
 
+/// Merges neighbours of the sorted leaf `v` that are contiguous in both
+/// logical and physical space, share the flag and fit one extent's length
+/// (32768 blocks initialized, 32767 unwritten).
+fn merge_neighbours(v: &mut Vec<Extent>) {
+    let mut out: Vec<Extent> = Vec::with_capacity(v.len());
+    for e in v.drain(..) {
+        if let Some(p) = out.last_mut() {
+            let max = if p.unwritten {
+                EXT_INIT_MAX_LEN - 1
+            } else {
+                EXT_INIT_MAX_LEN
+            };
+            let joins = p.unwritten == e.unwritten
+                && u64::from(p.logical) + u64::from(p.len) == u64::from(e.logical)
+                && p.physical + u64::from(p.len) == e.physical
+                && u32::from(p.len) + u32::from(e.len) <= u32::from(max);
+            if joins {
+                p.len += e.len;
+                continue;
+            }
+        }
+        out.push(e);
+    }
+    *v = out;
+}
+
+/// An edit of one leaf's extents.
+type LeafEdit<'a> = dyn FnMut(&mut Vec<Extent>) -> Result<()> + 'a;
+
 /// Adds `n` file-system blocks to `i_blocks` (kept in 512-byte units).
 pub(crate) fn charge_blocks(raw: &mut RawInode, n: i64, block_size: u32) {
     let cur = u64::from(raw.i_blocks_lo.get()) | (u64::from(raw.i_blocks_high.get()) << 32);
@@ -100,12 +129,12 @@ enum Grown {
 }
 
 impl Txn<'_> {
-    fn root(&self, inode: &Inode) -> Result<ExtentNode> {
+    pub(crate) fn root(&self, inode: &Inode) -> Result<ExtentNode> {
         parse_node(&inode.raw.i_block, true).map_err(|e| Error::format(Location::Inode(inode.ino), e))
     }
 
     /// Tree block `block` one level below a node of depth `parent_depth`.
-    fn child(&self, inode: &Inode, block: u64, parent_depth: u16) -> Result<ExtentNode> {
+    pub(crate) fn child(&self, inode: &Inode, block: u64, parent_depth: u16) -> Result<ExtentNode> {
         let at = Location::Block {
             block,
             inode: inode.ino,
@@ -195,9 +224,39 @@ impl Txn<'_> {
     /// Maps `e` (a freshly allocated run over unmapped logical blocks) into
     /// `inode`'s tree. The caller writes the inode afterwards.
     pub(crate) fn insert_extent(&mut self, inode: &mut Inode, e: Extent) -> Result<()> {
+        self.edit_leaf(inode, e.logical, e.physical, &mut |v| {
+            insert_sorted(v, e);
+            Ok(())
+        })
+    }
+
+    /// Replaces leaf extent `old` by `pieces` (covering the same logical
+    /// blocks, in order) and merges what became contiguous within the leaf
+    /// (`ext4_ext_try_to_merge`): the in-place edit of
+    /// `ext4_ext_convert_to_initialized`. Only the leaf and, when it
+    /// splits, its parents are written.
+    pub(crate) fn replace_extent(&mut self, inode: &mut Inode, old: Extent, pieces: &[Extent]) -> Result<()> {
+        let ino = inode.ino;
+        self.edit_leaf(inode, old.logical, old.physical, &mut |v| {
+            let Some(i) = v.iter().position(|x| *x == old) else {
+                return Err(Error::inconsistent(
+                    Location::Inode(ino),
+                    format!("extent at logical block {} is not in its leaf", old.logical),
+                ));
+            };
+            v.splice(i..=i, pieces.iter().copied());
+            merge_neighbours(v);
+            Ok(())
+        })
+    }
+
+    /// Applies `edit` to the leaf holding logical block `key`, splitting
+    /// full nodes on the way back up and growing the tree when the root
+    /// overflows (new blocks near `goal`).
+    fn edit_leaf(&mut self, inode: &mut Inode, key: u32, goal: u64, edit: &mut LeafEdit<'_>) -> Result<()> {
         let root = self.root(inode)?;
         let depth = root.depth;
-        let Grown::RootFull(entries) = self.insert_at(inode, None, root, e)? else {
+        let Grown::RootFull(entries) = self.edit_at(inode, None, root, key, edit)? else {
             return Ok(());
         };
         // The root overflowed: its entries move one level down.
@@ -205,7 +264,7 @@ impl Txn<'_> {
             return Err(Error::FileTooBig);
         }
         let first = first_logical(&entries);
-        let block = self.new_tree_block(inode, e.physical)?;
+        let block = self.new_tree_block(inode, goal)?;
         self.store_node(inode, Some(block), depth, entries, true)?;
         let idx = NodeEntries::Index(vec![ExtentIdx {
             logical: first,
@@ -214,14 +273,22 @@ impl Txn<'_> {
         self.store_node(inode, None, depth + 1, idx, false)
     }
 
-    /// Inserts `e` below `node`, stored at `block` (`None`: the root in
-    /// `i_block`). A full block splits in half and returns its new upper
-    /// sibling for the parent; a full root returns its entries.
-    fn insert_at(&mut self, inode: &mut Inode, block: Option<u64>, node: ExtentNode, e: Extent) -> Result<Grown> {
+    /// Applies `edit` to the leaf for `key` below `node`, stored at `block`
+    /// (`None`: the root in `i_block`). A full block splits in half and
+    /// returns its new upper sibling for the parent; a full root returns
+    /// its entries.
+    fn edit_at(
+        &mut self,
+        inode: &mut Inode,
+        block: Option<u64>,
+        node: ExtentNode,
+        key: u32,
+        edit: &mut LeafEdit<'_>,
+    ) -> Result<Grown> {
         let depth = node.depth;
         let mut entries = node.entries;
         match &mut entries {
-            NodeEntries::Leaf(v) => insert_sorted(v, e),
+            NodeEntries::Leaf(v) => edit(v)?,
             NodeEntries::Index(idx) => {
                 if idx.is_empty() {
                     return Err(Error::inconsistent(
@@ -229,12 +296,17 @@ impl Txn<'_> {
                         "empty extent index node",
                     ));
                 }
-                let i = idx.partition_point(|x| x.logical <= e.logical).saturating_sub(1);
-                idx[i].logical = idx[i].logical.min(e.logical);
+                let i = idx.partition_point(|x| x.logical <= key).saturating_sub(1);
+                let lowered = key < idx[i].logical;
+                idx[i].logical = idx[i].logical.min(key);
                 let child_block = idx[i].child;
                 let child = self.child(inode, child_block, depth)?;
-                if let Grown::Sibling(s) = self.insert_at(inode, Some(child_block), child, e)? {
-                    idx.insert(i + 1, s);
+                match self.edit_at(inode, Some(child_block), child, key, edit)? {
+                    Grown::Sibling(s) => idx.insert(i + 1, s),
+                    // An index whose keys did not change is not rewritten
+                    // (`ext4_ext_correct_indexes` only when needed).
+                    _ if !lowered => return Ok(Grown::No),
+                    _ => {}
                 }
             }
         }

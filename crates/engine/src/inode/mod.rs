@@ -5,6 +5,7 @@
 pub(crate) mod block_map;
 pub(crate) mod block_map_punch;
 pub(crate) mod block_map_write;
+pub(crate) mod body_lookup;
 pub(crate) mod extent_edit;
 pub(crate) mod extent_write;
 pub(crate) mod extents;

@@ -13,7 +13,6 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
-use crate::inode::extent_edit;
 use crate::inode::extent_write::charge_blocks;
 use crate::inode::write::set_times;
 use crate::txn::Txn;
@@ -91,10 +90,12 @@ impl Txn<'_> {
         let last = (offset + data.len() as u64 - 1) / bs;
         let mut lblk = offset / bs;
         while lblk <= last {
-            let exts = self.body_runs(inode)?;
+            // Only the runs this write overlaps: the whole map would make
+            // every write cost the file's extent count.
+            let exts = self.runs_in(inode, lblk, last + 1)?;
             let hit = exts.iter().find(|e| u64::from(e.logical) <= lblk && lblk < end_of(e));
             let (phys, n, fresh) = match hit {
-                Some(e) if e.unwritten => self.convert_for_write(inode, e, lblk, last)?,
+                Some(e) if e.unwritten => self.convert_for_write(inode, *e, lblk, last)?,
                 Some(e) => (
                     e.physical + (lblk - u64::from(e.logical)),
                     end_of(e).min(last + 1) - lblk,
@@ -109,7 +110,8 @@ impl Txn<'_> {
     }
 
     /// Allocates and maps blocks for the hole at `lblk` (up to `last` or the
-    /// next extent); returns (physical, count, fresh = true).
+    /// next of `exts`, the runs overlapping the write); returns (physical,
+    /// count, fresh = true).
     fn map_new(&mut self, inode: &mut Inode, exts: &[Extent], lblk: u64, last: u64) -> Result<(u64, u64, bool)> {
         let next = exts
             .iter()
@@ -118,8 +120,8 @@ impl Txn<'_> {
             .min()
             .unwrap_or(u64::MAX);
         let want = (next.min(last + 1) - lblk).min(u64::from(EXT_INIT_MAX_LEN)) as u32;
-        let goal = match exts.iter().rev().find(|e| u64::from(e.logical) < lblk) {
-            Some(p) => p.physical + (lblk - u64::from(p.logical)),
+        let goal = match self.goal_before(inode, lblk)? {
+            Some(g) => g,
             None => self
                 .fs
                 .geo
@@ -142,12 +144,25 @@ impl Txn<'_> {
     /// pieces (`ext4_ext_convert_to_initialized`); returns (physical, count,
     /// fresh = true): the blocks read as zeros until now, so the parts of
     /// partial blocks the write does not cover are zero-filled, not read.
-    fn convert_for_write(&mut self, inode: &mut Inode, e: &Extent, lblk: u64, last: u64) -> Result<(u64, u64, bool)> {
-        let n = end_of(e).min(last + 1) - lblk;
-        let exts = self.extents(inode)?;
-        let edited = extent_edit::mark(&exts, lblk, lblk + n, false);
-        self.replace_extents(inode, edited)?;
-        Ok((e.physical + (lblk - u64::from(e.logical)), n, true))
+    fn convert_for_write(&mut self, inode: &mut Inode, e: Extent, lblk: u64, last: u64) -> Result<(u64, u64, bool)> {
+        let n = end_of(&e).min(last + 1) - lblk;
+        let phys = e.physical + (lblk - u64::from(e.logical));
+        let piece = |from: u64, to: u64, unwritten: bool| Extent {
+            logical: from as u32,
+            len: (to - from) as u16,
+            physical: e.physical + (from - u64::from(e.logical)),
+            unwritten,
+        };
+        let pieces: Vec<Extent> = [
+            piece(u64::from(e.logical), lblk, true),
+            piece(lblk, lblk + n, false),
+            piece(lblk + n, end_of(&e), true),
+        ]
+        .into_iter()
+        .filter(|p| p.len > 0)
+        .collect();
+        self.replace_extent(inode, e, &pieces)?;
+        Ok((phys, n, true))
     }
 
     /// Queues the data for `n` blocks from logical `lblk` at `phys`.
