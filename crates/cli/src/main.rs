@@ -50,6 +50,11 @@ enum Command {
     Cat(cmd::cat::Args),
     /// Show an inode: fields, flags, extent tree or block map, xattrs.
     Stat(cmd::stat::Args),
+    /// How fragmented files and free space are (e4defrag -c, e2freefrag).
+    Frag(cmd::frag::Args),
+    /// Where a file's blocks lie: its extents, and a plot of logical
+    /// against physical block.
+    Layout(cmd::layout::Args),
     /// Copy a tree out of the image, preserving metadata.
     Export(cmd::export::Args),
     /// Copy a host tree into the image, preserving metadata.
@@ -99,6 +104,8 @@ fn main() -> ExitCode {
         Command::Ls(a) => cmd::ls::run(a),
         Command::Cat(a) => cmd::cat::run(a),
         Command::Stat(a) => cmd::stat::run(a),
+        Command::Frag(a) => cmd::frag::run(a),
+        Command::Layout(a) => cmd::layout::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Import(a) => cmd::import::run(a),
         Command::Mkdir(a) => cmd::edit::mkdir(a),

@@ -49,6 +49,7 @@ mod clock;
 pub mod device;
 pub mod dir;
 pub mod error;
+pub mod frag;
 mod fs;
 mod fs_error;
 pub mod inode;
