@@ -17,6 +17,7 @@ pub mod fs;
 pub mod fsparams;
 pub mod host;
 pub mod image;
+pub mod interleave;
 pub mod plots;
 pub mod postmark;
 pub mod randwrite;
@@ -103,6 +104,7 @@ pub const WORKLOADS: &[Workload] = &[
     fsparams::WORKLOAD,
     readdir_stat::WORKLOAD,
     randwrite::WORKLOAD,
+    interleave::WORKLOAD,
     create::WORKLOAD,
     untar::WORKLOAD,
     cached::WORKLOAD,

@@ -82,6 +82,10 @@ enum What {
     /// file and into a fallocated one (unwritten extents converted), each
     /// fsynced (`--size`, `--io-size`).
     Randwrite(suite::SuiteArgs),
+    /// Seed 001 figures 7-8: a large file streamed while small files are
+    /// written between its chunks; the extents it ends in (`--size`, `-n`
+    /// small files, `--io-size`).
+    Interleave(suite::SuiteArgs),
     /// Seed 000 in brief: `-n` empty files created in one directory;
     /// creates per second and the median µs of one create among the first
     /// and the last 5 %.
@@ -208,6 +212,7 @@ pub fn run(a: Args) -> Result<()> {
         What::ReaddirStat(a) => suite::run("readdir-stat", &a),
         What::Fsparams(a) => suite::run("fsparams", &a),
         What::Randwrite(a) => suite::run("randwrite", &a),
+        What::Interleave(a) => suite::run("interleave", &a),
         What::Create(a) => suite::run("create", &a),
         What::Untar(a) => suite::run("untar", &a),
         What::Cached(a) => suite::run("cached", &a),
