@@ -66,6 +66,11 @@ pub struct OpenOptions {
     /// only on images made with a short interval (`mkfs -E
     /// mmp_update_interval=1`, for tests); the check itself always runs.
     pub mmp_min_check_interval: u16,
+    /// Keep the free run after a growing file's newest blocks for it
+    /// (per-inode preallocation, [`crate::alloc::prealloc`]; default on,
+    /// as mballoc). Off: every write allocates from its goal alone, so
+    /// files written side by side interleave.
+    pub inode_prealloc: bool,
 }
 
 impl Default for OpenOptions {
@@ -80,6 +85,7 @@ impl Default for OpenOptions {
             journal: crate::journal::JournalOptions::default(),
             use_journal: true,
             mmp_min_check_interval: ext4kit_format::mmp::EXT4_MMP_MIN_CHECK_INTERVAL,
+            inode_prealloc: true,
         }
     }
 }
@@ -106,6 +112,8 @@ pub struct Filesystem {
     pub(crate) journaling: bool,
     /// Blocks freed by transactions the journal has not committed.
     pub(crate) busy: crate::alloc::busy::BusyBlocks,
+    /// Blocks kept in memory for streaming files ([`crate::alloc::prealloc`]).
+    pub(crate) prealloc: crate::alloc::prealloc::Preallocs,
     /// Open counts by inode ([`Filesystem::open_file`]).
     pub(crate) open_files: Mutex<HashMap<u32, u32>>,
     /// Where the next new name of each linear directory goes

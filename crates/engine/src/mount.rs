@@ -88,6 +88,7 @@ impl Filesystem {
             journal: Default::default(),
             journaling: false,
             open_files: Mutex::new(Default::default()),
+            prealloc: Default::default(),
             dir_hints: Default::default(),
             session: crate::session::Session::new(state_at_open),
             errors: Default::default(),

@@ -369,6 +369,16 @@ impl<'a> Txn<'a> {
             .contains_key(&ino)
     }
 
+    /// Whether `ino` is open now, without holding the open counts to the
+    /// end of the transaction as [`Txn::is_open`] does: for choices that
+    /// need no guarantee (whether to keep a preallocation window).
+    pub(crate) fn is_open_now(&self, ino: u32) -> bool {
+        match &self.opens {
+            Some(held) => held.contains_key(&ino),
+            None => self.fs.open_files.lock().contains_key(&ino),
+        }
+    }
+
     /// Publishes the metadata: descriptors, superblock, blocks.
     fn write_meta(&mut self) -> Result<()> {
         let fs = self.fs;

@@ -206,12 +206,28 @@ fn spawn_daemon(a: &Args) -> Result<()> {
     bail!("the server did not mount ({status})")
 }
 
+/// `umount(2)`, tried again for up to a second while the mount is busy: a
+/// file closed just before can still be held by a process that another
+/// thread forked and that has not yet run `exec` (which closes it). A
+/// mount still busy after that is reported.
+fn umount_retrying(dir: &std::path::Path) -> nix::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        match nix::mount::umount(dir) {
+            Err(nix::errno::Errno::EBUSY) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// `ext4kit umount DIR`: unmounts and waits until the server has closed
 /// the image, so the image is complete when this returns.
 pub fn umount(a: UmountArgs) -> Result<()> {
     let lock = ext4kit_fuse::server_lock_path(&a.mountpoint)?;
     check_ours(&a.mountpoint, &lock)?;
-    if let Err(e) = nix::mount::umount(&a.mountpoint) {
+    if let Err(e) = umount_retrying(&a.mountpoint) {
         if e != nix::errno::Errno::EPERM {
             bail!("cannot unmount {}: {e}", a.mountpoint.display());
         }

@@ -13,6 +13,8 @@ impl Txn<'_> {
     /// [`Error::NoSpace`] when every group is full.
     pub(crate) fn alloc_blocks(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
         match self.alloc_blocks_once(goal, want) {
+            // Space kept for streaming files goes before ENOSPC does.
+            Err(Error::NoSpace) if self.fs.prealloc.release_all() => self.alloc_blocks(goal, want),
             // Blocks freed but not committed may be all that is left: commit
             // what is published (`ext4_should_retry_alloc`) and look again.
             Err(Error::NoSpace) if !self.fs.busy.is_empty() => {
@@ -58,6 +60,9 @@ impl Txn<'_> {
     /// or an earlier one (see [`crate::alloc::busy`]) — still taken.
     fn alloc_view(&mut self, g: u32) -> Result<Vec<u8>> {
         let mut view = self.block_bitmap_mut(g)?.to_vec();
+        let first = self.fs.geo.group_first_block(g);
+        let bits = u64::from(self.fs.geo.blocks_per_group);
+        self.fs.prealloc.lay_over(first, bits, &mut view);
         if !self.fs.journaling {
             return Ok(view);
         }
@@ -70,6 +75,57 @@ impl Txn<'_> {
             }
         }
         Ok(view)
+    }
+
+    /// How many blocks from `start` on are free for a new allocation (as
+    /// the allocator sees them: windows and uncommitted frees taken), up
+    /// to `max`, across group boundaries while the run goes on.
+    pub(crate) fn free_run_at(&mut self, start: u64, max: u64) -> Result<u64> {
+        let geo = self.fs.geo.clone();
+        let mut at = start;
+        while at < geo.blocks_count && at - start < max {
+            let g = self.group_of(at);
+            let first = geo.group_first_block(g);
+            let view = self.alloc_view(g)?;
+            let (from, limit) = ((at - first) as u32, geo.blocks_in_group(g));
+            let free = (from..limit).take_while(|&b| !test_bit(&view, b)).count() as u64;
+            at += free;
+            if from + free as u32 != limit {
+                break;
+            }
+        }
+        Ok((at - start).min(max))
+    }
+
+    fn group_of(&self, block: u64) -> u32 {
+        let geo = &self.fs.geo;
+        ((block - u64::from(geo.first_data_block)) / u64::from(geo.blocks_per_group)) as u32
+    }
+
+    /// Allocates exactly `len` blocks from `start` (a preallocation
+    /// window's, across groups if it runs on); `false`, changing nothing,
+    /// when one of them is no longer free.
+    pub(crate) fn alloc_exact(&mut self, start: u64, len: u64) -> Result<bool> {
+        if start < u64::from(self.fs.geo.first_data_block) || start + len > self.fs.geo.blocks_count {
+            return Ok(false);
+        }
+        if self.free_run_at(start, len)? < len {
+            return Ok(false);
+        }
+        let geo = self.fs.geo.clone();
+        let mut at = start;
+        while at < start + len {
+            let g = self.group_of(at);
+            let first = geo.group_first_block(g);
+            let end = (start + len).min(first + u64::from(geo.blocks_in_group(g)));
+            let map = self.block_bitmap_mut(g)?;
+            for bit in (at - first) as u32..(end - first) as u32 {
+                set_bit(map, bit, true);
+            }
+            self.adjust_group_blocks(g, -((end - at) as i64))?;
+            at = end;
+        }
+        Ok(true)
     }
 
     /// Frees `len` blocks from `start` (all inside one group).

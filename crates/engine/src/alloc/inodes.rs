@@ -33,6 +33,7 @@ impl Txn<'_> {
 
     /// Releases inode `ino` in its bitmap and counts.
     pub(crate) fn free_inode(&mut self, ino: u32, is_dir: bool) -> Result<()> {
+        self.fs.prealloc.release(ino);
         let geo = self.fs.geo.clone();
         let (g, i) = geo
             .inode_location(ino)

@@ -1,6 +1,7 @@
 //! Block and inode allocation over the group bitmaps (`bitmaps.rst`,
-//! `allocators.rst`): a simple goal-based block allocator and a
-//! parent-group inode allocator, both working inside a transaction. The
+//! `allocators.rst`): a goal-based block allocator with per-inode
+//! preallocation windows and a parent-group inode allocator, working
+//! inside a transaction. The
 //! allocator issue replaces them with mballoc and Orlov/flex_bg, chosen by
 //! option.
 
@@ -8,3 +9,4 @@ mod bitmap;
 mod blocks;
 pub(crate) mod busy;
 mod inodes;
+pub(crate) mod prealloc;

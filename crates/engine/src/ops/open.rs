@@ -54,6 +54,9 @@ impl Filesystem {
                 }
                 Some(_) => {
                     open.remove(&ino);
+                    // Its last writer is gone: the window goes too
+                    // (`ext4_discard_preallocations` at release).
+                    self.prealloc.release(ino);
                 }
             }
             // Read under the lock, as in `open_file`: with links left, an

@@ -38,6 +38,7 @@ impl Filesystem {
 impl Txn<'_> {
     /// The body of [`Filesystem::truncate`] inside this transaction.
     pub(crate) fn truncate(&mut self, ino: u32, size: u64) -> Result<()> {
+        self.fs.prealloc.release(ino);
         let mut inode = self.inode(ino)?;
         inode.require_regular()?;
         super::flags::require_changeable(&inode)?;

@@ -9,6 +9,7 @@
 
 use ext4kit_format::extent::{EXT_INIT_MAX_LEN, Extent};
 
+use crate::alloc::prealloc::{STREAM_REQ, Window};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
@@ -110,8 +111,10 @@ impl Txn<'_> {
     }
 
     /// Allocates and maps blocks for the hole at `lblk` (up to `last` or the
-    /// next of `exts`, the runs overlapping the write); returns (physical,
-    /// count, fresh = true).
+    /// next of `exts`, the runs overlapping the write): from the file's
+    /// preallocation window when the write continues it, else from the
+    /// goal, opening a window behind a file that streams; returns
+    /// (physical, count, fresh = true).
     fn map_new(&mut self, inode: &mut Inode, exts: &[Extent], lblk: u64, last: u64) -> Result<(u64, u64, bool)> {
         let next = exts
             .iter()
@@ -120,14 +123,21 @@ impl Txn<'_> {
             .min()
             .unwrap_or(u64::MAX);
         let want = (next.min(last + 1) - lblk).min(u64::from(EXT_INIT_MAX_LEN)) as u32;
-        let goal = match self.goal_before(inode, lblk)? {
-            Some(g) => g,
-            None => self
-                .fs
-                .geo
-                .group_first_block((inode.ino - 1) / self.fs.geo.inodes_per_group),
+        let (phys, got) = match self.take_prealloc(inode, lblk, want)? {
+            Some(run) => run,
+            None => {
+                let goal = match self.goal_before(inode, lblk)? {
+                    Some(g) => g,
+                    None => self
+                        .fs
+                        .geo
+                        .group_first_block((inode.ino - 1) / self.fs.geo.inodes_per_group),
+                };
+                let (phys, got) = self.alloc_blocks(goal, want)?;
+                self.open_prealloc(inode, lblk + u64::from(got), phys + u64::from(got));
+                (phys, got)
+            }
         };
-        let (phys, got) = self.alloc_blocks(goal, want)?;
         let e = Extent {
             logical: lblk as u32,
             len: got as u16,
@@ -137,6 +147,45 @@ impl Txn<'_> {
         self.map_run(inode, e)?;
         charge_blocks(&mut inode.raw, i64::from(got), self.fs.geo.block_size);
         Ok((phys, u64::from(got), true))
+    }
+
+    /// Blocks for logical `lblk` from `inode`'s window, allocated.
+    fn take_prealloc(&mut self, inode: &Inode, lblk: u64, want: u32) -> Result<Option<(u64, u32)>> {
+        let Some((phys, n, to_end)) = self.fs.prealloc.take(inode.ino, lblk, u64::from(want)) else {
+            return Ok(None);
+        };
+        if !self.alloc_exact(phys, n)? {
+            self.fs.prealloc.release(inode.ino);
+            return Ok(None);
+        }
+        // Used to its end: keep what follows at once, before another
+        // file's allocation can take it.
+        if to_end {
+            self.open_prealloc(inode, lblk + n, phys + n);
+        }
+        Ok(Some((phys, n as u32)))
+    }
+
+    /// Keeps the free run from physical `phys` for logical `lblk` on of an
+    /// extent-mapped file that has reached `STREAM_REQ` blocks and is open
+    /// ([`Filesystem::open_file`]): its last close lets the window go. A
+    /// file written without being opened (an import, `mkfs -d`) has no
+    /// close to wait for and gets none.
+    fn open_prealloc(&mut self, inode: &Inode, lblk: u64, phys: u64) {
+        if !self.fs.opts.inode_prealloc || !inode.uses_extents() || lblk < STREAM_REQ {
+            return;
+        }
+        if !self.is_open_now(inode.ino) {
+            return;
+        }
+        if let Ok(len) = self.free_run_at(phys, u64::from(EXT_INIT_MAX_LEN)) {
+            let w = Window {
+                logical: lblk,
+                physical: phys,
+                len,
+            };
+            self.fs.prealloc.set(inode.ino, w);
+        }
     }
 
     /// Makes the blocks of unwritten extent `e` from `lblk` up to `last`
