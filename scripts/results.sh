@@ -60,6 +60,14 @@ run 001-ffsb-table2 bench ffsb-meta --target "$WORK/ffsb2.img" --preset table2 -
     --cache 16M --compare type=ext3 --rounds 1
 run 001-ffsb-table3 bench ffsb-meta --target "$WORK/ffsb3.img" --preset table3 --block-size 4096 --cache 16M
 
+# Seed 001 figures 7-8: a large file streamed between small-file writes.
+run 001-interleave bench interleave --target "$WORK/il.img" --block-size 4096 --plot "$OUT/001-interleave.svg"
+if [ "$(id -u)" = 0 ]; then
+    run 001-interleave-kernel bench interleave --kernel ext4
+fi
+# Preallocated files written at random (issue 15).
+run 001-randwrite bench randwrite --target "$WORK/rw.img" --size 64M --block-size 4096
+
 # Seed 003: readdir order against inode order in one large directory.
 run 003-readdir-stat bench readdir-stat --target "$WORK/rs.img" -n 20000 --size 4096 --block-size 4096 \
     --cache 16M --plot "$OUT/003-readdir-stat.svg"
