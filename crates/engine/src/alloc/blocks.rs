@@ -59,10 +59,18 @@ impl Txn<'_> {
     /// the blocks whose freeing is not committed yet — by this transaction
     /// or an earlier one (see [`crate::alloc::busy`]) — still taken.
     fn alloc_view(&mut self, g: u32) -> Result<Vec<u8>> {
+        self.view(g, true)
+    }
+
+    /// [`Self::alloc_view`], with or without the preallocation windows
+    /// laid over (a window's owner takes its blocks through them).
+    fn view(&mut self, g: u32, windows: bool) -> Result<Vec<u8>> {
         let mut view = self.block_bitmap_mut(g)?.to_vec();
         let first = self.fs.geo.group_first_block(g);
-        let bits = u64::from(self.fs.geo.blocks_per_group);
-        self.fs.prealloc.lay_over(first, bits, &mut view);
+        if windows {
+            let bits = u64::from(self.fs.geo.blocks_per_group);
+            self.fs.prealloc.lay_over(first, bits, &mut view);
+        }
         if !self.fs.journaling {
             return Ok(view);
         }
@@ -81,12 +89,16 @@ impl Txn<'_> {
     /// the allocator sees them: windows and uncommitted frees taken), up
     /// to `max`, across group boundaries while the run goes on.
     pub(crate) fn free_run_at(&mut self, start: u64, max: u64) -> Result<u64> {
+        self.free_run(start, max, true)
+    }
+
+    fn free_run(&mut self, start: u64, max: u64, windows: bool) -> Result<u64> {
         let geo = self.fs.geo.clone();
         let mut at = start;
         while at < geo.blocks_count && at - start < max {
             let g = self.group_of(at);
             let first = geo.group_first_block(g);
-            let view = self.alloc_view(g)?;
+            let view = self.view(g, windows)?;
             let (from, limit) = ((at - first) as u32, geo.blocks_in_group(g));
             let free = (from..limit).take_while(|&b| !test_bit(&view, b)).count() as u64;
             at += free;
@@ -109,7 +121,7 @@ impl Txn<'_> {
         if start < u64::from(self.fs.geo.first_data_block) || start + len > self.fs.geo.blocks_count {
             return Ok(false);
         }
-        if self.free_run_at(start, len)? < len {
+        if self.free_run(start, len, false)? < len {
             return Ok(false);
         }
         let geo = self.fs.geo.clone();

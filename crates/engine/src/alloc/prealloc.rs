@@ -17,6 +17,10 @@ use parking_lot::Mutex;
 /// `mb_stream_req` default).
 pub(crate) const STREAM_REQ: u64 = 16;
 
+/// The longest hole before a new allocation that its window also covers,
+/// so that a stream's pieces arriving out of order still land in place.
+pub(crate) const MAX_HOLE: u64 = 2048;
+
 /// Logical blocks `logical..logical + len` of one file are to go to
 /// physical `physical..`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +50,11 @@ impl Preallocs {
         }
         let n = want.min(w.logical + w.len - lblk);
         Some((w.physical + (lblk - w.logical), n, lblk + n == w.logical + w.len))
+    }
+
+    /// `ino`'s window, if it has one.
+    pub(crate) fn get(&self, ino: u32) -> Option<Window> {
+        self.by_ino.lock().get(&ino).copied()
     }
 
     /// Gives `ino` a window (replacing any it had).

@@ -58,23 +58,27 @@ impl Txn<'_> {
         Ok(())
     }
 
-    /// Where a new block for logical `lblk` should go: just after the
-    /// physical block of the nearest mapped block before it in its leaf
-    /// (extents) or of `lblk - 1` (block maps), as `ext4_ext_find_goal` and
-    /// `ext4_find_near` do; `None` when there is none.
-    pub(crate) fn goal_before(&self, inode: &Inode, lblk: u64) -> Result<Option<u64>> {
+    /// The nearest mapped block before logical `lblk` — in its leaf for
+    /// extents, `lblk - 1` for block maps — as (the logical block after it,
+    /// the physical block after it); `None` when there is none. A new
+    /// block for `lblk` goes at `physical + (lblk - logical)`, leaving room
+    /// for the hole between (`ext4_ext_find_goal`, `ext4_find_near`).
+    pub(crate) fn mapped_before(&self, inode: &Inode, lblk: u64) -> Result<Option<(u64, u64)>> {
         if lblk == 0 {
             return Ok(None);
         }
         if !inode.uses_extents() {
-            return Ok(self.mapped_block(inode, lblk - 1)?.map(|p| p + 1));
+            return Ok(self.mapped_block(inode, lblk - 1)?.map(|p| (lblk, p + 1)));
         }
         let mut node = self.root(inode)?;
         loop {
             match node.entries {
                 NodeEntries::Leaf(v) => {
                     let before = v.iter().rev().find(|e| u64::from(e.logical) < lblk);
-                    return Ok(before.map(|e| e.physical + (lblk - u64::from(e.logical))));
+                    return Ok(before.map(|e| {
+                        let end = (u64::from(e.logical) + u64::from(e.len)).min(lblk);
+                        (end, e.physical + (end - u64::from(e.logical)))
+                    }));
                 }
                 NodeEntries::Index(ref idx) => {
                     let i = idx.partition_point(|x| u64::from(x.logical) < lblk).saturating_sub(1);

@@ -9,7 +9,7 @@
 
 use ext4kit_format::extent::{EXT_INIT_MAX_LEN, Extent};
 
-use crate::alloc::prealloc::{STREAM_REQ, Window};
+use crate::alloc::prealloc::{MAX_HOLE, STREAM_REQ, Window};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
@@ -126,18 +126,43 @@ impl Txn<'_> {
         let (phys, got) = match self.take_prealloc(inode, lblk, want)? {
             Some(run) => run,
             None => {
-                let goal = match self.goal_before(inode, lblk)? {
-                    Some(g) => g,
+                let before = self.mapped_before(inode, lblk)?;
+                // A piece that arrives before the window (out of order)
+                // goes just before it, and the window stays for the rest.
+                let ahead = self.fs.prealloc.get(inode.ino).filter(|w| w.logical > lblk);
+                if let Some(w) = ahead {
+                    let goal = w.physical.saturating_sub(w.logical - lblk);
+                    let (phys, got) = self.alloc_blocks(goal, want)?;
+                    return self.map_fresh(inode, lblk, phys, got);
+                }
+                let goal = match before {
+                    Some((l, p)) => p + (lblk - l),
                     None => self
                         .fs
                         .geo
                         .group_first_block((inode.ino - 1) / self.fs.geo.inodes_per_group),
                 };
                 let (phys, got) = self.alloc_blocks(goal, want)?;
-                self.open_prealloc(inode, lblk + u64::from(got), phys + u64::from(got));
+                // Landed at its goal after a hole: the window starts at the
+                // hole, so pieces written out of order (FUSE write-back)
+                // still fall in place.
+                let (wl, wp) = match before {
+                    Some((l, p))
+                        if phys == goal && lblk - l <= MAX_HOLE && self.free_run_at(p, lblk - l)? == lblk - l =>
+                    {
+                        (l, p)
+                    }
+                    _ => (lblk, phys),
+                };
+                self.open_prealloc(inode, wl, wp, lblk + u64::from(got));
                 (phys, got)
             }
         };
+        self.map_fresh(inode, lblk, phys, got)
+    }
+
+    /// Maps `got` new blocks at `phys` for logical `lblk`.
+    fn map_fresh(&mut self, inode: &mut Inode, lblk: u64, phys: u64, got: u32) -> Result<(u64, u64, bool)> {
         let e = Extent {
             logical: lblk as u32,
             len: got as u16,
@@ -161,28 +186,30 @@ impl Txn<'_> {
         // Used to its end: keep what follows at once, before another
         // file's allocation can take it.
         if to_end {
-            self.open_prealloc(inode, lblk + n, phys + n);
+            self.open_prealloc(inode, lblk + n, phys + n, lblk + n);
         }
         Ok(Some((phys, n as u32)))
     }
 
-    /// Keeps the free run from physical `phys` for logical `lblk` on of an
-    /// extent-mapped file that has reached `STREAM_REQ` blocks and is open
-    /// ([`Filesystem::open_file`]): its last close lets the window go. A
-    /// file written without being opened (an import, `mkfs -d`) has no
-    /// close to wait for and gets none.
-    fn open_prealloc(&mut self, inode: &Inode, lblk: u64, phys: u64) {
-        if !self.fs.opts.inode_prealloc || !inode.uses_extents() || lblk < STREAM_REQ {
+    /// Keeps logical `lblk` on at physical `phys` on for an extent-mapped
+    /// file that has reached `STREAM_REQ` blocks and is open
+    /// ([`Filesystem::open_file`]): up to logical `end` (blocks just
+    /// allocated, or a hole before them) and the free run after it. Its
+    /// last close lets the window go. A file written without being opened
+    /// (an import, `mkfs -d`) has no close to wait for and gets none.
+    fn open_prealloc(&mut self, inode: &Inode, lblk: u64, phys: u64, end: u64) {
+        if !self.fs.opts.inode_prealloc || !inode.uses_extents() || end < STREAM_REQ {
             return;
         }
         if !self.is_open_now(inode.ino) {
             return;
         }
-        if let Ok(len) = self.free_run_at(phys, u64::from(EXT_INIT_MAX_LEN)) {
+        let after = phys + (end - lblk);
+        if let Ok(len) = self.free_run_at(after, u64::from(EXT_INIT_MAX_LEN)) {
             let w = Window {
                 logical: lblk,
                 physical: phys,
-                len,
+                len: end - lblk + len,
             };
             self.fs.prealloc.set(inode.ino, w);
         }
