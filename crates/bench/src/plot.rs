@@ -104,55 +104,40 @@ fn range(v: impl Iterator<Item = f64>, from_zero: bool) -> std::ops::Range<f64> 
     (lo - if from_zero { 0.0 } else { pad })..(hi + pad)
 }
 
+/// A legend entry and its polylines.
+type PathGroup<'a> = (&'a str, Vec<Vec<(f64, f64)>>);
+
 /// A line plot of `series` at `path`.
 pub fn lines(path: &Path, title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> Result<()> {
-    let xs = range(series.iter().flat_map(|s| s.points.iter().map(|p| p.0)), false);
-    let ys = range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), true);
-    macro_rules! draw {
-        ($root:expr) => {{
-            let root = $root;
-            root.fill(&WHITE).map_err(err)?;
-            let mut chart = ChartBuilder::on(root)
-                .caption(title, ("sans-serif", 22))
-                .margin(14)
-                .x_label_area_size(44)
-                .y_label_area_size(70)
-                .build_cartesian_2d(xs.clone(), ys.clone())
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc(x_desc)
-                .y_desc(y_desc)
-                .draw()
-                .map_err(err)?;
-            for (k, s) in series.iter().enumerate() {
-                let colour = Palette99::pick(k).to_rgba();
-                chart
-                    .draw_series(LineSeries::new(s.points.iter().copied(), colour.stroke_width(2)))
-                    .map_err(err)?
-                    .label(s.name.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
-            }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .position(SeriesLabelPosition::UpperLeft)
-                .draw()
-                .map_err(err)?;
-            Ok(())
-        }};
-    }
-    render(path, |r| draw!(r), |r| draw!(r))
+    let groups: Vec<PathGroup<'_>> = series
+        .iter()
+        .map(|s| (s.name.as_str(), vec![s.points.clone()]))
+        .collect();
+    paths(path, (title, x_desc, y_desc), &groups, (false, true))
 }
 
 /// Line segments, one colour per group: a file's extents as (logical,
 /// physical) from their first block to one past their last, so a
 /// contiguous file is one diagonal and every jump is a gap in it.
 pub fn segments(path: &Path, title: &str, x_desc: &str, y_desc: &str, groups: &[Segments]) -> Result<()> {
-    let ends = || groups.iter().flat_map(|g| g.segments.iter().flat_map(|s| [s.0, s.1]));
-    let xs = range(ends().map(|p| p.0), true);
-    let ys = range(ends().map(|p| p.1), false);
+    let groups: Vec<PathGroup<'_>> = groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.segments.iter().map(|&(a, b)| vec![a, b]).collect()))
+        .collect();
+    paths(path, (title, x_desc, y_desc), &groups, (true, false))
+}
+
+/// Polylines, one colour and one legend entry per group; `from_zero`
+/// says for x and y whether the axis starts at 0.
+fn paths(
+    path: &Path,
+    (title, x_desc, y_desc): (&str, &str, &str),
+    groups: &[PathGroup<'_>],
+    from_zero: (bool, bool),
+) -> Result<()> {
+    let points = || groups.iter().flat_map(|g| g.1.iter().flatten());
+    let xs = range(points().map(|p| p.0), from_zero.0);
+    let ys = range(points().map(|p| p.1), from_zero.1);
     macro_rules! draw {
         ($root:expr) => {{
             let root = $root;
@@ -170,17 +155,17 @@ pub fn segments(path: &Path, title: &str, x_desc: &str, y_desc: &str, groups: &[
                 .y_desc(y_desc)
                 .draw()
                 .map_err(err)?;
-            for (k, g) in groups.iter().enumerate() {
+            for (k, (name, lines)) in groups.iter().enumerate() {
                 let colour = Palette99::pick(k).to_rgba();
                 chart
                     .draw_series(
-                        g.segments
+                        lines
                             .iter()
-                            .map(|&(a, b)| PathElement::new(vec![a, b], colour.stroke_width(3))),
+                            .map(|l| PathElement::new(l.clone(), colour.stroke_width(2))),
                     )
                     .map_err(err)?
-                    .label(g.name.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(3)));
+                    .label(*name)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
             }
             chart
                 .configure_series_labels()

@@ -26,6 +26,18 @@ fn open(img: &std::path::Path, prealloc: bool) -> Filesystem {
     Filesystem::open(Box::new(dev), opts).unwrap()
 }
 
+/// Creates, opens, writes 8 KiB to and closes file `s<k>` in the root.
+fn small_file(fs: &Filesystem, k: u64) {
+    let name = format!("s{k:03}");
+    let s = fs
+        .create(ROOT_INO, name.as_bytes(), NodeKind::Regular, ATTR)
+        .unwrap()
+        .ino;
+    fs.open_file(s).unwrap();
+    fs.write(s, 0, &[0x5a; 8192]).unwrap();
+    fs.release_file(s).unwrap();
+}
+
 /// A 32 MiB file written in 256 KiB pieces by an open file, one small
 /// file of 8 KiB written, opened and closed after each piece; returns the
 /// large file's extent count.
@@ -40,14 +52,7 @@ fn stream_between_small_files(prealloc: bool) -> u64 {
     let piece = vec![0xa5u8; 256 << 10];
     for k in 0..128u64 {
         fs.write(big, k * piece.len() as u64, &piece).unwrap();
-        let name = format!("s{k:03}");
-        let s = fs
-            .create(ROOT_INO, name.as_bytes(), NodeKind::Regular, ATTR)
-            .unwrap()
-            .ino;
-        fs.open_file(s).unwrap();
-        fs.write(s, 0, &[0x5a; 8192]).unwrap();
-        fs.release_file(s).unwrap();
+        small_file(&fs, k);
     }
     fs.release_file(big).unwrap();
     let inode = fs.inode(big).unwrap();
@@ -116,15 +121,8 @@ fn pieces_written_out_of_order_still_land_in_place() {
     for pair in 0..64u64 {
         for k in [2 * pair + 1, 2 * pair] {
             fs.write(big, k * piece, &vec![k as u8; piece as usize]).unwrap();
-            let name = format!("s{small:03}");
+            small_file(&fs, small);
             small += 1;
-            let s = fs
-                .create(ROOT_INO, name.as_bytes(), NodeKind::Regular, ATTR)
-                .unwrap()
-                .ino;
-            fs.open_file(s).unwrap();
-            fs.write(s, 0, &[0x5a; 8192]).unwrap();
-            fs.release_file(s).unwrap();
         }
     }
     fs.release_file(big).unwrap();
