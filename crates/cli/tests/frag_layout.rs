@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use ext4kit_testkit::tools::{require_tool, skip_unless};
+use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
 
 fn ext4kit(args: &[&str], stdin: Option<&[u8]>) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
@@ -61,6 +61,10 @@ fn e2freefrag(img: &str) -> Vec<(u64, u64)> {
 #[test]
 fn free_space_histogram_matches_e2freefrag() {
     if skip_unless(require_tool("e2freefrag")).is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "e2freefrag (e2fsprogs) is missing under CI"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -83,6 +87,12 @@ fn free_space_histogram_matches_e2freefrag() {
     let files = report["files"].as_array().unwrap();
     assert_eq!(files.len(), 11);
     assert!(files.iter().all(|f| f["extents"] == 1 && f["score"] == 0), "{files:?}");
+    assert_clean(&img);
+}
+
+fn assert_clean(img: &str) {
+    let fsck = e2fsck_fn(Path::new(img)).unwrap();
+    assert!(fsck.is_clean(), "{}", fsck.output);
 }
 
 #[test]
@@ -110,4 +120,5 @@ fn small_files_written_in_sequence_are_packed() {
         assert_eq!(w[0].1 + 1, w[1].0, "a gap between files: {out}");
     }
     assert_eq!(&std::fs::read(&plot).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    assert_clean(&img);
 }
