@@ -66,11 +66,9 @@ pub struct OpenOptions {
     /// only on images made with a short interval (`mkfs -E
     /// mmp_update_interval=1`, for tests); the check itself always runs.
     pub mmp_min_check_interval: u16,
-    /// Keep the free run after a growing file's newest blocks for it
-    /// (per-inode preallocation, [`crate::alloc::prealloc`]; default on,
-    /// as mballoc). Off: every write allocates from its goal alone, so
-    /// files written side by side interleave.
-    pub inode_prealloc: bool,
+    /// Block and inode allocation policies and their tunables (`-o
+    /// alloc=`, `inode_alloc=`, `stripe=`…): the kernel's by default.
+    pub alloc: crate::alloc::AllocOptions,
 }
 
 impl Default for OpenOptions {
@@ -85,7 +83,7 @@ impl Default for OpenOptions {
             journal: crate::journal::JournalOptions::default(),
             use_journal: true,
             mmp_min_check_interval: ext4kit_format::mmp::EXT4_MMP_MIN_CHECK_INTERVAL,
-            inode_prealloc: true,
+            alloc: crate::alloc::AllocOptions::default(),
         }
     }
 }

@@ -8,7 +8,7 @@ mod common;
 
 use common::mkfs;
 use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{AllocOptions, Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_testkit::tools::e2fsck_fn;
 
 const ATTR: Attr = Attr {
@@ -20,7 +20,10 @@ const ATTR: Attr = Attr {
 fn open(img: &std::path::Path, prealloc: bool) -> Filesystem {
     let dev = FileDevice::open(img, true).unwrap();
     let opts = OpenOptions {
-        inode_prealloc: prealloc,
+        alloc: AllocOptions {
+            inode_prealloc: prealloc,
+            ..AllocOptions::default()
+        },
         ..OpenOptions::default()
     };
     Filesystem::open(Box::new(dev), opts).unwrap()

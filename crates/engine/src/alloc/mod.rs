@@ -9,4 +9,7 @@ mod bitmap;
 mod blocks;
 pub(crate) mod busy;
 mod inodes;
+mod options;
 pub(crate) mod prealloc;
+
+pub use options::{AllocOptions, BlockAllocator, InodeAllocator};

@@ -198,7 +198,7 @@ impl Txn<'_> {
     /// last close lets the window go. A file written without being opened
     /// (an import, `mkfs -d`) has no close to wait for and gets none.
     fn open_prealloc(&mut self, inode: &Inode, lblk: u64, phys: u64, end: u64) {
-        if !self.fs.opts.inode_prealloc || !inode.uses_extents() || end < STREAM_REQ {
+        if !self.fs.opts.alloc.inode_prealloc || !inode.uses_extents() || end < STREAM_REQ {
             return;
         }
         if !self.is_open_now(inode.ino) {
