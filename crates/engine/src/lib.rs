@@ -68,7 +68,7 @@ mod statfs;
 mod txn;
 mod writeback;
 
-pub use alloc::{AllocOptions, BlockAllocator, InodeAllocator};
+pub use alloc::{AllocOptions, BlockAllocator, InodeAllocator, MbStats, set_caller_pid};
 pub use batch::{Batch, BatchOptions};
 pub use device::BlockDevice;
 pub use error::{Error, Location, Result};

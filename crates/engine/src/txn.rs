@@ -63,6 +63,20 @@ pub(crate) struct Txn<'a> {
     /// commit is published, so that an open either counts before the
     /// check or sees the committed unlink.
     opens: Option<MutexGuard<'a, HashMap<u32, u32>>>,
+    /// Groups whose buddies this transaction built or changed: they may
+    /// hold its allocations, so they are dropped if it never commits.
+    buddies_touched: Vec<u32>,
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        if !self.buddies_touched.is_empty() {
+            let mut mb = self.fs.mb.lock();
+            for g in self.buddies_touched.drain(..) {
+                mb.cache.invalidate(g);
+            }
+        }
+    }
 }
 
 impl Filesystem {
@@ -99,6 +113,7 @@ impl<'a> Txn<'a> {
             freed: Vec::new(),
             data_quiet: Cell::new(false),
             opens: None,
+            buddies_touched: Vec::new(),
         })
     }
 
@@ -186,6 +201,13 @@ impl<'a> Txn<'a> {
             self.blocks.remove(&b);
         }
         self.freed.push((start, len));
+    }
+
+    /// Notes that group `g`'s buddy now reflects this transaction.
+    pub(crate) fn note_buddy_touched(&mut self, g: u32) {
+        if !self.buddies_touched.contains(&g) {
+            self.buddies_touched.push(g);
+        }
     }
 
     /// Block ranges freed so far in this transaction.
@@ -402,6 +424,7 @@ impl<'a> Txn<'a> {
         self.free_blocks_delta = 0;
         self.free_inodes_delta = 0;
         fs.session.committed(self.closing);
+        self.buddies_touched.clear();
         self.opens = None;
         Ok(())
     }

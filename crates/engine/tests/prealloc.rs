@@ -8,7 +8,7 @@ mod common;
 
 use common::mkfs;
 use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::{AllocOptions, Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{AllocOptions, Attr, BlockAllocator, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_testkit::tools::e2fsck_fn;
 
 const ATTR: Attr = Attr {
@@ -18,12 +18,19 @@ const ATTR: Attr = Attr {
 };
 
 fn open(img: &std::path::Path, prealloc: bool) -> Filesystem {
-    let dev = FileDevice::open(img, true).unwrap();
-    let opts = OpenOptions {
-        alloc: AllocOptions {
+    open_with(
+        img,
+        AllocOptions {
             inode_prealloc: prealloc,
             ..AllocOptions::default()
         },
+    )
+}
+
+fn open_with(img: &std::path::Path, alloc: AllocOptions) -> Filesystem {
+    let dev = FileDevice::open(img, true).unwrap();
+    let opts = OpenOptions {
+        alloc,
         ..OpenOptions::default()
     };
     Filesystem::open(Box::new(dev), opts).unwrap()
@@ -44,12 +51,12 @@ fn small_file(fs: &Filesystem, k: u64) {
 /// A 32 MiB file written in 256 KiB pieces by an open file, one small
 /// file of 8 KiB written, opened and closed after each piece; returns the
 /// large file's extent count.
-fn stream_between_small_files(prealloc: bool) -> u64 {
+fn stream_between_small_files(alloc: AllocOptions) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let Some(img) = mkfs(dir.path(), None, &["-b", "4096"], "256M") else {
         return 0;
     };
-    let fs = open(&img, prealloc);
+    let fs = open_with(&img, alloc);
     let big = fs.create(ROOT_INO, b"big", NodeKind::Regular, ATTR).unwrap().ino;
     fs.open_file(big).unwrap();
     let piece = vec![0xa5u8; 256 << 10];
@@ -69,14 +76,32 @@ fn stream_between_small_files(prealloc: bool) -> u64 {
 
 #[test]
 fn a_streaming_file_keeps_its_run_and_small_files_go_elsewhere() {
-    let with = stream_between_small_files(true);
-    let without = stream_between_small_files(false);
+    let with = stream_between_small_files(AllocOptions::default());
+    let no_window = AllocOptions {
+        inode_prealloc: false,
+        ..AllocOptions::default()
+    };
+    let without = stream_between_small_files(no_window);
+    let ext3 = AllocOptions {
+        blocks: BlockAllocator::Ext3,
+        ..AllocOptions::default()
+    };
+    let ext3 = stream_between_small_files(ext3);
     if with == 0 {
         return;
     }
-    eprintln!("32 MiB streamed between small files: {with} extents with preallocation, {without} without");
+    eprintln!(
+        "32 MiB streamed between small files: {with} extents with preallocation, {without} without, {ext3} with the ext3 allocator"
+    );
     assert!(with <= 2, "32 MiB streamed between small files in {with} extents");
-    assert!(without >= 64, "without preallocation: {without} extents");
+    assert!(
+        without <= 2,
+        "the locality group keeps small files off the stream: {without} extents"
+    );
+    // Reservation windows double up to 1,027 blocks: 8,192 blocks need
+    // at least 8 windows, and each new one lands past the small files
+    // written meanwhile.
+    assert!(ext3 >= 8, "the ext3 allocator interleaves: {ext3} extents");
 }
 
 /// An open file's window may hold most of the free space; another file

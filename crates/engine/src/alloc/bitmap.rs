@@ -93,6 +93,17 @@ impl Txn<'_> {
         self.block_bitmap_loaded(blk)
     }
 
+    /// A copy of group `group`'s block bitmap as this transaction sees it,
+    /// without taking the block into the transaction: a `BLOCK_UNINIT`
+    /// group's is built, not stored.
+    pub(crate) fn block_bitmap_read(&mut self, group: u32) -> Result<Vec<u8>> {
+        let d = self.group(group)?;
+        if d.flags() & BG_BLOCK_UNINIT != 0 && self.fs.geo.features.has_group_csum() {
+            return self.uninit_block_bitmap(group);
+        }
+        Ok(self.block(d.block_bitmap(), 0)?.to_vec())
+    }
+
     fn block_bitmap_loaded(&mut self, blk: u64) -> Result<&mut [u8]> {
         self.block_mut(blk, 0)
     }

@@ -1,6 +1,7 @@
 //! Data and metadata block allocation: the first free run at or after a
 //! goal, searched group by group and wrapping around (the `Goal` policy).
 
+use super::BlockAllocator;
 use super::bitmap::{find_zero, set_bit, test_bit};
 use crate::error::{Error, Location, Result};
 use crate::txn::Txn;
@@ -26,9 +27,24 @@ impl Txn<'_> {
     }
 
     fn alloc_blocks_once(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
-        let geo = self.fs.geo.clone();
+        let geo = &self.fs.geo;
         let goal = goal.clamp(u64::from(geo.first_data_block), geo.blocks_count - 1);
-        let start_group = ((goal - u64::from(geo.first_data_block)) / u64::from(geo.blocks_per_group)) as u32;
+        if self.fs.opts.alloc.blocks == BlockAllocator::Mballoc {
+            self.mb_sync();
+            if let Some(got) = self.mb_alloc(goal, want, want)? {
+                return Ok(got);
+            }
+        }
+        self.scan_alloc(goal, want)
+    }
+
+    /// The first free run at or after `goal`, group by group, wrapping
+    /// around: the ext3 allocator's bitmap search, and mballoc's last
+    /// resort (it sees exactly what the buddies see, so it finds nothing
+    /// they missed unless they were stale).
+    pub(crate) fn scan_alloc(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
+        let geo = self.fs.geo.clone();
+        let start_group = self.group_of(goal);
         for step in 0..geo.group_count {
             let g = (start_group + step) % geo.group_count;
             if self.group(g)?.free_blocks() == 0 {
@@ -50,6 +66,7 @@ impl Txn<'_> {
                 set_bit(map, bit, true);
             }
             self.adjust_group_blocks(g, -i64::from(len))?;
+            self.fs.mb_forget(first + u64::from(start), u64::from(len));
             return Ok((first + u64::from(start), len));
         }
         Err(Error::NoSpace)
@@ -62,27 +79,47 @@ impl Txn<'_> {
         self.view(g, true)
     }
 
+    /// Group `g`'s view for a window's owner: taken blocks and
+    /// uncommitted frees, no windows.
+    pub(crate) fn view_of_owner(&mut self, g: u32) -> Result<Vec<u8>> {
+        self.view(g, false)
+    }
+
     /// [`Self::alloc_view`], with or without the preallocation windows
     /// laid over (a window's owner takes its blocks through them).
     fn view(&mut self, g: u32, windows: bool) -> Result<Vec<u8>> {
-        let mut view = self.block_bitmap_mut(g)?.to_vec();
-        let first = self.fs.geo.group_first_block(g);
+        let mut view = self.block_bitmap_read(g)?;
         if windows {
+            let first = self.fs.geo.group_first_block(g);
             let bits = u64::from(self.fs.geo.blocks_per_group);
             self.fs.prealloc.lay_over(first, bits, &mut view);
         }
+        self.lay_over_busy(g, &mut view);
+        Ok(view)
+    }
+
+    /// Sets in `view` (group `g`'s bitmap) everything the allocator must
+    /// not hand out besides the bitmap's own bits: windows, uncommitted
+    /// frees.
+    pub(crate) fn lay_over_taken(&self, g: u32, view: &mut [u8]) {
+        let first = self.fs.geo.group_first_block(g);
+        let bits = u64::from(self.fs.geo.blocks_per_group);
+        self.fs.prealloc.lay_over(first, bits, view);
+        self.lay_over_busy(g, view);
+    }
+
+    fn lay_over_busy(&self, g: u32, view: &mut [u8]) {
         if !self.fs.journaling {
-            return Ok(view);
+            return;
         }
-        self.fs.busy.lay_over(g, &mut view);
+        self.fs.busy.lay_over(g, view);
         let first = self.fs.geo.group_first_block(g);
         let end = first + u64::from(self.fs.geo.blocks_per_group);
         for &(s, l) in self.freed_ranges() {
             for b in s.max(first)..(s + l).min(end) {
-                set_bit(&mut view, (b - first) as u32, true);
+                set_bit(view, (b - first) as u32, true);
             }
         }
-        Ok(view)
     }
 
     /// How many blocks from `start` on are free for a new allocation (as
@@ -109,7 +146,7 @@ impl Txn<'_> {
         Ok((at - start).min(max))
     }
 
-    fn group_of(&self, block: u64) -> u32 {
+    pub(crate) fn group_of(&self, block: u64) -> u32 {
         let geo = &self.fs.geo;
         ((block - u64::from(geo.first_data_block)) / u64::from(geo.blocks_per_group)) as u32
     }
@@ -140,9 +177,15 @@ impl Txn<'_> {
         Ok(true)
     }
 
-    /// Frees `len` blocks from `start` (all inside one group).
+    /// Frees `len` blocks from `start` (all inside one group). With a
+    /// journal they stay taken until the commit ([`crate::alloc::busy`]);
+    /// without, they are free at once and the buddies must learn it.
     pub(crate) fn free_blocks(&mut self, start: u64, len: u64) -> Result<()> {
         self.note_freed(start, len);
+        if !self.fs.journaling {
+            self.fs.mb_forget(start, len);
+            self.note_buddy_touched(self.group_of(start));
+        }
         let geo = self.fs.geo.clone();
         let mut b = start;
         while b < start + len {
@@ -166,7 +209,7 @@ impl Txn<'_> {
         Ok(())
     }
 
-    fn adjust_group_blocks(&mut self, g: u32, delta: i64) -> Result<()> {
+    pub(crate) fn adjust_group_blocks(&mut self, g: u32, delta: i64) -> Result<()> {
         let mut d = self.group(g)?;
         let n = (i64::from(d.free_blocks()) + delta).max(0) as u32;
         d.bg_free_blocks_count_lo.set(n as u16);

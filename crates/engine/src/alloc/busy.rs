@@ -35,6 +35,9 @@ pub(crate) struct BusyBlocks {
 struct Generations {
     running: HashMap<u32, Vec<u8>>,
     committing: HashMap<u32, Vec<u8>>,
+    /// Groups whose busy blocks became free since the allocator last
+    /// asked: their buddies must learn of it.
+    released: Vec<u32>,
 }
 
 impl BusyBlocks {
@@ -81,7 +84,14 @@ impl BusyBlocks {
 
     /// The committing transaction is durable: what it freed may be reused.
     pub(crate) fn end_commit(&self) {
-        self.generations.lock().committing.clear();
+        let mut gens = self.generations.lock();
+        let done = std::mem::take(&mut gens.committing);
+        gens.released.extend(done.into_keys());
+    }
+
+    /// The groups whose busy blocks were released since the last call.
+    pub(crate) fn take_released(&self) -> Vec<u32> {
+        std::mem::take(&mut self.generations.lock().released)
     }
 
     /// True when no freed block waits for a commit.

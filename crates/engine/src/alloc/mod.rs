@@ -8,8 +8,14 @@
 mod bitmap;
 mod blocks;
 pub(crate) mod busy;
+mod data;
+mod ext3;
 mod inodes;
+pub(crate) mod mballoc;
 mod options;
 pub(crate) mod prealloc;
 
+pub(crate) use data::DataRequest;
+pub use data::set_caller_pid;
+pub use mballoc::criteria::MbStats;
 pub use options::{AllocOptions, BlockAllocator, InodeAllocator};

@@ -13,10 +13,6 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 
-/// Blocks a file must have before it gets a window (the kernel's
-/// `mb_stream_req` default).
-pub(crate) const STREAM_REQ: u64 = 16;
-
 /// The longest hole before a new allocation that its window also covers,
 /// so that a stream's pieces arriving out of order still land in place.
 pub(crate) const MAX_HOLE: u64 = 2048;
@@ -30,10 +26,31 @@ pub(crate) struct Window {
     pub len: u64,
 }
 
-/// The windows of every file, by inode.
+/// An ext3 reservation window (`ext3_reserve_window_node`): physical
+/// blocks `start..start + len` that other files do not allocate from,
+/// whether or not they are free; `goal_size` is the size the next window
+/// of the file gets, `hits` the blocks allocated from this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reservation {
+    pub start: u64,
+    pub len: u64,
+    pub goal_size: u64,
+    pub hits: u64,
+}
+
+/// The windows of every file, by inode, and the locality group's.
 #[derive(Debug, Default)]
 pub(crate) struct Preallocs {
     by_ino: Mutex<HashMap<u32, Window>>,
+    /// Free blocks `start..start + len` kept for small files, taken from
+    /// the front (mballoc's locality-group preallocation, seed 001 §2.3).
+    locality: Mutex<Option<(u64, u64)>>,
+    /// The ext3 allocator's reservation windows, by inode
+    /// ([`crate::alloc::ext3`]).
+    reservations: Mutex<HashMap<u32, Reservation>>,
+    /// Physical ranges whose windows came or went since the allocator
+    /// last looked: the buddies of their groups no longer match.
+    changed: Mutex<Vec<(u64, u64)>>,
 }
 
 impl Preallocs {
@@ -60,28 +77,122 @@ impl Preallocs {
     /// Gives `ino` a window (replacing any it had).
     pub(crate) fn set(&self, ino: u32, w: Window) {
         if w.len > 0 {
-            self.by_ino.lock().insert(ino, w);
+            self.note(w.physical, w.len);
+            if let Some(old) = self.by_ino.lock().insert(ino, w) {
+                self.note(old.physical, old.len);
+            }
         }
     }
 
-    /// Lets `ino`'s window go.
+    /// Lets `ino`'s window go (its ext3 reservation too).
     pub(crate) fn release(&self, ino: u32) {
-        self.by_ino.lock().remove(&ino);
+        if let Some(old) = self.by_ino.lock().remove(&ino) {
+            self.note(old.physical, old.len);
+        }
+        if let Some(r) = self.reservations.lock().remove(&ino) {
+            self.note(r.start, r.len);
+        }
     }
 
-    /// Lets every window go; true if there was one.
+    /// `ino`'s ext3 reservation window.
+    pub(crate) fn reservation(&self, ino: u32) -> Option<Reservation> {
+        self.reservations.lock().get(&ino).copied()
+    }
+
+    /// Sets `ino`'s ext3 reservation window (an empty one keeps only
+    /// its sizes).
+    pub(crate) fn set_reservation(&self, ino: u32, r: Reservation) {
+        self.note(r.start, r.len);
+        if let Some(old) = self.reservations.lock().insert(ino, r) {
+            self.note(old.start, old.len);
+        }
+    }
+
+    /// Counts `n` blocks allocated from `ino`'s reservation.
+    pub(crate) fn hit_reservation(&self, ino: u32, n: u64) {
+        if let Some(r) = self.reservations.lock().get_mut(&ino) {
+            r.hits += n;
+        }
+    }
+
+    /// The first block of `start..end` inside a reservation other than
+    /// `ino`'s.
+    pub(crate) fn first_reserved(&self, ino: u32, start: u64, end: u64) -> Option<u64> {
+        let map = self.reservations.lock();
+        let overlapping = map
+            .iter()
+            .filter(|(i, r)| **i != ino && r.start < end && r.start + r.len > start);
+        overlapping.map(|(_, r)| r.start.max(start)).min()
+    }
+
+    /// Lets every window go, the locality group's too; true if there
+    /// was one.
     pub(crate) fn release_all(&self) -> bool {
         let mut map = self.by_ino.lock();
-        let had = !map.is_empty();
+        let mut had = !map.is_empty();
+        for w in map.values() {
+            self.note(w.physical, w.len);
+        }
         map.clear();
+        for r in self.reservations.lock().drain().map(|(_, r)| r) {
+            self.note(r.start, r.len);
+            had = true;
+        }
+        if let Some((s, l)) = self.locality.lock().take() {
+            self.note(s, l);
+            had = true;
+        }
         had
+    }
+
+    /// The locality group's window: (first free block, blocks left).
+    pub(crate) fn locality(&self) -> Option<(u64, u64)> {
+        *self.locality.lock()
+    }
+
+    /// Replaces the locality group's window (`None` lets it go).
+    pub(crate) fn set_locality(&self, w: Option<(u64, u64)>) {
+        let mut cur = self.locality.lock();
+        if let Some((s, l)) = *cur {
+            self.note(s, l);
+        }
+        if let Some((s, l)) = w {
+            self.note(s, l);
+        }
+        *cur = w.filter(|&(_, l)| l > 0);
+    }
+
+    /// `n` blocks taken from the front of the locality window.
+    pub(crate) fn advance_locality(&self, n: u64) {
+        let mut cur = self.locality.lock();
+        if let Some((s, l)) = *cur {
+            *cur = (l > n).then_some((s + n, l - n));
+        }
+    }
+
+    fn note(&self, start: u64, len: u64) {
+        self.changed.lock().push((start, len));
+    }
+
+    /// The ranges noted since the last call.
+    pub(crate) fn take_changed(&self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut *self.changed.lock())
     }
 
     /// Marks the windows' blocks inside `first..first + bits` as taken in
     /// the group bitmap copy `view`.
     pub(crate) fn lay_over(&self, first: u64, bits: u64, view: &mut [u8]) {
-        for w in self.by_ino.lock().values() {
-            let (a, b) = (w.physical.max(first), (w.physical + w.len).min(first + bits));
+        let locality = *self.locality.lock();
+        let windows = self.by_ino.lock();
+        let reservations = self.reservations.lock();
+        let ext3 = reservations.values().map(|r| (r.start, r.len));
+        let all = windows
+            .values()
+            .map(|w| (w.physical, w.len))
+            .chain(locality)
+            .chain(ext3);
+        for (physical, len) in all {
+            let (a, b) = (physical.max(first), (physical + len).min(first + bits));
             for blk in a..b {
                 let i = (blk - first) as usize;
                 if let Some(byte) = view.get_mut(i / 8) {

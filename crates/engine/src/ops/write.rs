@@ -9,7 +9,8 @@
 
 use ext4kit_format::extent::{EXT_INIT_MAX_LEN, Extent};
 
-use crate::alloc::prealloc::{MAX_HOLE, STREAM_REQ, Window};
+use crate::alloc::DataRequest;
+use crate::alloc::prealloc::{MAX_HOLE, Window};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
@@ -127,22 +128,34 @@ impl Txn<'_> {
             Some(run) => run,
             None => {
                 let before = self.mapped_before(inode, lblk)?;
+                let right = (next != u64::MAX).then_some(next);
                 // A piece that arrives before the window (out of order)
                 // goes just before it, and the window stays for the rest.
                 let ahead = self.fs.prealloc.get(inode.ino).filter(|w| w.logical > lblk);
                 if let Some(w) = ahead {
                     let goal = w.physical.saturating_sub(w.logical - lblk);
-                    let (phys, got) = self.alloc_blocks(goal, want)?;
+                    let req = DataRequest {
+                        lblk,
+                        want,
+                        goal,
+                        left: before.map(|b| b.0),
+                        right,
+                    };
+                    let (phys, got) = self.alloc_for_file(inode, req)?;
                     return self.map_fresh(inode, lblk, phys, got);
                 }
                 let goal = match before {
                     Some((l, p)) => p + (lblk - l),
-                    None => self
-                        .fs
-                        .geo
-                        .group_first_block((inode.ino - 1) / self.fs.geo.inodes_per_group),
+                    None => self.first_goal(inode),
                 };
-                let (phys, got) = self.alloc_blocks(goal, want)?;
+                let req = DataRequest {
+                    lblk,
+                    want,
+                    goal,
+                    left: before.map(|b| b.0),
+                    right,
+                };
+                let (phys, got) = self.alloc_for_file(inode, req)?;
                 // Landed at its goal after a hole: the window starts at the
                 // hole, so pieces written out of order (FUSE write-back)
                 // still fall in place.
@@ -192,13 +205,15 @@ impl Txn<'_> {
     }
 
     /// Keeps logical `lblk` on at physical `phys` on for an extent-mapped
-    /// file that has reached `STREAM_REQ` blocks and is open
+    /// file that has reached `mb_stream_req` blocks and is open
     /// ([`Filesystem::open_file`]): up to logical `end` (blocks just
     /// allocated, or a hole before them) and the free run after it. Its
     /// last close lets the window go. A file written without being opened
     /// (an import, `mkfs -d`) has no close to wait for and gets none.
     fn open_prealloc(&mut self, inode: &Inode, lblk: u64, phys: u64, end: u64) {
-        if !self.fs.opts.alloc.inode_prealloc || !inode.uses_extents() || end < STREAM_REQ {
+        let a = &self.fs.opts.alloc;
+        let mballoc = a.blocks == crate::alloc::BlockAllocator::Mballoc;
+        if !mballoc || !a.inode_prealloc || !inode.uses_extents() || end < u64::from(a.stream_req) {
             return;
         }
         if !self.is_open_now(inode.ino) {

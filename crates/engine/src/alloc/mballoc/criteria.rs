@@ -1,0 +1,180 @@
+//! The search of `ext4_mb_regular_allocator`: first the goal itself,
+//! then passes of loosening criteria over groups, as today's kernel
+//! names them. Each pass looks only at groups that can satisfy it —
+//! from the order lists when `mb_optimize_scan` is on, by the group
+//! descriptor's free count otherwise — so the cost of a request does not
+//! grow with the number of groups.
+
+use super::groups::order_of;
+use super::scan::Found;
+use crate::error::Result;
+use crate::txn::Txn;
+
+/// The passes, loosest last (`enum criteria`, fs/ext4/ext4.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Criteria {
+    /// A free buddy chunk of exactly the request's power-of-two order.
+    Power2Aligned = 0,
+    /// Groups whose average free extent is at least the request.
+    GoalLenFast = 1,
+    /// The request trimmed to the largest order some group still has.
+    BestAvailLen = 2,
+    /// Every group with enough free blocks, best fit inside each.
+    GoalLenSlow = 3,
+    /// Any free block.
+    AnyFree = 4,
+}
+
+/// Counts of one file system's searches (`/proc/fs/ext4/*/mb_stats`):
+/// deterministic figures for the benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MbStats {
+    /// Requests served.
+    pub requests: u64,
+    /// Served at their goal block.
+    pub goal_hits: u64,
+    /// Served by each pass, in [`Criteria`] order.
+    pub hits: [u64; 5],
+    /// Groups looked at by the passes.
+    pub groups_considered: u64,
+    /// Buddies built from bitmaps.
+    pub buddies_built: u64,
+}
+
+/// One request: `want` blocks (normalized) near `goal`; a free run at
+/// the goal itself is taken when it holds at least `need`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request {
+    pub goal: u64,
+    pub want: u32,
+    pub need: u32,
+}
+
+impl Txn<'_> {
+    /// Finds free blocks for `req` without taking them: (group, first
+    /// block in the group, length ≥ 1), or `None` when no group has any.
+    pub(crate) fn mb_search(&mut self, req: Request) -> Result<Option<Found>> {
+        self.mb_sync();
+        let geo = &self.fs.geo;
+        let goal = req.goal.clamp(u64::from(geo.first_data_block), geo.blocks_count - 1);
+        let req = Request { goal, ..req };
+        let g0 = self.group_of(req.goal);
+        if let Some(f) = self.mb_at_goal(g0, req)? {
+            self.fs.mb.lock().stats.goal_hits += 1;
+            return Ok(Some(f));
+        }
+        for cr in self.mb_passes(req.want) {
+            if let Some(f) = self.mb_pass(cr, g0, req)? {
+                self.fs.mb.lock().stats.hits[cr as usize] += 1;
+                return Ok(Some(f));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `ext4_mb_find_by_goal`: the run at the goal block when it is long
+    /// enough.
+    fn mb_at_goal(&mut self, g: u32, req: Request) -> Result<Option<Found>> {
+        let at = (req.goal - self.fs.geo.group_first_block(g)) as u32;
+        self.with_buddy(g, |b| {
+            let run = b.run_at(at, req.want);
+            (run >= req.want.min(req.need.max(1))).then_some(Found {
+                group: g,
+                start: at,
+                len: run,
+            })
+        })
+    }
+
+    fn mb_passes(&self, want: u32) -> Vec<Criteria> {
+        let a = &self.fs.opts.alloc;
+        let mut v = Vec::new();
+        if want.is_power_of_two() && order_of(want) >= a.order2_req {
+            v.push(Criteria::Power2Aligned);
+        }
+        v.extend([Criteria::GoalLenFast, Criteria::BestAvailLen, Criteria::GoalLenSlow]);
+        v.push(Criteria::AnyFree);
+        v
+    }
+
+    /// Whether group selection uses the order lists.
+    fn mb_optimized(&self) -> bool {
+        let a = &self.fs.opts.alloc;
+        a.optimize_scan.unwrap_or(self.fs.geo.group_count >= 16)
+    }
+
+    fn mb_pass(&mut self, cr: Criteria, g0: u32, req: Request) -> Result<Option<Found>> {
+        let order = order_of(req.want);
+        let optimized = self.mb_optimized();
+        match cr {
+            Criteria::Power2Aligned if optimized => {
+                let groups = self.fs.mb.lock().cache.with_largest_at_least(order, g0);
+                self.try_groups(&groups, |t, g| t.mb_take_chunk(g, order))
+            }
+            Criteria::GoalLenFast if optimized => {
+                let ceil = order + u32::from(!req.want.is_power_of_two());
+                let groups = self.fs.mb.lock().cache.with_average_at_least(ceil, g0);
+                self.try_groups(&groups, |t, g| t.mb_best_in(g, req.want, true))
+            }
+            Criteria::BestAvailLen if optimized => self.mb_best_available(g0, req.want),
+            Criteria::Power2Aligned | Criteria::GoalLenFast | Criteria::BestAvailLen => {
+                // Without the lists these passes are the linear one's
+                // with tighter checks; the linear pass below covers them.
+                Ok(None)
+            }
+            Criteria::GoalLenSlow => self.mb_linear(g0, req.want, |t, g| t.mb_best_in(g, req.want, true)),
+            Criteria::AnyFree => self.mb_linear(g0, 1, |t, g| t.mb_best_in(g, req.want, false)),
+        }
+    }
+
+    /// `CR_BEST_AVAIL_LEN`: the request cut to the largest order still
+    /// free somewhere, but never below an eighth of it.
+    fn mb_best_available(&mut self, g0: u32, want: u32) -> Result<Option<Found>> {
+        let order = order_of(want);
+        let Some(best) = self.fs.mb.lock().cache.largest_order() else {
+            return Ok(None);
+        };
+        if best >= order || best + 3 < order {
+            return Ok(None);
+        }
+        let trimmed = 1 << best;
+        let groups = self.fs.mb.lock().cache.with_largest_at_least(best, g0);
+        self.try_groups(&groups, |t, g| t.mb_best_in(g, trimmed, true))
+    }
+
+    fn try_groups(
+        &mut self,
+        groups: &[u32],
+        mut f: impl FnMut(&mut Self, u32) -> Result<Option<Found>>,
+    ) -> Result<Option<Found>> {
+        for &g in groups {
+            self.fs.mb.lock().stats.groups_considered += 1;
+            if let Some(found) = f(self, g)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every group from `g0` on, wrapping, whose descriptor counts at
+    /// least `min_free` free blocks.
+    fn mb_linear(
+        &mut self,
+        g0: u32,
+        min_free: u32,
+        mut f: impl FnMut(&mut Self, u32) -> Result<Option<Found>>,
+    ) -> Result<Option<Found>> {
+        let n = self.fs.geo.group_count;
+        for step in 0..n {
+            let g = (g0 + step) % n;
+            if self.group(g)?.free_blocks() < min_free {
+                continue;
+            }
+            self.fs.mb.lock().stats.groups_considered += 1;
+            if let Some(found) = f(self, g)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+}
