@@ -112,6 +112,8 @@ pub struct Filesystem {
     pub(crate) busy: crate::alloc::busy::BusyBlocks,
     /// Blocks kept in memory for streaming files ([`crate::alloc::prealloc`]).
     pub(crate) prealloc: crate::alloc::prealloc::Preallocs,
+    /// Where each directory's latest new inode went ([`crate::alloc::ialloc`]).
+    pub(crate) ialloc_last: crate::alloc::ialloc::LastGroups,
     /// Open counts by inode ([`Filesystem::open_file`]).
     pub(crate) open_files: Mutex<HashMap<u32, u32>>,
     /// Where the next new name of each linear directory goes

@@ -89,6 +89,7 @@ impl Filesystem {
             journaling: false,
             open_files: Mutex::new(Default::default()),
             prealloc: Default::default(),
+            ialloc_last: Default::default(),
             dir_hints: Default::default(),
             session: crate::session::Session::new(state_at_open),
             errors: Default::default(),

@@ -1,14 +1,13 @@
 //! Block and inode allocation over the group bitmaps (`bitmaps.rst`,
 //! `allocators.rst`): a goal-based block allocator with per-inode
-//! preallocation windows and a parent-group inode allocator, working
-//! inside a transaction. The
-//! allocator issue replaces them with mballoc and Orlov/flex_bg, chosen by
-//! option.
+//! preallocation windows, and the inode allocators (Orlov, flex_bg,
+//! parent group) chosen by option in [`ialloc`], working inside a
+//! transaction. The allocator issue replaces the block side with mballoc.
 
 mod bitmap;
 mod blocks;
 pub(crate) mod busy;
-mod inodes;
+pub(crate) mod ialloc;
 mod options;
 pub(crate) mod prealloc;
 
