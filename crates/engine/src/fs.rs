@@ -114,6 +114,8 @@ pub struct Filesystem {
     pub(crate) prealloc: crate::alloc::prealloc::Preallocs,
     /// The multiblock allocator's buddies, group lists and counts.
     pub(crate) mb: Mutex<crate::alloc::mballoc::MbState>,
+    /// Where each directory's latest new inode went ([`crate::alloc::ialloc`]).
+    pub(crate) ialloc_last: crate::alloc::ialloc::LastGroups,
     /// Open counts by inode ([`Filesystem::open_file`]).
     pub(crate) open_files: Mutex<HashMap<u32, u32>>,
     /// Where the next new name of each linear directory goes

@@ -90,6 +90,7 @@ impl Filesystem {
             open_files: Mutex::new(Default::default()),
             prealloc: Default::default(),
             mb: Default::default(),
+            ialloc_last: Default::default(),
             dir_hints: Default::default(),
             session: crate::session::Session::new(state_at_open),
             errors: Default::default(),

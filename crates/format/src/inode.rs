@@ -92,6 +92,9 @@ pub mod flags {
     pub const NOATIME: u32 = 0x80;
     /// Directory has an htree index.
     pub const INDEX: u32 = 0x1000;
+    /// Top of a directory hierarchy: the Orlov allocator spreads its
+    /// subdirectories as it does the root's (`EXT4_TOPDIR_FL`).
+    pub const TOPDIR: u32 = 0x20000;
     /// `i_blocks` counts file-system blocks.
     pub const HUGE_FILE: u32 = 0x40000;
     /// File uses an extent tree.

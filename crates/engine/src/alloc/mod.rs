@@ -1,16 +1,18 @@
 //! Block and inode allocation over the group bitmaps (`bitmaps.rst`,
-//! `allocators.rst`): a goal-based block allocator with per-inode
-//! preallocation windows and a parent-group inode allocator, working
-//! inside a transaction. The
-//! allocator issue replaces them with mballoc and Orlov/flex_bg, chosen by
-//! option.
+//! `allocators.rst`, seed 001), inside a transaction, each a policy
+//! chosen by [`AllocOptions`]: blocks by [`mballoc`] (buddies, criteria
+//! passes, normalization, locality-group and per-inode preallocation in
+//! [`prealloc`]) or the [`ext3`] allocator with reservation windows,
+//! data placement in [`data`]; inodes by Orlov, the flex_bg allocator or
+//! the parent's group ([`ialloc`]). The bitmaps are the only state on
+//! disk; every other structure here is in memory and rebuilt on demand.
 
 mod bitmap;
 mod blocks;
 pub(crate) mod busy;
 mod data;
 mod ext3;
-mod inodes;
+pub(crate) mod ialloc;
 pub(crate) mod mballoc;
 mod options;
 pub(crate) mod prealloc;

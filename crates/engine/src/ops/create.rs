@@ -172,7 +172,7 @@ impl Txn<'_> {
             return Err(Error::TooManyLinks(String::from_utf8_lossy(name).into_owned()));
         }
         let ft = kind.file_type();
-        let ino = self.alloc_inode(parent, is_dir)?;
+        let ino = self.alloc_inode(&dir, Some(name), is_dir)?;
         let n = NewInode {
             file_type: ft,
             perm: attr.perm,

@@ -19,7 +19,10 @@ use crate::txn::Txn;
 impl Txn<'_> {
     /// A regular file near directory `parent`, with no name: zero links,
     /// on the orphan list. `umask` and `parent`'s default ACL apply as for
-    /// a create there.
+    /// a create there. Having no name, it is placed as a file with no
+    /// name: the policies use a name only for top-level directories, and
+    /// [`Txn::alloc_inode`] hashes the empty name there instead of the
+    /// kernel's random start, so placement stays reproducible.
     pub(crate) fn create_tmpfile(&mut self, parent: u32, attr: Attr, umask: u16) -> Result<Inode> {
         let dir = self.inode(parent)?;
         if !dir.is_dir() {
@@ -27,7 +30,7 @@ impl Txn<'_> {
         }
         super::require_live(&dir)?;
         super::flags::require_mutable(&dir)?;
-        let ino = self.alloc_inode(parent, false)?;
+        let ino = self.alloc_inode(&dir, None, false)?;
         let n = NewInode {
             file_type: FileType::Regular,
             perm: attr.perm,
