@@ -188,3 +188,89 @@ fn compare_alternates_variants_on_fresh_images_and_sets_them_against_the_first()
         "compare images were kept"
     );
 }
+
+#[test]
+fn compare_over_alloc_runs_each_allocator_on_fresh_clean_images() {
+    use ext4kit_bench::suite::compare::{Variant, compare};
+    use ext4kit_engine::{BlockAllocator, InodeAllocator};
+    let dir = tempfile::tempdir().unwrap();
+    let base = Variant {
+        label: "base".into(),
+        spec: TargetSpec::Image(dir.path().join("a.img")),
+        opts: common::options(),
+    };
+    let ext3 = Variant::derive(&base, "alloc=ext3").unwrap();
+    assert_eq!(ext3.opts.alloc.blocks, BlockAllocator::Ext3);
+    assert_eq!(ext3.opts.alloc.inodes, InodeAllocator::Orlov);
+    let flex = Variant::derive(&base, "alloc=mballoc,inode_alloc=flexbg").unwrap();
+    assert_eq!(flex.opts.alloc.inodes, InodeAllocator::FlexBg);
+    let w = suite::workload("seqio").unwrap();
+    let mut show = |_: u64, _: u64| {};
+    let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(false)));
+    let r = compare(w, &[base, ext3, flex], &small(), 2, &mut p).unwrap();
+    assert!(!r.failed());
+    let labels: Vec<&str> = r.variants.iter().map(|v| v.0.as_str()).collect();
+    assert_eq!(labels, ["base", "alloc=ext3", "alloc=mballoc,inode_alloc=flexbg"]);
+    // What each round's engine was opened with, not what was asked for.
+    let opened = [("mballoc", "orlov"), ("ext3", "orlov"), ("mballoc", "flexbg")];
+    for ((label, rounds), (blocks, inodes)) in r.variants.iter().zip(opened) {
+        assert_eq!(rounds.len(), 2);
+        for rep in rounds {
+            assert!(
+                rep.fsck.as_ref().is_some_and(|f| f.clean),
+                "{label}: {}",
+                rep.to_markdown()
+            );
+            assert_eq!(rep.block_alloc.as_deref(), Some(blocks), "{label}");
+            assert_eq!(rep.inode_alloc.as_deref(), Some(inodes), "{label}");
+        }
+    }
+    let md = r.to_markdown();
+    assert!(
+        md.contains("| alloc=ext3 |") && md.contains("| blocks mballoc, inodes orlov | blocks ext3, inodes orlov |"),
+        "{md}"
+    );
+    let one = &r.variants[1].1[0];
+    assert!(one.to_markdown().contains("Allocators: blocks ext3, inodes orlov."));
+    assert!(one.to_json().contains("\"block_alloc\": \"ext3\""));
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "compare images were kept"
+    );
+}
+
+#[test]
+fn allocators_are_refused_where_the_engine_does_not_allocate() {
+    use ext4kit_bench::suite::compare::Variant;
+    use ext4kit_engine::BlockAllocator;
+    let dir = tempfile::tempdir().unwrap();
+    let base = Variant {
+        label: "base".into(),
+        spec: TargetSpec::Image(dir.path().join("a.img")),
+        opts: common::options(),
+    };
+    let refused = |base: &Variant, pairs: &str, why: &str| {
+        let e = format!("{:#}", Variant::derive(base, pairs).unwrap_err());
+        assert!(e.contains(pairs) && e.contains(why), "{pairs}: {e}");
+    };
+    refused(&base, "alloc=mballoc,alloc=ext3", "given twice");
+    refused(&base, "alloc=buddy", "mballoc, ext3");
+    refused(&base, "inode_alloc=spread", "orlov, flexbg, parent");
+    refused(&base, "kernel=ext4,alloc=ext3", "kernel's");
+    // Even the default, when asked for by name.
+    refused(&base, "inode_alloc=orlov,kernel=ext3", "kernel's");
+    let d = dir.path().display().to_string();
+    refused(&base, &format!("target={d},alloc=ext3"), "directory");
+    // A base that chose an allocator does not carry it to a kernel.
+    let mut ext3 = base.clone();
+    ext3.opts.alloc.blocks = BlockAllocator::Ext3;
+    refused(&ext3, "kernel=ext4", "kernel's");
+    assert!(Variant::derive(&base, "kernel=ext4").is_ok());
+
+    let mut opts = common::options();
+    opts.alloc.blocks = BlockAllocator::Ext3;
+    let e = suite::run_quietly("seqio", &TargetSpec::Dir(dir.path().into()), &opts, &small()).unwrap_err();
+    assert!(e.to_string().contains("directory"), "{e}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -21,6 +21,7 @@ fn options(block_size: u32, cache_bytes: u64) -> TargetOptions {
         features: Vec::new(),
         block_size: Some(block_size),
         scratch: std::env::temp_dir(),
+        ..TargetOptions::default()
     }
 }
 

@@ -206,8 +206,9 @@ fn git_tar_and_a_c_build_work_on_the_mount() {
     assert_clean(&img);
 }
 
-/// Options the engine cannot honour are refused by name; `ro` refuses
-/// writes with EROFS; `fstype=fuse` mounts with the plain type.
+/// Options the engine cannot honour are refused by name; allocation
+/// policies mount and leave a clean image; `ro` refuses writes with
+/// EROFS; `fstype=fuse` mounts with the plain type.
 #[test]
 fn options_are_honoured_or_refused() {
     if !ready() {
@@ -220,13 +221,35 @@ fn options_are_honoured_or_refused() {
         .arg("mount")
         .arg(&img)
         .arg(dir.path())
-        .args(["-o", "stripe=8"])
+        .args(["-o", "delalloc"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("stripe=8") && err.contains("not supported yet"), "{err}");
+    assert!(err.contains("delalloc") && err.contains("not supported yet"), "{err}");
     assert!(!is_mounted(dir.path()));
+    // Options that only disagree together are refused before the mount.
+    let out = Command::new(exe())
+        .arg("mount")
+        .arg(&img)
+        .arg(dir.path())
+        .args(["-o", "mb_min_to_scan=300", "-o", "alloc=ext3"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("mb_min_to_scan=300") && err.contains("mb_max_to_scan=200"),
+        "{err}"
+    );
+    assert!(!is_mounted(dir.path()));
+
+    let allocs = "alloc=ext3,inode_alloc=flexbg,stripe=16,mb_group_prealloc=64,mb_optimize_scan=1";
+    let m = FuseMount::start(exe(), &img, allocs).unwrap();
+    std::fs::create_dir(m.path().join("d")).unwrap();
+    std::fs::write(m.path().join("d/f"), vec![7u8; 300 << 10]).unwrap();
+    assert!(m.unmount().unwrap().success());
+    assert_clean(&img);
 
     let m = FuseMount::start(exe(), &img, "ro,fstype=fuse").unwrap();
     let e = std::fs::write(m.path().join("x"), b"no").unwrap_err();

@@ -2,10 +2,11 @@
 //! (`ro`, `noatime`, `errors=`…), FUSE's for the transport (`allow_other`,
 //! `default_permissions`), and ours for caching. An option the engine cannot
 //! honour yet is refused by name, never ignored: a user who asks for
-//! `stripe=` must not get a silently different layout.
+//! `delalloc` must not get silently different behaviour.
 
 use std::time::Duration;
 
+use ext4kit_engine::AllocOptions;
 use ext4kit_engine::journal::{DataMode, JournalOptions};
 
 /// When reads update the access time (`noatime`, `relatime`, `strictatime`).
@@ -137,6 +138,10 @@ pub struct MountConfig {
     /// Longest a change waits in memory before it is committed
     /// (`commit=`, seconds; 0 means the default, 5, as in ext4).
     pub commit: Duration,
+    /// Allocation policies and mballoc's tunables: `alloc=`,
+    /// `inode_alloc=`, `stripe=`, and the kernel's sysfs tunables under
+    /// their own names (`mb_stream_req=`, `mb_group_prealloc=`…).
+    pub alloc: AllocOptions,
 }
 
 impl Default for MountConfig {
@@ -166,6 +171,7 @@ impl Default for MountConfig {
             fsname: None,
             journal: JournalOptions::default(),
             commit: DEFAULT_COMMIT,
+            alloc: AllocOptions::default(),
         }
     }
 }
@@ -191,7 +197,6 @@ const DEFAULT_COMMIT: Duration = Duration::from_secs(5);
 const NOT_YET: &[&str] = &[
     "delalloc",
     "nodelalloc",
-    "stripe",
     "barrier",
     "nobarrier",
     "discard",
@@ -211,6 +216,18 @@ const NOT_YET: &[&str] = &[
     "min_batch_time",
     "journal_ioprio",
 ];
+
+/// Bounds of the allocator's tunables. The kernel takes any number
+/// through sysfs; these refuse what cannot mean anything: a
+/// locality-group preallocation and a request lie in one group, at most
+/// 32768 blocks of 4 KiB (2^15), and no group has more than 524288 blocks
+/// (of 64 KiB), so no stripe is longer. `mb_stream_req` and the scan
+/// limits are only capped far above their defaults, to catch a typo.
+const MAX_GROUP_PREALLOC: u32 = 32_768;
+const MAX_ORDER2_REQ: u32 = 15;
+const MAX_STRIPE: u32 = 524_288;
+const MAX_STREAM_REQ: u32 = 1 << 20;
+const MAX_TO_SCAN: u32 = 1_000_000;
 
 /// Options `mount(8)` and fstab pass along that mean nothing here.
 const HARMLESS: &[&str] = &[
@@ -248,6 +265,22 @@ impl MountConfig {
         Ok(())
     }
 
+    /// Checks what spans several options, once every `-o` list is
+    /// applied (so their order does not matter).
+    ///
+    /// # Errors
+    /// A message naming the options that disagree.
+    pub fn check(&self) -> Result<(), String> {
+        let a = &self.alloc;
+        if a.min_to_scan > a.max_to_scan {
+            return Err(format!(
+                "mount options `mb_min_to_scan={}` and `mb_max_to_scan={}`: the fewest extents to look at exceeds the most",
+                a.min_to_scan, a.max_to_scan
+            ));
+        }
+        Ok(())
+    }
+
     fn apply_one(&mut self, key: &str, value: Option<&str>) -> Result<(), String> {
         if NOT_YET.contains(&key) {
             return Err("not supported yet (it needs the new allocators or a feature not built yet)".into());
@@ -260,6 +293,9 @@ impl MountConfig {
                 self.read_only = false;
             }
             return Ok(());
+        }
+        if let Some(done) = apply_alloc(&mut self.alloc, key, value) {
+            return done;
         }
         let flag = |v: Option<&str>| match v {
             None => Ok(()),
@@ -367,6 +403,47 @@ impl MountConfig {
     }
 }
 
+/// Sets the allocation option `key`; `None` when `key` is not one.
+fn apply_alloc(a: &mut AllocOptions, key: &str, value: Option<&str>) -> Option<Result<(), String>> {
+    let done = match key {
+        "alloc" => value
+            .ok_or("expects mballoc or ext3".into())
+            .and_then(str::parse)
+            .map(|b| a.blocks = b),
+        "inode_alloc" => value
+            .ok_or("expects orlov, flexbg or parent".into())
+            .and_then(str::parse)
+            .map(|i| a.inodes = i),
+        "stripe" => number(value, 0, MAX_STRIPE, "blocks").map(|n| a.stripe = n),
+        "mb_optimize_scan" => switch(value).map(|on| a.optimize_scan = Some(on)),
+        "mb_inode_prealloc" => switch(value).map(|on| a.inode_prealloc = on),
+        "mb_stream_req" => number(value, 0, MAX_STREAM_REQ, "blocks").map(|n| a.stream_req = n),
+        "mb_group_prealloc" => number(value, 1, MAX_GROUP_PREALLOC, "blocks").map(|n| a.group_prealloc = n),
+        "mb_order2_req" => number(value, 0, MAX_ORDER2_REQ, "an order").map(|n| a.order2_req = n),
+        "mb_max_to_scan" => number(value, 0, MAX_TO_SCAN, "extents").map(|n| a.max_to_scan = n),
+        "mb_min_to_scan" => number(value, 0, MAX_TO_SCAN, "extents").map(|n| a.min_to_scan = n),
+        _ => return None,
+    };
+    Some(done)
+}
+
+/// A whole number from `lo` to `hi`.
+fn number(value: Option<&str>, lo: u32, hi: u32, what: &str) -> Result<u32, String> {
+    value
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| (lo..=hi).contains(n))
+        .ok_or_else(|| format!("expects {what} from {lo} to {hi}"))
+}
+
+/// `0` or `1`, as the kernel's sysfs switches take.
+fn switch(value: Option<&str>) -> Result<bool, String> {
+    match value {
+        Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        _ => Err("expects 0 or 1".into()),
+    }
+}
+
 fn parse_map(value: Option<&str>) -> Result<IdMap, String> {
     let bad = || "expects IMAGE_ID:HOST_ID, e.g. uid=1001:1000".to_string();
     let (image, host) = value.and_then(|v| v.split_once(':')).ok_or_else(bad)?;
@@ -387,6 +464,7 @@ fn parse_secs(value: Option<&str>) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ext4kit_engine::{BlockAllocator, InodeAllocator};
 
     #[test]
     fn parses_ext4_and_fuse_options() {
@@ -432,8 +510,10 @@ mod tests {
 
     #[test]
     fn refuses_unsupported_and_unknown_options_by_name() {
-        let e = MountConfig::default().apply("rw,stripe=8").unwrap_err();
-        assert!(e.contains("stripe=8") && e.contains("not supported yet"), "{e}");
+        for opt in ["delalloc", "nodelalloc"] {
+            let e = MountConfig::default().apply(&format!("rw,{opt}")).unwrap_err();
+            assert!(e.contains(opt) && e.contains("not supported yet"), "{e}");
+        }
         let e = MountConfig::default().apply("data=fast").unwrap_err();
         assert!(e.contains("data=fast") && e.contains("expects ordered"), "{e}");
         let e = MountConfig::default().apply("bogus").unwrap_err();
@@ -449,6 +529,87 @@ mod tests {
         assert!(MountConfig::default().apply("max_dirty=lots").is_err());
         let e = MountConfig::default().apply("cpu_latency=fast").unwrap_err();
         assert!(e.contains("cpu_latency=fast") && e.contains("auto, on or off"), "{e}");
+    }
+
+    #[test]
+    fn allocation_options_default_to_the_kernels() {
+        let c = MountConfig::default();
+        assert_eq!(c.alloc, AllocOptions::default());
+        assert_eq!(c.alloc.blocks, BlockAllocator::Mballoc);
+        assert_eq!(c.alloc.inodes, InodeAllocator::Orlov);
+        assert_eq!(c.alloc.optimize_scan, None);
+        c.check().unwrap();
+    }
+
+    #[test]
+    fn parses_allocation_options() {
+        let mut c = MountConfig::default();
+        c.apply("alloc=ext3,inode_alloc=flexbg,stripe=16,mb_optimize_scan=0,mb_inode_prealloc=0")
+            .unwrap();
+        c.apply("mb_stream_req=32,mb_group_prealloc=1024,mb_order2_req=3,mb_max_to_scan=400,mb_min_to_scan=20")
+            .unwrap();
+        c.check().unwrap();
+        assert_eq!(
+            c.alloc,
+            AllocOptions {
+                blocks: BlockAllocator::Ext3,
+                inodes: InodeAllocator::FlexBg,
+                stream_req: 32,
+                group_prealloc: 1024,
+                inode_prealloc: false,
+                optimize_scan: Some(false),
+                stripe: 16,
+                order2_req: 3,
+                max_to_scan: 400,
+                min_to_scan: 20,
+            }
+        );
+        c.apply("alloc=mballoc,inode_alloc=parent,mb_optimize_scan=1,mb_inode_prealloc=1,stripe=0")
+            .unwrap();
+        assert_eq!(c.alloc.blocks, BlockAllocator::Mballoc);
+        assert_eq!(c.alloc.inodes, InodeAllocator::Parent);
+        assert_eq!(c.alloc.optimize_scan, Some(true));
+        assert!(c.alloc.inode_prealloc);
+        assert_eq!(c.alloc.stripe, 0);
+    }
+
+    #[test]
+    fn refuses_allocation_values_out_of_range_by_name() {
+        let refused = |list: &str, why: &str| {
+            let e = MountConfig::default().apply(list).unwrap_err();
+            assert!(e.contains(list) && e.contains(why), "{list}: {e}");
+        };
+        refused("alloc=buddy", "mballoc, ext3");
+        refused("alloc", "mballoc or ext3");
+        refused("inode_alloc=spread", "orlov, flexbg, parent");
+        refused("mb_group_prealloc=0", "from 1 to 32768");
+        refused("mb_group_prealloc=32769", "from 1 to 32768");
+        refused("mb_order2_req=16", "from 0 to 15");
+        refused("stripe=-1", "blocks from 0");
+        refused("stripe=524289", "to 524288");
+        refused("mb_stream_req=many", "blocks from 0");
+        refused("mb_max_to_scan=1000001", "extents from 0");
+        refused("mb_min_to_scan", "extents from 0");
+        refused("mb_optimize_scan=yes", "0 or 1");
+        refused("mb_inode_prealloc=2", "0 or 1");
+        MountConfig::default()
+            .apply("mb_group_prealloc=32768,mb_order2_req=15")
+            .unwrap();
+    }
+
+    #[test]
+    fn scan_limits_are_checked_together_whatever_their_order() {
+        let mut c = MountConfig::default();
+        c.apply("mb_min_to_scan=300").unwrap();
+        let e = c.check().unwrap_err();
+        assert!(
+            e.contains("mb_min_to_scan=300") && e.contains("mb_max_to_scan=200"),
+            "{e}"
+        );
+        c.apply("mb_max_to_scan=500").unwrap();
+        c.check().unwrap();
+        c.apply("mb_max_to_scan=0").unwrap();
+        assert!(c.check().is_err());
     }
 
     #[test]

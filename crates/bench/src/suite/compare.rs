@@ -5,7 +5,7 @@
 //!
 //! A variant is the command line's own settings changed by a list of
 //! `key=value` pairs: `type=ext3`, `features=^dir_index`, `disk=ssd`, `cache=8M`,
-//! `target=PATH` or `kernel=ext3`. An image target gets a new image per
+//! `alloc=ext3`, `inode_alloc=flexbg`, `target=PATH` or `kernel=ext3`. An image target gets a new image per
 //! variant and round (`PATH.v<k>.r<r>`), removed once checked, so every
 //! variant starts from the same fresh layout.
 
@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use ext4kit_engine::AllocOptions;
 use serde::Serialize;
 
 use super::report::SuiteReport;
@@ -33,31 +34,59 @@ pub struct Variant {
 
 impl Variant {
     /// The base settings changed by `pairs` (`key=value,key=value`).
+    ///
+    /// A key given twice is refused: one `--compare` is one variant, so
+    /// `alloc=mballoc,alloc=ext3` would silently be `alloc=ext3` alone.
+    /// `alloc=` and `inode_alloc=` are refused on a directory or kernel
+    /// target, which allocates as its own file system does.
     pub fn derive(base: &Variant, pairs: &str) -> Result<Variant> {
         let mut v = Variant {
             label: pairs.to_string(),
             ..base.clone()
         };
+        let mut seen: Vec<&str> = Vec::new();
         for pair in pairs.split(',').filter(|p| !p.is_empty()) {
             let Some((key, value)) = pair.split_once('=') else {
                 bail!("--compare {pairs}: {pair:?} is not key=value");
             };
-            match key {
-                "type" => v.opts.fs_type = Some(value.to_string()),
-                "features" => v.opts.features = value.split('+').map(str::to_string).collect(),
-                "disk" => v.opts.disk = value.parse().with_context(|| format!("--compare {pair}"))?,
-                "cache" => {
-                    v.opts.cache_bytes =
-                        ext4kit_engine::mkfs::parse_size(value).with_context(|| format!("--compare {pair}"))?
-                }
-                "target" => v.spec = TargetSpec::from_path(&PathBuf::from(value))?,
-                "kernel" => v.spec = TargetSpec::kernel(value)?,
-                _ => bail!("--compare {pair}: the keys are type, features, disk, cache, target and kernel"),
+            if seen.contains(&key) {
+                bail!(
+                    "--compare {pairs}: {key} is given twice; each --compare is one variant (repeat --compare for another)"
+                );
             }
+            seen.push(key);
+            v.set(key, value).with_context(|| format!("--compare {pair}"))?;
+        }
+        let what = if seen.iter().any(|k| ALLOC_KEYS.contains(k)) {
+            Some("alloc= or inode_alloc=")
+        } else {
+            (v.opts.alloc != AllocOptions::default()).then_some("the --alloc or --inode-alloc this variant keeps")
+        };
+        if let Some(what) = what {
+            v.spec.engine_only(what).with_context(|| format!("--compare {pairs}"))?;
         }
         Ok(v)
     }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let o = &mut self.opts;
+        match key {
+            "type" => o.fs_type = Some(value.to_string()),
+            "features" => o.features = value.split('+').map(str::to_string).collect(),
+            "disk" => o.disk = value.parse()?,
+            "cache" => o.cache_bytes = ext4kit_engine::mkfs::parse_size(value)?,
+            "alloc" => o.alloc.blocks = value.parse().map_err(anyhow::Error::msg)?,
+            "inode_alloc" => o.alloc.inodes = value.parse().map_err(anyhow::Error::msg)?,
+            "target" => self.spec = TargetSpec::from_path(&PathBuf::from(value))?,
+            "kernel" => self.spec = TargetSpec::kernel(value)?,
+            _ => bail!("the keys are type, features, disk, cache, alloc, inode_alloc, target and kernel"),
+        }
+        Ok(())
+    }
 }
+
+/// The keys that choose the engine's allocators.
+const ALLOC_KEYS: [&str; 2] = ["alloc", "inode_alloc"];
 
 /// Every variant's rounds.
 #[derive(Debug, Serialize)]
@@ -139,6 +168,22 @@ impl CompareReport {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }
 
+    /// Which allocators each variant's engine ran with, as a table row:
+    /// the labels name only what changed, `base` nothing. Empty when no
+    /// variant ran on an image.
+    fn allocator_row(&self) -> String {
+        let cells: Vec<Option<String>> = self
+            .variants
+            .iter()
+            .map(|(_, rounds)| rounds.first().and_then(SuiteReport::allocators))
+            .collect();
+        if cells.iter().all(Option::is_none) {
+            return String::new();
+        }
+        let cells: Vec<String> = cells.into_iter().map(|c| c.unwrap_or_else(|| "–".into())).collect();
+        format!("| allocators | {} |\n", cells.join(" | "))
+    }
+
     /// One row per phase: each variant's median and its ratio to the first.
     pub fn to_markdown(&self) -> String {
         let mut s = String::new();
@@ -202,6 +247,7 @@ impl CompareReport {
             }
             s.push('\n');
         }
+        s.push_str(&self.allocator_row());
         for (label, rounds) in &self.variants {
             for (r, rep) in rounds.iter().enumerate() {
                 if let Some(f) = rep.fsck.as_ref().filter(|f| !f.clean) {

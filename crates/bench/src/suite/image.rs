@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, ensure};
 use ext4kit_engine::device::{DiskModel, DiskProfile, FileDevice, PageCache};
-use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, RenameFlags};
+use ext4kit_engine::{AllocOptions, Attr, Filesystem, NodeKind, OpenOptions, RenameFlags};
 use parking_lot::RwLock;
 
 use super::fs::{BenchFs, Cold, Entry, Extent, FileRef, Open, Sample, Stat, split_parent};
@@ -37,17 +37,24 @@ pub struct EngineFs {
     /// Absolute path of the workload's directory in the image.
     root: String,
     block_size: u64,
+    /// What every open of the run uses, the reopen that drops caches too.
+    opts: OpenOptions,
 }
 
 impl EngineFs {
     /// Opens `path` on the disk model `profile` with `cache_bytes` of page
-    /// cache and makes the workload's directory `dir` in its root.
-    pub fn open(path: &Path, profile: &DiskProfile, cache_bytes: u64, dir: &str) -> Result<Self> {
+    /// cache and the allocators `alloc`, and makes the workload's
+    /// directory `dir` in its root.
+    pub fn open(path: &Path, profile: &DiskProfile, cache_bytes: u64, alloc: AllocOptions, dir: &str) -> Result<Self> {
         let file = FileDevice::open(path, true).with_context(|| format!("opening {}", path.display()))?;
         let disk: Disk = Arc::new(DiskModel::new(file, profile)?);
         let page = crate::modeled::image_block_size(path)?;
         let cache: Cache = Arc::new(PageCache::with_page_size(disk.clone(), cache_bytes, page));
-        let fs = open_fs(&cache, path)?;
+        let opts = OpenOptions {
+            alloc,
+            ..OpenOptions::default()
+        };
+        let fs = open_fs(&cache, path, &opts)?;
         let block_size = fs.block_size() as u64;
         let me = Self {
             path: path.to_path_buf(),
@@ -56,6 +63,7 @@ impl EngineFs {
             fs: RwLock::new(Some(fs)),
             root: format!("/{dir}"),
             block_size,
+            opts,
         };
         me.with(|fs| {
             fs.create(ext4kit_engine::ROOT_INO, dir.as_bytes(), NodeKind::Directory, DIR)
@@ -102,6 +110,11 @@ impl EngineFs {
         })
     }
 
+    /// The allocators the engine opened the image with.
+    pub fn alloc(&self) -> AllocOptions {
+        self.opts.alloc
+    }
+
     /// Unmounts and releases the image; the caller then checks it.
     pub fn finish(self) -> Result<PathBuf> {
         let fs = self
@@ -119,8 +132,8 @@ impl EngineFs {
     }
 }
 
-fn open_fs(cache: &Cache, path: &Path) -> Result<Filesystem> {
-    Filesystem::open(Box::new(cache.clone()), OpenOptions::default())
+fn open_fs(cache: &Cache, path: &Path, opts: &OpenOptions) -> Result<Filesystem> {
+    Filesystem::open(Box::new(cache.clone()), opts.clone())
         .with_context(|| format!("opening {} with the engine", path.display()))
 }
 
@@ -266,7 +279,7 @@ impl BenchFs for EngineFs {
             .with_context(|| format!("unmounting {}", self.path.display()))?;
         self.cache.drop_all().context("dropping the page cache")?;
         self.disk.drop_cache();
-        *self.fs.get_mut() = Some(open_fs(&self.cache, &self.path)?);
+        *self.fs.get_mut() = Some(open_fs(&self.cache, &self.path, &self.opts)?);
         Ok(Cold::Yes)
     }
 

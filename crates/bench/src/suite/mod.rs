@@ -224,6 +224,7 @@ pub fn run(
     let mut target = Target::open(spec, w.name, &opts)?;
     let harness = harness_cost(target.fs());
     let modeled = target.fs().sample().disk.is_some();
+    let alloc = target.alloc();
     let outcome = (w.run)(target.fs(), params, progress);
     // Close whatever happened, so no mount or half-open image is left.
     let closed = target.close();
@@ -236,6 +237,8 @@ pub fn run(
         target_kind: spec.kind(),
         disk: is_image.then(|| opts.disk.name().to_string()),
         page_cache_bytes: is_image.then_some(opts.cache_bytes),
+        block_alloc: alloc.map(|a| a.blocks.to_string()),
+        inode_alloc: alloc.map(|a| a.inodes.to_string()),
         image_made: closed.image_made,
         modeled,
         outcome,

@@ -79,6 +79,10 @@ pub struct SuiteReport {
     pub disk: Option<String>,
     /// Page cache in front of the disk model (image targets).
     pub page_cache_bytes: Option<u64>,
+    /// Block allocator the engine opened the image with (image targets).
+    pub block_alloc: Option<String>,
+    /// Inode allocator the engine opened the image with (image targets).
+    pub inode_alloc: Option<String>,
     /// The run made the image.
     pub image_made: bool,
     /// Whether the figures are modeled (deterministic) or wall time.
@@ -107,6 +111,12 @@ impl SuiteReport {
             .collect()
     }
 
+    /// `blocks mballoc, inodes orlov` on an image target.
+    pub fn allocators(&self) -> Option<String> {
+        let (b, i) = (self.block_alloc.as_ref()?, self.inode_alloc.as_ref()?);
+        Some(format!("blocks {b}, inodes {i}"))
+    }
+
     /// The image was not left clean.
     pub fn failed(&self) -> bool {
         self.fsck.as_ref().is_some_and(|f| !f.clean)
@@ -124,6 +134,9 @@ impl SuiteReport {
         let _ = writeln!(s, "## {} on {} ({})\n", self.workload, self.target, self.target_kind);
         if let (Some(d), Some(c)) = (&self.disk, self.page_cache_bytes) {
             let _ = writeln!(s, "Disk model `{d}`, page cache {} MiB; times are modeled.\n", c >> 20);
+        }
+        if let Some(a) = self.allocators() {
+            let _ = writeln!(s, "Allocators: {a}.\n");
         }
         if !self.outcome.params.is_empty() {
             let p: Vec<String> = self.outcome.params.iter().map(|(k, v)| format!("{k}={v}")).collect();

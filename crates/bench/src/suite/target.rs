@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use ext4kit_engine::AllocOptions;
 use ext4kit_engine::device::{DiskProfile, FileDevice};
 use ext4kit_engine::mkfs::{FsType, MkfsOptions, mkfs};
 
@@ -50,6 +51,10 @@ pub struct TargetOptions {
     pub block_size: Option<u32>,
     /// Where a kernel target's image goes.
     pub scratch: PathBuf,
+    /// Allocation policies the engine opens an image with. A directory or
+    /// kernel target allocates as its own file system does, so anything
+    /// but the default is refused there rather than silently not applied.
+    pub alloc: AllocOptions,
 }
 
 impl Default for TargetOptions {
@@ -66,6 +71,7 @@ impl Default for TargetOptions {
             features: Vec::new(),
             block_size: None,
             scratch: PathBuf::from("/var/tmp"),
+            alloc: AllocOptions::default(),
         }
     }
 }
@@ -129,6 +135,21 @@ impl TargetSpec {
         }
     }
 
+    /// Fails unless the engine allocates for this target: `what` (an
+    /// allocation policy) means nothing to a directory or kernel target.
+    pub fn engine_only(&self, what: &str) -> Result<()> {
+        match self {
+            Self::Image(_) => Ok(()),
+            Self::Dir(p) => bail!(
+                "{what} chooses the engine's allocator; directory {} allocates as the file system it is on does",
+                p.display()
+            ),
+            Self::Kernel(k) => {
+                bail!("{what} chooses the engine's allocator; a kernel {k} target allocates with the kernel's")
+            }
+        }
+    }
+
     /// `image`, `directory` or `kernel`, for reports.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -160,6 +181,9 @@ impl Target {
     /// Opens `spec` for workload `name`, whose files go into a new
     /// directory named after it.
     pub fn open(spec: &TargetSpec, name: &str, o: &TargetOptions) -> Result<Self> {
+        if o.alloc != AllocOptions::default() {
+            spec.engine_only("an allocation policy")?;
+        }
         match spec {
             TargetSpec::Image(path) => {
                 let made = !path.exists();
@@ -168,7 +192,7 @@ impl Target {
                 }
                 let dir = free_name(name, |n| image_has(path, n))?;
                 Ok(Self(Inner::Image {
-                    fs: Box::new(EngineFs::open(path, &o.disk, o.cache_bytes, &dir)?),
+                    fs: Box::new(EngineFs::open(path, &o.disk, o.cache_bytes, o.alloc, &dir)?),
                     made,
                 }))
             }
@@ -191,6 +215,14 @@ impl Target {
                     mount,
                 }))
             }
+        }
+    }
+
+    /// The allocators the engine opened an image target with.
+    pub fn alloc(&self) -> Option<AllocOptions> {
+        match &self.0 {
+            Inner::Image { fs, .. } => Some(fs.alloc()),
+            Inner::Dir { .. } | Inner::Kernel { .. } => None,
         }
     }
 

@@ -30,7 +30,8 @@ pub struct Args {
     /// Where to mount it.
     mountpoint: PathBuf,
     /// Mount options, comma-separated (ro, noatime, errors=, uid=IMAGE:HOST,
-    /// allow_other, fstype=fuse…; see the README).
+    /// allow_other, fstype=fuse, alloc=, inode_alloc=, stripe=…; see the
+    /// README).
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Return once mounted, serving in the background.
@@ -55,6 +56,7 @@ pub fn run(a: Args) -> Result<()> {
     for o in &a.options {
         cfg.apply(o).map_err(anyhow::Error::msg)?;
     }
+    cfg.check().map_err(anyhow::Error::msg)?;
     if a.daemon && std::env::var_os(DAEMON_CHILD).is_none() {
         return spawn_daemon(&a);
     }
@@ -123,6 +125,7 @@ fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
         dirty_journal: DirtyJournal::Replay,
         sync_writes: cfg.sync,
         journal: cfg.journal,
+        alloc: cfg.alloc,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;

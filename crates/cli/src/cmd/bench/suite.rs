@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use ext4kit_bench::suite::compare::{self, Variant};
 use ext4kit_bench::suite::{self, Params, Progress, TargetOptions, TargetSpec};
 use ext4kit_engine::mkfs::parse_size;
+use ext4kit_engine::{AllocOptions, BlockAllocator, InodeAllocator};
 
 /// The flags every suite workload takes.
 #[derive(clap::Args, Debug)]
@@ -71,6 +72,15 @@ pub struct SuiteArgs {
     /// Size of an image the run makes [default: what the workload needs].
     #[arg(long, value_name = "SIZE")]
     image_size: Option<String>,
+    /// Block allocator the engine uses on an image: mballoc (default) or
+    /// ext3. Not for a directory or --kernel, which allocate as their own
+    /// file system does.
+    #[arg(long, value_name = "ALLOC")]
+    alloc: Option<BlockAllocator>,
+    /// Inode allocator the engine uses on an image: orlov (default),
+    /// flexbg or parent. Not for a directory or --kernel.
+    #[arg(long, value_name = "ALLOC")]
+    inode_alloc: Option<InodeAllocator>,
     /// Where --kernel puts its image.
     #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
     scratch: PathBuf,
@@ -83,8 +93,9 @@ pub struct SuiteArgs {
     plot: Option<PathBuf>,
     /// Run the workload again with these settings changed, for a side by
     /// side table (repeatable): key=value pairs, comma-separated, of
-    /// type, features (joined by +), disk, cache, target, kernel; e.g.
-    /// `--compare features=^dir_index --compare disk=ssd`.
+    /// type, features (joined by +), disk, cache, alloc, inode_alloc,
+    /// target, kernel; e.g. `--compare features=^dir_index --compare
+    /// alloc=ext3`.
     #[arg(long, value_name = "SPEC")]
     compare: Vec<String>,
     /// Runs of each variant with --compare, alternating; medians are
@@ -126,7 +137,11 @@ impl SuiteArgs {
         })
     }
 
-    fn target_options(&self) -> Result<TargetOptions> {
+    fn target_options(&self, spec: &TargetSpec) -> Result<TargetOptions> {
+        if self.alloc.is_some() || self.inode_alloc.is_some() {
+            spec.engine_only("--alloc or --inode-alloc")?;
+        }
+        let defaults = AllocOptions::default();
         Ok(TargetOptions {
             disk: self.disk.parse().with_context(|| format!("--disk {}", self.disk))?,
             cache_bytes: parse_size(&self.cache).with_context(|| format!("--cache {}", self.cache))?,
@@ -142,6 +157,11 @@ impl SuiteArgs {
                 .collect(),
             block_size: self.block_size,
             scratch: self.scratch.clone(),
+            alloc: AllocOptions {
+                blocks: self.alloc.unwrap_or(defaults.blocks),
+                inodes: self.inode_alloc.unwrap_or(defaults.inodes),
+                ..defaults
+            },
         })
     }
 }
@@ -151,7 +171,7 @@ pub fn run(name: &str, a: &SuiteArgs) -> Result<()> {
     let w = suite::workload(name)?;
     let spec = a.spec()?;
     let params = a.params()?;
-    let opts = a.target_options()?;
+    let opts = a.target_options(&spec)?;
     let (flag, _guard) = suite::interrupt_flag()?;
     let started = Instant::now();
     let mut bar: Option<indicatif::ProgressBar> = None;
