@@ -426,7 +426,7 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -439,6 +439,10 @@ impl fuser::Filesystem for Ext4Fuse {
         let _serving = self.request_arrived();
         // Pages the kernel cached (write-back), which may use the reserve.
         let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        // A writer's own write colours a new file's first goal by its pid,
+        // as ext4 without delalloc does; write-back comes from the
+        // kernel's flusher and gets none, as ext4's delalloc gets none.
+        ext4kit_engine::set_caller_pid((!cached).then(|| req.pid()));
         if self.cfg.sync {
             match self.write_data(ino, offset, data, cached) {
                 Ok(n) => reply.written(n),
