@@ -208,12 +208,15 @@ pub fn serve(
     let _ = notifier.set(session.notifier());
     let signals = on_signals_unmount(session.unmount_callable(), std::path::absolute(mountpoint)?)?;
     let (stop, flusher) = spawn_flusher(fs.clone(), commit)?;
+    let warm = spawn_buddy_warmer(fs.clone())?;
     mounted();
     // Ends with the adapter dropped, and with it the poller.
     let served = session.run();
     signals.close();
     let _ = stop.send(());
     let _ = flusher.join();
+    warm.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = warm.1.join();
     let fs = Arc::try_unwrap(fs).map_err(|_| io::Error::other("the file system is still in use after the session"))?;
     let closed = fs.unmount().map_err(io::Error::from);
     served.and(closed)
@@ -366,6 +369,26 @@ fn unmount_retrying(unmounter: &mut fuser::SessionUnmounter, mountpoint: &Path) 
         Ok(()) => log::warn!("ext4kit: still busy after 10 s: detached the mount lazily"),
         Err(e) => log::error!("ext4kit: unmounting on signal: {e}; giving up"),
     }
+}
+
+/// Builds the allocator's buddies on a thread of its own after the mount
+/// (seed 001 §2.5), so group selection by order lists works from the
+/// first large write; stops when the returned flag is set.
+fn spawn_buddy_warmer(
+    fs: Arc<Filesystem>,
+) -> io::Result<(Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>)> {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let warmer = std::thread::Builder::new()
+        .name("ext4kit-mb-warm".into())
+        .spawn(move || {
+            let stopped = || flag.load(std::sync::atomic::Ordering::Relaxed);
+            match fs.warm_buddies(&stopped) {
+                Ok(n) => log::debug!("ext4kit: {n} buddies built after the mount"),
+                Err(e) => log::warn!("ext4kit: building buddies: {e}"),
+            }
+        })?;
+    Ok((stop, warmer))
 }
 
 /// Commits (writes back) what changed every `interval` (`commit=`) until

@@ -13,6 +13,7 @@ pub(crate) mod groups;
 pub(crate) mod locality;
 pub(crate) mod normalize;
 pub(crate) mod scan;
+mod warm;
 
 use crate::error::Result;
 use crate::txn::Txn;
@@ -48,11 +49,16 @@ impl Txn<'_> {
         Ok(Some((start, len)))
     }
 
-    /// Records that this transaction used group `g`'s buddy: if it is
-    /// dropped rather than committed, the buddy may hold its allocations
-    /// and is rebuilt.
-    pub(crate) fn mb_touch(&mut self, g: u32) {
-        self.note_buddy_touched(g);
+    /// Records that this transaction used group `g`'s buddy after
+    /// changing the group's bitmap: if it is dropped rather than
+    /// committed, the buddy may hold its allocations and is rebuilt. A
+    /// buddy built from a bitmap the transaction has not changed is the
+    /// committed state and survives it.
+    pub(crate) fn mb_touch(&mut self, g: u32) -> Result<()> {
+        if self.holds(self.group(g)?.block_bitmap()) {
+            self.note_buddy_touched(g);
+        }
+        Ok(())
     }
 
     /// Drops the buddies that windows coming and going and commits

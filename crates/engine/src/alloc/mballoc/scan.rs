@@ -27,7 +27,7 @@ impl Txn<'_> {
             mb.cache.insert(g, b);
             mb.stats.buddies_built += 1;
         }
-        self.mb_touch(g);
+        self.mb_touch(g)?;
         let mb = self.fs.mb.lock();
         match mb.cache.get(g) {
             Some(b) => Ok(f(b)),
@@ -91,7 +91,7 @@ impl Txn<'_> {
             crate::alloc::bitmap::set_bit(map, bit, true);
         }
         self.adjust_group_blocks(f.group, -i64::from(f.len))?;
-        self.mb_touch(f.group);
+        self.note_buddy_touched(f.group);
         let mut mb = self.fs.mb.lock();
         // A buddy that disagrees is dropped and rebuilt at its next use.
         mb.cache.mark_used(f.group, f.start, f.len);
