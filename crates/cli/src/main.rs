@@ -52,6 +52,8 @@ enum Command {
     Stat(cmd::stat::Args),
     /// How fragmented files and free space are (e4defrag -c, e2freefrag).
     Frag(cmd::frag::Args),
+    /// Rewrite fragmented files into fewer extents (e4defrag, offline).
+    Defrag(cmd::defrag::Args),
     /// Where a file's blocks lie: its extents, and a plot of logical
     /// against physical block.
     Layout(cmd::layout::Args),
@@ -105,6 +107,7 @@ fn main() -> ExitCode {
         Command::Cat(a) => cmd::cat::run(a),
         Command::Stat(a) => cmd::stat::run(a),
         Command::Frag(a) => cmd::frag::run(a),
+        Command::Defrag(a) => cmd::defrag::run(a),
         Command::Layout(a) => cmd::layout::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Import(a) => cmd::import::run(a),

@@ -88,23 +88,35 @@ impl Filesystem {
     /// How fragmented `inode`'s body is.
     pub fn file_frag(&self, inode: &Inode) -> Result<FileFrag> {
         let runs = self.all_runs(inode)?;
-        let blocks: u64 = runs.iter().map(|r| r.len).sum();
-        let joined = runs
-            .windows(2)
-            .filter(|w| w[0].end() == w[1].logical && w[0].physical + w[0].len == w[1].physical)
-            .count() as u64;
-        let extents = runs.len() as u64 - joined;
+        Ok(FileFrag::measure(runs.iter().map(|r| (r.logical, r.physical, r.len))))
+    }
+}
+
+impl FileFrag {
+    /// Measures mapped runs `(logical, physical, length)` given in logical
+    /// order: neighbours contiguous in both spaces count as one extent,
+    /// whatever their written/unwritten flag.
+    pub fn measure(runs: impl IntoIterator<Item = (u64, u64, u64)>) -> Self {
+        let (mut blocks, mut extents) = (0u64, 0u64);
+        let mut prev: Option<(u64, u64)> = None;
+        for (logical, physical, len) in runs {
+            if prev != Some((logical, physical)) {
+                extents += 1;
+            }
+            blocks += len;
+            prev = Some((logical + len, physical + len));
+        }
         let best = blocks.div_ceil(u64::from(EXT_INIT_MAX_LEN));
         let score = match blocks.saturating_sub(best) {
             0 => 0,
             spread => 100 * extents.saturating_sub(best) / spread,
         };
-        Ok(FileFrag {
+        Self {
             blocks,
             extents,
             best,
             score,
-        })
+        }
     }
 }
 

@@ -77,6 +77,7 @@ pub use inode::map::Run;
 pub use inode::{Inode, Metadata, ROOT_INO};
 pub use ops::FallocMode;
 pub use ops::{AtimePolicy, Attr, NodeKind, RemoveTreeError, RenameFlags, SetAttr, XattrSet};
+pub use ops::{DEFAULT_CHUNK_BLOCKS, DefragOptions, DefragOutcome, DefragSkip};
 pub use statfs::StatFs;
 /// Inode flag masks of `FS_IOC_GETFLAGS`/`FS_IOC_SETFLAGS`.
 pub mod flags {

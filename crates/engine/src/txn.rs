@@ -66,10 +66,14 @@ pub(crate) struct Txn<'a> {
     /// Groups whose buddies this transaction built or changed: they may
     /// hold its allocations, so they are dropped if it never commits.
     buddies_touched: Vec<u32>,
+    /// Free block ranges this transaction must not hand out (see
+    /// [`Txn::hold_off`]); the allocator's views show them taken.
+    held: Vec<(u64, u64)>,
 }
 
 impl Drop for Txn<'_> {
     fn drop(&mut self) {
+        self.release_held();
         if !self.buddies_touched.is_empty() {
             let mut mb = self.fs.mb.lock();
             for g in self.buddies_touched.drain(..) {
@@ -114,6 +118,7 @@ impl<'a> Txn<'a> {
             data_quiet: Cell::new(false),
             opens: None,
             buddies_touched: Vec::new(),
+            held: Vec::new(),
         })
     }
 
@@ -208,6 +213,23 @@ impl<'a> Txn<'a> {
         if !self.buddies_touched.contains(&g) {
             self.buddies_touched.push(g);
         }
+    }
+
+    /// Keeps the free ranges `ranges` out of every allocation of this
+    /// transaction: a defrag's destinations for its later chunks, which
+    /// the extent-tree blocks of this chunk must not land in. The buddies
+    /// of their groups are dropped now (to be rebuilt with the ranges
+    /// taken) and again when the transaction ends (to show them free).
+    pub(crate) fn hold_off(&mut self, ranges: &[(u64, u64)]) {
+        for &(s, l) in ranges {
+            self.fs.mb_forget(s, l);
+        }
+        self.held.extend_from_slice(ranges);
+    }
+
+    /// Ranges held off by [`Txn::hold_off`].
+    pub(crate) fn held_ranges(&self) -> &[(u64, u64)] {
+        &self.held
     }
 
     /// Block ranges freed so far in this transaction.
@@ -425,8 +447,17 @@ impl<'a> Txn<'a> {
         self.free_inodes_delta = 0;
         fs.session.committed(self.closing);
         self.buddies_touched.clear();
+        self.release_held();
         self.opens = None;
         Ok(())
+    }
+
+    /// Ends the holds of [`Txn::hold_off`]: buddies built while they were
+    /// in force show those blocks taken, so they are dropped.
+    fn release_held(&mut self) {
+        for (s, l) in std::mem::take(&mut self.held) {
+            self.fs.mb_forget(s, l);
+        }
     }
 
     /// Sets the bitmap and descriptor checksums of `group` and stores the

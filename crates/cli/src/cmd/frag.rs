@@ -28,7 +28,7 @@ pub struct Args {
 
 /// Every regular file below the root, by path; directories are visited
 /// once each, so a corrupt tree that loops cannot hang the walk.
-fn all_files(fs: &Filesystem) -> Result<Vec<(String, Inode)>> {
+pub fn all_files(fs: &Filesystem) -> Result<Vec<(String, Inode)>> {
     let (mut out, mut seen, mut todo) = (Vec::new(), HashSet::new(), vec![(String::new(), ROOT_INO)]);
     while let Some((path, ino)) = todo.pop() {
         if !seen.insert(ino) {

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod cat;
+pub mod defrag;
 pub mod edit;
 pub mod export;
 pub mod frag;

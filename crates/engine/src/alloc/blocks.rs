@@ -75,7 +75,7 @@ impl Txn<'_> {
     /// The block bitmap of group `g` as the allocator must see it: with
     /// the blocks whose freeing is not committed yet — by this transaction
     /// or an earlier one (see [`crate::alloc::busy`]) — still taken.
-    fn alloc_view(&mut self, g: u32) -> Result<Vec<u8>> {
+    pub(crate) fn alloc_view(&mut self, g: u32) -> Result<Vec<u8>> {
         self.view(g, true)
     }
 
@@ -95,6 +95,7 @@ impl Txn<'_> {
             self.fs.prealloc.lay_over(first, bits, &mut view);
         }
         self.lay_over_busy(g, &mut view);
+        self.lay_over_held(g, &mut view);
         Ok(view)
     }
 
@@ -106,6 +107,19 @@ impl Txn<'_> {
         let bits = u64::from(self.fs.geo.blocks_per_group);
         self.fs.prealloc.lay_over(first, bits, view);
         self.lay_over_busy(g, view);
+        self.lay_over_held(g, view);
+    }
+
+    /// Sets in `view` the ranges this transaction holds off
+    /// ([`Txn::hold_off`]).
+    fn lay_over_held(&self, g: u32, view: &mut [u8]) {
+        let first = self.fs.geo.group_first_block(g);
+        let end = first + u64::from(self.fs.geo.blocks_per_group);
+        for &(s, l) in self.held_ranges() {
+            for b in s.max(first)..(s + l).min(end) {
+                set_bit(view, (b - first) as u32, true);
+            }
+        }
     }
 
     fn lay_over_busy(&self, g: u32, view: &mut [u8]) {

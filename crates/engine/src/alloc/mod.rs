@@ -13,6 +13,7 @@ pub(crate) mod busy;
 mod data;
 mod ext3;
 pub(crate) mod ialloc;
+mod longest;
 pub(crate) mod mballoc;
 mod options;
 pub(crate) mod prealloc;

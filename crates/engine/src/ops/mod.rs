@@ -8,6 +8,7 @@
 mod acl;
 mod attr;
 pub(crate) mod create;
+mod defrag;
 mod fallocate;
 mod flags;
 mod open;
@@ -22,6 +23,7 @@ mod xattr;
 
 pub use attr::SetAttr;
 pub use create::{Attr, NodeKind};
+pub use defrag::{DEFAULT_CHUNK_BLOCKS, DefragOptions, DefragOutcome, DefragSkip};
 pub use fallocate::FallocMode;
 pub use flags::{AtimePolicy, USER_MODIFIABLE, USER_VISIBLE};
 pub use remove_tree::RemoveTreeError;
