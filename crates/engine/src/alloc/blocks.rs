@@ -186,6 +186,12 @@ impl Txn<'_> {
                 set_bit(map, bit, true);
             }
             self.adjust_group_blocks(g, -((end - at) as i64))?;
+            self.fs
+                .mb
+                .lock()
+                .cache
+                .note_taken(g, (at - first) as u32, (end - at) as u32);
+            self.note_buddy_touched(g);
             at = end;
         }
         Ok(true)

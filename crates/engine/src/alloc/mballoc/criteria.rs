@@ -106,30 +106,32 @@ impl Txn<'_> {
     fn mb_pass(&mut self, cr: Criteria, g0: u32, req: Request) -> Result<Option<Found>> {
         let order = order_of(req.want);
         let optimized = self.mb_optimized();
+        let goal_at = (req.goal - self.fs.geo.group_first_block(g0)) as u32;
+        let from = move |g: u32| if g == g0 { goal_at } else { 0 };
         match cr {
             Criteria::Power2Aligned if optimized => {
                 let groups = self.fs.mb.lock().cache.with_largest_at_least(order, g0);
-                self.try_groups(&groups, |t, g| t.mb_take_chunk(g, order))
+                self.try_groups(g0, &groups, |t, g| t.mb_take_chunk(g, order))
             }
             Criteria::GoalLenFast if optimized => {
                 let ceil = order + u32::from(!req.want.is_power_of_two());
                 let groups = self.fs.mb.lock().cache.with_average_at_least(ceil, g0);
-                self.try_groups(&groups, |t, g| t.mb_best_in(g, req.want, true))
+                self.try_groups(g0, &groups, |t, g| t.mb_best_in(g, req.want, true, from(g)))
             }
-            Criteria::BestAvailLen if optimized => self.mb_best_available(g0, req.want),
+            Criteria::BestAvailLen if optimized => self.mb_best_available(g0, req.want, goal_at),
             Criteria::Power2Aligned | Criteria::GoalLenFast | Criteria::BestAvailLen => {
                 // Without the lists these passes are the linear one's
                 // with tighter checks; the linear pass below covers them.
                 Ok(None)
             }
-            Criteria::GoalLenSlow => self.mb_linear(g0, req.want, |t, g| t.mb_best_in(g, req.want, true)),
-            Criteria::AnyFree => self.mb_linear(g0, 1, |t, g| t.mb_best_in(g, req.want, false)),
+            Criteria::GoalLenSlow => self.mb_linear(g0, req.want, |t, g| t.mb_best_in(g, req.want, true, from(g))),
+            Criteria::AnyFree => self.mb_linear(g0, 1, |t, g| t.mb_best_in(g, req.want, false, from(g))),
         }
     }
 
     /// `CR_BEST_AVAIL_LEN`: the request cut to the largest order still
     /// free somewhere, but never below an eighth of it.
-    fn mb_best_available(&mut self, g0: u32, want: u32) -> Result<Option<Found>> {
+    fn mb_best_available(&mut self, g0: u32, want: u32, goal_at: u32) -> Result<Option<Found>> {
         let order = order_of(want);
         let Some(best) = self.fs.mb.lock().cache.largest_order() else {
             return Ok(None);
@@ -139,15 +141,23 @@ impl Txn<'_> {
         }
         let trimmed = 1 << best;
         let groups = self.fs.mb.lock().cache.with_largest_at_least(best, g0);
-        self.try_groups(&groups, |t, g| t.mb_best_in(g, trimmed, true))
+        self.try_groups(g0, &groups, |t, g| {
+            t.mb_best_in(g, trimmed, true, if g == g0 { goal_at } else { 0 })
+        })
     }
 
+    /// Tries the goal's group first, then `groups` (as the kernel's group
+    /// loop starts every pass at the goal's group before it follows the
+    /// lists: without that, a small request would leave its goal for the
+    /// most fragmented group that fits, scattering a directory's files).
     fn try_groups(
         &mut self,
+        g0: u32,
         groups: &[u32],
         mut f: impl FnMut(&mut Self, u32) -> Result<Option<Found>>,
     ) -> Result<Option<Found>> {
-        for &g in groups {
+        let rest = groups.iter().copied().filter(|&g| g != g0);
+        for g in std::iter::once(g0).chain(rest) {
             self.fs.mb.lock().stats.groups_considered += 1;
             if let Some(found) = f(self, g)? {
                 return Ok(Some(found));

@@ -90,6 +90,20 @@ impl BuddyCache {
         ok
     }
 
+    /// Blocks `s..s + len` of group `g` were taken outside a buddy
+    /// search (from a window, or by exact request): a buddy that shows
+    /// them all free learns it, one that shows them all taken (they were
+    /// in a window) already knows, and one that shows a mix is dropped.
+    pub(crate) fn note_taken(&mut self, g: u32, s: u32, len: u32) {
+        let Some(b) = self.get(g) else { return };
+        let free = b.run_at(s, len);
+        if free == len {
+            self.mark_used(g, s, len);
+        } else if free > 0 || b.next_free(s).is_some_and(|f| f < s + len) {
+            self.invalidate(g);
+        }
+    }
+
     fn keys(&self, g: u32) -> Option<(usize, usize)> {
         let b = self.get(g)?;
         let largest = b.largest_order()? as usize;
@@ -186,5 +200,21 @@ mod tests {
         c.invalidate(3);
         assert_eq!(c.with_largest_at_least(0, 0), vec![5, 11]);
         assert_eq!(c.built, 4);
+    }
+
+    #[test]
+    fn blocks_taken_outside_a_search_update_or_drop_the_buddy() {
+        let mut c = BuddyCache::default();
+        c.insert(1, buddy_with_free(&[(0, 64), (128, 64)]));
+        c.note_taken(1, 10, 4);
+        assert_eq!(c.get(1).map(|b| b.free()), Some(124), "all free: taken in the buddy");
+        c.note_taken(1, 70, 8);
+        assert_eq!(
+            c.get(1).map(|b| b.free()),
+            Some(124),
+            "all taken already: nothing to learn"
+        );
+        c.note_taken(1, 60, 8);
+        assert!(c.get(1).is_none(), "a mix: dropped, to be rebuilt");
     }
 }

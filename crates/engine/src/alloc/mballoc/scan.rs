@@ -50,8 +50,12 @@ impl Txn<'_> {
     /// kernel's rule: an exact fit at once; else the smallest extent
     /// longer than `want`, or while none is, the longest. With `full`,
     /// only an extent of `want` or more is returned. A stripe that
-    /// divides `want` is tried first, at stripe-aligned blocks.
-    pub(crate) fn mb_best_in(&mut self, g: u32, want: u32, full: bool) -> Result<Option<Found>> {
+    /// divides `want` is tried first, at stripe-aligned blocks. The scan
+    /// starts at block `from` of the group and wraps: the kernel starts
+    /// at the group's first free block, which sends a directory's next
+    /// block, or a small file's, to the far end of a goal group whose
+    /// front is fragmented; starting at the goal keeps them near it.
+    pub(crate) fn mb_best_in(&mut self, g: u32, want: u32, full: bool, from: u32) -> Result<Option<Found>> {
         let stripe = self.mb_stripe();
         let first = self.fs.geo.group_first_block(g);
         let (min_scan, max_scan) = (self.fs.opts.alloc.min_to_scan, self.fs.opts.alloc.max_to_scan);
@@ -62,7 +66,7 @@ impl Txn<'_> {
             {
                 return Some(f);
             }
-            let best = best_fit(b, want, min_scan, max_scan)?;
+            let best = best_fit(b, want, min_scan, max_scan, from)?;
             (!full || best.1 >= want).then_some(Found {
                 group: g,
                 start: best.0,
@@ -101,12 +105,20 @@ impl Txn<'_> {
 
 /// (start, length) of the best free extent for `want`, looking at no
 /// more than `max_scan` extents and stopping once `min_scan` were seen
-/// and one of them is long enough.
-fn best_fit(b: &Buddy, want: u32, min_scan: u32, max_scan: u32) -> Option<(u32, u32)> {
+/// and one of them is long enough; from block `from` on, wrapping.
+fn best_fit(b: &Buddy, want: u32, min_scan: u32, max_scan: u32, from: u32) -> Option<(u32, u32)> {
     let mut best: Option<(u32, u32)> = None;
-    let mut at = 0;
+    let mut at = from.min(b.bits());
+    let mut wrapped = false;
     let mut seen = 0;
-    while let Some(s) = b.next_free(at) {
+    loop {
+        let Some(s) = b.next_free(at).filter(|&s| !wrapped || s < from) else {
+            if wrapped || from == 0 {
+                break;
+            }
+            (at, wrapped) = (0, true);
+            continue;
+        };
         let len = b.run_at(s, b.bits());
         seen += 1;
         if len == want {
@@ -164,12 +176,12 @@ mod tests {
     #[test]
     fn best_fit_takes_an_exact_fit_then_the_smallest_that_is_long_enough() {
         let b = buddy(&[(0, 3), (10, 40), (100, 8), (200, 12)]);
-        assert_eq!(best_fit(&b, 8, 10, 200), Some((100, 8)), "exact");
-        assert_eq!(best_fit(&b, 10, 10, 200), Some((200, 12)), "smallest longer");
-        assert_eq!(best_fit(&b, 64, 10, 200), Some((10, 40)), "longest while none fits");
-        assert_eq!(best_fit(&b, 10, 1, 1), Some((0, 3)), "max_to_scan stops the search");
+        assert_eq!(best_fit(&b, 8, 10, 200, 0), Some((100, 8)), "exact");
+        assert_eq!(best_fit(&b, 10, 10, 200, 0), Some((200, 12)), "smallest longer");
+        assert_eq!(best_fit(&b, 64, 10, 200, 0), Some((10, 40)), "longest while none fits");
+        assert_eq!(best_fit(&b, 10, 1, 1, 0), Some((0, 3)), "max_to_scan stops the search");
         assert_eq!(
-            best_fit(&b, 10, 2, 200),
+            best_fit(&b, 10, 2, 200, 0),
             Some((10, 40)),
             "min_to_scan reached with one long enough"
         );
