@@ -58,10 +58,17 @@ run 001-compilebench bench compilebench --target "$WORK/cb.img" --block-size 409
     --compare type=ext3 --rounds 1 --plot "$OUT/001-compilebench.svg"
 run 001-ffsb-table2 bench ffsb-meta --target "$WORK/ffsb2.img" --preset table2 --block-size 4096 \
     --cache 16M --compare type=ext3 --rounds 1
+# Tables 1-4 proper: on one ext4 layout, mballoc against the ext3
+# allocator, flex_bg against none, the flex_bg inode allocator against Orlov.
+run 001-compilebench-alloc bench compilebench --target "$WORK/cba.img" --block-size 4096 --cache 32M \
+    --compare alloc=ext3 --compare features=^flex_bg --compare inode_alloc=flexbg --rounds 1
+run 001-ffsb-table2-alloc bench ffsb-meta --target "$WORK/ffsb2a.img" --preset table2 --block-size 4096 \
+    --cache 16M --compare alloc=ext3 --compare features=^flex_bg --compare inode_alloc=flexbg --rounds 1
 run 001-ffsb-table3 bench ffsb-meta --target "$WORK/ffsb3.img" --preset table3 --block-size 4096 --cache 16M
 
 # Seed 001 figures 7-8: a large file streamed between small-file writes.
 run 001-interleave bench interleave --target "$WORK/il.img" --block-size 4096 --plot "$OUT/001-interleave.svg"
+run 001-interleave-alloc bench interleave --target "$WORK/ila.img" --block-size 4096 --compare alloc=ext3 --rounds 1
 if [ "$(id -u)" = 0 ]; then
     run 001-interleave-kernel bench interleave --kernel ext4
 fi
