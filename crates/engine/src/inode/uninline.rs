@@ -64,10 +64,13 @@ impl Txn<'_> {
     }
 
     /// Allocates, maps and accounts block 0 of the empty body of directory
-    /// `dir` (near its inode's group); the caller fills the block.
+    /// `dir`; the caller fills the block. Its goal is any new file's
+    /// ([`Txn::first_goal`], as the kernel's `ext4_ext_find_goal` falls
+    /// back to `ext4_inode_to_goal_block`): with flex groups, the flex
+    /// group's first group, right after the inode tables that stat and
+    /// unlink read between directory blocks.
     pub(crate) fn first_dir_block(&mut self, dir: &mut Inode) -> Result<u64> {
-        let geo = &self.fs.geo;
-        let goal = geo.group_first_block((dir.ino - 1) / geo.inodes_per_group);
+        let goal = self.first_goal(dir);
         let (block, _) = self.alloc_blocks(goal, 1)?;
         self.map_run(
             dir,

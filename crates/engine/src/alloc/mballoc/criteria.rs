@@ -5,7 +5,7 @@
 //! descriptor's free count otherwise — so the cost of a request does not
 //! grow with the number of groups.
 
-use super::groups::order_of;
+use super::groups::{LIST_CANDIDATES, order_of};
 use super::scan::Found;
 use crate::error::Result;
 use crate::txn::Txn;
@@ -59,6 +59,7 @@ impl Txn<'_> {
         let goal = req.goal.clamp(u64::from(geo.first_data_block), geo.blocks_count - 1);
         let req = Request { goal, ..req };
         let g0 = self.group_of(req.goal);
+        self.mb_build_near(g0)?;
         if let Some(f) = self.mb_at_goal(g0, req)? {
             self.fs.mb.lock().stats.goal_hits += 1;
             return Ok(Some(f));
@@ -70,6 +71,32 @@ impl Txn<'_> {
             }
         }
         Ok(None)
+    }
+
+    /// Builds the missing buddies of the first groups with free blocks
+    /// from `g0` on, so the order lists hold the goal's neighbourhood (the
+    /// kernel initializes the groups after the one it scans,
+    /// `ext4_mb_prefetch`, and keeps a freed group listed). A buddy is
+    /// missing when no search looked at its group yet, or when a commit
+    /// releasing blocks or a window coming or going dropped it; without
+    /// this the lists offer whichever far groups happen to be built, and
+    /// small files' windows land in the directories' group.
+    fn mb_build_near(&mut self, g0: u32) -> Result<()> {
+        let n = self.fs.geo.group_count;
+        let mut seen = 0;
+        for g in (0..n).map(|step| (g0 + step) % n) {
+            if seen == LIST_CANDIDATES {
+                break;
+            }
+            if self.group(g)?.free_blocks() == 0 {
+                continue;
+            }
+            if self.fs.mb.lock().cache.get(g).is_none() {
+                self.with_buddy(g, |_| ())?;
+            }
+            seen += 1;
+        }
+        Ok(())
     }
 
     /// `ext4_mb_find_by_goal`: the run at the goal block when it is long
@@ -109,9 +136,14 @@ impl Txn<'_> {
         let goal_at = (req.goal - self.fs.geo.group_first_block(g0)) as u32;
         let from = move |g: u32| if g == g0 { goal_at } else { 0 };
         match cr {
+            // The groups are those holding a free chunk of the order, but
+            // inside one the run is chosen as the next pass does: the
+            // lowest-order chunk (`ext4_mb_simple_scan_group`) lies
+            // anywhere in the group and is aligned, so files created one
+            // after another scatter with gaps between them.
             Criteria::Power2Aligned if optimized => {
                 let groups = self.fs.mb.lock().cache.with_largest_at_least(order, g0);
-                self.try_groups(g0, &groups, |t, g| t.mb_take_chunk(g, order))
+                self.try_groups(g0, &groups, |t, g| t.mb_best_in(g, req.want, true, from(g)))
             }
             Criteria::GoalLenFast if optimized => {
                 let ceil = order + u32::from(!req.want.is_power_of_two());

@@ -1,6 +1,5 @@
 //! Inside one group: the buddy built on demand from the allocator's
-//! view, a power-of-two chunk taken whole (`ext4_mb_simple_scan_group`),
-//! the best fit among its free extents (`ext4_mb_complex_scan_group` with
+//! view, the best fit among its free extents (`ext4_mb_complex_scan_group` with
 //! `ext4_mb_measure_extent`'s rule and the `mb_min_to_scan` /
 //! `mb_max_to_scan` limits), stripe-aligned runs (`ext4_mb_scan_aligned`),
 //! and the found extent taken in the bitmap and the buddy together.
@@ -33,17 +32,6 @@ impl Txn<'_> {
             Some(b) => Ok(f(b)),
             None => unreachable!("a buddy just built is held under the same lock"),
         }
-    }
-
-    /// A free chunk of order `order` or more, its first `2^order` blocks.
-    pub(crate) fn mb_take_chunk(&mut self, g: u32, order: u32) -> Result<Option<Found>> {
-        self.with_buddy(g, |b| {
-            b.chunk_of_order(order).map(|(start, _)| Found {
-                group: g,
-                start,
-                len: 1 << order,
-            })
-        })
     }
 
     /// The best free extent of group `g` for `want` blocks, by the
