@@ -128,34 +128,25 @@ impl Txn<'_> {
             Some(run) => run,
             None => {
                 let before = self.mapped_before(inode, lblk)?;
-                let right = (next != u64::MAX).then_some(next);
                 // A piece that arrives before the window (out of order)
                 // goes just before it, and the window stays for the rest.
                 let ahead = self.fs.prealloc.get(inode.ino).filter(|w| w.logical > lblk);
-                if let Some(w) = ahead {
-                    let goal = w.physical.saturating_sub(w.logical - lblk);
-                    let req = DataRequest {
-                        lblk,
-                        want,
-                        goal,
-                        left: before.map(|b| b.0),
-                        right,
-                    };
-                    let (phys, got) = self.alloc_for_file(inode, req)?;
-                    return self.map_fresh(inode, lblk, phys, got);
-                }
-                let goal = match before {
-                    Some((l, p)) => p + (lblk - l),
-                    None => self.first_goal(inode),
+                let goal = match (ahead, before) {
+                    (Some(w), _) => w.physical.saturating_sub(w.logical - lblk),
+                    (None, Some((l, p))) => p + (lblk - l),
+                    (None, None) => self.first_goal(inode),
                 };
                 let req = DataRequest {
                     lblk,
                     want,
                     goal,
                     left: before.map(|b| b.0),
-                    right,
+                    right: (next != u64::MAX).then_some(next),
                 };
                 let (phys, got) = self.alloc_for_file(inode, req)?;
+                if ahead.is_some() {
+                    return self.map_fresh(inode, lblk, phys, got);
+                }
                 // Landed at its goal after a hole: the window starts at the
                 // hole, so pieces written out of order (FUSE write-back)
                 // still fall in place.

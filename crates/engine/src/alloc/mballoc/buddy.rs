@@ -226,6 +226,19 @@ impl Buddy {
         true
     }
 
+    /// A group of 1,024 blocks whose only free blocks are `runs` (start,
+    /// length), for tests.
+    #[cfg(test)]
+    pub(crate) fn with_free_runs(runs: &[(u32, u32)]) -> Self {
+        let mut map = vec![0xFFu8; 128];
+        for &(s, l) in runs {
+            for x in s..s + l {
+                map[(x / 8) as usize] &= !(1 << (x % 8));
+            }
+        }
+        Self::build(&map, 1024)
+    }
+
     /// Every chunk, as (first block, order), for checks.
     #[cfg(test)]
     fn all_chunks(&self) -> Vec<(u32, u32)> {

@@ -178,23 +178,13 @@ pub(crate) const LIST_CANDIDATES: usize = 8;
 mod tests {
     use super::*;
 
-    fn buddy_with_free(runs: &[(u32, u32)]) -> Buddy {
-        let mut map = vec![0xFFu8; 128];
-        for &(s, l) in runs {
-            for x in s..s + l {
-                map[(x / 8) as usize] &= !(1 << (x % 8));
-            }
-        }
-        Buddy::build(&map, 1024)
-    }
-
     #[test]
     fn groups_are_listed_by_largest_and_average_order_and_follow_changes() {
         let mut c = BuddyCache::default();
-        c.insert(3, buddy_with_free(&[(0, 256)]));
-        c.insert(5, buddy_with_free(&[(0, 16), (64, 16)]));
-        c.insert(9, buddy_with_free(&[(512, 512)]));
-        c.insert(11, buddy_with_free(&[(256, 256)]));
+        c.insert(3, Buddy::with_free_runs(&[(0, 256)]));
+        c.insert(5, Buddy::with_free_runs(&[(0, 16), (64, 16)]));
+        c.insert(9, Buddy::with_free_runs(&[(512, 512)]));
+        c.insert(11, Buddy::with_free_runs(&[(256, 256)]));
         assert_eq!(c.with_largest_at_least(8, 0), vec![3, 9, 11], "every order that serves");
         let near_goal = c.with_largest_at_least(8, 4);
         assert_eq!(near_goal, vec![9, 11, 3], "nearest after the goal, whatever the order");
@@ -213,7 +203,7 @@ mod tests {
     #[test]
     fn blocks_taken_outside_a_search_update_or_drop_the_buddy() {
         let mut c = BuddyCache::default();
-        c.insert(1, buddy_with_free(&[(0, 64), (128, 64)]));
+        c.insert(1, Buddy::with_free_runs(&[(0, 64), (128, 64)]));
         c.note_taken(1, 10, 4);
         assert_eq!(c.get(1).map(|b| b.free()), Some(124), "all free: taken in the buddy");
         c.note_taken(1, 70, 8);

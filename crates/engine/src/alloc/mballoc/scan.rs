@@ -151,19 +151,9 @@ fn aligned(b: &Buddy, g: u32, first: u64, stripe: u32, want: u32) -> Option<Foun
 mod tests {
     use super::*;
 
-    fn buddy(runs: &[(u32, u32)]) -> Buddy {
-        let mut map = vec![0xFFu8; 128];
-        for &(s, l) in runs {
-            for x in s..s + l {
-                map[(x / 8) as usize] &= !(1 << (x % 8));
-            }
-        }
-        Buddy::build(&map, 1024)
-    }
-
     #[test]
     fn best_fit_takes_an_exact_fit_then_the_smallest_that_is_long_enough() {
-        let b = buddy(&[(0, 3), (10, 40), (100, 8), (200, 12)]);
+        let b = Buddy::with_free_runs(&[(0, 3), (10, 40), (100, 8), (200, 12)]);
         assert_eq!(best_fit(&b, 8, 10, 200, 0), Some((100, 8)), "exact");
         assert_eq!(best_fit(&b, 10, 10, 200, 0), Some((200, 12)), "smallest longer");
         assert_eq!(best_fit(&b, 64, 10, 200, 0), Some((10, 40)), "longest while none fits");
@@ -177,7 +167,7 @@ mod tests {
 
     #[test]
     fn stripe_aligned_runs_start_on_absolute_boundaries() {
-        let b = buddy(&[(5, 100), (300, 64)]);
+        let b = Buddy::with_free_runs(&[(5, 100), (300, 64)]);
         // The group starts at block 1000: boundaries of 16 fall at
         // group offsets 8, 24, …
         let f = aligned(&b, 0, 1000, 16, 64).unwrap();
