@@ -46,26 +46,10 @@ fn image(mib: usize) -> Vec<u8> {
     dev.snapshot()
 }
 
+/// The engine's `BlockDevice for Arc<D>` lets the test keep a handle on
+/// the device it opens.
 fn open(dev: Arc<dyn BlockDevice>, opts: OpenOptions) -> Filesystem {
-    struct Shared(Arc<dyn BlockDevice>);
-    impl BlockDevice for Shared {
-        fn len(&self) -> u64 {
-            self.0.len()
-        }
-        fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-            self.0.read_at(offset, buf)
-        }
-        fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-            self.0.write_at(offset, buf)
-        }
-        fn flush(&self) -> std::io::Result<()> {
-            self.0.flush()
-        }
-        fn read_only(&self) -> bool {
-            false
-        }
-    }
-    Filesystem::open(Box::new(Shared(dev)), opts).expect("open")
+    Filesystem::open(Box::new(dev), opts).expect("open")
 }
 
 /// Writes to `ino` until the file system is full, in `piece`-byte writes

@@ -43,38 +43,63 @@ impl Txn<'_> {
     /// resort (it sees exactly what the buddies see, so it finds nothing
     /// they missed unless they were stale).
     pub(crate) fn scan_alloc(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
-        let geo = self.fs.geo.clone();
-        let start_group = self.group_of(goal);
-        for step in 0..geo.group_count {
-            let g = (start_group + step) % geo.group_count;
-            if self.group(g)?.free_blocks() == 0 {
-                continue;
-            }
-            let first = geo.group_first_block(g);
-            let from = if step == 0 { (goal - first) as u32 } else { 0 };
-            let limit = geo.blocks_in_group(g);
-            let view = self.alloc_view(g)?;
-            let Some(start) = find_zero(&view, from, limit).or_else(|| find_zero(&view, 0, from)) else {
-                continue;
-            };
-            let mut len = 0;
-            while len < want && start + len < limit && !test_bit(&view, start + len) {
-                len += 1;
-            }
-            let map = self.block_bitmap_mut(g)?;
-            for bit in start..start + len {
-                set_bit(map, bit, true);
-            }
-            self.adjust_group_blocks(g, -i64::from(len))?;
-            self.fs.mb_forget(first + u64::from(start), u64::from(len));
-            return Ok((first + u64::from(start), len));
+        let g0 = self.group_of(goal);
+        let found = self.groups_from(g0, 1, |t, g| {
+            let first = t.fs.geo.group_first_block(g);
+            let from = if g == g0 { (goal - first) as u32 } else { 0 };
+            let limit = t.fs.geo.blocks_in_group(g);
+            let view = t.alloc_view(g)?;
+            let start = find_zero(&view, from, limit).or_else(|| find_zero(&view, 0, from));
+            Ok(start.map(|s| {
+                let len = (s..limit)
+                    .take(want as usize)
+                    .take_while(|&b| !test_bit(&view, b))
+                    .count();
+                (g, s, len as u32)
+            }))
+        })?;
+        let Some((g, start, len)) = found else {
+            return Err(Error::NoSpace);
+        };
+        let map = self.block_bitmap_mut(g)?;
+        for bit in start..start + len {
+            set_bit(map, bit, true);
         }
-        Err(Error::NoSpace)
+        self.adjust_group_blocks(g, -i64::from(len))?;
+        let first = self.fs.geo.group_first_block(g);
+        self.fs.mb_forget(first + u64::from(start), u64::from(len));
+        Ok((first + u64::from(start), len))
+    }
+
+    /// Calls `f` on every group from `g0` on, wrapping, whose descriptor
+    /// counts at least `min_free` free blocks, until it finds something:
+    /// the linear walk of the ext3 search, mballoc's slow passes and the
+    /// last resort.
+    pub(crate) fn groups_from<R>(
+        &mut self,
+        g0: u32,
+        min_free: u32,
+        mut f: impl FnMut(&mut Self, u32) -> Result<Option<R>>,
+    ) -> Result<Option<R>> {
+        let n = self.fs.geo.group_count;
+        for step in 0..n {
+            let g = (g0 + step) % n;
+            if self.group(g)?.free_blocks() < min_free {
+                continue;
+            }
+            if let Some(found) = f(self, g)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
     }
 
     /// The block bitmap of group `g` as the allocator must see it: with
     /// the blocks whose freeing is not committed yet — by this transaction
-    /// or an earlier one (see [`crate::alloc::busy`]) — still taken.
+    /// or an earlier one (see [`crate::alloc::busy`]) — the preallocation
+    /// windows and this transaction's holds taken. Read without taking the
+    /// bitmap block into the transaction: a search looks at many groups
+    /// and changes few.
     pub(crate) fn alloc_view(&mut self, g: u32) -> Result<Vec<u8>> {
         self.view(g, true)
     }
@@ -97,17 +122,6 @@ impl Txn<'_> {
         self.lay_over_busy(g, &mut view);
         self.lay_over_held(g, &mut view);
         Ok(view)
-    }
-
-    /// Sets in `view` (group `g`'s bitmap) everything the allocator must
-    /// not hand out besides the bitmap's own bits: windows, uncommitted
-    /// frees.
-    pub(crate) fn lay_over_taken(&self, g: u32, view: &mut [u8]) {
-        let first = self.fs.geo.group_first_block(g);
-        let bits = u64::from(self.fs.geo.blocks_per_group);
-        self.fs.prealloc.lay_over(first, bits, view);
-        self.lay_over_busy(g, view);
-        self.lay_over_held(g, view);
     }
 
     /// Sets in `view` the ranges this transaction holds off

@@ -95,21 +95,14 @@ impl Txn<'_> {
     /// free, byte-aligned run of 8; else any free block — searching each
     /// group from the goal's on, windows of other files laid over.
     fn ext3_usable_block(&mut self, goal: u64) -> Result<Option<u64>> {
-        let geo = self.fs.geo.clone();
         let g0 = self.group_of(goal);
-        for step in 0..geo.group_count {
-            let g = (g0 + step) % geo.group_count;
-            if self.group(g)?.free_blocks() == 0 {
-                continue;
-            }
-            let first = geo.group_first_block(g);
-            let from = if step == 0 { (goal - first) as u32 } else { 0 };
-            let view = self.view_read_only(g)?;
-            if let Some(i) = usable_in(&view, from, geo.blocks_in_group(g)) {
-                return Ok(Some(first + u64::from(i)));
-            }
-        }
-        Ok(None)
+        self.groups_from(g0, 1, |t, g| {
+            let first = t.fs.geo.group_first_block(g);
+            let from = if g == g0 { (goal - first) as u32 } else { 0 };
+            let view = t.alloc_view(g)?;
+            let found = usable_in(&view, from, t.fs.geo.blocks_in_group(g));
+            Ok(found.map(|i| first + u64::from(i)))
+        })
     }
 }
 

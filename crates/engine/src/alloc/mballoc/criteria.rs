@@ -199,24 +199,16 @@ impl Txn<'_> {
     }
 
     /// Every group from `g0` on, wrapping, whose descriptor counts at
-    /// least `min_free` free blocks.
+    /// least `min_free` free blocks, each counted as considered.
     fn mb_linear(
         &mut self,
         g0: u32,
         min_free: u32,
         mut f: impl FnMut(&mut Self, u32) -> Result<Option<Found>>,
     ) -> Result<Option<Found>> {
-        let n = self.fs.geo.group_count;
-        for step in 0..n {
-            let g = (g0 + step) % n;
-            if self.group(g)?.free_blocks() < min_free {
-                continue;
-            }
-            self.fs.mb.lock().stats.groups_considered += 1;
-            if let Some(found) = f(self, g)? {
-                return Ok(Some(found));
-            }
-        }
-        Ok(None)
+        self.groups_from(g0, min_free, |t, g| {
+            t.fs.mb.lock().stats.groups_considered += 1;
+            f(t, g)
+        })
     }
 }

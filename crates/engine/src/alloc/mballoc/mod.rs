@@ -75,15 +75,6 @@ impl Txn<'_> {
             }
         }
     }
-
-    /// Group `g`'s bitmap as the allocator sees it, read without taking
-    /// the block into the transaction (a search looks at many groups and
-    /// changes few).
-    pub(crate) fn view_read_only(&mut self, g: u32) -> Result<Vec<u8>> {
-        let mut view = self.block_bitmap_read(g)?;
-        self.lay_over_taken(g, &mut view);
-        Ok(view)
-    }
 }
 
 impl crate::fs::Filesystem {

@@ -20,7 +20,7 @@ impl Txn<'_> {
     /// Calls `f` on group `g`'s buddy, building it first when needed.
     pub(crate) fn with_buddy<R>(&mut self, g: u32, f: impl FnOnce(&Buddy) -> R) -> Result<R> {
         if self.fs.mb.lock().cache.get(g).is_none() {
-            let view = self.view_read_only(g)?;
+            let view = self.alloc_view(g)?;
             let b = Buddy::build(&view, self.fs.geo.blocks_in_group(g));
             let mut mb = self.fs.mb.lock();
             mb.cache.insert(g, b);
