@@ -70,7 +70,11 @@ fn a_tiny_run_on_new_images_counts_every_operation_and_repeats_exactly() {
     let a = run_on(&TargetSpec::Image(dir.path().join("a.img")), &tiny("test1")).unwrap();
     assert!(a.modeled && !a.failed(), "{}", a.to_markdown());
     check_bookkeeping(&a, 40, 200);
-    assert!(phase(&a, "read").span.modeled.as_ref().unwrap().modeled_ns > 0);
+    // A pool this small is still held for delayed allocation when it is
+    // read (as in a page cache): the disk is met by the write-back that
+    // ends the transactions.
+    assert!(phase(&a, "read").bytes > 0);
+    assert!(phase(&a, "transactions").span.modeled.as_ref().unwrap().modeled_ns > 0);
     let b = run_on(&TargetSpec::Image(dir.path().join("b.img")), &tiny("test1")).unwrap();
     assert_eq!(modeled(&a), modeled(&b));
     assert_eq!(a.outcome.values, b.outcome.values);

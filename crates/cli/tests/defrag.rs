@@ -34,7 +34,8 @@ fn ok(args: &[&str]) -> String {
 }
 
 /// A 64 MiB image holding `/a` and `/b`, written alternately 4 KiB at a
-/// time with per-file windows off, so they interleave block by block;
+/// time with per-file windows and delayed allocation off, so they
+/// interleave block by block;
 /// returns the image and the files' contents.
 fn interleaved(dir: &Path) -> (PathBuf, Vec<u8>, Vec<u8>) {
     let img = dir.join("frag.img");
@@ -42,6 +43,7 @@ fn interleaved(dir: &Path) -> (PathBuf, Vec<u8>, Vec<u8>) {
     let opts = OpenOptions {
         alloc: AllocOptions {
             inode_prealloc: false,
+            delalloc: false,
             ..AllocOptions::default()
         },
         ..OpenOptions::default()

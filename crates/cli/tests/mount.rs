@@ -221,12 +221,12 @@ fn options_are_honoured_or_refused() {
         .arg("mount")
         .arg(&img)
         .arg(dir.path())
-        .args(["-o", "delalloc"])
+        .args(["-o", "dax"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("delalloc") && err.contains("not supported yet"), "{err}");
+    assert!(err.contains("dax") && err.contains("not supported yet"), "{err}");
     assert!(!is_mounted(dir.path()));
     // Options that only disagree together are refused before the mount.
     let out = Command::new(exe())

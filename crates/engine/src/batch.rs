@@ -111,6 +111,9 @@ impl Filesystem {
     /// # Errors
     /// [`Error::ReadOnly`].
     pub fn batch_with(&self, opts: BatchOptions) -> Result<Batch<'_>> {
+        // A batch writes file data directly under the writer lock: no page
+        // may be held for delayed allocation under its feet.
+        self.flush_all()?;
         Ok(Batch {
             fs: self,
             txn: Some(Txn::begin(self)?),

@@ -86,7 +86,13 @@ impl Filesystem {
     }
 
     /// How fragmented `inode`'s body is.
+    /// Data held for delayed allocation is written back first, so the
+    /// answer is the layout the file will have.
     pub fn file_frag(&self, inode: &Inode) -> Result<FileFrag> {
+        if self.delalloc.holds(inode.ino) {
+            self.flush_file(inode.ino)?;
+            return self.file_frag(&self.inode(inode.ino)?);
+        }
         let runs = self.all_runs(inode)?;
         Ok(FileFrag::measure(runs.iter().map(|r| (r.logical, r.physical, r.len))))
     }

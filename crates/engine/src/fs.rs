@@ -139,6 +139,8 @@ pub struct Filesystem {
     pub(crate) writeback_seq: std::sync::atomic::AtomicU64,
     /// Per-inode locks over file data (see [`crate::inode_locks`]).
     pub(crate) inode_locks: crate::inode_locks::InodeLocks,
+    /// File data held for delayed allocation ([`crate::delalloc`]).
+    pub(crate) delalloc: crate::delalloc::Delalloc,
     /// Held shared by every writer whose file data is still on its way to
     /// the device after its metadata was published (see [`crate::ordered`]);
     /// taken exclusive by the write-back, so metadata never reaches the
@@ -169,6 +171,15 @@ impl Filesystem {
     /// # Errors
     /// [`Error::Io`] when the device cannot write or flush.
     pub fn sync(&self) -> Result<()> {
+        let flushed = self.flush_all();
+        self.sync_committed()?;
+        flushed
+    }
+
+    /// [`Filesystem::sync`] of what transactions committed, leaving file
+    /// data held for delayed allocation where it is: for callers that may
+    /// hold the writer lock or an inode lock.
+    pub(crate) fn sync_committed(&self) -> Result<()> {
         self.commit_errors()?;
         self.write_back_published()?;
         if self.journaling {

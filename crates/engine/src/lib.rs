@@ -46,6 +46,7 @@ mod alloc;
 mod batch;
 mod cache;
 mod clock;
+mod delalloc;
 pub mod device;
 pub mod dir;
 pub mod error;

@@ -99,6 +99,7 @@ impl Filesystem {
             writeback_seq: Default::default(),
             busy,
             inode_locks: Default::default(),
+            delalloc: Default::default(),
             data_in_flight: RwLock::new(()),
         };
         fs.groups = RwLock::new(fs.load_group_descs()?);

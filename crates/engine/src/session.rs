@@ -96,7 +96,10 @@ impl Filesystem {
     /// The work of [`Filesystem::unmount`]; idempotent, so that the drop
     /// after an unmount changes nothing.
     pub(crate) fn close(&self) -> Result<()> {
-        let mut first_err = self.commit_errors().err();
+        let mut first_err = self.flush_all().err();
+        if let Err(e) = self.commit_errors() {
+            first_err.get_or_insert(e);
+        }
         let open: Vec<u32> = self.open_files.lock().drain().map(|(ino, _)| ino).collect();
         for ino in open {
             if let Err(e) = self.evict(ino) {

@@ -33,6 +33,9 @@ impl Filesystem {
     pub fn statfs(&self) -> StatFs {
         let sb = self.superblock();
         let free = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32);
+        // Blocks promised to delayed writes are as good as taken
+        // (`s_dirtyclusters_counter` in `ext4_statfs`).
+        let free = free.saturating_sub(self.delalloc.reserved());
         let reserved = u64::from(sb.s_r_blocks_count_lo.get()) | (u64::from(sb.s_r_blocks_count_hi.get()) << 32);
         let overhead = match u64::from(sb.s_overhead_clusters.get()) {
             0 => self.metadata_overhead(),
@@ -57,7 +60,13 @@ impl Filesystem {
 
     /// Free blocks now (`s_free_blocks_count`), without the rest of
     /// [`Self::statfs`]: cheap enough to ask before every allocation.
+    /// Blocks reserved for data held by delayed allocation are not free.
     pub fn free_blocks(&self) -> u64 {
+        self.free_blocks_on_disk().saturating_sub(self.delalloc.reserved())
+    }
+
+    /// `s_free_blocks_count` as last published.
+    pub(crate) fn free_blocks_on_disk(&self) -> u64 {
         let sb = self.sb.read();
         u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32)
     }

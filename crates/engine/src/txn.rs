@@ -69,6 +69,9 @@ pub(crate) struct Txn<'a> {
     /// Free block ranges this transaction must not hand out (see
     /// [`Txn::hold_off`]); the allocator's views show them taken.
     held: Vec<(u64, u64)>,
+    /// Blocks reserved for delayed allocation that this transaction may
+    /// take: the reservation of the file it writes back ([`Txn::claim_reserved`]).
+    claim: u64,
 }
 
 impl Drop for Txn<'_> {
@@ -119,6 +122,7 @@ impl<'a> Txn<'a> {
             opens: None,
             buddies_touched: Vec::new(),
             held: Vec::new(),
+            claim: 0,
         })
     }
 
@@ -258,6 +262,31 @@ impl<'a> Txn<'a> {
         self.free_inodes_delta += inodes;
     }
 
+    /// Lets this transaction take up to `blocks` of the blocks reserved
+    /// for delayed allocation: it writes back the file they are kept for.
+    pub(crate) fn claim_reserved(&mut self, blocks: u64) {
+        self.claim = blocks;
+    }
+
+    /// Refuses to take `n` more blocks when that would leave fewer free
+    /// than delayed allocation has reserved (`ext4_claim_free_clusters`):
+    /// every allocation but write-back's leaves those blocks alone, so
+    /// write-back never finds them gone.
+    pub(crate) fn check_unreserved(&self, n: u64) -> Result<()> {
+        let held = self.fs.delalloc.reserved().saturating_sub(self.claim);
+        if held == 0 {
+            return Ok(());
+        }
+        let free = self
+            .fs
+            .free_blocks_on_disk()
+            .saturating_add_signed(self.free_blocks_delta);
+        if free < held.saturating_add(n) {
+            return Err(Error::NoSpace);
+        }
+        Ok(())
+    }
+
     /// The superblock as this transaction sees it.
     pub(crate) fn superblock(&self) -> RawSuperblock {
         self.sb.unwrap_or_else(|| *self.fs.sb.read())
@@ -352,7 +381,7 @@ impl<'a> Txn<'a> {
         self.write_meta()?;
         fs.write_back_if_full()?;
         if fs.opts.sync_writes {
-            fs.sync()?;
+            fs.sync_committed()?;
         }
         Ok(())
     }

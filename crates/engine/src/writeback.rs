@@ -252,8 +252,9 @@ impl Filesystem {
     /// # Errors
     /// [`crate::Error::Io`] when the device cannot write or flush.
     pub fn sync_inode(&self, ino: u32) -> Result<()> {
+        self.flush_file(ino)?;
         if !self.journaling {
-            return self.sync();
+            return self.sync_committed();
         }
         let want = {
             let mut d = self.dirty.lock();

@@ -272,6 +272,8 @@ fn batch_equals_one_by_one() {
         let (inos_a, tree_a, free_a) = {
             let fs = open_rw(&img_a);
             let inos = workload(&mut &fs, fs.block_size());
+            // Data held for delayed allocation gets its blocks here.
+            fs.sync().unwrap();
             let mut t = BTreeMap::new();
             engine_tree(&fs, ROOT_INO, "", &mut t);
             (inos, t, free_counts(&fs))

@@ -237,7 +237,16 @@ fn gated_fs_and_flushes(dir: &std::path::Path, gate_flushes: Arc<AtomicBool>) ->
         entered: Mutex::new(entered_tx),
         release: Mutex::new(release_rx),
     };
-    let fs = Arc::new(Filesystem::open(Box::new(dev), OpenOptions::default()).unwrap());
+    // The gate catches the data write of `write` itself: the direct path
+    // (nodelalloc), where data goes out as the write returns.
+    let opts = OpenOptions {
+        alloc: ext4kit_engine::AllocOptions {
+            delalloc: false,
+            ..Default::default()
+        },
+        ..OpenOptions::default()
+    };
+    let fs = Arc::new(Filesystem::open(Box::new(dev), opts).unwrap());
     Some((img, fs, entered, release))
 }
 

@@ -195,9 +195,12 @@ fn a_fragmented_file_ends_in_the_fewest_extents_with_holes_and_unwritten_kept() 
 #[test]
 fn two_interleaved_files_each_end_in_one_extent() {
     let dev = Arc::new(MemDevice::new(image(32)));
+    // Interleaved block by block: no window, no delayed allocation (which
+    // would give each file its extent at write-back).
     let no_window = OpenOptions {
         alloc: AllocOptions {
             inode_prealloc: false,
+            delalloc: false,
             ..AllocOptions::default()
         },
         ..OpenOptions::default()

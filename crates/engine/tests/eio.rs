@@ -305,7 +305,10 @@ fn a_data_write_failing_after_the_announcement_is_still_an_error() {
     if !have_e2fsck() {
         return;
     }
-    let (fs, ctl, mem) = setup(fresh_image(IMAGE_BYTES), options());
+    // The direct path: under delayed allocation no data goes out at write.
+    let mut opts = options();
+    opts.alloc.delalloc = false;
+    let (fs, ctl, mem) = setup(fresh_image(IMAGE_BYTES), opts);
     let attr = Attr {
         perm: 0o644,
         uid: 0,

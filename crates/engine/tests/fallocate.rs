@@ -526,6 +526,7 @@ fn punch_depth_one_tree_until_empty() {
             engine_apply(&fs, f, &op);
             model_apply(&mut model, &op);
         }
+        fs.sync().unwrap();
         let inode = fs.resolve(b"/f").unwrap();
         assert_eq!(fs.extent_tree(&inode).unwrap()[0].1.depth, 1);
     }

@@ -39,6 +39,7 @@ fn warmed_buddies_serve_later_requests_without_another_build() {
         fs.write(f, k << 16, &[k as u8; 64 << 10]).unwrap();
     }
     fs.release_file(f).unwrap();
+    fs.sync().unwrap();
     let stats = fs.mb_stats();
     assert!(stats.requests > 0, "{stats:?}");
     // Windows set and released drop buddies; nothing else needs a build.

@@ -182,6 +182,7 @@ fn crash_with_orphans(img: &Path) -> (Vec<u32>, (u64, u32)) {
     let fs = open_rw(img);
     let keep = fs.create(ROOT_INO, b"keep", NodeKind::Regular, ATTR).unwrap();
     fs.write(keep.ino, 0, b"still here").unwrap();
+    fs.sync().unwrap();
     let after_keep = free_counts(&fs);
     let mut inos = Vec::new();
     for (i, name) in [&b"a"[..], b"b"].iter().enumerate() {

@@ -27,10 +27,16 @@ fn open(img: &std::path::Path, prealloc: bool) -> Filesystem {
     )
 }
 
+/// Windows serve writes that allocate as they come: the direct path
+/// (`nodelalloc`). Under delayed allocation a run is allocated whole at
+/// write-back (`delalloc.rs`).
 fn open_with(img: &std::path::Path, alloc: AllocOptions) -> Filesystem {
     let dev = FileDevice::open(img, true).unwrap();
     let opts = OpenOptions {
-        alloc,
+        alloc: AllocOptions {
+            delalloc: false,
+            ..alloc
+        },
         ..OpenOptions::default()
     };
     Filesystem::open(Box::new(dev), opts).unwrap()

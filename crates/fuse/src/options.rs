@@ -2,7 +2,7 @@
 //! (`ro`, `noatime`, `errors=`…), FUSE's for the transport (`allow_other`,
 //! `default_permissions`), and ours for caching. An option the engine cannot
 //! honour yet is refused by name, never ignored: a user who asks for
-//! `delalloc` must not get silently different behaviour.
+//! `dax` must not get silently different behaviour.
 
 use std::time::Duration;
 
@@ -195,14 +195,10 @@ const DEFAULT_COMMIT: Duration = Duration::from_secs(5);
 
 /// Options of ext4 that need the new allocators or features not built yet.
 const NOT_YET: &[&str] = &[
-    "delalloc",
-    "nodelalloc",
     "barrier",
     "nobarrier",
     "discard",
     "nodiscard",
-    "auto_da_alloc",
-    "noauto_da_alloc",
     "dax",
     "usrquota",
     "grpquota",
@@ -422,6 +418,18 @@ fn apply_alloc(a: &mut AllocOptions, key: &str, value: Option<&str>) -> Option<R
         "mb_order2_req" => number(value, 0, MAX_ORDER2_REQ, "an order").map(|n| a.order2_req = n),
         "mb_max_to_scan" => number(value, 0, MAX_TO_SCAN, "extents").map(|n| a.max_to_scan = n),
         "mb_min_to_scan" => number(value, 0, MAX_TO_SCAN, "extents").map(|n| a.min_to_scan = n),
+        "delalloc" | "nodelalloc" | "auto_da_alloc" | "noauto_da_alloc" => match value {
+            Some(_) => Err("takes no value".to_string()),
+            None => {
+                let on = !key.starts_with("no");
+                if key.ends_with("delalloc") {
+                    a.delalloc = on;
+                } else {
+                    a.auto_da_alloc = on;
+                }
+                Ok(())
+            }
+        },
         _ => return None,
     };
     Some(done)
@@ -509,8 +517,19 @@ mod tests {
     }
 
     #[test]
+    fn delalloc_switches_like_ext4() {
+        let mut c = MountConfig::default();
+        assert!(c.alloc.delalloc && c.alloc.auto_da_alloc, "ext4's defaults");
+        c.apply("nodelalloc,noauto_da_alloc").unwrap();
+        assert!(!c.alloc.delalloc && !c.alloc.auto_da_alloc);
+        c.apply("delalloc,auto_da_alloc").unwrap();
+        assert!(c.alloc.delalloc && c.alloc.auto_da_alloc);
+        assert!(c.apply("delalloc=1").unwrap_err().contains("no value"));
+    }
+
+    #[test]
     fn refuses_unsupported_and_unknown_options_by_name() {
-        for opt in ["delalloc", "nodelalloc"] {
+        for opt in ["dax", "usrquota"] {
             let e = MountConfig::default().apply(&format!("rw,{opt}")).unwrap_err();
             assert!(e.contains(opt) && e.contains("not supported yet"), "{e}");
         }
@@ -562,6 +581,7 @@ mod tests {
                 order2_req: 3,
                 max_to_scan: 400,
                 min_to_scan: 20,
+                ..AllocOptions::default()
             }
         );
         c.apply("alloc=mballoc,inode_alloc=parent,mb_optimize_scan=1,mb_inode_prealloc=1,stripe=0")

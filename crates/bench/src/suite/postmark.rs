@@ -386,6 +386,10 @@ fn transactions(pool: &mut Pool, out: &mut Outcome, progress: &mut Progress) -> 
         skipped += u64::from(pool.transaction()?);
         progress.step(1)?;
     }
+    // The phase ends with its data on the device: under delayed
+    // allocation a small run would otherwise do no I/O at all, and the
+    // rate would count nothing the disk did.
+    pool.fs.sync()?;
     let span = start.until(&pool.fs.sample());
     let bytes = pool.read.bytes + pool.append.bytes + pool.create.bytes;
     let tps = (span.ns() > 0).then(|| t as f64 * 1e9 / span.ns() as f64);

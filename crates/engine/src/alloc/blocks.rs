@@ -244,6 +244,9 @@ impl Txn<'_> {
     }
 
     pub(crate) fn adjust_group_blocks(&mut self, g: u32, delta: i64) -> Result<()> {
+        if delta < 0 {
+            self.check_unreserved(delta.unsigned_abs())?;
+        }
         let mut d = self.group(g)?;
         let n = (i64::from(d.free_blocks()) + delta).max(0) as u32;
         d.bg_free_blocks_count_lo.set(n as u16);

@@ -75,6 +75,20 @@ pub struct AllocOptions {
     /// Fewest they look at before a good-enough one ends the search
     /// (`mb_min_to_scan`, default 10).
     pub min_to_scan: u32,
+    /// Delayed allocation (`-o delalloc`, the default; `nodelalloc`):
+    /// buffered writes into holes and past the end of extent-mapped files
+    /// hold their data and reserve space, and get blocks at write-back
+    /// (see the `delalloc` module).
+    pub delalloc: bool,
+    /// Most bytes of file data held for delayed allocation before a write
+    /// writes them back (default 64 MiB).
+    pub delalloc_bytes: usize,
+    /// Write a file's held data back before a rename replaces another file
+    /// with it, and at the last close after it was truncated to zero
+    /// (`-o auto_da_alloc`, the default; `noauto_da_alloc`): the
+    /// write-new-then-rename idiom then never leaves an empty file after
+    /// a crash, as in ext4.
+    pub auto_da_alloc: bool,
 }
 
 impl Default for AllocOptions {
@@ -90,6 +104,9 @@ impl Default for AllocOptions {
             order2_req: 2,
             max_to_scan: 200,
             min_to_scan: 10,
+            delalloc: true,
+            delalloc_bytes: 64 << 20,
+            auto_da_alloc: true,
         }
     }
 }

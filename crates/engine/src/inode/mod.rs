@@ -144,7 +144,18 @@ impl Filesystem {
     /// # Errors
     /// [`Error::InvalidArgument`] for a number outside `1..=s_inodes_count`;
     /// [`Error::BadChecksum`] / [`Error::Corrupt`] at [`Location::Inode`].
+    ///
+    /// A file with data held for delayed allocation ([`crate::delalloc`])
+    /// shows the size, times and block count it will have once written
+    /// back; the record itself ([`Inode::record`]) is as on disk.
     pub fn inode(&self, ino: u32) -> Result<Inode> {
+        let mut inode = self.inode_on_disk(ino)?;
+        self.delalloc.overlay(&mut inode, self.geo.block_size);
+        Ok(inode)
+    }
+
+    /// Inode `ino` as the image holds it, without held pages.
+    pub(crate) fn inode_on_disk(&self, ino: u32) -> Result<Inode> {
         self.reading("inode", || self.inode_unrecorded(ino))
     }
 

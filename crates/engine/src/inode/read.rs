@@ -18,8 +18,9 @@ impl Filesystem {
     /// Cost: the tree walk for the range (cached) plus one device read per
     /// mapped run.
     ///
-    /// `inode` is read before the call; to read a file that other threads
-    /// truncate meanwhile, use [`Filesystem::read_file_at`].
+    /// The inode is read again under the file's lock: `inode` may have
+    /// been read before a write-back mapped its held pages
+    /// ([`crate::delalloc`]) or another thread changed the file.
     ///
     /// # Errors
     /// Corrupt mappings, I/O errors.
@@ -29,7 +30,7 @@ impl Filesystem {
 
     fn read_at_unrecorded(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let _file = self.inode_locks.read(inode.ino);
-        self.read_body(inode, offset, buf)
+        self.read_with_held(&self.inode(inode.ino)?, offset, buf)
     }
 
     /// Reads up to `buf.len()` bytes of file `ino` at byte `offset` as last
@@ -46,7 +47,16 @@ impl Filesystem {
     fn read_file_at_unrecorded(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let _file = self.inode_locks.read(ino);
         let inode = self.inode(ino)?;
-        self.read_body(&inode, offset, buf)
+        self.read_with_held(&inode, offset, buf)
+    }
+
+    /// [`Filesystem::read_body`] with the pages held for delayed
+    /// allocation laid over what the image holds.
+    fn read_with_held(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let n = self.read_body(inode, offset, buf)?;
+        self.delalloc
+            .overlay_read(inode.ino, offset, &mut buf[..n], self.geo.block_size);
+        Ok(n)
     }
 
     /// [`Filesystem::read_at`] without the inode lock: for bodies that are
@@ -98,7 +108,9 @@ impl Filesystem {
 
     fn read_all_unrecorded(&self, inode: &Inode, limit: u64) -> Result<Vec<u8>> {
         let _file = self.inode_locks.read(inode.ino);
-        self.read_all_unlocked(inode, limit)
+        let mut body = self.read_all_unlocked(&self.inode(inode.ino)?, limit)?;
+        self.delalloc.overlay_read(inode.ino, 0, &mut body, self.geo.block_size);
+        Ok(body)
     }
 
     /// [`Filesystem::read_all`] without the inode lock (see

@@ -29,7 +29,8 @@ pub struct SetAttr {
 const LINK_MAX: u16 = 65000;
 
 impl Filesystem {
-    /// Changes the attributes of `ino`; returns the inode as written.
+    /// Changes the attributes of `ino`; returns the inode as
+    /// [`Filesystem::inode`] shows it afterwards.
     ///
     /// # Errors
     /// [`Error::ReadOnly`], [`Error::NotPermitted`] for an immutable inode
@@ -42,7 +43,15 @@ impl Filesystem {
         let mut txn = Txn::begin(self)?;
         let inode = txn.setattr(ino, set)?;
         txn.commit()?;
-        Ok(inode)
+        // An mtime stored here stands over the time of earlier held writes
+        // (FUSE's write-back cache sends one with every inode write-back:
+        // writing the data back instead would undo delayed allocation).
+        if set.mtime.is_some() {
+            self.delalloc.forget_times(ino);
+        }
+        let mut seen = inode;
+        self.delalloc.overlay(&mut seen, self.geo.block_size);
+        Ok(seen)
     }
 
     /// Adds the name `name` in `parent` for the existing non-directory `ino`.

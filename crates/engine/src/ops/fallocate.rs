@@ -129,6 +129,7 @@ impl Filesystem {
             return Err(Error::FileTooBig);
         }
         let _file = self.inode_locks.write(ino);
+        self.flush_locked(ino)?;
         let mut txn = Txn::begin(self)?;
         txn.under_inode_lock();
         let mut inode = txn.inode(ino)?;

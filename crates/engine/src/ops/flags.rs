@@ -128,6 +128,7 @@ impl Filesystem {
     }
 
     fn set_flags_in_txn(&self, ino: u32, flags: u32, privileged: bool) -> Result<Inode> {
+        self.flush_file(ino)?;
         let mut txn = Txn::begin(self)?;
         let mut inode = txn.inode(ino)?;
         let old = inode.raw.flags();

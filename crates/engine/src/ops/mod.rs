@@ -10,7 +10,7 @@ mod attr;
 pub(crate) mod create;
 mod defrag;
 mod fallocate;
-mod flags;
+pub(crate) mod flags;
 mod open;
 mod remove;
 mod remove_tree;

@@ -65,7 +65,7 @@ impl Filesystem {
             self.inode(ino).map(|i| i.raw.links() == 0)
         };
         if let Ok(false) = unlinked {
-            return Ok(());
+            return self.noting_errors("release_file", self.write_back_truncated(ino));
         }
         self.noting_errors("release_file", self.evict(ino))
     }

@@ -50,6 +50,7 @@ impl Filesystem {
     ) -> Result<()> {
         super::check_new_name(old_name)?;
         super::check_new_name(new_name)?;
+        self.write_back_replacing(old_parent, old_name, new_parent, new_name)?;
         let mut txn = Txn::begin(self)?;
         // Every lookup first, on the directories as on disk; then inline
         // directories involved are moved to blocks in this transaction.

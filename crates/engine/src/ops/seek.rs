@@ -23,6 +23,7 @@ impl Filesystem {
     }
 
     fn seek_data_unrecorded(&self, ino: u32, offset: u64) -> Result<u64> {
+        self.flush_file(ino)?;
         let inode = self.inode(ino)?;
         let size = inode.size();
         if offset >= size {
@@ -55,6 +56,7 @@ impl Filesystem {
     }
 
     fn seek_hole_unrecorded(&self, ino: u32, offset: u64) -> Result<u64> {
+        self.flush_file(ino)?;
         let inode = self.inode(ino)?;
         let size = inode.size();
         if offset >= size {

@@ -28,6 +28,10 @@ impl Filesystem {
 
     fn truncate_in_txn(&self, ino: u32, size: u64) -> Result<()> {
         let _file = self.inode_locks.write(ino);
+        self.truncate_held(ino, size)?;
+        if size == 0 {
+            self.delalloc.truncated_to_zero(ino);
+        }
         let mut txn = Txn::begin(self)?;
         txn.under_inode_lock();
         txn.truncate(ino, size)?;

@@ -50,7 +50,17 @@ impl Filesystem {
     /// failed write of data already acknowledged (the kernel's write-back
     /// error), to be reported on the next `fsync`.
     pub fn write_announcing(&self, ino: u32, offset: u64, data: &[u8], published: impl FnOnce(usize)) -> Result<usize> {
-        let _file = self.inode_locks.write(ino);
+        let file = self.inode_locks.write(ino);
+        if let Some(n) = self.write_delayed(ino, offset, data)? {
+            published(n);
+            drop(file);
+            // Too much held: the writer pays for write-back, as
+            // `balance_dirty_pages` makes it.
+            if self.delalloc.over(self.opts.alloc.delalloc_bytes) {
+                self.flush_all()?;
+            }
+            return Ok(n);
+        }
         let mut txn = Txn::begin(self)?;
         txn.under_inode_lock();
         let n = txn.write(ino, offset, data)?;

@@ -150,7 +150,9 @@ impl Txn<'_> {
             };
             set_bit(map, i, true);
             self.adjust_group_inodes(g, i, -1, is_dir)?;
-            return Ok(g * geo.inodes_per_group + i + 1);
+            let ino = g * geo.inodes_per_group + i + 1;
+            self.fs.delalloc.discard(ino);
+            return Ok(ino);
         }
         Err(Error::NoSpace)
     }
@@ -158,6 +160,7 @@ impl Txn<'_> {
     /// Releases inode `ino` in its bitmap and counts.
     pub(crate) fn free_inode(&mut self, ino: u32, is_dir: bool) -> Result<()> {
         self.fs.prealloc.release(ino);
+        self.fs.delalloc.discard(ino);
         if is_dir {
             self.fs.ialloc_last.forget(ino);
         }

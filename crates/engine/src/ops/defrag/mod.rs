@@ -146,6 +146,7 @@ impl Filesystem {
         mut moved: impl FnMut(u64),
     ) -> Result<DefragOutcome> {
         let _file = self.inode_locks.write(ino);
+        self.flush_locked(ino)?;
         self.prealloc.release(ino);
         let (mut out, planned) = self.plan_file(ino)?;
         let Some(p) = planned else {

@@ -1,0 +1,167 @@
+//! The delayed write: pages held, blocks reserved, nothing allocated.
+
+use std::sync::atomic::Ordering;
+
+use ext4kit_format::features::{IncompatFeatures, RoCompatFeatures};
+
+use super::reserve::{TreeShape, reservation};
+use super::{Delalloc, DirtyFile};
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::fs::Filesystem;
+use crate::inode::Inode;
+
+/// What a write into held-or-unmapped blocks needs.
+struct Plan {
+    first: u64,
+    end_block: u64,
+    end: u64,
+}
+
+impl Filesystem {
+    /// True when this open delays allocation for `inode`: the option is
+    /// on, the image is writable (the direct path reports why not), data
+    /// is not journaled or written synchronously, and the file is
+    /// extent-mapped with its body outside the inode. Block-mapped (ext2/3)
+    /// files, inline bodies and bigalloc clusters take the direct path.
+    fn delays(&self, inode: &Inode) -> bool {
+        let f = &self.geo.features;
+        self.opts.alloc.delalloc
+            && !self.read_only_reason.is_some()
+            && !self.opts.sync_writes
+            && !self.journals_data()
+            && f.incompat.contains(IncompatFeatures::EXTENTS)
+            && !f.ro_compat.contains(RoCompatFeatures::BIGALLOC)
+            && inode.uses_extents()
+            && !inode.has_inline_data()
+    }
+
+    /// Writes `data` at `offset` of `ino` as held pages when every block
+    /// it touches is unmapped (or already held); `Ok(None)` leaves the
+    /// write to the direct path, with none of the file's pages held any
+    /// more. The caller holds the file's inode lock exclusive.
+    ///
+    /// # Errors
+    /// As [`Filesystem::write`]; [`Error::NoSpace`] when the reservation
+    /// does not fit, nothing changed.
+    pub(crate) fn write_delayed(&self, ino: u32, offset: u64, data: &[u8]) -> Result<Option<usize>> {
+        let mut inode = self.inode_on_disk(ino)?;
+        if data.is_empty() || !self.delays(&inode) {
+            self.flush_locked(ino)?;
+            return Ok(None);
+        }
+        let seen = {
+            let mut v = inode.clone();
+            self.delalloc.overlay(&mut v, self.geo.block_size);
+            v
+        };
+        seen.require_regular()?;
+        crate::ops::flags::check_write(&seen, offset)?;
+        let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+        let bs = u64::from(self.geo.block_size);
+        let plan = Plan {
+            first: offset / bs,
+            end_block: end.div_ceil(bs),
+            end,
+        };
+        if plan.end_block > crate::inode::map::MAX_LOGICAL {
+            return Err(Error::FileTooBig);
+        }
+        if !self
+            .map_range(&inode, plan.first, plan.end_block - plan.first)?
+            .is_empty()
+        {
+            // Mapped blocks (data, or unwritten extents) go direct.
+            self.flush_locked(ino)?;
+            return Ok(None);
+        }
+        match self.hold(&mut inode, &plan, offset, data) {
+            Err(Error::NoSpace) if self.delalloc.holds(ino) => {
+                // Writing this file back gives its worst-case tree blocks back.
+                self.flush_locked(ino)?;
+                inode = self.inode_on_disk(ino)?;
+                self.hold(&mut inode, &plan, offset, data)?;
+            }
+            r => r?,
+        }
+        Ok(Some(data.len()))
+    }
+
+    /// Reserves and stores the pages of one write.
+    fn hold(&self, inode: &mut Inode, plan: &Plan, offset: u64, data: &[u8]) -> Result<()> {
+        let bs = u64::from(self.geo.block_size);
+        // Under the writer lock no transaction is between taking blocks and
+        // publishing the free count, so the count read here is exact.
+        let _writer = self.writer.lock();
+        // An unlink may have freed the inode since it was read (it does not
+        // take the inode lock); pages held for a free number would show in
+        // the next file to get it.
+        let now = self.inode_on_disk(inode.ino)?;
+        if now.raw.i_mode.get() == 0 || (now.raw.links() == 0 && !self.open_files.lock().contains_key(&inode.ino)) {
+            return Err(Error::NotFound(format!("inode {}", inode.ino)));
+        }
+        let free = self.free_blocks_on_disk();
+        let d = &self.delalloc;
+        let mut st = d.state.lock();
+        let held = st.reserved;
+        let file = st.files.entry(inode.ino).or_insert_with(|| DirtyFile {
+            pages: Default::default(),
+            size: inode.size(),
+            time: None,
+            runs: 0,
+            reserved: 0,
+            shape: TreeShape::of(inode),
+        });
+        let new = (plan.first..plan.end_block)
+            .filter(|b| !file.pages.contains_key(b))
+            .count() as u64;
+        // The runs the write touches or adjoins become one.
+        let runs = file.runs + 1 - runs_meeting(&file.pages, plan.first, plan.end_block);
+        let pages = file.pages.len() as u64 + new;
+        let want = reservation(file.shape, pages, runs, self.geo.block_size);
+        let more = want.saturating_sub(file.reserved);
+        if more > free.saturating_sub(held) {
+            if file.pages.is_empty() {
+                st.files.remove(&inode.ino);
+            }
+            return Err(Error::NoSpace);
+        }
+        for lblk in plan.first..plan.end_block {
+            let page = file
+                .pages
+                .entry(lblk)
+                .or_insert_with(|| vec![0u8; bs as usize].into_boxed_slice());
+            let (start, stop) = (lblk * bs, (lblk + 1) * bs);
+            let (lo, hi) = (start.max(offset), stop.min(plan.end));
+            page[(lo - start) as usize..(hi - start) as usize]
+                .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+        }
+        file.size = file.size.max(plan.end);
+        file.time = Some(clock::now());
+        file.runs = runs;
+        file.reserved += more;
+        st.reserved += more;
+        st.bytes += (new * bs) as usize;
+        d.files.store(st.files.len(), Ordering::Release);
+        Ok(())
+    }
+}
+
+/// Runs of held pages that overlap `first..end` or adjoin it.
+fn runs_meeting(pages: &std::collections::BTreeMap<u64, Box<[u8]>>, first: u64, end: u64) -> u64 {
+    let lo = first.saturating_sub(1);
+    let mut n = 0;
+    for &b in pages.range(lo..=end).map(|(b, _)| b) {
+        if b == lo || !pages.contains_key(&(b - 1)) {
+            n += 1;
+        }
+    }
+    n
+}
+
+impl Delalloc {
+    /// True when held pages exceed `limit` bytes: time to write back.
+    pub(crate) fn over(&self, limit: usize) -> bool {
+        self.files.load(Ordering::Acquire) != 0 && self.bytes() > limit
+    }
+}
