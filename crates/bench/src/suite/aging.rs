@@ -65,9 +65,14 @@ fn shape(p: &Params) -> Result<Shape> {
         image_bytes >= 32 << 20,
         "--size {image_bytes}: aging needs an image of at least 32 MiB"
     );
+    let files_per_tree = usize::try_from(p.n_or(files))?;
+    ensure!(
+        files_per_tree >= 10,
+        "-n {files_per_tree}: a tree needs at least 10 files (one directory per ten)"
+    );
     Ok(Shape {
         image_bytes,
-        files_per_tree: usize::try_from(p.n_or(files))?,
+        files_per_tree,
         rounds: usize::try_from(p.scaled(rounds as u64))?,
     })
 }

@@ -243,8 +243,14 @@ pub fn run(
         _ => Ok(()),
     };
     let closed = target.close(&mut inspect);
-    let outcome = outcome?;
+    let mut outcome = outcome?;
     let closed = closed?;
+    if w.inspect.is_some() && matches!(spec, TargetSpec::Dir(_)) {
+        outcome.notes.push(format!(
+            "{} is judged by counts of the image it leaves; a directory target has no image of its own, so they were not taken",
+            w.name
+        ));
+    }
     let is_image = matches!(spec, TargetSpec::Image(_));
     Ok(SuiteReport {
         workload: w.name.to_string(),
