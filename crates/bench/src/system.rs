@@ -95,6 +95,25 @@ pub fn e2fsck(image: &Path) -> Result<FsckOutcome> {
     })
 }
 
+/// The free extents `e2freefrag` counts on `image`: a second meter beside
+/// the engine's own count ([`ext4kit_engine::frag`]), from e2fsprogs.
+/// `None` when e2freefrag is not installed.
+pub fn e2freefrag_extents(image: &Path) -> Result<Option<u64>> {
+    let Some(e2freefrag) = find_tool("e2freefrag") else {
+        return Ok(None);
+    };
+    let text = run_ok(Command::new(e2freefrag).arg(image))?;
+    let n = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Num. free extent:"))
+        .with_context(|| format!("e2freefrag printed no \"Num. free extent\" line:\n{text}"))?;
+    let n = n
+        .trim()
+        .parse()
+        .with_context(|| format!("e2freefrag's free extent count {n:?}"))?;
+    Ok(Some(n))
+}
+
 /// True when `dir` is listed as a mount point in /proc/self/mounts.
 pub fn is_mounted(dir: &Path) -> bool {
     let Ok(dir) = std::fs::canonicalize(dir) else {

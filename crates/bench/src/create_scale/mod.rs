@@ -129,7 +129,7 @@ pub fn run(cfg: &Config, progress: &mut Progress) -> Result<Report> {
     let harness = harness_cost(target.fs());
     let measured = measure(target.fs(), cfg, progress);
     // Close whatever happened, so no mount or half-open image is left.
-    let closed = target.close();
+    let closed = target.close(&mut |_| Ok(()));
     let m = measured?;
     let closed = closed?;
     let is_image = matches!(cfg.target, TargetSpec::Image(_));

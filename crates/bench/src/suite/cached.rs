@@ -23,6 +23,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "warm stat, readdir and open+close of N empty files in one directory",
     image_size,
     run,
+    inspect: None,
 };
 
 const DEFAULT_FILES: u64 = 10_000;

@@ -47,6 +47,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "seed 001 tables 1 and 4: create, patch, compile, clean, read, delete and stat kernel-like trees as the file system ages; MB/s per phase",
     image_size,
     run,
+    inspect: None,
 };
 
 const DEFAULT_FILES: u64 = 3_000;
@@ -143,24 +144,25 @@ impl Op {
 
 /// One source file of the generated tree.
 #[derive(Debug, Clone)]
-struct Source {
-    name: String,
-    size: u64,
+pub(super) struct Source {
+    pub(super) name: String,
+    pub(super) size: u64,
 }
 
 /// The generated kernel tree every tree copies: directory paths relative
 /// to the tree's root (the root is ""; a parent comes before its
-/// children) and the files.
-struct Layout {
-    dirs: Vec<String>,
+/// children) and the files. `aging` ages copies of it too.
+pub(super) struct Layout {
+    pub(super) dirs: Vec<String>,
     dir_set: HashSet<String>,
     /// Files of each directory, by index into `files`.
-    by_dir: Vec<Vec<usize>>,
-    files: Vec<Source>,
+    pub(super) by_dir: Vec<Vec<usize>>,
+    pub(super) files: Vec<Source>,
 }
 
 impl Layout {
-    fn new(files: usize, seed: u64) -> Self {
+    /// The tree of `files` files generated from `seed`.
+    pub(super) fn new(files: usize, seed: u64) -> Self {
         let mut rng = Rng::new(seed ^ 0x00c0_3b1e_bec4);
         let ndirs = (files / FILES_PER_DIR).max(1);
         let mut dirs = vec![String::new()];
@@ -197,7 +199,7 @@ impl Layout {
 
 /// A kernel source file's size: log-uniform over 200 B–64 KiB (mean
 /// about 11 KiB), one in fifty a large 64–256 KiB file.
-fn source_size(rng: &mut Rng) -> u64 {
+pub(super) fn source_size(rng: &mut Rng) -> u64 {
     if rng.below(50) == 0 {
         return rng.range(64 << 10, 256 << 10) as u64;
     }
@@ -205,7 +207,8 @@ fn source_size(rng: &mut Rng) -> u64 {
     (200.0 * (65_536.0f64 / 200.0).powf(u)) as u64
 }
 
-fn join(dir: &str, name: &str) -> String {
+/// `dir/name`, or `name` in the tree's root ("").
+pub(super) fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() {
         name.to_string()
     } else {
@@ -215,14 +218,14 @@ fn join(dir: &str, name: &str) -> String {
 
 /// What a file holds: `size` bytes of the pattern of `key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Content {
-    size: u64,
-    key: u64,
+pub(super) struct Content {
+    pub(super) size: u64,
+    pub(super) key: u64,
 }
 
 /// The byte pattern of `key` from file offset `at`: every 8-byte word
 /// differs, so a read of the wrong block or file is seen.
-fn fill(buf: &mut [u8], key: u64, at: u64) {
+pub(super) fn fill(buf: &mut [u8], key: u64, at: u64) {
     let mut word = 0;
     for (i, b) in buf.iter_mut().enumerate() {
         let o = at + i as u64;

@@ -21,6 +21,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "seed 000 in brief: empty files in one directory; rate and median µs of the first and last 5 %",
     image_size,
     run,
+    inspect: None,
 };
 
 const DEFAULT_FILES: u64 = 100_000;

@@ -42,6 +42,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "seed 001 Tables 2-3: FFSB small-file reads, writes, creates, appends, deletes",
     image_size,
     run,
+    inspect: None,
 };
 
 /// FFSB's small-file operations, in the tables' row order.

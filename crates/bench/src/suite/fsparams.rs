@@ -59,6 +59,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "seed 002: block size, read-ahead, cache size and direct pointers inferred from timing",
     image_size,
     run,
+    inspect: None,
 };
 
 const DEFAULT_MAX_SET: u64 = 128 << 20;

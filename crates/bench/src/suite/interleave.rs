@@ -23,6 +23,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "seed 001 figures 7-8: a large file streamed between small-file writes; its extents",
     image_size,
     run,
+    inspect: None,
 };
 
 const SMALL_BYTES: usize = 16 << 10;

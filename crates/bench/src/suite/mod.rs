@@ -8,6 +8,7 @@
 //! total, the workload says), `--scale` (shrinks a preset), `--preset`,
 //! `--threads`, `--seed`; each workload documents what it takes.
 
+pub mod aging;
 pub mod cached;
 pub mod compare;
 pub mod compilebench;
@@ -17,6 +18,7 @@ pub mod fs;
 pub mod fsparams;
 pub mod host;
 pub mod image;
+pub mod image_counts;
 pub mod interleave;
 pub mod plots;
 pub mod postmark;
@@ -28,6 +30,7 @@ pub mod target;
 pub mod threads;
 pub mod untar;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -93,6 +96,12 @@ pub struct Workload {
     pub image_size: fn(&Params) -> (u64, u64),
     /// Runs it on a target's file system.
     pub run: fn(&mut dyn BenchFs, &Params, &mut Progress) -> Result<Outcome>,
+    /// Reads the target's image once the run is over and it is unmounted,
+    /// adding what it counts to the outcome: how a layout turned out is a
+    /// property of the image, measured the same way whoever wrote it (the
+    /// engine or a kernel). Not called on a directory target, which has no
+    /// image of its own.
+    pub inspect: Option<fn(&Path, &mut Outcome) -> Result<()>>,
 }
 
 /// Every workload, by name.
@@ -109,6 +118,7 @@ pub const WORKLOADS: &[Workload] = &[
     untar::WORKLOAD,
     cached::WORKLOAD,
     threads::WORKLOAD,
+    aging::WORKLOAD,
 ];
 
 /// The workload called `name`.
@@ -225,11 +235,22 @@ pub fn run(
     let harness = harness_cost(target.fs());
     let modeled = target.fs().sample().disk.is_some();
     let alloc = target.alloc();
-    let outcome = (w.run)(target.fs(), params, progress);
-    // Close whatever happened, so no mount or half-open image is left.
-    let closed = target.close();
-    let outcome = outcome?;
+    let mut outcome = (w.run)(target.fs(), params, progress);
+    // Close whatever happened, so no mount or half-open image is left;
+    // inspect only what a whole run left.
+    let mut inspect = |image: &Path| match (&mut outcome, w.inspect) {
+        (Ok(out), Some(f)) => f(image, out),
+        _ => Ok(()),
+    };
+    let closed = target.close(&mut inspect);
+    let mut outcome = outcome?;
     let closed = closed?;
+    if w.inspect.is_some() && matches!(spec, TargetSpec::Dir(_)) {
+        outcome.notes.push(format!(
+            "{} is judged by counts of the image it leaves; a directory target has no image of its own, so they were not taken",
+            w.name
+        ));
+    }
     let is_image = matches!(spec, TargetSpec::Image(_));
     Ok(SuiteReport {
         workload: w.name.to_string(),

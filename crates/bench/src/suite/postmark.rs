@@ -41,6 +41,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "seed 004: PostMark's pool, read/append + create/delete transactions, delete all",
     image_size,
     run,
+    inspect: None,
 };
 
 /// One of the seed's PostMark configurations.

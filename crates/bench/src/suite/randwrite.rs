@@ -21,6 +21,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "random writes into a new file and into a fallocated one",
     image_size,
     run,
+    inspect: None,
 };
 
 fn sizes(p: &Params) -> (u64, u64) {

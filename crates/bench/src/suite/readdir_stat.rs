@@ -36,6 +36,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "seed 003: readdir+stat, copy and delete of one large directory in readdir order vs inode order",
     image_size,
     run,
+    inspect: None,
 };
 
 const DEFAULT_FILES: u64 = 20_000;

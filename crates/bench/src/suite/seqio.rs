@@ -17,6 +17,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "sequential write, fsync and cold read of one file; extents afterwards",
     image_size,
     run,
+    inspect: None,
 };
 
 const DEFAULT_BYTES: u64 = 256 << 20;

@@ -236,11 +236,14 @@ impl Target {
     }
 
     /// Ends the run: unmounts, removes what the run made in a directory,
-    /// and checks images.
-    pub fn close(self) -> Result<Closed> {
+    /// and checks images. `inspect` reads an image target's image once it
+    /// is unmounted (a kernel one before it is removed); a directory
+    /// target has none to give it.
+    pub fn close(self, inspect: &mut dyn FnMut(&Path) -> Result<()>) -> Result<Closed> {
         match self.0 {
             Inner::Image { fs, made } => {
                 let path = fs.finish()?;
+                inspect(&path)?;
                 Ok(Closed {
                     fsck: Some(system::e2fsck(&path)?),
                     image_made: made,
@@ -257,6 +260,8 @@ impl Target {
             }
             Inner::Kernel { mut fs, mut mount } => {
                 fs.take();
+                mount.unmount()?;
+                inspect(&mount.image)?;
                 let fsck = mount.close()?;
                 Ok(Closed {
                     fsck: Some(fsck),

@@ -30,6 +30,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "create+write 4 KiB+close then unlink N files from 1 thread, then from --threads (2)",
     image_size,
     run,
+    inspect: None,
 };
 
 const DEFAULT_FILES: u64 = 20_000;

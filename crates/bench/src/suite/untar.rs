@@ -34,6 +34,7 @@ pub const WORKLOAD: Workload = Workload {
     about: "a source-like tarball extracted through the file system (mkdir, create+write+close), then sync",
     image_size,
     run,
+    inspect: None,
 };
 
 const DEFAULT_FILES: u64 = 20_000;

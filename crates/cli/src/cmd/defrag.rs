@@ -37,7 +37,7 @@ pub struct Args {
 /// The files named, or every regular file.
 fn targets(fs: &Filesystem, paths: &[String]) -> Result<Vec<(String, Inode)>> {
     if paths.is_empty() {
-        return super::frag::all_files(fs);
+        return Ok(fs.regular_files()?);
     }
     let mut v = Vec::with_capacity(paths.len());
     for p in paths {

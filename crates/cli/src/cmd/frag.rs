@@ -3,11 +3,8 @@
 //! against the fewest its size allows and a 0–100 score, then the free
 //! space as a histogram of run lengths. Without paths, every regular file.
 
-use std::collections::HashSet;
-
 use anyhow::{Result, bail};
 use ext4kit_engine::frag::{FileFrag, FreeSpace};
-use ext4kit_engine::{Filesystem, Inode, ROOT_INO};
 use ext4kit_format::inode::FileType;
 use serde_json::json;
 
@@ -26,37 +23,11 @@ pub struct Args {
     json: bool,
 }
 
-/// Every regular file below the root, by path; directories are visited
-/// once each, so a corrupt tree that loops cannot hang the walk.
-pub fn all_files(fs: &Filesystem) -> Result<Vec<(String, Inode)>> {
-    let (mut out, mut seen, mut todo) = (Vec::new(), HashSet::new(), vec![(String::new(), ROOT_INO)]);
-    while let Some((path, ino)) = todo.pop() {
-        if !seen.insert(ino) {
-            continue;
-        }
-        let dir = fs.inode(ino)?;
-        for e in fs.read_dir(&dir)? {
-            if e.name == b"." || e.name == b".." {
-                continue;
-            }
-            let p = format!("{path}/{}", String::from_utf8_lossy(&e.name));
-            let inode = fs.inode(e.ino)?;
-            match inode.file_type()? {
-                FileType::Directory => todo.push((p, e.ino)),
-                FileType::Regular => out.push((p, inode)),
-                _ => {}
-            }
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
-}
-
 /// Measures and prints.
 pub fn run(a: Args) -> Result<()> {
     let fs = open_ro(&a.image)?;
     let files = if a.paths.is_empty() {
-        all_files(&fs)?
+        fs.regular_files()?
     } else {
         let mut v = Vec::new();
         for p in &a.paths {

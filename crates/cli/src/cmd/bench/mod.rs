@@ -100,6 +100,12 @@ enum What {
     /// Create + write 4 KiB + close, then unlink, of `-n` files from one
     /// thread, then from `--threads` (2) in directories of their own.
     Threads(suite::SuiteArgs),
+    /// Issue 15: a new image filled to 70% with compilebench-like trees,
+    /// then rounds of create, patch and delete; extents per file and
+    /// free-space extents of the image left, counted offline (`--size`
+    /// image, default 1 GiB; `-n` files per tree; `--preset quick`;
+    /// `--scale` multiplies the 30 rounds).
+    Aging(suite::SuiteArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -217,6 +223,7 @@ pub fn run(a: Args) -> Result<()> {
         What::Untar(a) => suite::run("untar", &a),
         What::Cached(a) => suite::run("cached", &a),
         What::Threads(a) => suite::run("threads", &a),
+        What::Aging(a) => suite::run("aging", &a),
     }
 }
 
