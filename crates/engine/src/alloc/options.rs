@@ -75,6 +75,13 @@ pub struct AllocOptions {
     /// Fewest they look at before a good-enough one ends the search
     /// (`mb_min_to_scan`, default 10).
     pub min_to_scan: u32,
+    /// Treat a flex group as the allocation unit (`mb_flex_aware=`,
+    /// seed 001 §4.5: "make the various block allocators FLEX_BG grouping
+    /// aware"): a new file's goal is next to its flex group's inode
+    /// tables, a request is served inside its goal's flex group before
+    /// anywhere else, then in the flex group with the most free blocks.
+    /// Off (the default) is the kernel's per-group search.
+    pub flex_aware: bool,
 }
 
 impl Default for AllocOptions {
@@ -90,6 +97,7 @@ impl Default for AllocOptions {
             order2_req: 2,
             max_to_scan: 200,
             min_to_scan: 10,
+            flex_aware: false,
         }
     }
 }
