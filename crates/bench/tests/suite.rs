@@ -274,3 +274,31 @@ fn allocators_are_refused_where_the_engine_does_not_allocate() {
     assert!(e.to_string().contains("directory"), "{e}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn compare_over_the_flex_options_runs_each_on_fresh_clean_images() {
+    use ext4kit_bench::suite::compare::{Variant, compare};
+    let dir = tempfile::tempdir().unwrap();
+    let base = Variant {
+        label: "base".into(),
+        spec: TargetSpec::Image(dir.path().join("f.img")),
+        opts: common::options(),
+    };
+    let aware = Variant::derive(&base, "mb_flex_aware=1").unwrap();
+    assert!(aware.opts.alloc.flex_aware);
+    let middle = Variant::derive(&base, "flex_meta=middle,flex=auto").unwrap();
+    assert_eq!(middle.opts.extended, vec!["flex_meta=middle"]);
+    assert_eq!(middle.opts.flex.as_deref(), Some("auto"));
+    assert!(Variant::derive(&base, "mb_flex_aware=yes").is_err());
+    let w = suite::workload("seqio").unwrap();
+    let mut show = |_: u64, _: u64| {};
+    let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(false)));
+    let r = compare(w, &[base, aware, middle], &small(), 1, &mut p).unwrap();
+    assert!(!r.failed(), "{}", r.to_markdown());
+    let blocks: Vec<Option<&str>> = r.variants.iter().map(|v| v.1[0].block_alloc.as_deref()).collect();
+    assert_eq!(blocks, [Some("mballoc"), Some("mballoc flex-aware"), Some("mballoc")]);
+    let mut kernel = common::options();
+    kernel.extended = vec!["flex_meta=middle".into()];
+    let e = suite::run_quietly("seqio", &TargetSpec::kernel("ext4").unwrap(), &kernel, &small());
+    assert!(e.is_err_and(|e| format!("{e:#}").contains("ext4kit's mkfs")));
+}

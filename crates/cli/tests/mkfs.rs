@@ -139,9 +139,34 @@ fn features_and_flex_groups() {
         ("64M", &["-O", "orphan_file"][..]),
         ("256M", &["-t", "ext3", "-O", "orphan_file"][..]),
         ("64M", &["-t", "ext2", "-E", "stride=16,stripe_width=64"][..]),
+        ("4G", &["-E", "flex_meta=middle"][..]),
+        ("64M", &["-b", "1024", "-G", "4", "-E", "flex_meta=middle"][..]),
+        ("8G", &["-G", "auto", "-E", "media=ssd,flex_meta=middle"][..]),
     ] {
         check(dir.path(), size, args, true);
     }
+}
+
+/// `-G auto` says what it chose and why; a bad `-G` is refused by name.
+#[test]
+fn flex_auto_names_its_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("auto.img");
+    let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args(["mkfs", "-G", "auto", "-E", "media=hdd,stride=16,stripe_width=64"])
+        .arg(&img)
+        .arg("64G")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("-G auto: 64 groups per flex group") && text.contains("4 data disks"),
+        "{text}"
+    );
+    let out = ext4kit_mkfs(&dir.path().join("bad.img"), "64M", &["-G", "many"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a number or auto"));
 }
 
 /// 16 TiB needs a file system that allows 16 TiB files; tmpfs does.

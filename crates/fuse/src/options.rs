@@ -140,7 +140,8 @@ pub struct MountConfig {
     pub commit: Duration,
     /// Allocation policies and mballoc's tunables: `alloc=`,
     /// `inode_alloc=`, `stripe=`, and the kernel's sysfs tunables under
-    /// their own names (`mb_stream_req=`, `mb_group_prealloc=`…).
+    /// their own names (`mb_stream_req=`, `mb_group_prealloc=`…), and
+    /// ext4kit's `mb_flex_aware=` (flex groups as the allocation unit).
     pub alloc: AllocOptions,
 }
 
@@ -413,6 +414,7 @@ fn apply_alloc(a: &mut AllocOptions, key: &str, value: Option<&str>) -> Option<R
         "stripe" => number(value, 0, MAX_STRIPE, "blocks").map(|n| a.stripe = n),
         "mb_optimize_scan" => switch(value).map(|on| a.optimize_scan = Some(on)),
         "mb_inode_prealloc" => switch(value).map(|on| a.inode_prealloc = on),
+        "mb_flex_aware" => switch(value).map(|on| a.flex_aware = on),
         "mb_stream_req" => number(value, 0, MAX_STREAM_REQ, "blocks").map(|n| a.stream_req = n),
         "mb_group_prealloc" => number(value, 1, MAX_GROUP_PREALLOC, "blocks").map(|n| a.group_prealloc = n),
         "mb_order2_req" => number(value, 0, MAX_ORDER2_REQ, "an order").map(|n| a.order2_req = n),
@@ -563,7 +565,7 @@ mod tests {
     #[test]
     fn parses_allocation_options() {
         let mut c = MountConfig::default();
-        c.apply("alloc=ext3,inode_alloc=flexbg,stripe=16,mb_optimize_scan=0,mb_inode_prealloc=0")
+        c.apply("alloc=ext3,inode_alloc=flexbg,stripe=16,mb_optimize_scan=0,mb_inode_prealloc=0,mb_flex_aware=1")
             .unwrap();
         c.apply("mb_stream_req=32,mb_group_prealloc=1024,mb_order2_req=3,mb_max_to_scan=400,mb_min_to_scan=20")
             .unwrap();
@@ -581,6 +583,7 @@ mod tests {
                 order2_req: 3,
                 max_to_scan: 400,
                 min_to_scan: 20,
+                flex_aware: true,
                 ..AllocOptions::default()
             }
         );
@@ -612,6 +615,7 @@ mod tests {
         refused("mb_min_to_scan", "extents from 0");
         refused("mb_optimize_scan=yes", "0 or 1");
         refused("mb_inode_prealloc=2", "0 or 1");
+        refused("mb_flex_aware=on", "0 or 1");
         MountConfig::default()
             .apply("mb_group_prealloc=32768,mb_order2_req=15")
             .unwrap();

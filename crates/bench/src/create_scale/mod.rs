@@ -115,7 +115,7 @@ fn target_options(cfg: &Config) -> TargetOptions {
         },
         block_size: None,
         scratch: cfg.scratch.clone(),
-        alloc: ext4kit_engine::AllocOptions::default(),
+        ..TargetOptions::default()
     }
 }
 

@@ -5,7 +5,9 @@
 //!
 //! A variant is the command line's own settings changed by a list of
 //! `key=value` pairs: `type=ext3`, `features=^dir_index`, `disk=ssd`, `cache=8M`,
-//! `alloc=ext3`, `inode_alloc=flexbg`, `target=PATH` or `kernel=ext3`. An image target gets a new image per
+//! `alloc=ext3`, `inode_alloc=flexbg`, `mb_flex_aware=1`, `flex=64` or
+//! `flex=auto` (mkfs `-G`), `flex_meta=middle` (mkfs `-E`), `target=PATH`
+//! or `kernel=ext3`. An image target gets a new image per
 //! variant and round (`PATH.v<k>.r<r>`), removed once checked, so every
 //! variant starts from the same fresh layout.
 
@@ -77,16 +79,30 @@ impl Variant {
             "cache" => o.cache_bytes = ext4kit_engine::mkfs::parse_size(value)?,
             "alloc" => o.alloc.blocks = value.parse().map_err(anyhow::Error::msg)?,
             "inode_alloc" => o.alloc.inodes = value.parse().map_err(anyhow::Error::msg)?,
+            "mb_flex_aware" => o.alloc.flex_aware = parse_switch(value)?,
+            "flex" => o.flex = Some(value.to_string()),
+            "flex_meta" => o.extended.push(format!("flex_meta={value}")),
             "target" => self.spec = TargetSpec::from_path(&PathBuf::from(value))?,
             "kernel" => self.spec = TargetSpec::kernel(value)?,
-            _ => bail!("the keys are type, features, disk, cache, alloc, inode_alloc, target and kernel"),
+            _ => bail!(
+                "the keys are type, features, disk, cache, alloc, inode_alloc, mb_flex_aware, flex, flex_meta, target and kernel"
+            ),
         }
         Ok(())
     }
 }
 
 /// The keys that choose the engine's allocators.
-const ALLOC_KEYS: [&str; 2] = ["alloc", "inode_alloc"];
+const ALLOC_KEYS: [&str; 3] = ["alloc", "inode_alloc", "mb_flex_aware"];
+
+/// `0` or `1`, as the mount option.
+fn parse_switch(value: &str) -> Result<bool> {
+    match value {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => bail!("{value:?}: expected 0 or 1"),
+    }
+}
 
 /// Every variant's rounds.
 #[derive(Debug, Serialize)]

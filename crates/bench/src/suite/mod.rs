@@ -258,7 +258,13 @@ pub fn run(
         target_kind: spec.kind(),
         disk: is_image.then(|| opts.disk.name().to_string()),
         page_cache_bytes: is_image.then_some(opts.cache_bytes),
-        block_alloc: alloc.map(|a| a.blocks.to_string()),
+        block_alloc: alloc.map(|a| {
+            if a.flex_aware {
+                format!("{} flex-aware", a.blocks)
+            } else {
+                a.blocks.to_string()
+            }
+        }),
         inode_alloc: alloc.map(|a| a.inodes.to_string()),
         image_made: closed.image_made,
         modeled,

@@ -9,7 +9,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::AllocOptions;
 use ext4kit_engine::device::{DiskProfile, FileDevice};
-use ext4kit_engine::mkfs::{FsType, MkfsOptions, mkfs};
+use ext4kit_engine::mkfs::{FsType, Media, MkfsOptions, mkfs};
 
 use super::fs::BenchFs;
 use super::host::HostFs;
@@ -49,6 +49,12 @@ pub struct TargetOptions {
     /// `-b` block size of an image this run makes (`None`: an image by
     /// its size as mke2fs picks, 1 KiB below 512 MiB; a kernel one 4 KiB).
     pub block_size: Option<u32>,
+    /// `-G` of an image this run makes: groups per flex group, or `auto`
+    /// (ext4kit's mkfs, with the disk model's media); `None`: 16.
+    pub flex: Option<String>,
+    /// `-E` options of an image this run's mkfs makes, e.g.
+    /// `flex_meta=middle` (ext4kit's mkfs only).
+    pub extended: Vec<String>,
     /// Where a kernel target's image goes.
     pub scratch: PathBuf,
     /// Allocation policies the engine opens an image with. A directory or
@@ -70,6 +76,8 @@ impl Default for TargetOptions {
             fs_type: None,
             features: Vec::new(),
             block_size: None,
+            flex: None,
+            extended: Vec::new(),
             scratch: PathBuf::from("/var/tmp"),
             alloc: AllocOptions::default(),
         }
@@ -324,12 +332,34 @@ fn make_image(path: &Path, o: &TargetOptions) -> Result<()> {
         for feature in &o.features {
             opts.add_features(feature);
         }
+        for e in &o.extended {
+            opts.add_extended(e)?;
+        }
+        set_flex(&mut opts, o)?;
         mkfs(&dev, &opts).with_context(|| format!("mkfs of {}", path.display()))
     })();
     if made.is_err() {
         let _ = std::fs::remove_file(path);
     }
     made.map(drop)
+}
+
+/// `-G` for the engine's mkfs: a number, or `auto` with the media the
+/// disk model stands for (a rotating disk or flash; `none` is unknown).
+fn set_flex(opts: &mut MkfsOptions, o: &TargetOptions) -> Result<()> {
+    match o.flex.as_deref() {
+        None => {}
+        Some("auto") => {
+            opts.flex_auto = true;
+            opts.media = match o.disk {
+                DiskProfile::Hdd(_) => Some(Media::Hdd),
+                DiskProfile::Ssd(_) => Some(Media::Ssd),
+                DiskProfile::Untimed => None,
+            };
+        }
+        Some(n) => opts.groups_per_flex = Some(n.parse().with_context(|| format!("flex={n}: a number or auto"))?),
+    }
+    Ok(())
 }
 
 /// A kernel file system on a loop device: made, mounted, and on close (or
@@ -343,6 +373,15 @@ pub struct LoopMount {
 
 impl LoopMount {
     fn new(kind: &str, o: &TargetOptions) -> Result<Self> {
+        if !o.extended.is_empty() {
+            bail!(
+                "-E {} is for ext4kit's mkfs; a kernel target is made by mke2fs",
+                o.extended.join(",")
+            );
+        }
+        if o.flex.as_deref() == Some("auto") {
+            bail!("flex=auto is for ext4kit's mkfs; give mke2fs a number");
+        }
         if !system::is_root() {
             bail!("--kernel {kind} mounts a loop device, which takes root");
         }
@@ -363,6 +402,9 @@ impl LoopMount {
         if !o.features.is_empty() {
             extra.push("-O".into());
             extra.push(o.features.join(","));
+        }
+        if let Some(n) = o.flex.as_deref() {
+            extra.extend(["-G".into(), n.to_string()]);
         }
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         system::mkfs_with(&image, o.image_bytes, &extra)?;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::mkfs::{MkfsOptions, Plan, mkfs, parse_size, parse_uuid};
+use ext4kit_engine::mkfs::{Media, MkfsOptions, Plan, mkfs, parse_size, parse_uuid};
 use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
 
 /// Arguments of `mkfs`.
@@ -36,10 +36,13 @@ pub struct Args {
     /// Features: feat,^feat,…
     #[arg(short = 'O')]
     features: Vec<String>,
-    /// Groups per flex group.
+    /// Groups per flex group (a power of two), or `auto`: chosen from the
+    /// size, the media (rotational or flash, from /sys or -E media=) and
+    /// the RAID stripe; default 16, as mke2fs.
     #[arg(short = 'G')]
-    flex: Option<u32>,
-    /// Extended options: stride=, stripe_width=, lazy_itable_init=, root_owner=uid:gid, hash_seed=.
+    flex: Option<String>,
+    /// Extended options: stride=, stripe_width=, lazy_itable_init=, root_owner=uid:gid, hash_seed=,
+    /// flex_meta=start|middle (where a flex group's bitmaps and inode tables go), media=hdd|ssd.
     #[arg(short = 'E')]
     extended: Vec<String>,
     /// Volume label.
@@ -93,6 +96,10 @@ fn make(a: &Args) -> Result<()> {
     let (dev, zeroed) = prepare(&a.image, size, a.force)?;
     opts.device_zeroed = zeroed;
     let r = mkfs(&dev, &opts).with_context(|| format!("{}", a.image.display()))?;
+    if let (Some(why), false) = (&r.plan.flex_reason, a.quiet) {
+        let media = opts.media.map_or("unknown".to_string(), |m| m.to_string());
+        outln!("-G auto: {why}; media {media}");
+    }
     drop(dev);
     if let Some(src) = &a.root_dir {
         populate(&a.image, src)?;
@@ -113,6 +120,20 @@ fn make(a: &Args) -> Result<()> {
     Ok(())
 }
 
+/// The media under `image` for `-G auto`: its device's, or for an image
+/// not made yet its directory's.
+fn detect_media(image: &Path) -> Option<Media> {
+    let at = if image.exists() {
+        image
+    } else {
+        image
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+    };
+    ext4kit_engine::mkfs::media::detect_media(at)
+}
+
 fn options(a: &Args) -> Result<MkfsOptions> {
     let mut o = MkfsOptions {
         fs_type: a.fs_type.parse()?,
@@ -131,7 +152,16 @@ fn options(a: &Args) -> Result<MkfsOptions> {
     for e in &a.extended {
         o.add_extended(e)?;
     }
-    o.groups_per_flex = a.flex;
+    match a.flex.as_deref() {
+        Some("auto") => {
+            o.flex_auto = true;
+            if o.media.is_none() {
+                o.media = detect_media(&a.image);
+            }
+        }
+        Some(n) => o.groups_per_flex = Some(n.parse().with_context(|| format!("-G {n}: a number or auto"))?),
+        None => {}
+    }
     o.label = a.label.clone().unwrap_or_default();
     if o.label.len() > 16 {
         bail!("volume label {:?} is longer than 16 bytes", o.label);

@@ -85,17 +85,15 @@ impl Txn<'_> {
     /// flex group of 4 or more, the flex group's first group for
     /// directories and the second for files — plus a colour of
     /// 1/16 group per writer's pid (`pid % 16`), so files of different
-    /// writers start apart.
+    /// writers start apart. Under `mb_flex_aware` the base is found from
+    /// where the flex group's metadata really is ([`Self::flex_first_goal`]).
     pub(crate) fn first_goal(&self, inode: &Inode) -> u64 {
         let geo = &self.fs.geo;
-        let mut g = (inode.ino - 1) / geo.inodes_per_group;
-        if geo.groups_per_flex >= 4 {
-            g &= !(geo.groups_per_flex - 1);
-            if !inode.is_dir() {
-                g = (g + 1).min(geo.group_count - 1);
-            }
-        }
-        let start = geo.group_first_block(g);
+        let own = (inode.ino - 1) / geo.inodes_per_group;
+        let start = match self.flex_first_goal(own, inode.is_dir()) {
+            Some(b) => b,
+            None => geo.group_first_block(kernel_goal_group(own, inode.is_dir(), geo)),
+        };
         let last = geo.blocks_count - 1;
         let span = if start + u64::from(geo.blocks_per_group) <= last {
             u64::from(geo.blocks_per_group)
@@ -104,4 +102,37 @@ impl Txn<'_> {
         };
         start + u64::from(caller_pid() % 16) * (span / 16)
     }
+
+    /// Under `mb_flex_aware`, the base of a new file's goal in group
+    /// `own`'s flex group: a directory's right after the flex group's
+    /// inode tables (the kernel's "first group" intent: directory blocks
+    /// beside the inodes), a file's at the start of the group after them
+    /// (its "second group"). With mkfs's default layout these are the
+    /// kernel's groups; with `-E flex_meta=middle` they follow the
+    /// metadata to the middle. `None` when the option is off or the flex
+    /// group's tables lie outside it.
+    pub(crate) fn flex_first_goal(&self, own: u32, dir: bool) -> Option<u64> {
+        let per = self.mb_flex_unit()?;
+        let f = own / per;
+        if dir {
+            return self.flex_meta_end(f).ok().flatten();
+        }
+        self.flex_meta_end(f).ok().flatten()?;
+        let g = self.flex_data_group(f).ok()?;
+        Some(self.fs.geo.group_first_block(g))
+    }
+}
+
+/// `ext4_inode_to_goal_block`'s group: the inode's own, or with flex
+/// groups of 4 or more the flex group's first (directories) or second
+/// (files).
+fn kernel_goal_group(own: u32, dir: bool, geo: &ext4kit_format::superblock::Geometry) -> u32 {
+    let mut g = own;
+    if geo.groups_per_flex >= 4 {
+        g &= !(geo.groups_per_flex - 1);
+        if !dir {
+            g = (g + 1).min(geo.group_count - 1);
+        }
+    }
+    g
 }

@@ -89,6 +89,13 @@ pub struct AllocOptions {
     /// write-new-then-rename idiom then never leaves an empty file after
     /// a crash, as in ext4.
     pub auto_da_alloc: bool,
+    /// Treat a flex group as the allocation unit (`mb_flex_aware=`,
+    /// seed 001 §4.5: "make the various block allocators FLEX_BG grouping
+    /// aware"): a new file's goal is next to its flex group's inode
+    /// tables, a request is served inside its goal's flex group before
+    /// anywhere else, then in the flex group with the most free blocks.
+    /// Off (the default) is the kernel's per-group search.
+    pub flex_aware: bool,
 }
 
 impl Default for AllocOptions {
@@ -107,6 +114,7 @@ impl Default for AllocOptions {
             delalloc: true,
             delalloc_bytes: 64 << 20,
             auto_da_alloc: true,
+            flex_aware: false,
         }
     }
 }

@@ -2,7 +2,9 @@
 //! ranges, so a 16 TiB layout costs memory per range, not per block), the
 //! superblock and descriptor copies of each group, and the placement of each
 //! group's bitmaps and inode table — packed at the start of each flex group
-//! exactly as e2fsprogs' `ext2fs_allocate_group_table` packs them.
+//! exactly as e2fsprogs' `ext2fs_allocate_group_table` packs them, or with
+//! `-E flex_meta=middle` packed the same way from the flex group's middle
+//! group on.
 //!
 //! See `Documentation/filesystems/ext4/overview.rst` ("Flexible Block
 //! Groups", "Meta Block Groups") and `bitmaps.rst`.
@@ -11,6 +13,7 @@ use std::collections::BTreeMap;
 
 use ext4kit_format::features::IncompatFeatures;
 
+use super::options::FlexMeta;
 use super::plan::Plan;
 use crate::error::{Error, Result};
 
@@ -221,6 +224,23 @@ struct FlexCtx {
     size: u32,
     last_grp: u32,
     rem: u32,
+    /// Where the flex group's packed tables start: its first block
+    /// (mke2fs), or the first block of its middle group.
+    base: u64,
+}
+
+/// The first block of the packing of the flex group whose groups are
+/// `first..=last`: the start (mke2fs), or the start of the middle group
+/// (`first + n/2` of its `n` groups), so that no data block of the flex
+/// group is more than about half of it from the metadata.
+fn flex_base(plan: &Plan, first: u32, last: u32) -> u64 {
+    match plan.flex_meta {
+        FlexMeta::Start => plan.group_first_block(first),
+        FlexMeta::Middle => {
+            let groups = last - first + 1;
+            plan.group_first_block(first + groups / 2)
+        }
+    }
 }
 
 fn allocate_group(plan: &Plan, map: &mut UsedMap, prev: &[GroupTables], g: u32, stride: u32) -> Result<GroupTables> {
@@ -251,6 +271,7 @@ fn allocate_group(plan: &Plan, map: &mut UsedMap, prev: &[GroupTables], g: u32, 
         size,
         last_grp,
         rem: last_grp - g + 1,
+        base: flex_base(plan, g & !(size - 1), last_grp),
     };
     let last_blk = plan.group_last_block(last_grp);
     let mut table_offset = u64::from(size);
@@ -260,7 +281,8 @@ fn allocate_group(plan: &Plan, map: &mut UsedMap, prev: &[GroupTables], g: u32, 
         table_offset = if t == 0 { u64::from(size) } else { u64::from(t) + 1 };
     }
     let prev_g = (!first_in_flex).then(|| prev[g as usize - 1]);
-    let hint = prev_g.map_or(0, |p| p.block_bitmap + 1);
+    let first_hint = if plan.flex_meta == FlexMeta::Start { 0 } else { fx.base };
+    let hint = prev_g.map_or(first_hint, |p| p.block_bitmap + 1);
     let start = flexbg_offset(plan, map, g, hint, &fx, 1);
     let bb = take_one(map, start, group_blk, last_blk)?;
     let hint = prev_g.map_or(bb + table_offset, |p| p.inode_bitmap + 1);
@@ -297,7 +319,8 @@ fn flexbg_offset(plan: &Plan, map: &UsedMap, g: u32, hint: u64, fx: &FlexCtx, el
     }
     let start = plan.group_first_block(fx.size * (g / fx.size));
     let last = plan.group_last_block(fx.last_grp);
-    map.get_free(start, last, size)
+    map.get_free(fx.base, last, size)
+        .or_else(|| map.get_free(start, last, size))
         .or_else(|| map.get_free(start, last, elem))
         .or_else(|| map.get_free(0, last, elem))
         .unwrap_or(0)
@@ -360,6 +383,28 @@ mod tests {
             (g.block_bitmap, g.inode_bitmap, g.inode_table),
             (2147483648, 2147483664, 2147483680)
         );
+    }
+
+    #[test]
+    fn flex_meta_middle_packs_from_the_middle_group() {
+        // 8 groups of 8,192 blocks, one (partial) flex group: the middle
+        // group is 4, and the offsets between tables are mke2fs's.
+        let (p, t) = layout(64 << 20, |o| o.flex_meta = FlexMeta::Middle);
+        let mid = p.group_first_block(4);
+        assert_eq!(
+            (t[0].block_bitmap, t[0].inode_bitmap, t[0].inode_table),
+            (mid, mid + 8, mid + 16)
+        );
+        assert_eq!(t[7].block_bitmap, mid + 7);
+        // 4 GiB, 32 groups, two flex groups of 16: groups 8 and 24 hold
+        // every table of their flex group and nothing lies before them.
+        let (p, t) = layout(4 << 30, |o| o.flex_meta = FlexMeta::Middle);
+        for (g, tab) in t.iter().enumerate() {
+            let home = if g < 16 { 8 } else { 24 };
+            for b in [tab.block_bitmap, tab.inode_bitmap, tab.inode_table] {
+                assert_eq!(p.group_of_block(b), home, "group {g}: {tab:?}");
+            }
+        }
     }
 
     #[test]

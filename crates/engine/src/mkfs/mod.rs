@@ -8,6 +8,8 @@
 //! - [`options`]: [`MkfsOptions`] and the mke2fs-style strings it parses.
 //! - [`plan`]: the pure geometry ([`Plan`]).
 //! - [`layout`]: where each group's copies and tables go.
+//! - [`flexsize`], [`media`]: `-G auto`, the flex group size from the
+//!   device.
 //! - `files`: the inodes and blocks of the root directory, lost+found, the
 //!   resize inode and the journal.
 //! - `write`: descriptors, bitmaps and superblocks onto the device.
@@ -25,12 +27,15 @@
 //! ```
 
 mod files;
+pub mod flexsize;
 pub mod layout;
+pub mod media;
 pub mod options;
 pub mod plan;
 mod write;
 
-pub use options::{FsType, MkfsOptions, parse_size, parse_uuid};
+pub use flexsize::Media;
+pub use options::{FlexMeta, FsType, MkfsOptions, parse_size, parse_uuid};
 pub use plan::Plan;
 
 use crate::device::BlockDevice;

@@ -4,7 +4,37 @@
 
 use ext4kit_format::features::{CompatFeatures, Features, IncompatFeatures, RoCompatFeatures};
 
+use super::flexsize::Media;
 use crate::error::{Error, Result};
+
+/// Where mkfs puts each flex group's bitmaps and inode tables
+/// (`-E flex_meta=`). flex_bg lets a group's metadata lie anywhere
+/// (`Documentation/filesystems/ext4/overview.rst`, "Flexible Block
+/// Groups"); mke2fs packs it at the start of the flex group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlexMeta {
+    /// At the start of the flex group, as mke2fs does.
+    #[default]
+    Start,
+    /// From the first block of the flex group's middle group (seed 001
+    /// §4.5: "placement of meta-data in the center of the virtual group
+    /// instead of the beginning to reduce the worst case seek"): no data
+    /// block of the flex group is more than half of it away.
+    Middle,
+}
+
+impl std::str::FromStr for FlexMeta {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "start" => Ok(Self::Start),
+            "middle" => Ok(Self::Middle),
+            _ => Err(Error::InvalidArgument(format!(
+                "flex_meta={s:?}: expected start or middle"
+            ))),
+        }
+    }
+}
 
 /// The `-t` file-system type: selects the default feature set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -78,6 +108,16 @@ pub struct MkfsOptions {
     pub feature_edits: Vec<(String, bool)>,
     /// `-G`: groups per flex group (power of two, default 16).
     pub groups_per_flex: Option<u32>,
+    /// `-G auto`: groups per flex group chosen from the size, the media
+    /// and the RAID stripe ([`super::flexsize`]); `groups_per_flex`, when
+    /// given, wins.
+    pub flex_auto: bool,
+    /// `-E media=hdd|ssd`: the media type `-G auto` uses. `None`: the
+    /// caller detects it ([`super::media::detect_media`]) or it is unknown.
+    pub media: Option<Media>,
+    /// `-E flex_meta=start|middle`: where a flex group's bitmaps and inode
+    /// tables go ([`FlexMeta`]).
+    pub flex_meta: FlexMeta,
     /// `-E stride=`: RAID stride in blocks.
     pub stride: u32,
     /// `-E stripe_width=`: RAID stripe width in blocks.
@@ -119,6 +159,9 @@ impl Default for MkfsOptions {
             reserved_percent: 5.0,
             feature_edits: Vec::new(),
             groups_per_flex: None,
+            flex_auto: false,
+            media: None,
+            flex_meta: FlexMeta::Start,
             stride: 0,
             stripe_width: 0,
             lazy_itable_init: true,
@@ -147,7 +190,8 @@ impl MkfsOptions {
 
     /// Applies an `-E` list: `stride=`, `stripe_width=` (or `stripe-width=`),
     /// `lazy_itable_init=`, `root_owner=uid:gid`, `hash_seed=UUID`,
-    /// `mmp_update_interval=`.
+    /// `mmp_update_interval=`, and ext4kit's `flex_meta=start|middle` and
+    /// `media=hdd|ssd`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming an unknown option or a bad value.
@@ -167,6 +211,8 @@ impl MkfsOptions {
                 }
                 "hash_seed" => self.hash_seed = Some(parse_uuid(value)?),
                 "mmp_update_interval" => self.mmp_update_interval = Some(value.parse().map_err(|_| bad())?),
+                "flex_meta" => self.flex_meta = value.parse()?,
+                "media" => self.media = Some(value.parse()?),
                 _ => return Err(Error::InvalidArgument(format!("unknown extended option {key:?}"))),
             }
         }
@@ -303,6 +349,10 @@ mod tests {
         assert!(!f.compat.contains(CompatFeatures::RESIZE_INODE));
         assert_eq!(o.root_owner, (1000, 100));
         assert_eq!(o.hash_seed.unwrap()[0], 0x66);
+        o.add_extended("flex_meta=middle,media=ssd").unwrap();
+        assert_eq!((o.flex_meta, o.media), (FlexMeta::Middle, Some(Media::Ssd)));
+        assert!(o.add_extended("flex_meta=end").is_err());
+        assert!(o.add_extended("media=tape").is_err());
         o.add_features("bigalloc,quota");
         let e = resolve_features(&o).unwrap_err().to_string();
         assert!(e.contains("bigalloc") && e.contains("quota"), "{e}");

@@ -10,7 +10,8 @@
 
 use ext4kit_format::features::{CompatFeatures, Features, IncompatFeatures, RoCompatFeatures};
 
-use super::options::{MkfsOptions, resolve_features};
+use super::flexsize::{Device, auto_groups_per_flex};
+use super::options::{FlexMeta, MkfsOptions, resolve_features};
 use crate::error::{Error, Result};
 
 /// `(1 << 16) - 8`: the most blocks a group may have (`EXT2_MAX_BLOCKS_PER_GROUP`).
@@ -49,6 +50,10 @@ pub struct Plan {
     pub first_meta_bg: u32,
     /// `s_log_groups_per_flex` (0 without flex_bg or with `-G 1`).
     pub log_groups_per_flex: u8,
+    /// Why `-G auto` chose this flex group size; `None` without it.
+    pub flex_reason: Option<String>,
+    /// Where each flex group's bitmaps and inode tables go.
+    pub flex_meta: FlexMeta,
     /// Blocks reserved for root.
     pub reserved_blocks: u64,
     /// Journal blocks (0: no journal).
@@ -102,7 +107,8 @@ impl Plan {
         if want_inodes > u64::from(u32::MAX) {
             return Err(invalid(format!("{want_inodes} inodes is more than 2^32 - 1")));
         }
-        let log_groups_per_flex = flex_log(opts, &features)?;
+        let groups = blocks.div_ceil(u64::from((block_size * 8).min(MAX_BLOCKS_PER_GROUP)));
+        let (log_groups_per_flex, flex_reason) = flex_log(opts, &features, groups)?;
         let reserved_blocks = (opts.reserved_percent * blocks as f64 / 100.0) as u64;
         if !(0.0..=50.0).contains(&opts.reserved_percent) {
             return Err(invalid(format!(
@@ -129,6 +135,8 @@ impl Plan {
             reserved_gdt: 0,
             first_meta_bg: 0,
             log_groups_per_flex,
+            flex_reason,
+            flex_meta: opts.flex_meta,
             reserved_blocks,
             journal_blocks: 0,
         };
@@ -367,16 +375,26 @@ fn size_type_defaults(bytes: u64) -> (u32, u64) {
     }
 }
 
-fn flex_log(opts: &MkfsOptions, f: &Features) -> Result<u8> {
+fn flex_log(opts: &MkfsOptions, f: &Features, groups: u64) -> Result<(u8, Option<String>)> {
     let flex = f.incompat.contains(IncompatFeatures::FLEX_BG);
     match opts.groups_per_flex {
         Some(_) if !flex => Err(invalid("-G needs the flex_bg feature".into())),
         Some(g) if !g.is_power_of_two() || g > 1 << 31 => {
             Err(invalid(format!("flex_bg size {g} is not a power of two")))
         }
-        Some(g) => Ok(g.trailing_zeros() as u8),
-        None if flex => Ok(4),
-        None => Ok(0),
+        Some(g) => Ok((g.trailing_zeros() as u8, None)),
+        None if flex && opts.flex_auto => {
+            let d = Device {
+                groups: u32::try_from(groups).unwrap_or(u32::MAX),
+                media: opts.media,
+                stride: opts.stride,
+                stripe_width: opts.stripe_width,
+            };
+            let (n, why) = auto_groups_per_flex(&d);
+            Ok((n.trailing_zeros() as u8, Some(why)))
+        }
+        None if flex => Ok((4, None)),
+        None => Ok((0, None)),
     }
 }
 
@@ -495,6 +513,27 @@ mod tests {
             (p.blocks_count, p.inode_blocks_per_group, p.reserved_blocks),
             (65536, 1924, 3181)
         );
+    }
+
+    #[test]
+    fn flex_auto_follows_the_media_and_an_explicit_g_wins() {
+        use crate::mkfs::flexsize::Media;
+        let p = plan(64 << 30, |o| {
+            o.flex_auto = true;
+            o.media = Some(Media::Ssd);
+        });
+        assert_eq!(p.flex_size(), 64, "512 groups on flash: 8 flex groups of 64");
+        assert!(p.flex_reason.as_deref().is_some_and(|r| r.contains("flash")));
+        let p = plan(64 << 30, |o| {
+            o.flex_auto = true;
+            o.media = Some(Media::Hdd);
+        });
+        assert_eq!(p.flex_size(), 16);
+        let p = plan(64 << 30, |o| {
+            o.flex_auto = true;
+            o.groups_per_flex = Some(4);
+        });
+        assert_eq!((p.flex_size(), p.flex_reason), (4, None));
     }
 
     #[test]

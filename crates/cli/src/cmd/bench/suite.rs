@@ -94,8 +94,9 @@ pub struct SuiteArgs {
     /// Run the workload again with these settings changed, for a side by
     /// side table (repeatable): key=value pairs, comma-separated, of
     /// type, features (joined by +), disk, cache, alloc, inode_alloc,
-    /// target, kernel; e.g. `--compare features=^dir_index --compare
-    /// alloc=ext3`.
+    /// mb_flex_aware (0 or 1), flex (mkfs -G: a number or auto),
+    /// flex_meta (mkfs -E: start or middle), target, kernel; e.g.
+    /// `--compare features=^dir_index --compare alloc=ext3`.
     #[arg(long, value_name = "SPEC")]
     compare: Vec<String>,
     /// Runs of each variant with --compare, alternating; medians are
@@ -156,6 +157,8 @@ impl SuiteArgs {
                 .map(str::to_string)
                 .collect(),
             block_size: self.block_size,
+            flex: None,
+            extended: Vec::new(),
             scratch: self.scratch.clone(),
             alloc: AllocOptions {
                 blocks: self.alloc.unwrap_or(defaults.blocks),

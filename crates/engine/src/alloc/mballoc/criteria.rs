@@ -39,6 +39,9 @@ pub struct MbStats {
     pub groups_considered: u64,
     /// Buddies built from bitmaps.
     pub buddies_built: u64,
+    /// Served inside a flex group by the flex-aware search
+    /// (`mb_flex_aware=1`; counted in `hits` too).
+    pub flex_hits: u64,
 }
 
 /// One request: `want` blocks (normalized) near `goal`; a free run at
@@ -62,6 +65,12 @@ impl Txn<'_> {
         self.mb_build_near(g0)?;
         if let Some(f) = self.mb_at_goal(g0, req)? {
             self.fs.mb.lock().stats.goal_hits += 1;
+            return Ok(Some(f));
+        }
+        if let Some((cr, f)) = self.mb_flex_search(g0, req)? {
+            let mut mb = self.fs.mb.lock();
+            mb.stats.hits[cr as usize] += 1;
+            mb.stats.flex_hits += 1;
             return Ok(Some(f));
         }
         for cr in self.mb_passes(req.want) {
@@ -113,7 +122,7 @@ impl Txn<'_> {
         })
     }
 
-    fn mb_passes(&self, want: u32) -> Vec<Criteria> {
+    pub(super) fn mb_passes(&self, want: u32) -> Vec<Criteria> {
         let a = &self.fs.opts.alloc;
         let mut v = Vec::new();
         if want.is_power_of_two() && order_of(want) >= a.order2_req {

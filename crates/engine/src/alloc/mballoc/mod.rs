@@ -3,12 +3,14 @@
 //! per-order lists ([`groups`]), the criteria passes ([`criteria`]) and
 //! the in-group scans ([`scan`]); requests of growing files are
 //! normalized to size classes and small files share a locality-group
-//! window ([`normalize`], [`locality`]). Everything here is in memory and
+//! window ([`normalize`], [`locality`]); optionally the search keeps to
+//! flex groups ([`flex`]). Everything here is in memory and
 //! derived from the bitmaps, which stay the only truth on disk: a crash
 //! or an unmount forgets it, and the next open rebuilds it on demand.
 
 pub(crate) mod buddy;
 pub(crate) mod criteria;
+pub(crate) mod flex;
 pub(crate) mod groups;
 pub(crate) mod locality;
 pub(crate) mod normalize;
