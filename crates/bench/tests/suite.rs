@@ -290,13 +290,23 @@ fn compare_over_the_flex_options_runs_each_on_fresh_clean_images() {
     assert_eq!(middle.opts.extended, vec!["flex_meta=middle"]);
     assert_eq!(middle.opts.flex.as_deref(), Some("auto"));
     assert!(Variant::derive(&base, "mb_flex_aware=yes").is_err());
+    let direct = Variant::derive(&base, "delalloc=0").unwrap();
+    assert!(!direct.opts.alloc.delalloc);
     let w = suite::workload("seqio").unwrap();
     let mut show = |_: u64, _: u64| {};
     let mut p = Progress::new(&mut show, Arc::new(AtomicBool::new(false)));
-    let r = compare(w, &[base, aware, middle], &small(), 1, &mut p).unwrap();
+    let r = compare(w, &[base, aware, middle, direct], &small(), 1, &mut p).unwrap();
     assert!(!r.failed(), "{}", r.to_markdown());
     let blocks: Vec<Option<&str>> = r.variants.iter().map(|v| v.1[0].block_alloc.as_deref()).collect();
-    assert_eq!(blocks, [Some("mballoc"), Some("mballoc flex-aware"), Some("mballoc")]);
+    assert_eq!(
+        blocks,
+        [
+            Some("mballoc"),
+            Some("mballoc flex-aware"),
+            Some("mballoc"),
+            Some("mballoc nodelalloc")
+        ]
+    );
     let mut kernel = common::options();
     kernel.extended = vec!["flex_meta=middle".into()];
     let e = suite::run_quietly("seqio", &TargetSpec::kernel("ext4").unwrap(), &kernel, &small());

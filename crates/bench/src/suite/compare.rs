@@ -80,12 +80,13 @@ impl Variant {
             "alloc" => o.alloc.blocks = value.parse().map_err(anyhow::Error::msg)?,
             "inode_alloc" => o.alloc.inodes = value.parse().map_err(anyhow::Error::msg)?,
             "mb_flex_aware" => o.alloc.flex_aware = parse_switch(value)?,
+            "delalloc" => o.alloc.delalloc = parse_switch(value)?,
             "flex" => o.flex = Some(value.to_string()),
             "flex_meta" => o.extended.push(format!("flex_meta={value}")),
             "target" => self.spec = TargetSpec::from_path(&PathBuf::from(value))?,
             "kernel" => self.spec = TargetSpec::kernel(value)?,
             _ => bail!(
-                "the keys are type, features, disk, cache, alloc, inode_alloc, mb_flex_aware, flex, flex_meta, target and kernel"
+                "the keys are type, features, disk, cache, alloc, inode_alloc, mb_flex_aware, delalloc, flex, flex_meta, target and kernel"
             ),
         }
         Ok(())
@@ -93,7 +94,7 @@ impl Variant {
 }
 
 /// The keys that choose the engine's allocators.
-const ALLOC_KEYS: [&str; 3] = ["alloc", "inode_alloc", "mb_flex_aware"];
+const ALLOC_KEYS: [&str; 4] = ["alloc", "inode_alloc", "mb_flex_aware", "delalloc"];
 
 /// `0` or `1`, as the mount option.
 fn parse_switch(value: &str) -> Result<bool> {

@@ -259,11 +259,14 @@ pub fn run(
         disk: is_image.then(|| opts.disk.name().to_string()),
         page_cache_bytes: is_image.then_some(opts.cache_bytes),
         block_alloc: alloc.map(|a| {
+            let mut name = a.blocks.to_string();
             if a.flex_aware {
-                format!("{} flex-aware", a.blocks)
-            } else {
-                a.blocks.to_string()
+                name.push_str(" flex-aware");
             }
+            if !a.delalloc {
+                name.push_str(" nodelalloc");
+            }
+            name
         }),
         inode_alloc: alloc.map(|a| a.inodes.to_string()),
         image_made: closed.image_made,
