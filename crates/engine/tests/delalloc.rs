@@ -307,3 +307,37 @@ fn delalloc_off_allocates_at_every_write() {
     assert!(fs.statfs().blocks_free < free);
     clean(fs, &img);
 }
+
+#[test]
+fn unaligned_appends_after_a_write_back_stay_delayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-b", "4096"], "64M") else {
+        return;
+    };
+    let fs = open(&img, true);
+    let f = fs.create(ROOT_INO, b"log", NodeKind::Regular, ATTR).unwrap().ino;
+    let line = |k: u64| format!("{k:099}\n").into_bytes();
+    let mut size = 0u64;
+    for k in 0..500 {
+        size += fs.write(f, size, &line(k)).unwrap() as u64;
+    }
+    // Write-back maps the last, partial block: every later append starts
+    // in it.
+    fs.sync().unwrap();
+    let requests = fs.mb_stats().requests;
+    for k in 500..10_000 {
+        size += fs.write(f, size, &line(k)).unwrap() as u64;
+    }
+    assert_eq!(
+        fs.mb_stats().requests,
+        requests,
+        "an append allocated before write-back"
+    );
+    fs.sync().unwrap();
+    let inode = fs.inode(f).unwrap();
+    assert_eq!(inode.size(), 10_000 * 100);
+    assert!(fs.file_frag(&inode).unwrap().extents <= 2);
+    let body = fs.read_all(&inode, 1 << 24).unwrap();
+    assert!((0..10_000u64).all(|k| body[(k * 100) as usize..(k * 100 + 100) as usize] == line(k)[..]));
+    clean(fs, &img);
+}

@@ -680,11 +680,15 @@ fn seen(fs: &Filesystem, m: &Model, path: &str, inode: &ext4kit_engine::Inode) -
 }
 
 fn run(ops: &[Op], args: &[&str]) {
+    run_with(ops, args, OpenOptions::default());
+}
+
+fn run_with(ops: &[Op], args: &[&str], opts: OpenOptions) {
     let dir = tempfile::tempdir().unwrap();
     let Some(img) = common::mkfs(dir.path(), None, args, "16M") else {
         return;
     };
-    let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), OpenOptions::default()).unwrap();
+    let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), opts).unwrap();
     let root = fs.metadata(&fs.inode(ROOT_INO).unwrap()).unwrap();
     let mut m = Model {
         paths: BTreeMap::new(),
@@ -739,6 +743,18 @@ proptest! {
     #[test]
     fn ops_match_the_model_on_4k_ext4(ops in prop::collection::vec(op(), 1..60)) {
         run(&ops, &["-b", "4096"]);
+    }
+
+    /// Every write allocating at once (`nodelalloc`) and the ext3
+    /// allocator: the other write path and the other block policy.
+    #[test]
+    fn ops_match_the_model_on_4k_ext4_nodelalloc_ext3_alloc(ops in prop::collection::vec(op(), 1..60)) {
+        let alloc = ext4kit_engine::AllocOptions {
+            delalloc: false,
+            blocks: ext4kit_engine::BlockAllocator::Ext3,
+            ..Default::default()
+        };
+        run_with(&ops, &["-b", "4096"], OpenOptions { alloc, ..OpenOptions::default() });
     }
 
     #[test]

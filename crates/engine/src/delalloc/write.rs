@@ -67,29 +67,48 @@ impl Filesystem {
         if plan.end_block > crate::inode::map::MAX_LOGICAL {
             return Err(Error::FileTooBig);
         }
-        if !self
-            .map_range(&inode, plan.first, plan.end_block - plan.first)?
-            .is_empty()
-        {
-            // Mapped blocks (data, or unwritten extents) go direct.
+        let mapped = self.map_range(&inode, plan.first, plan.end_block - plan.first)?;
+        if mapped.is_empty() {
+            let r = self.reserve_retrying(&mut inode, &plan)?;
+            self.fill(ino, &plan, offset, data, r);
+            return Ok(Some(data.len()));
+        }
+        let Some(k) = tail_split(&mapped, &plan, inode.size().div_ceil(bs)) else {
+            // Mapped blocks (data, or unwritten extents) go direct, and
+            // the direct path sees the whole file on disk.
             self.flush_locked(ino)?;
             return Ok(None);
+        };
+        // The write starts in the file's mapped last block (an append
+        // after a write-back): that block is written in place, the rest
+        // held. Space for the rest is reserved first, so that the only
+        // step that can fail after the direct write is none.
+        let (split, rest) = data.split_at((k * bs - offset) as usize);
+        let suffix = Plan { first: k, ..plan };
+        let r = self.reserve_retrying(&mut inode, &suffix)?;
+        if let Err(e) = self.write_direct_locked(ino, offset, split) {
+            self.unreserve(ino, &r);
+            return Err(e);
         }
-        match self.hold(&mut inode, &plan, offset, data) {
-            Err(Error::NoSpace) if self.delalloc.holds(ino) => {
-                // Writing this file back gives its worst-case tree blocks back.
-                self.flush_locked(ino)?;
-                inode = self.inode_on_disk(ino)?;
-                self.hold(&mut inode, &plan, offset, data)?;
-            }
-            r => r?,
-        }
+        self.fill(ino, &suffix, k * bs, rest, r);
         Ok(Some(data.len()))
     }
 
-    /// Reserves and stores the pages of one write.
-    fn hold(&self, inode: &mut Inode, plan: &Plan, offset: u64, data: &[u8]) -> Result<()> {
-        let bs = u64::from(self.geo.block_size);
+    /// [`Self::reserve`], writing the file's held pages back once to give
+    /// back their tree-block estimate when the space is short.
+    fn reserve_retrying(&self, inode: &mut Inode, plan: &Plan) -> Result<Reserved> {
+        match self.reserve(inode, plan) {
+            Err(Error::NoSpace) if self.delalloc.holds(inode.ino) => {
+                self.flush_locked(inode.ino)?;
+                *inode = self.inode_on_disk(inode.ino)?;
+                self.reserve(inode, plan)
+            }
+            r => r,
+        }
+    }
+
+    /// Reserves the blocks `plan`'s pages need.
+    fn reserve(&self, inode: &Inode, plan: &Plan) -> Result<Reserved> {
         // Under the writer lock no transaction is between taking blocks and
         // publishing the free count, so the count read here is exact.
         let _writer = self.writer.lock();
@@ -126,6 +145,33 @@ impl Filesystem {
             }
             return Err(Error::NoSpace);
         }
+        file.reserved += more;
+        st.reserved += more;
+        d.files.store(st.files.len(), Ordering::Release);
+        Ok(Reserved { more, runs, new })
+    }
+
+    /// Gives back a reservation whose write failed.
+    fn unreserve(&self, ino: u32, r: &Reserved) {
+        let d = &self.delalloc;
+        let mut st = d.state.lock();
+        let Some(file) = st.files.get_mut(&ino) else {
+            return;
+        };
+        file.reserved -= r.more;
+        let empty = file.pages.is_empty();
+        st.reserved -= r.more;
+        if empty {
+            st.files.remove(&ino);
+        }
+        d.files.store(st.files.len(), Ordering::Release);
+    }
+
+    /// Stores the pages of a write whose space `r` reserved.
+    fn fill(&self, ino: u32, plan: &Plan, offset: u64, data: &[u8], r: Reserved) {
+        let bs = u64::from(self.geo.block_size);
+        let mut st = self.delalloc.state.lock();
+        let file = st.files.get_mut(&ino).expect("reserved before");
         for lblk in plan.first..plan.end_block {
             let page = file
                 .pages
@@ -138,13 +184,32 @@ impl Filesystem {
         }
         file.size = file.size.max(plan.end);
         file.time = Some(clock::now());
-        file.runs = runs;
-        file.reserved += more;
-        st.reserved += more;
-        st.bytes += (new * bs) as usize;
-        d.files.store(st.files.len(), Ordering::Release);
-        Ok(())
+        file.runs = r.runs;
+        st.bytes += (r.new * bs) as usize;
     }
+}
+
+/// What [`Filesystem::reserve`] took.
+struct Reserved {
+    more: u64,
+    runs: u64,
+    new: u64,
+}
+
+/// The block at which a write that starts in mapped blocks becomes
+/// unmapped for good: `Some(k)` when the mapped runs cover the write's
+/// blocks from its first up to `k` without a gap, nothing after `k` is
+/// mapped, and `k` does not pass the last block the size on disk covers
+/// (so the direct part cannot move the size over held pages).
+fn tail_split(mapped: &[crate::Run], plan: &Plan, disk_blocks: u64) -> Option<u64> {
+    let mut next = plan.first;
+    for r in mapped {
+        if r.logical > next {
+            return None;
+        }
+        next = next.max(r.logical + r.len);
+    }
+    (next < plan.end_block && next <= disk_blocks).then_some(next)
 }
 
 /// Runs of held pages that overlap `first..end` or adjoin it.

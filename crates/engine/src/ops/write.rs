@@ -69,6 +69,16 @@ impl Filesystem {
         pending.write()?;
         Ok(n)
     }
+
+    /// The direct write (allocating at once) of part of a delayed one, the
+    /// inode lock held.
+    pub(crate) fn write_direct_locked(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
+        let mut txn = Txn::begin(self)?;
+        txn.under_inode_lock();
+        let n = txn.write(ino, offset, data)?;
+        txn.commit_deferring_data()?.write()?;
+        Ok(n)
+    }
 }
 
 impl Txn<'_> {
