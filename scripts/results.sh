@@ -68,7 +68,11 @@ run 001-ffsb-table3 bench ffsb-meta --target "$WORK/ffsb3.img" --preset table3 -
 
 # Seed 001 figures 7-8: a large file streamed between small-file writes.
 run 001-interleave bench interleave --target "$WORK/il.img" --block-size 4096 --plot "$OUT/001-interleave.svg"
-run 001-interleave-alloc bench interleave --target "$WORK/ila.img" --block-size 4096 --compare alloc=ext3 --rounds 1
+run 001-interleave-alloc bench interleave --target "$WORK/ila.img" --block-size 4096 --compare alloc=ext3 \
+    --compare delalloc=0 --rounds 1
+# Delayed allocation against allocation at every write (issue 15).
+run 001-compilebench-delalloc bench compilebench --target "$WORK/cbd.img" --block-size 4096 --cache 32M \
+    --compare delalloc=0 --rounds 1
 if [ "$(id -u)" = 0 ]; then
     run 001-interleave-kernel bench interleave --kernel ext4
 fi
@@ -79,9 +83,10 @@ run 001-randwrite bench randwrite --target "$WORK/rw.img" --size 64M --block-siz
 # allocator and (as root) the kernel, all on the same operation sequence.
 # The kernel's counts vary a little between runs, hence 3 rounds.
 if [ "$(id -u)" = 0 ]; then
-    run 001-aging bench aging --target "$WORK/ag.img" --compare alloc=ext3 --compare kernel=ext4 --rounds 3
+    run 001-aging bench aging --target "$WORK/ag.img" --compare alloc=ext3 --compare delalloc=0 \
+        --compare kernel=ext4 --rounds 3
 else
-    run 001-aging bench aging --target "$WORK/ag.img" --compare alloc=ext3 --rounds 1
+    run 001-aging bench aging --target "$WORK/ag.img" --compare alloc=ext3 --compare delalloc=0 --rounds 1
 fi
 
 # Seed 003: readdir order against inode order in one large directory.
