@@ -37,7 +37,9 @@ impl Filesystem {
     }
 
     /// Writes `data` at `offset` of `ino` as held pages when every block
-    /// it touches is unmapped (or already held); `Ok(None)` leaves the
+    /// it touches is unmapped (or already held), or all but those at its
+    /// start that end in the file's last mapped block, which are written
+    /// in place ([`tail_split`]); `Ok(None)` leaves the
     /// write to the direct path, with none of the file's pages held any
     /// more. The caller holds the file's inode lock exclusive.
     ///
