@@ -4,25 +4,39 @@
 //! every regular file. The image is opened for writing through the usual
 //! lock and in-use checks, dry run included, so a mounted image is
 //! refused rather than planned against stale contents.
+//!
+//! `ext4kit defrag MOUNTPOINT/PATH…` (or `--mounted PATH…`) does the same
+//! to the files of an ext4kit mount, through the mount's own request
+//! ([`mounted`]): e4defrag's ioctl cannot pass through FUSE.
 
-use std::time::{Duration, Instant};
+mod mounted;
+mod report;
+
+use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use ext4kit_engine::{DEFAULT_CHUNK_BLOCKS, DefragOptions, DefragOutcome, DefragSkip, Filesystem, Inode};
+use ext4kit_engine::{DEFAULT_CHUNK_BLOCKS, DefragOptions, Filesystem, Inode};
 use ext4kit_format::inode::FileType;
-use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::json;
 
 use crate::ImageArgs;
 use crate::open::open_rw;
+use report::Progress;
 
 /// Arguments of `defrag`.
 #[derive(clap::Args)]
+#[command(after_help = "On an ext4kit mount: ext4kit defrag [--mounted] MOUNTPOINT/PATH… \
+    (IMAGE is then the first file or directory; the mount's server moves the blocks).")]
 pub struct Args {
     #[command(flatten)]
     image: ImageArgs,
-    /// Files to defragment [default: every regular file].
+    /// Files to defragment [default: every regular file]; with a mount,
+    /// more files or directories on ext4kit mounts.
     paths: Vec<String>,
+    /// Every path is a file or directory on an ext4kit mount, defragmented
+    /// by the mount's server [default: when the first path is a directory
+    /// or a file the mount answers for].
+    #[arg(long)]
+    mounted: bool,
     /// Report what would move; change nothing.
     #[arg(short = 'n', long)]
     dry_run: bool,
@@ -50,42 +64,20 @@ fn targets(fs: &Filesystem, paths: &[String]) -> Result<Vec<(String, Inode)>> {
     Ok(v)
 }
 
-/// A bar over the files, shown once the work has taken a second.
-struct Progress {
-    started: Instant,
-    total: u64,
-    bar: Option<ProgressBar>,
-}
-
-impl Progress {
-    fn show(&mut self, done: u64, what: &str) {
-        if self.bar.is_none() && self.started.elapsed() > Duration::from_secs(1) {
-            let b = ProgressBar::new(self.total);
-            if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} files {msg} {elapsed}") {
-                b.set_style(style);
-            }
-            self.bar = Some(b);
-        }
-        if let Some(b) = &self.bar {
-            b.set_position(done);
-            b.set_message(what.to_string());
-        }
-    }
-}
-
-/// Defragments (or plans) and reports.
+/// Defragments (or plans) and reports, offline or through a mount.
 pub fn run(a: Args) -> Result<()> {
-    let fs = open_rw(&a.image)?;
-    let files = targets(&fs, &a.paths)?;
     let opts = DefragOptions {
         dry_run: a.dry_run,
         chunk_blocks: a.chunk_blocks,
     };
-    let mut progress = Progress {
-        started: Instant::now(),
-        total: files.len() as u64,
-        bar: None,
-    };
+    if a.mounted || mounted::answers(&a.image.image) {
+        let mut paths = vec![a.image.image];
+        paths.extend(a.paths.iter().map(PathBuf::from));
+        return mounted::run(&paths, &opts, a.json);
+    }
+    let fs = open_rw(&a.image)?;
+    let files = targets(&fs, &a.paths)?;
+    let mut progress = Progress::new(files.len() as u64);
     let mut done = Vec::with_capacity(files.len());
     for (i, (path, inode)) in files.iter().enumerate() {
         progress.show(i as u64, path);
@@ -96,120 +88,7 @@ pub fn run(a: Args) -> Result<()> {
             .with_context(|| format!("{path}: defrag"))?;
         done.push((path.as_str(), out));
     }
-    if let Some(b) = progress.bar.take() {
-        b.finish_and_clear();
-    }
+    progress.finish();
     fs.unmount().context("closing the image")?;
-    let summary = Summary::of(&done);
-    if a.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&to_json(&done, &summary, a.dry_run))?
-        );
-    } else {
-        print_text(&done, &summary, a.dry_run)?;
-    }
-    Ok(())
-}
-
-/// Totals over the files looked at.
-#[derive(Debug, Default)]
-struct Summary {
-    files: u64,
-    moved_files: u64,
-    blocks_moved: u64,
-    extents_before: u64,
-    extents_after: u64,
-    /// Mean `frag` score of the files holding blocks, before and after.
-    score_before: f64,
-    score_after: f64,
-}
-
-impl Summary {
-    fn of(done: &[(&str, DefragOutcome)]) -> Self {
-        let mut s = Self {
-            files: done.len() as u64,
-            ..Self::default()
-        };
-        let with_blocks: Vec<&DefragOutcome> = done.iter().map(|d| &d.1).filter(|o| o.before.blocks > 0).collect();
-        for (_, o) in done {
-            s.moved_files += u64::from(o.skipped.is_none());
-            s.blocks_moved += o.blocks_moved;
-            s.extents_before += o.before.extents;
-            s.extents_after += o.after.extents;
-        }
-        let n = with_blocks.len().max(1) as f64;
-        s.score_before = with_blocks.iter().map(|o| o.before.score as f64).sum::<f64>() / n;
-        s.score_after = with_blocks.iter().map(|o| o.after.score as f64).sum::<f64>() / n;
-        s
-    }
-}
-
-/// Skips worth a line even when every file was asked for: the file could
-/// use a defrag but did not get one.
-fn worth_reporting(s: DefragSkip) -> bool {
-    !matches!(s, DefragSkip::AlreadyBest | DefragSkip::NotRegular)
-}
-
-fn print_text(done: &[(&str, DefragOutcome)], s: &Summary, dry: bool) -> Result<()> {
-    let verb = if dry { "would move" } else { "moved" };
-    for (path, o) in done {
-        match o.skipped {
-            None => outln!(
-                "{path}: {} → {} extents, {} blocks {verb} in {} transactions",
-                o.before.extents,
-                o.after.extents,
-                o.blocks_moved,
-                o.transactions
-            ),
-            Some(k) if worth_reporting(k) => outln!("{path}: skipped: {}", k.reason()),
-            Some(_) => {}
-        }
-    }
-    let what = if dry { "to defragment" } else { "defragmented" };
-    outln!(
-        "{} files looked at, {} {what}; extents {} → {}; {} blocks {verb}; fragmentation score {:.1} → {:.1}",
-        s.files,
-        s.moved_files,
-        s.extents_before,
-        s.extents_after,
-        s.blocks_moved,
-        s.score_before,
-        s.score_after
-    );
-    Ok(())
-}
-
-fn to_json(done: &[(&str, DefragOutcome)], s: &Summary, dry: bool) -> serde_json::Value {
-    let files: Vec<_> = done
-        .iter()
-        .map(|(p, o)| {
-            json!({
-                "path": p,
-                "ino": o.ino,
-                "blocks": o.before.blocks,
-                "extents_before": o.before.extents,
-                "extents_after": o.after.extents,
-                "fewest": o.fewest,
-                "score_before": o.before.score,
-                "score_after": o.after.score,
-                "blocks_moved": o.blocks_moved,
-                "transactions": o.transactions,
-                "skipped": o.skipped.map(DefragSkip::reason),
-            })
-        })
-        .collect();
-    json!({
-        "dry_run": dry,
-        "files": files,
-        "summary": {
-            "files": s.files,
-            "defragmented": s.moved_files,
-            "extents_before": s.extents_before,
-            "extents_after": s.extents_after,
-            "blocks_moved": s.blocks_moved,
-            "score_before": s.score_before,
-            "score_after": s.score_after,
-        },
-    })
+    report::print(&done, a.dry_run, a.json)
 }
