@@ -52,7 +52,8 @@ enum Command {
     Stat(cmd::stat::Args),
     /// How fragmented files and free space are (e4defrag -c, e2freefrag).
     Frag(cmd::frag::Args),
-    /// Rewrite fragmented files into fewer extents (e4defrag, offline).
+    /// Rewrite fragmented files into fewer extents (e4defrag): offline on an
+    /// image, or through an ext4kit mount.
     Defrag(cmd::defrag::Args),
     /// Where a file's blocks lie: its extents, and a plot of logical
     /// against physical block.

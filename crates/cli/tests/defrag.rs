@@ -2,7 +2,12 @@
 //! alternately block by block, it prints the summary and leaves each file
 //! in one extent with the same bytes; `--dry-run` leaves every byte of the
 //! image as it was; `--json` parses; a missing path and a mounted image
-//! are errors (exit 1). Every image ends `e2fsck -fn` clean.
+//! are errors (exit 1). Through an ext4kit mount (`mounted` below) it does
+//! the same while a file is open and written. Every image ends
+//! `e2fsck -fn` clean.
+
+#[path = "defrag/mounted.rs"]
+mod mounted;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -14,6 +14,7 @@
 mod adapter;
 mod attr;
 mod bdi;
+pub mod defrag_request;
 mod handles;
 mod host_space;
 pub mod options;

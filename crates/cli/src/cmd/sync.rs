@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use ext4kit_fuse::sync_request::{SYNC_REPLY, SYNC_XATTR};
 
 /// `statfs.f_type` of every FUSE mount (`FUSE_SUPER_MAGIC`).
-const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+pub(crate) const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
 /// Arguments of `sync`.
 #[derive(clap::Args)]

@@ -564,10 +564,13 @@ impl fuser::Filesystem for Ext4Fuse {
         reply_empty(self.set_xattr(ino, name_bytes(name), value, flags), reply);
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _serving = self.request_arrived();
         let r = if name == crate::sync_request::SYNC_XATTR {
             self.sync_request(size)
+        } else if let Some(opts) = crate::defrag_request::parse_request(name_bytes(name)) {
+            opts.ok_or(Errno::EINVAL)
+                .and_then(|o| self.defrag_request(req, ino, o, size))
         } else {
             self.get_xattr(ino, name_bytes(name))
         };

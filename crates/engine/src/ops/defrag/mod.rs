@@ -181,6 +181,18 @@ impl Filesystem {
         Ok(())
     }
 
+    /// The plan of [`Txn::plan_destination`] in a fresh transaction, once
+    /// the preallocation windows have gone: a file open for writing keeps
+    /// the free run after its last block until its last close, which can
+    /// hide all the space a copy needs. Every allocation lets the windows
+    /// go on ENOSPC (`alloc_blocks`, as the kernel's
+    /// `ext4_mb_discard_preallocations`); the planner does the same.
+    fn plan_again(&self, goal: u64, blocks: u64) -> Result<Option<Vec<(u64, u64)>>> {
+        let mut txn = Txn::begin(self)?;
+        txn.under_inode_lock();
+        txn.plan_destination(goal, blocks)
+    }
+
     /// Reads `ino`, decides whether it qualifies and, if it does, plans
     /// its destination in a transaction that is dropped unused.
     fn plan_file(&self, ino: u32) -> Result<(DefragOutcome, Option<Planned>)> {
@@ -205,11 +217,15 @@ impl Filesystem {
             out.skipped = Some(DefragSkip::AlreadyBest);
             return Ok((out, None));
         }
-        let Some(dest) = txn.plan_destination(exts[0].physical, mapped(&exts))? else {
+        let mut dest = txn.plan_destination(exts[0].physical, mapped(&exts))?;
+        drop(txn);
+        if dest.is_none() && self.prealloc.release_all() {
+            dest = self.plan_again(exts[0].physical, mapped(&exts))?;
+        }
+        let Some(dest) = dest else {
             out.skipped = Some(DefragSkip::NoSpace);
             return Ok((out, None));
         };
-        drop(txn);
         let after = assign(&exts, &dest).map(|pairs| measure(&normalize(pairs.iter().map(|p| p.1).collect())));
         match after {
             Some(after) if after.extents < out.before.extents => Ok((out, Some(Planned { exts, dest, after }))),

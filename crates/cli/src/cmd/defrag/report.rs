@@ -1,64 +1,30 @@
-//! `ext4kit defrag IMAGE [PATH…]`: rewrites fragmented files into fewer
-//! extents (`e4defrag`, offline), one transaction per chunk so a crash
-//! leaves every chunk in its old place or its new one. Without paths,
-//! every regular file. The image is opened for writing through the usual
-//! lock and in-use checks, dry run included, so a mounted image is
-//! refused rather than planned against stale contents.
+//! What `defrag` prints, offline or through a mount: a line per file
+//! that moved (or could not), then the totals; or all of it as JSON.
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
-use ext4kit_engine::{DEFAULT_CHUNK_BLOCKS, DefragOptions, DefragOutcome, DefragSkip, Filesystem, Inode};
-use ext4kit_format::inode::FileType;
+use anyhow::Result;
+use ext4kit_engine::{DefragOutcome, DefragSkip};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use crate::ImageArgs;
-use crate::open::open_rw;
-
-/// Arguments of `defrag`.
-#[derive(clap::Args)]
-pub struct Args {
-    #[command(flatten)]
-    image: ImageArgs,
-    /// Files to defragment [default: every regular file].
-    paths: Vec<String>,
-    /// Report what would move; change nothing.
-    #[arg(short = 'n', long)]
-    dry_run: bool,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
-    /// Blocks moved per transaction.
-    #[arg(long, default_value_t = DEFAULT_CHUNK_BLOCKS, value_parser = clap::value_parser!(u32).range(1..))]
-    chunk_blocks: u32,
-}
-
-/// The files named, or every regular file.
-fn targets(fs: &Filesystem, paths: &[String]) -> Result<Vec<(String, Inode)>> {
-    if paths.is_empty() {
-        return Ok(fs.regular_files()?);
-    }
-    let mut v = Vec::with_capacity(paths.len());
-    for p in paths {
-        let inode = fs.resolve(p.as_bytes()).with_context(|| p.clone())?;
-        if inode.file_type()? != FileType::Regular {
-            bail!("{p}: not a regular file");
-        }
-        v.push((p.clone(), inode));
-    }
-    Ok(v)
-}
-
 /// A bar over the files, shown once the work has taken a second.
-struct Progress {
+pub(super) struct Progress {
     started: Instant,
     total: u64,
     bar: Option<ProgressBar>,
 }
 
 impl Progress {
-    fn show(&mut self, done: u64, what: &str) {
+    pub(super) fn new(total: u64) -> Self {
+        Self {
+            started: Instant::now(),
+            total,
+            bar: None,
+        }
+    }
+
+    pub(super) fn show(&mut self, done: u64, what: &str) {
         if self.bar.is_none() && self.started.elapsed() > Duration::from_secs(1) {
             let b = ProgressBar::new(self.total);
             if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} files {msg} {elapsed}") {
@@ -71,45 +37,23 @@ impl Progress {
             b.set_message(what.to_string());
         }
     }
+
+    pub(super) fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
 }
 
-/// Defragments (or plans) and reports.
-pub fn run(a: Args) -> Result<()> {
-    let fs = open_rw(&a.image)?;
-    let files = targets(&fs, &a.paths)?;
-    let opts = DefragOptions {
-        dry_run: a.dry_run,
-        chunk_blocks: a.chunk_blocks,
-    };
-    let mut progress = Progress {
-        started: Instant::now(),
-        total: files.len() as u64,
-        bar: None,
-    };
-    let mut done = Vec::with_capacity(files.len());
-    for (i, (path, inode)) in files.iter().enumerate() {
-        progress.show(i as u64, path);
-        let out = fs
-            .defrag_file_reporting(inode.ino, &opts, |moved| {
-                progress.show(i as u64, &format!("{path}: {moved} blocks moved"));
-            })
-            .with_context(|| format!("{path}: defrag"))?;
-        done.push((path.as_str(), out));
-    }
-    if let Some(b) = progress.bar.take() {
-        b.finish_and_clear();
-    }
-    fs.unmount().context("closing the image")?;
-    let summary = Summary::of(&done);
-    if a.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&to_json(&done, &summary, a.dry_run))?
-        );
+/// Prints the report on `done` as text or, with `json`, as JSON.
+pub(super) fn print(done: &[(&str, DefragOutcome)], dry: bool, json: bool) -> Result<()> {
+    let summary = Summary::of(done);
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&to_json(done, &summary, dry))?);
+        Ok(())
     } else {
-        print_text(&done, &summary, a.dry_run)?;
+        print_text(done, &summary, dry)
     }
-    Ok(())
 }
 
 /// Totals over the files looked at.
