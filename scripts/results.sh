@@ -4,7 +4,7 @@
 # Images run the engine on the disk model (modeled time: the same figures
 # on any machine); `--kernel` runs need root and take wall time.
 #
-#   scripts/results.sh            # everything (about 5 minutes)
+#   scripts/results.sh            # everything (about 7 minutes)
 #   K=path/to/ext4kit scripts/results.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,6 +78,16 @@ if [ "$(id -u)" = 0 ]; then
 fi
 # Preallocated files written at random (issue 15).
 run 001-randwrite bench randwrite --target "$WORK/rw.img" --size 64M --block-size 4096
+# Allocation CPU cost (issue 15): 4 KiB writes of one file in memory under
+# each block allocator, with and without delayed allocation; wall and CPU
+# time, so these figures depend on the machine.
+echo "== 001-alloc-cpu" >&2
+cargo build --release -q -p ext4kit-engine --example alloc_cpu
+{
+    printf '```\n$ target/release/examples/alloc_cpu --rounds 5 64 256 1024\n```\n\n'
+    target/release/examples/alloc_cpu --rounds 5 64 256 1024
+} >"$OUT/001-alloc-cpu.md.tmp"
+mv "$OUT/001-alloc-cpu.md.tmp" "$OUT/001-alloc-cpu.md"
 # Aging (issue 15): 30 rounds of create/patch/delete on a 70%-full 1 GiB
 # image; extents per file and free-space extents under mballoc, the ext3
 # allocator and (as root) the kernel, all on the same operation sequence.

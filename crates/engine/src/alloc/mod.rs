@@ -10,6 +10,7 @@
 mod bitmap;
 mod blocks;
 pub(crate) mod busy;
+mod cpu;
 mod data;
 mod ext3;
 pub(crate) mod ialloc;

@@ -132,10 +132,9 @@ impl Txn<'_> {
     }
 
     /// Allocates and maps blocks for the hole at `lblk` (up to `last` or the
-    /// next of `exts`, the runs overlapping the write): from the file's
-    /// preallocation window when the write continues it, else from the
-    /// goal, opening a window behind a file that streams; returns
-    /// (physical, count, fresh = true).
+    /// next of `exts`, the runs overlapping the write); returns (physical,
+    /// count, fresh = true). The choice of blocks is timed into the
+    /// allocator's counts ([`crate::MbStats::alloc_ns`]); the mapping is not.
     fn map_new(&mut self, inode: &mut Inode, exts: &[Extent], lblk: u64, last: u64) -> Result<(u64, u64, bool)> {
         let next = exts
             .iter()
@@ -144,45 +143,49 @@ impl Txn<'_> {
             .min()
             .unwrap_or(u64::MAX);
         let want = (next.min(last + 1) - lblk).min(u64::from(EXT_INIT_MAX_LEN)) as u32;
-        let (phys, got) = match self.take_prealloc(inode, lblk, want)? {
-            Some(run) => run,
-            None => {
-                let before = self.mapped_before(inode, lblk)?;
-                // A piece that arrives before the window (out of order)
-                // goes just before it, and the window stays for the rest.
-                let ahead = self.fs.prealloc.get(inode.ino).filter(|w| w.logical > lblk);
-                let goal = match (ahead, before) {
-                    (Some(w), _) => w.physical.saturating_sub(w.logical - lblk),
-                    (None, Some((l, p))) => p + (lblk - l),
-                    (None, None) => self.first_goal(inode),
-                };
-                let req = DataRequest {
-                    lblk,
-                    want,
-                    goal,
-                    left: before.map(|b| b.0),
-                    right: (next != u64::MAX).then_some(next),
-                };
-                let (phys, got) = self.alloc_for_file(inode, req)?;
-                if ahead.is_some() {
-                    return self.map_fresh(inode, lblk, phys, got);
-                }
-                // Landed at its goal after a hole: the window starts at the
-                // hole, so pieces written out of order (FUSE write-back)
-                // still fall in place.
-                let (wl, wp) = match before {
-                    Some((l, p))
-                        if phys == goal && lblk - l <= MAX_HOLE && self.free_run_at(p, lblk - l)? == lblk - l =>
-                    {
-                        (l, p)
-                    }
-                    _ => (lblk, phys),
-                };
-                self.open_prealloc(inode, wl, wp, lblk + u64::from(got));
-                (phys, got)
-            }
-        };
+        let (phys, got) = self.timed_data_alloc(|t| t.choose_new(inode, lblk, want, next))?;
         self.map_fresh(inode, lblk, phys, got)
+    }
+
+    /// Up to `want` blocks for logical `lblk` (`next`: the file's next
+    /// mapped logical block, or `u64::MAX`), allocated: from the file's
+    /// preallocation window when the write continues it, else from the
+    /// goal, opening a window behind a file that streams.
+    fn choose_new(&mut self, inode: &Inode, lblk: u64, want: u32, next: u64) -> Result<(u64, u32)> {
+        if let Some(run) = self.take_prealloc(inode, lblk, want)? {
+            return Ok(run);
+        }
+        let before = self.mapped_before(inode, lblk)?;
+        // A piece that arrives before the window (out of order)
+        // goes just before it, and the window stays for the rest.
+        let ahead = self.fs.prealloc.get(inode.ino).filter(|w| w.logical > lblk);
+        let goal = match (ahead, before) {
+            (Some(w), _) => w.physical.saturating_sub(w.logical - lblk),
+            (None, Some((l, p))) => p + (lblk - l),
+            (None, None) => self.first_goal(inode),
+        };
+        let req = DataRequest {
+            lblk,
+            want,
+            goal,
+            left: before.map(|b| b.0),
+            right: (next != u64::MAX).then_some(next),
+        };
+        let (phys, got) = self.alloc_for_file(inode, req)?;
+        if ahead.is_some() {
+            return Ok((phys, got));
+        }
+        // Landed at its goal after a hole: the window starts at the
+        // hole, so pieces written out of order (FUSE write-back)
+        // still fall in place.
+        let (wl, wp) = match before {
+            Some((l, p)) if phys == goal && lblk - l <= MAX_HOLE && self.free_run_at(p, lblk - l)? == lblk - l => {
+                (l, p)
+            }
+            _ => (lblk, phys),
+        };
+        self.open_prealloc(inode, wl, wp, lblk + u64::from(got));
+        Ok((phys, got))
     }
 
     /// Maps `got` new blocks at `phys` for logical `lblk`.

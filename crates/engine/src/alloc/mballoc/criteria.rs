@@ -42,6 +42,20 @@ pub struct MbStats {
     /// Served inside a flex group by the flex-aware search
     /// (`mb_flex_aware=1`; counted in `hits` too).
     pub flex_hits: u64,
+    /// Requests for a file's new data blocks timed by
+    /// [`alloc_ns`](Self::alloc_ns), under either block allocator (one per
+    /// hole a write maps: per write without delayed allocation, per
+    /// contiguous run at write-back with it).
+    pub data_requests: u64,
+    /// Blocks those requests returned.
+    pub data_blocks: u64,
+    /// Wall nanoseconds spent choosing those blocks: the goal, the
+    /// preallocation window, the search and the bitmap update — not
+    /// mapping them into the extent tree nor copying data. Two clock reads
+    /// per request, so its cost shows per request, never per block: the
+    /// allocator's own CPU cost, which seed 001 credits with a file system
+    /// going from 800 to 1,500 MB/s.
+    pub alloc_ns: u64,
 }
 
 /// One request: `want` blocks (normalized) near `goal`; a free run at
