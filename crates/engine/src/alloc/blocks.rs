@@ -165,9 +165,12 @@ impl Txn<'_> {
             let first = geo.group_first_block(g);
             let view = self.view(g, windows)?;
             let (from, limit) = ((at - first) as u32, geo.blocks_in_group(g));
-            let free = (from..limit).take_while(|&b| !test_bit(&view, b)).count() as u64;
+            // Counted only as far as asked: a one-block take from a window
+            // must not walk the rest of the group.
+            let want = (max - (at - start)).min(u64::from(limit - from)) as usize;
+            let free = (from..limit).take(want).take_while(|&b| !test_bit(&view, b)).count() as u64;
             at += free;
-            if from + free as u32 != limit {
+            if from + free as u32 != limit || at - start >= max {
                 break;
             }
         }

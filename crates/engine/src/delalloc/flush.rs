@@ -73,7 +73,9 @@ impl Filesystem {
         let st = self.delalloc.state.lock();
         let file = st.files.get(&ino)?;
         let (&lblk, _) = file.pages.first_key_value()?;
-        let mut data = Vec::new();
+        let bs = self.geo.block_size as usize;
+        let held = file.pages.range(lblk..lblk + MAX_RUN).count();
+        let mut data = Vec::with_capacity(held * bs);
         let mut next = lblk;
         for (&b, page) in file.pages.range(lblk..lblk + MAX_RUN) {
             if b != next {
