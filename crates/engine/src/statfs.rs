@@ -65,6 +65,13 @@ impl Filesystem {
         self.free_blocks_on_disk().saturating_sub(self.delalloc.reserved())
     }
 
+    /// Blocks reserved for file data held by delayed allocation: taken
+    /// from [`Self::free_blocks`], and not yet written to the device (a
+    /// sparse image's host has yet to store them).
+    pub fn delayed_blocks(&self) -> u64 {
+        self.delalloc.reserved()
+    }
+
     /// `s_free_blocks_count` as last published.
     pub(crate) fn free_blocks_on_disk(&self) -> u64 {
         let sb = self.sb.read();

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
-use ext4kit_engine::{BlockDevice, Filesystem, OpenOptions};
+use ext4kit_engine::{AllocOptions, BlockAllocator, BlockDevice, Filesystem, OpenOptions};
 use ext4kit_testkit::rng::Rng;
 use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
 use mem_image::fresh_image;
@@ -126,7 +126,7 @@ impl BlockDevice for SlowFlush {
 
 /// Records `threads` workloads drawn from `seed` running at once, each in
 /// names of its own, `steps` steps each, on a fresh image of `bytes`.
-fn record_threads(seed: u64, threads: usize, steps: usize, bytes: usize) -> Run {
+fn record_threads(seed: u64, threads: usize, steps: usize, bytes: usize, alloc: AllocOptions) -> Run {
     // Torn writes split at 4 KiB, the atomic unit of most current drives:
     // with 512-byte tearing the 1 KiB superblock itself can tear, which
     // the kernel cannot mount either (bad superblock checksum) and only
@@ -135,6 +135,7 @@ fn record_threads(seed: u64, threads: usize, steps: usize, bytes: usize) -> Run 
     // A small write-back budget: metadata also goes out between syncs.
     let opts = OpenOptions {
         writeback_bytes: 96 << 10,
+        alloc,
         ..OpenOptions::default()
     };
     let fs = if threads > 1 {
@@ -165,7 +166,7 @@ fn record_threads(seed: u64, threads: usize, steps: usize, bytes: usize) -> Run 
 }
 
 fn record(seed: u64) -> Run {
-    record_threads(seed, 1, STEPS, IMAGE_BYTES)
+    record_threads(seed, 1, STEPS, IMAGE_BYTES, AllocOptions::default())
 }
 
 impl Thread {
@@ -375,7 +376,7 @@ fn crash_anywhere_with_two_writers_recovers() {
         return;
     }
     let seed = seed();
-    let run = record_threads(seed, 2, STEPS, 2 * IMAGE_BYTES);
+    let run = record_threads(seed, 2, STEPS, 2 * IMAGE_BYTES, AllocOptions::default());
     let n = points_wanted() / 2;
     let t = Instant::now();
     let failures = run.check_random_points(seed, 2, n);
@@ -384,5 +385,24 @@ fn crash_anywhere_with_two_writers_recovers() {
         run.dev.writes(),
         t.elapsed() / n.max(1) as u32
     );
+    assert!(failures.is_empty(), "seed {seed}: failing points {failures:?}");
+}
+
+/// The other policies: every write allocating at once (`nodelalloc`)
+/// under the ext3 allocator. A quarter of the points.
+#[test]
+fn crash_anywhere_recovers_without_delalloc_under_ext3() {
+    if !have_e2fsck() {
+        return;
+    }
+    let seed = seed();
+    let alloc = AllocOptions {
+        blocks: BlockAllocator::Ext3,
+        delalloc: false,
+        ..AllocOptions::default()
+    };
+    let run = record_threads(seed, 1, STEPS, IMAGE_BYTES, alloc);
+    let n = points_wanted() / 4;
+    let failures = run.check_random_points(seed, 3, n);
     assert!(failures.is_empty(), "seed {seed}: failing points {failures:?}");
 }

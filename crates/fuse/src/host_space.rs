@@ -53,8 +53,10 @@ impl HostSpace {
 
     /// Bytes the host can still store for the image, when that is less
     /// than the image could ask for; `None` when the host is not the limit.
-    /// `ext4_free` is ext4's free bytes now.
-    pub(crate) fn limit(&self, ext4_free: u64) -> Option<u64> {
+    /// `ext4_free` is ext4's free bytes now, `held` the bytes delayed
+    /// allocation has reserved but not written: the host still has to
+    /// store them, so a fresh look takes them off.
+    pub(crate) fn limit(&self, ext4_free: u64, held: u64) -> Option<u64> {
         let mut last = self.last.lock();
         if let Some((at, v, then)) = *last
             && at.elapsed() < FRESH
@@ -62,7 +64,7 @@ impl HostSpace {
             let taken = then.saturating_sub(ext4_free);
             return v.map(|host| host.saturating_sub(taken));
         }
-        let v = self.look();
+        let v = self.look().map(|host| host.saturating_sub(held));
         *last = Some((Instant::now(), v, ext4_free));
         v
     }

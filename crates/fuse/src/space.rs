@@ -93,11 +93,16 @@ impl Space {
     /// limit (for `statfs`).
     pub(crate) fn host_limit(&self, fs: &Filesystem) -> Option<u64> {
         let host = self.host.get()?;
-        host.limit(Self::ext4_free(fs))
+        host.limit(Self::ext4_free(fs), Self::held(fs))
     }
 
     fn ext4_free(fs: &Filesystem) -> u64 {
         fs.free_blocks().saturating_mul(u64::from(fs.geometry().block_size))
+    }
+
+    /// Bytes delayed allocation holds: promised by ext4, not yet on the host.
+    fn held(fs: &Filesystem) -> u64 {
+        fs.delayed_blocks().saturating_mul(u64::from(fs.geometry().block_size))
     }
 
     /// The kernel's actual limit, once the mount exists and it was set
@@ -124,7 +129,7 @@ impl Space {
     /// for the image when that is less (and then whether it was).
     fn free_bytes(&self, fs: &Filesystem) -> (u64, bool) {
         let ext4 = Self::ext4_free(fs);
-        match self.host.get().and_then(|h| h.limit(ext4)) {
+        match self.host.get().and_then(|h| h.limit(ext4, Self::held(fs))) {
             Some(host) if host < ext4 => (host, true),
             _ => (ext4, false),
         }

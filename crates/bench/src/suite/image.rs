@@ -51,7 +51,10 @@ impl EngineFs {
         let page = crate::modeled::image_block_size(path)?;
         let cache: Cache = Arc::new(PageCache::with_page_size(disk.clone(), cache_bytes, page));
         let opts = OpenOptions {
-            alloc,
+            alloc: AllocOptions {
+                delalloc_bytes: held_limit(cache_bytes, alloc.delalloc_bytes),
+                ..alloc
+            },
             ..OpenOptions::default()
         };
         let fs = open_fs(&cache, path, &opts)?;
@@ -130,6 +133,16 @@ impl EngineFs {
         );
         Ok(self.path)
     }
+}
+
+/// Most file data delayed allocation may hold on a run with a page cache
+/// of `cache_bytes`: the kernel's delayed pages are page-cache pages, and
+/// it writes them back once they reach `vm.dirty_ratio` (20 %) of it. Held
+/// data beyond that would be a second, unmodeled cache.
+fn held_limit(cache_bytes: u64, default: usize) -> usize {
+    usize::try_from(cache_bytes / 5)
+        .unwrap_or(usize::MAX)
+        .clamp(1 << 20, default.max(1 << 20))
 }
 
 fn open_fs(cache: &Cache, path: &Path, opts: &OpenOptions) -> Result<Filesystem> {

@@ -81,7 +81,9 @@ pub struct AllocOptions {
     /// (see the `delalloc` module).
     pub delalloc: bool,
     /// Most bytes of file data held for delayed allocation before a write
-    /// writes them back (default 64 MiB).
+    /// writes them back (default 64 MiB). A single write of half this or
+    /// more allocates at once: its size is known, and holding it would
+    /// overrun the bound.
     pub delalloc_bytes: usize,
     /// Write a file's held data back before a rename replaces another file
     /// with it, and at the last close after it was truncated to zero

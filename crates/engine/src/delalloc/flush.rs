@@ -116,34 +116,82 @@ impl Filesystem {
             set_times(&mut inode.raw, t, false);
         }
         txn.write_inode(&mut inode)?;
-        let shape = TreeShape::of(&inode);
-        let pending = txn.commit_deferring_data()?;
-        self.release_run(ino, run.lblk, blocks, shape);
-        pending.write()
+        // The reservation shrinks while the writer lock is still held, so
+        // no reservation ever sees the run's blocks both taken and
+        // reserved (which would refuse a write the space allows).
+        let taken = self.take_pages(ino, run.lblk, blocks, TreeShape::of(&inode));
+        match txn.commit_deferring_data() {
+            Ok(pending) => {
+                self.forget_if_empty(ino);
+                pending.write()
+            }
+            Err(e) => {
+                self.put_back(ino, taken);
+                Err(e)
+            }
+        }
     }
 
-    /// Drops the written pages and shrinks the file's reservation to what
-    /// its remaining pages need under the tree's new shape.
-    fn release_run(&self, ino: u32, lblk: u64, blocks: u64, shape: TreeShape) {
+    /// Takes the written pages off the file and shrinks its reservation to
+    /// what the remaining pages need under the tree's new `shape`.
+    fn take_pages(&self, ino: u32, lblk: u64, blocks: u64, shape: TreeShape) -> Taken {
+        let d = &self.delalloc;
+        let mut st = d.state.lock();
+        let Some(file) = st.files.get_mut(&ino) else {
+            return Taken::default();
+        };
+        let mut rest = file.pages.split_off(&lblk);
+        let mut after = rest.split_off(&(lblk + blocks));
+        file.pages.append(&mut after);
+        let (old_shape, old_runs) = (file.shape, file.runs);
+        let want = file.settle(shape, self.geo.block_size);
+        let give_back = file.reserved.saturating_sub(want);
+        file.reserved -= give_back;
+        let bytes: usize = rest.values().map(|p| p.len()).sum();
+        st.reserved -= give_back;
+        st.bytes -= bytes;
+        Taken {
+            pages: rest,
+            give_back,
+            bytes,
+            shape: old_shape,
+            runs: old_runs,
+        }
+    }
+
+    /// Restores what [`Self::take_pages`] took when the commit failed, unless
+    /// the inode was freed meanwhile.
+    fn put_back(&self, ino: u32, mut taken: Taken) {
         let d = &self.delalloc;
         let mut st = d.state.lock();
         let Some(file) = st.files.get_mut(&ino) else {
             return;
         };
-        let mut freed = 0;
-        for b in lblk..lblk + blocks {
-            freed += file.pages.remove(&b).map_or(0, |p| p.len());
-        }
-        let want = file.settle(shape, self.geo.block_size);
-        let give_back = file.reserved.saturating_sub(want);
-        file.reserved -= give_back;
-        let empty = file.pages.is_empty();
-        st.reserved -= give_back;
-        st.bytes -= freed;
-        if empty {
+        file.pages.append(&mut taken.pages);
+        file.reserved += taken.give_back;
+        (file.shape, file.runs) = (taken.shape, taken.runs);
+        st.reserved += taken.give_back;
+        st.bytes += taken.bytes;
+    }
+
+    /// Drops the file's entry once it holds nothing.
+    fn forget_if_empty(&self, ino: u32) {
+        let d = &self.delalloc;
+        let mut st = d.state.lock();
+        if st.files.get(&ino).is_some_and(|f| f.pages.is_empty()) {
             let f = st.files.remove(&ino).expect("present");
             st.release(&f);
         }
         d.files.store(st.files.len(), Ordering::Release);
     }
+}
+
+/// Pages and reservation taken off a file for a write-back transaction.
+#[derive(Default)]
+struct Taken {
+    pages: std::collections::BTreeMap<u64, Box<[u8]>>,
+    give_back: u64,
+    bytes: usize,
+    shape: TreeShape,
+    runs: u64,
 }

@@ -19,7 +19,7 @@ use crate::inode::Inode;
 const ROOT_ENTRIES: u64 = 4;
 
 /// An extent tree's shape, from its root in `i_block`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct TreeShape {
     /// `eh_depth`: 0 when the extents are in the inode.
     pub depth: u16,

@@ -48,7 +48,10 @@ impl Filesystem {
     /// does not fit, nothing changed.
     pub(crate) fn write_delayed(&self, ino: u32, offset: u64, data: &[u8]) -> Result<Option<usize>> {
         let mut inode = self.inode_on_disk(ino)?;
-        if data.is_empty() || !self.delays(&inode) {
+        // A write of half the hold limit or more already tells the
+        // allocator its size, and holding it would overrun the limit.
+        let large = data.len() >= self.opts.alloc.delalloc_bytes / 2;
+        if data.is_empty() || large || !self.delays(&inode) {
             self.flush_locked(ino)?;
             return Ok(None);
         }
