@@ -2,8 +2,9 @@
 //! `ext4_da_reserve_space`, `ext4_writepages`): a buffered write into a
 //! hole or past the end of an extent-mapped file keeps its blocks in
 //! memory and takes a reservation — one block per page plus the
-//! worst-case extent-tree blocks mapping them could need
-//! ([`reserve`]) — instead of blocks. Blocks are chosen at write-back
+//! extent-tree blocks mapping them may need ([`reserve`]: an extent per
+//! run of pages and per 256 pages, split nodes half full) — instead of
+//! blocks. Blocks are chosen at write-back
 //! ([`flush`]): at `fsync`, `sync`, the mount's commit interval, close, or
 //! once more than [`crate::AllocOptions::delalloc_bytes`] are held, and a
 //! run of logically contiguous dirty pages goes to the allocator as one
@@ -27,7 +28,8 @@
 //!
 //! **Invariant.** A held page is always of a block the file does not map
 //! (a hole, or past its mapped end): writes into mapped or unwritten
-//! blocks take the direct path, and every operation that changes a file's
+//! blocks take the direct path (an append that starts in the mapped
+//! last block writes only that block so), and every operation that changes a file's
 //! mapping other than write-back (truncate, fallocate, punch, defrag) or
 //! reads it (`SEEK_DATA`, extent maps) writes the file back first.
 //! Freeing an inode drops its pages ([`Delalloc::discard`]), so a reused
@@ -37,8 +39,8 @@
 //! under the writer lock, never held across either.
 
 mod auto;
-pub(crate) mod flush;
-pub(crate) mod reserve;
+mod flush;
+mod reserve;
 mod truncate;
 mod write;
 

@@ -28,6 +28,17 @@ impl Filesystem {
 
     fn truncate_in_txn(&self, ino: u32, size: u64) -> Result<()> {
         let _file = self.inode_locks.write(ino);
+        // Refusals first: held pages dropped for a truncate that then
+        // fails would be lost.
+        if self.read_only_reason.is_some() {
+            return Err(Error::ReadOnly);
+        }
+        let seen = self.inode_on_disk(ino)?;
+        seen.require_regular()?;
+        super::flags::require_changeable(&seen)?;
+        if size.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
+            return Err(Error::FileTooBig);
+        }
         self.truncate_held(ino, size)?;
         if size == 0 {
             self.delalloc.truncated_to_zero(ino);
