@@ -3,12 +3,17 @@
 
 use ext4kit_format::inode::Timestamp;
 
-/// Now, or `SOURCE_DATE_EPOCH` when set.
+/// Now, or `SOURCE_DATE_EPOCH` when set. The variable is read once per
+/// process: every write stamps a time, and reading the environment takes
+/// its lock.
 pub(crate) fn now() -> Timestamp {
-    if let Some(secs) = std::env::var("SOURCE_DATE_EPOCH")
-        .ok()
-        .and_then(|s| s.parse::<i64>().ok())
-    {
+    static FIXED: std::sync::OnceLock<Option<i64>> = std::sync::OnceLock::new();
+    let fixed = FIXED.get_or_init(|| {
+        std::env::var("SOURCE_DATE_EPOCH")
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+    });
+    if let Some(secs) = *fixed {
         return Timestamp { secs, nsecs: 0 };
     }
     let d = std::time::SystemTime::now()

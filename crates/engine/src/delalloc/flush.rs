@@ -14,11 +14,13 @@ use crate::fs::Filesystem;
 use crate::inode::write::set_times;
 use crate::txn::Txn;
 
-/// Most blocks mapped by one write-back transaction: 32 MiB of 4 KiB
-/// blocks, a size the allocator treats as one stream (it normalizes
-/// requests to at most 8 MiB windows and takes longer runs piece by piece)
-/// and that bounds the copy a transaction queues.
-const MAX_RUN: u64 = 8192;
+/// Most blocks mapped by one write-back transaction: 8 MiB of 4 KiB
+/// blocks, mballoc's largest normalized request, so the allocator still
+/// sees a stream's full size class and the next run goes on from the
+/// window it left. Larger runs bought nothing but the copy: a 32 MiB run
+/// buffer is fresh memory each time (2× the CPU per block of a 256 MiB
+/// write-back, `alloc_cpu` example).
+const MAX_RUN: u64 = 2048;
 
 /// One run taken off a file for write-back.
 struct Run {

@@ -1,5 +1,6 @@
 //! The delayed write: pages held, blocks reserved, nothing allocated.
 
+use std::collections::btree_map::Entry;
 use std::sync::atomic::Ordering;
 
 use ext4kit_format::features::{IncompatFeatures, RoCompatFeatures};
@@ -75,7 +76,7 @@ impl Filesystem {
         let mapped = self.map_range(&inode, plan.first, plan.end_block - plan.first)?;
         if mapped.is_empty() {
             let r = self.reserve_retrying(&mut inode, &plan)?;
-            self.fill(ino, &plan, offset, data, r);
+            self.fill(ino, &plan, offset, data, r)?;
             return Ok(Some(data.len()));
         }
         let Some(k) = tail_split(&mapped, &plan, inode.size().div_ceil(bs)) else {
@@ -95,7 +96,7 @@ impl Filesystem {
             self.unreserve(ino, &r);
             return Err(e);
         }
-        self.fill(ino, &suffix, k * bs, rest, r);
+        self.fill(ino, &suffix, k * bs, rest, r)?;
         Ok(Some(data.len()))
     }
 
@@ -173,24 +174,37 @@ impl Filesystem {
     }
 
     /// Stores the pages of a write whose space `r` reserved.
-    fn fill(&self, ino: u32, plan: &Plan, offset: u64, data: &[u8], r: Reserved) {
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when an unlink freed the inode since the
+    /// reservation (freeing dropped the reservation with the file).
+    fn fill(&self, ino: u32, plan: &Plan, offset: u64, data: &[u8], r: Reserved) -> Result<()> {
         let bs = u64::from(self.geo.block_size);
         let mut st = self.delalloc.state.lock();
-        let file = st.files.get_mut(&ino).expect("reserved before");
+        let file = st
+            .files
+            .get_mut(&ino)
+            .ok_or_else(|| Error::NotFound(format!("inode {ino}")))?;
         for lblk in plan.first..plan.end_block {
-            let page = file
-                .pages
-                .entry(lblk)
-                .or_insert_with(|| vec![0u8; bs as usize].into_boxed_slice());
             let (start, stop) = (lblk * bs, (lblk + 1) * bs);
             let (lo, hi) = (start.max(offset), stop.min(plan.end));
-            page[(lo - start) as usize..(hi - start) as usize]
-                .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+            let piece = &data[(lo - offset) as usize..(hi - offset) as usize];
+            match file.pages.entry(lblk) {
+                // A whole new block: one copy, no zero-fill first.
+                Entry::Vacant(v) if piece.len() as u64 == bs => {
+                    v.insert(piece.into());
+                }
+                e => {
+                    let page = e.or_insert_with(|| vec![0u8; bs as usize].into_boxed_slice());
+                    page[(lo - start) as usize..(hi - start) as usize].copy_from_slice(piece);
+                }
+            }
         }
         file.size = file.size.max(plan.end);
         file.time = Some(clock::now());
         file.runs = r.runs;
         st.bytes += (r.new * bs) as usize;
+        Ok(())
     }
 }
 
