@@ -105,15 +105,18 @@ impl Filesystem {
         txn.under_inode_lock();
         txn.claim_reserved(run.reserved);
         let mut inode = txn.inode(ino)?;
+        // The allocator sizes its request and window from `i_size`, as
+        // the kernel's does (`ext4_mb_normalize_request`): the size with
+        // every held page, not the smaller one on disk.
+        let on_disk = inode.size();
+        inode.raw.set_size(run.size.max(on_disk));
         txn.write_range(&mut inode, run.lblk * bs, &run.data)?;
         let covered = if run.last {
             run.size
         } else {
             run.size.min((run.lblk + blocks) * bs)
         };
-        if covered > inode.size() {
-            inode.raw.set_size(covered);
-        }
+        inode.raw.set_size(covered.max(on_disk));
         if let Some(t) = run.time {
             set_times(&mut inode.raw, t, false);
         }
