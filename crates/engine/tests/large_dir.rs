@@ -240,6 +240,66 @@ fn third_level_case(features: &str) {
     }
 }
 
+/// Deleting from a three-level tree: nine names in ten go (in a shuffled
+/// order, so leaves all over the tree empty, some completely), then the
+/// rest. Leaves and index blocks stay, as the kernel leaves them (it never
+/// shrinks an htree), so e2fsck must accept empty leaves under full index
+/// levels; the engine and the kernel list exactly the survivors, new names
+/// go into the emptied tree, and the emptied directory is removed cleanly.
+#[test]
+fn deleting_from_a_three_level_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let total = 26_000;
+    let Some(img) = image(dir.path(), "large_dir,metadata_csum", total + 1000) else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let big = fs.create(ROOT_INO, b"big", NodeKind::Directory, ATTR).unwrap().ino;
+    let names = hash_ordered(&fs, 0, total);
+    let (g, err) = grow(&fs, big, &names, |g| {
+        g.third_level_at.is_some_and(|at| g.created >= at + 50)
+    });
+    assert!(err.is_none(), "create failed: {err:?}");
+    let mut order: Vec<usize> = (0..g.created).collect();
+    let mut rng = Rng::new(11);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let (gone, kept) = order.split_at(g.created - g.created / 10);
+    let t = Instant::now();
+    for &i in gone {
+        fs.unlink(big, &names[i]).unwrap();
+    }
+    eprintln!("deleted {} of {} names in {:.1?}", gone.len(), g.created, t.elapsed());
+    assert_eq!(root_shape(&fs, big).0, 2, "the tree keeps its three levels");
+    fs.sync().unwrap();
+    drop(fs);
+    let want: BTreeSet<Vec<u8>> = kept.iter().map(|&i| names[i].clone()).collect();
+    assert_fsck_clean(&img);
+    assert_engine_sees(&img, &want);
+    assert_kernel_sees(&img, &want);
+
+    let fs = open_rw(&img);
+    for n in &want {
+        fs.unlink(big, n).unwrap();
+    }
+    for n in &names[..200] {
+        fs.create(big, n, NodeKind::Regular, ATTR).unwrap();
+    }
+    fs.sync().unwrap();
+    drop(fs);
+    assert_fsck_clean(&img);
+    assert_engine_sees(&img, &names[..200].iter().cloned().collect());
+    let fs = open_rw(&img);
+    for n in &names[..200] {
+        fs.unlink(big, n).unwrap();
+    }
+    fs.rmdir(ROOT_INO, b"big").unwrap();
+    fs.sync().unwrap();
+    drop(fs);
+    assert_fsck_clean(&img);
+}
+
 /// The kernel creates `names` in `/big` (added to `want`); false when the
 /// machine cannot loop-mount.
 fn kernel_adds(img: &Path, names: impl Iterator<Item = Vec<u8>>, want: &mut BTreeSet<Vec<u8>>) -> bool {
