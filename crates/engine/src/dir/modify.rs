@@ -154,6 +154,7 @@ impl Txn<'_> {
     ) -> Result<()> {
         let bs = self.fs.block_size();
         let logical = blocks.last().map_or(0, |b| b.logical + 1);
+        self.check_dir_growth(dir, logical)?;
         let goal = blocks.last().map_or(0, |b| b.physical + 1);
         let (block, _) = self.alloc_blocks(goal, 1)?;
         let used = if self.fs.geo.features.metadata_csum() {
