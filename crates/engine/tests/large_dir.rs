@@ -438,6 +438,63 @@ fn kernel_built_three_level_tree() {
     assert_kernel_sees(&img, &want);
 }
 
+/// A three-level tree that e2fsck built (`e2fsck -fyD` re-indexes every
+/// directory, packing leaves and index nodes full, unlike the kernel's
+/// and the engine's half-full splits): the engine lists and finds every
+/// name through it, then adds names, which split full nodes in the middle
+/// of the tree rather than on its rightmost path; e2fsck and the kernel
+/// agree.
+#[test]
+fn e2fsck_rebuilt_three_level_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let total = REHASH_NAMES;
+    let Some(img) = image(dir.path(), "large_dir", total + 3000) else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let big = fs.create(ROOT_INO, b"big", NodeKind::Directory, ATTR).unwrap().ino;
+    let names: Vec<Vec<u8>> = (0..total).map(name).collect();
+    let (g, err) = grow(&fs, big, &names, |_| false);
+    assert!(err.is_none(), "create failed after {}: {err:?}", g.created);
+    fs.sync().unwrap();
+    drop(fs);
+    let out = std::process::Command::new("e2fsck")
+        .args(["-fyD", img.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(0 | 1)),
+        "e2fsck -fyD: {code:?}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Optimizing directories"),
+        "e2fsck -fyD did not rebuild:\n{stdout}"
+    );
+    assert_fsck_clean(&img);
+    assert_eq!(debugfs_levels(&img, "/big"), "Indirect levels: 2");
+    let mut want: BTreeSet<Vec<u8>> = names.iter().cloned().collect();
+    assert_engine_sees(&img, &want);
+    let fs = open_rw(&img);
+    for i in total..total + 2500 {
+        fs.create(big, &name(i), NodeKind::Regular, ATTR).unwrap();
+        want.insert(name(i));
+    }
+    fs.sync().unwrap();
+    drop(fs);
+    assert_fsck_clean(&img);
+    assert_engine_sees(&img, &want);
+    assert_kernel_sees(&img, &want);
+}
+
+/// Names that e2fsck's packed rebuild needs for a third level: more full
+/// leaves (3 names each) than a full two-level index addresses, 123 root ×
+/// 126 node entries × 3 = 46,494 (46,000 names keep two levels, 47,000
+/// get three).
+const REHASH_NAMES: usize = 48_000;
+
 /// Without `large_dir`, the same workload stops where the third level would
 /// be needed, with `ENOSPC` and nothing changed: the image stays clean, the
 /// tree keeps two levels, and the kernel refuses that same name with `ENOSPC`.
