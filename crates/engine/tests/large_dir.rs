@@ -495,6 +495,65 @@ fn e2fsck_rebuilt_three_level_tree() {
 /// get three).
 const REHASH_NAMES: usize = 48_000;
 
+/// `dx_root_info.indirect_levels` comes from disk: a three-level root on a
+/// file system without `large_dir` (the feature cleared), or a level count
+/// of 3 with it, is refused by name, never trusted or panicked on. Reads
+/// fall back to scanning the leaves, as the kernel does when `dx_probe`
+/// rejects a root; an insert, which needs the index, fails with the
+/// corruption error naming `dx_root_info` and the root's block.
+#[test]
+fn impossible_index_depth_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = image(dir.path(), "large_dir,^metadata_csum", 10_000) else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let big = fs.create(ROOT_INO, b"big", NodeKind::Directory, ATTR).unwrap().ino;
+    let names = hash_ordered(&fs, 0, 9_000);
+    let (g, err) = grow(&fs, big, &names, |g| g.third_level_at.is_some());
+    assert!(err.is_none() && g.third_level_at.is_some(), "{g:?} {err:?}");
+    fs.sync().unwrap();
+    drop(fs);
+    let want: BTreeSet<Vec<u8>> = names[..g.created].iter().cloned().collect();
+    let largedir = ext4kit_format::features::IncompatFeatures::LARGEDIR.0;
+    common::patch_sb(&img, |sb| {
+        let v = sb.s_feature_incompat.get() & !largedir;
+        sb.s_feature_incompat.set(v);
+    });
+    assert_depth_refused(&img, &want, b"3");
+    common::patch_sb(&img, |sb| {
+        let v = sb.s_feature_incompat.get() | largedir;
+        sb.s_feature_incompat.set(v);
+    });
+    let out = common::run("debugfs", &["-R", "bmap /big 0", img.to_str().unwrap()]);
+    let root: u64 = out.trim().parse().expect("debugfs bmap");
+    patch_byte(&img, root * 1024 + 30, 3);
+    assert_depth_refused(&img, &want, b"4");
+}
+
+/// The engine lists `want` in `/big`, finds a sample of it, and refuses to
+/// add `new` there with a corruption error naming `indirect_levels`.
+fn assert_depth_refused(img: &Path, want: &BTreeSet<Vec<u8>>, new: &[u8]) {
+    let fs = open_rw(img);
+    let big = fs.resolve(b"/big").unwrap();
+    let listed = fs.read_dir(&big).unwrap().len();
+    assert_eq!(listed, want.len() + 2, "read_dir by scanning");
+    for n in want.iter().step_by(want.len() / 40) {
+        fs.lookup(&big, n).unwrap();
+    }
+    let err = fs.create(big.ino, new, NodeKind::Regular, ATTR).unwrap_err();
+    assert_eq!(err.errno(), libc::EUCLEAN, "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("dx_root_info") && msg.contains("indirect_levels"), "{msg}");
+    eprintln!("refused: {msg}");
+}
+
+fn patch_byte(img: &Path, at: u64, value: u8) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
+    f.write_all_at(&[value], at).unwrap();
+}
+
 /// Without `large_dir`, the same workload stops where the third level would
 /// be needed, with `ENOSPC` and nothing changed: the image stays clean, the
 /// tree keeps two levels, and the kernel refuses that same name with `ENOSPC`.
