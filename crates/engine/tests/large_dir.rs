@@ -554,6 +554,46 @@ fn patch_byte(img: &Path, at: u64, value: u8) {
     f.write_all_at(&[value], at).unwrap();
 }
 
+/// Without `large_dir` a directory's size is `i_size_lo` alone (the
+/// kernel's `ext4_isize`; `i_size_high` was `i_dir_acl`): a stray high
+/// word is ignored when read and cleared when the engine next writes the
+/// directory, which leaves what e2fsck asks for. With `large_dir` the
+/// high word counts.
+#[test]
+fn directory_size_high_word_needs_large_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = image(dir.path(), "^large_dir", 2048) else {
+        return;
+    };
+    let path = img.to_str().unwrap();
+    common::run("debugfs", &["-w", "-R", "mkdir d", path]);
+    let stray = (1u64 << 32) + 1024;
+    common::run("debugfs", &["-w", "-R", &format!("sif /d size {stray}"), path]);
+    let fs = open_rw(&img);
+    let d = fs.resolve(b"/d").unwrap();
+    assert_eq!(d.size(), 1024, "i_size_high of a directory without large_dir");
+    for i in 0..20 {
+        fs.create(d.ino, &name(i), NodeKind::Regular, ATTR).unwrap();
+    }
+    let grown = fs.resolve(b"/d").unwrap().size();
+    assert!((2048..1 << 20).contains(&grown), "grew from 1 KiB to {grown}");
+    fs.sync().unwrap();
+    drop(fs);
+    assert_fsck_clean(&img);
+
+    common::patch_sb(&img, |sb| {
+        let v = sb.s_feature_incompat.get() | ext4kit_format::features::IncompatFeatures::LARGEDIR.0;
+        sb.s_feature_incompat.set(v);
+    });
+    common::run("debugfs", &["-w", "-R", &format!("sif /d size {stray}"), path]);
+    let fs = common::open(&img, OpenOptions::default()).unwrap();
+    assert_eq!(
+        fs.resolve(b"/d").unwrap().size(),
+        stray,
+        "with large_dir the high word counts"
+    );
+}
+
 /// Without `large_dir`, the same workload stops where the third level would
 /// be needed, with `ENOSPC` and nothing changed: the image stays clean, the
 /// tree keeps two levels, and the kernel refuses that same name with `ENOSPC`.
