@@ -139,6 +139,11 @@ pub enum Error {
     /// full, reach max htree level"). Free blocks may remain.
     #[error("directory index full: {0}")]
     DirIndexFull(String),
+    /// A directory would grow past the largest size the format allows
+    /// (2 GiB without `large_dir`, which e2fsck checks; 2^32 blocks with
+    /// it): `ENOSPC`, the kernel's answer when a directory may not grow.
+    #[error("directory too large: {0}")]
+    DirTooBig(String),
     /// The name exists already.
     #[error("file exists: {0}")]
     Exists(String),
@@ -208,7 +213,7 @@ impl Error {
             Self::NoAttribute(_) => libc::ENODATA,
             Self::InUseElsewhere(_) => libc::EBUSY,
             Self::ReadOnly => libc::EROFS,
-            Self::NoSpace | Self::DirIndexFull(_) => libc::ENOSPC,
+            Self::NoSpace | Self::DirIndexFull(_) | Self::DirTooBig(_) => libc::ENOSPC,
             Self::Exists(_) => libc::EEXIST,
             Self::NotEmpty(_) => libc::ENOTEMPTY,
             Self::AccessDenied(_) => libc::EACCES,

@@ -23,7 +23,7 @@ use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO, R
 use ext4kit_format::hash::{HashVersion, dx_hash};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::rng::Rng;
-use ext4kit_testkit::tools::e2fsck_fn;
+use ext4kit_testkit::tools::{e2fsck_fn, require_tools, skip_unless};
 
 const ATTR: Attr = Attr {
     perm: 0o644,
@@ -152,11 +152,26 @@ fn assert_engine_sees(img: &Path, want: &BTreeSet<Vec<u8>>) {
     }
 }
 
+/// True when the kernel can loop-mount images here; otherwise says loudly
+/// what is skipped, and fails under `CI` (where the kernel checks must run).
+fn kernel_available(what: &str) -> bool {
+    match can_loop_mount() {
+        Ok(()) => true,
+        Err(why) => {
+            eprintln!("SKIPPED: {what} ({why})");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI needs the kernel for {what}: {why}"
+            );
+            false
+        }
+    }
+}
+
 /// The kernel lists exactly `want` in `/big` and stats a sample of them.
 fn assert_kernel_sees(img: &Path, want: &BTreeSet<Vec<u8>>) {
     use std::os::unix::ffi::OsStrExt;
-    if let Err(why) = can_loop_mount() {
-        eprintln!("SKIPPED: kernel read-back ({why})");
+    if !kernel_available("kernel read-back") {
         return;
     }
     let m = LoopMount::ro(img).unwrap();
@@ -240,11 +255,108 @@ fn third_level_case(features: &str) {
     }
 }
 
+/// `ext4kit mkfs -O large_dir` (the library's mkfs, as the CLI calls it):
+/// the feature is set, so the engine grows a third level on it; e2fsck,
+/// debugfs and the kernel accept the result.
+#[test]
+fn engine_mkfs_with_large_dir_grows_a_third_level() {
+    use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
+    let Some(()) = skip_unless(require_tools(&["e2fsck", "debugfs"])) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img");
+    std::fs::File::create(&img).unwrap().set_len(160 << 20).unwrap();
+    let mut opts = MkfsOptions {
+        block_size: Some(1024),
+        inode_count: Some(12_000),
+        device_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    opts.add_features("large_dir");
+    mkfs(&FileDevice::open(&img, true).unwrap(), &opts).unwrap();
+    let fs = open_rw(&img);
+    let big = fs.create(ROOT_INO, b"big", NodeKind::Directory, ATTR).unwrap().ino;
+    let names = hash_ordered(&fs, 0, 11_000);
+    let (g, err) = grow(&fs, big, &names, |g| {
+        g.third_level_at.is_some_and(|at| g.created >= at + 50)
+    });
+    assert!(err.is_none(), "create failed: {err:?}");
+    assert!(g.third_level_at.is_some(), "no third level: {g:?}");
+    fs.sync().unwrap();
+    drop(fs);
+    assert_fsck_clean(&img);
+    assert_eq!(debugfs_levels(&img, "/big"), "Indirect levels: 2");
+    let want: BTreeSet<Vec<u8>> = names[..g.created].iter().cloned().collect();
+    assert_engine_sees(&img, &want);
+    assert_kernel_sees(&img, &want);
+}
+
+/// Deleting from a three-level tree: nine names in ten go (in a shuffled
+/// order, so leaves all over the tree empty, some completely), then the
+/// rest. Leaves and index blocks stay, as the kernel leaves them (it never
+/// shrinks an htree), so e2fsck must accept empty leaves under full index
+/// levels; the engine and the kernel list exactly the survivors, new names
+/// go into the emptied tree, and the emptied directory is removed cleanly.
+#[test]
+fn deleting_from_a_three_level_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let total = 26_000;
+    let Some(img) = image(dir.path(), "large_dir,metadata_csum", total + 1000) else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let big = fs.create(ROOT_INO, b"big", NodeKind::Directory, ATTR).unwrap().ino;
+    let names = hash_ordered(&fs, 0, total);
+    let (g, err) = grow(&fs, big, &names, |g| {
+        g.third_level_at.is_some_and(|at| g.created >= at + 50)
+    });
+    assert!(err.is_none(), "create failed: {err:?}");
+    let mut order: Vec<usize> = (0..g.created).collect();
+    let mut rng = Rng::new(11);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let (gone, kept) = order.split_at(g.created - g.created / 10);
+    let t = Instant::now();
+    for &i in gone {
+        fs.unlink(big, &names[i]).unwrap();
+    }
+    eprintln!("deleted {} of {} names in {:.1?}", gone.len(), g.created, t.elapsed());
+    assert_eq!(root_shape(&fs, big).0, 2, "the tree keeps its three levels");
+    fs.sync().unwrap();
+    drop(fs);
+    let want: BTreeSet<Vec<u8>> = kept.iter().map(|&i| names[i].clone()).collect();
+    assert_fsck_clean(&img);
+    assert_engine_sees(&img, &want);
+    assert_kernel_sees(&img, &want);
+
+    let fs = open_rw(&img);
+    for n in &want {
+        fs.unlink(big, n).unwrap();
+    }
+    for n in &names[..200] {
+        fs.create(big, n, NodeKind::Regular, ATTR).unwrap();
+    }
+    fs.sync().unwrap();
+    drop(fs);
+    assert_fsck_clean(&img);
+    assert_engine_sees(&img, &names[..200].iter().cloned().collect());
+    let fs = open_rw(&img);
+    for n in &names[..200] {
+        fs.unlink(big, n).unwrap();
+    }
+    fs.rmdir(ROOT_INO, b"big").unwrap();
+    fs.sync().unwrap();
+    drop(fs);
+    assert_fsck_clean(&img);
+}
+
 /// The kernel creates `names` in `/big` (added to `want`); false when the
 /// machine cannot loop-mount.
 fn kernel_adds(img: &Path, names: impl Iterator<Item = Vec<u8>>, want: &mut BTreeSet<Vec<u8>>) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    if can_loop_mount().is_err() {
+    if !kernel_available("kernel adds names") {
         return false;
     }
     let m = LoopMount::rw(img, &[]).unwrap();
@@ -293,8 +405,7 @@ fn large_dir_third_level_in_random_order() {
 #[test]
 fn kernel_built_three_level_tree() {
     use std::os::unix::ffi::OsStrExt;
-    if let Err(why) = can_loop_mount() {
-        eprintln!("SKIPPED: kernel-built large_dir tree ({why})");
+    if !kernel_available("kernel-built large_dir tree") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -325,6 +436,162 @@ fn kernel_built_three_level_tree() {
     assert_fsck_clean(&img);
     assert_engine_sees(&img, &want);
     assert_kernel_sees(&img, &want);
+}
+
+/// A three-level tree that e2fsck built (`e2fsck -fyD` re-indexes every
+/// directory, packing leaves and index nodes full, unlike the kernel's
+/// and the engine's half-full splits): the engine lists and finds every
+/// name through it, then adds names, which split full nodes in the middle
+/// of the tree rather than on its rightmost path; e2fsck and the kernel
+/// agree.
+#[test]
+fn e2fsck_rebuilt_three_level_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let total = REHASH_NAMES;
+    let Some(img) = image(dir.path(), "large_dir", total + 3000) else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let big = fs.create(ROOT_INO, b"big", NodeKind::Directory, ATTR).unwrap().ino;
+    let names: Vec<Vec<u8>> = (0..total).map(name).collect();
+    let (g, err) = grow(&fs, big, &names, |_| false);
+    assert!(err.is_none(), "create failed after {}: {err:?}", g.created);
+    fs.sync().unwrap();
+    drop(fs);
+    let out = std::process::Command::new("e2fsck")
+        .args(["-fyD", img.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(0 | 1)),
+        "e2fsck -fyD: {code:?}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Optimizing directories"),
+        "e2fsck -fyD did not rebuild:\n{stdout}"
+    );
+    assert_fsck_clean(&img);
+    assert_eq!(debugfs_levels(&img, "/big"), "Indirect levels: 2");
+    let mut want: BTreeSet<Vec<u8>> = names.iter().cloned().collect();
+    assert_engine_sees(&img, &want);
+    let fs = open_rw(&img);
+    for i in total..total + 2500 {
+        fs.create(big, &name(i), NodeKind::Regular, ATTR).unwrap();
+        want.insert(name(i));
+    }
+    fs.sync().unwrap();
+    drop(fs);
+    assert_fsck_clean(&img);
+    assert_engine_sees(&img, &want);
+    assert_kernel_sees(&img, &want);
+}
+
+/// Names that e2fsck's packed rebuild needs for a third level: more full
+/// leaves (3 names each) than a full two-level index addresses, 123 root ×
+/// 126 node entries × 3 = 46,494 (46,000 names keep two levels, 47,000
+/// get three).
+const REHASH_NAMES: usize = 48_000;
+
+/// `dx_root_info.indirect_levels` comes from disk: a three-level root on a
+/// file system without `large_dir` (the feature cleared), or a level count
+/// of 3 with it, is refused by name, never trusted or panicked on. Reads
+/// fall back to scanning the leaves, as the kernel does when `dx_probe`
+/// rejects a root; an insert, which needs the index, fails with the
+/// corruption error naming `dx_root_info` and the root's block.
+#[test]
+fn impossible_index_depth_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = image(dir.path(), "large_dir,^metadata_csum", 10_000) else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let big = fs.create(ROOT_INO, b"big", NodeKind::Directory, ATTR).unwrap().ino;
+    let names = hash_ordered(&fs, 0, 9_000);
+    let (g, err) = grow(&fs, big, &names, |g| g.third_level_at.is_some());
+    assert!(err.is_none() && g.third_level_at.is_some(), "{g:?} {err:?}");
+    fs.sync().unwrap();
+    drop(fs);
+    let want: BTreeSet<Vec<u8>> = names[..g.created].iter().cloned().collect();
+    let largedir = ext4kit_format::features::IncompatFeatures::LARGEDIR.0;
+    common::patch_sb(&img, |sb| {
+        let v = sb.s_feature_incompat.get() & !largedir;
+        sb.s_feature_incompat.set(v);
+    });
+    assert_depth_refused(&img, &want, b"3");
+    common::patch_sb(&img, |sb| {
+        let v = sb.s_feature_incompat.get() | largedir;
+        sb.s_feature_incompat.set(v);
+    });
+    let out = common::run("debugfs", &["-R", "bmap /big 0", img.to_str().unwrap()]);
+    let root: u64 = out.trim().parse().expect("debugfs bmap");
+    patch_byte(&img, root * 1024 + 30, 3);
+    assert_depth_refused(&img, &want, b"4");
+}
+
+/// The engine lists `want` in `/big`, finds a sample of it, and refuses to
+/// add `new` there with a corruption error naming `indirect_levels`.
+fn assert_depth_refused(img: &Path, want: &BTreeSet<Vec<u8>>, new: &[u8]) {
+    let fs = open_rw(img);
+    let big = fs.resolve(b"/big").unwrap();
+    let listed = fs.read_dir(&big).unwrap().len();
+    assert_eq!(listed, want.len() + 2, "read_dir by scanning");
+    for n in want.iter().step_by(want.len() / 40) {
+        fs.lookup(&big, n).unwrap();
+    }
+    let err = fs.create(big.ino, new, NodeKind::Regular, ATTR).unwrap_err();
+    assert_eq!(err.errno(), libc::EUCLEAN, "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("dx_root_info") && msg.contains("indirect_levels"), "{msg}");
+    eprintln!("refused: {msg}");
+}
+
+fn patch_byte(img: &Path, at: u64, value: u8) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
+    f.write_all_at(&[value], at).unwrap();
+}
+
+/// Without `large_dir` a directory's size is `i_size_lo` alone (the
+/// kernel's `ext4_isize`; `i_size_high` was `i_dir_acl`): a stray high
+/// word is ignored when read and cleared when the engine next writes the
+/// directory, which leaves what e2fsck asks for. With `large_dir` the
+/// high word counts.
+#[test]
+fn directory_size_high_word_needs_large_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = image(dir.path(), "^large_dir", 2048) else {
+        return;
+    };
+    let path = img.to_str().unwrap();
+    common::run("debugfs", &["-w", "-R", "mkdir d", path]);
+    let stray = (1u64 << 32) + 1024;
+    common::run("debugfs", &["-w", "-R", &format!("sif /d size {stray}"), path]);
+    let fs = open_rw(&img);
+    let d = fs.resolve(b"/d").unwrap();
+    assert_eq!(d.size(), 1024, "i_size_high of a directory without large_dir");
+    for i in 0..20 {
+        fs.create(d.ino, &name(i), NodeKind::Regular, ATTR).unwrap();
+    }
+    let grown = fs.resolve(b"/d").unwrap().size();
+    assert!((2048..1 << 20).contains(&grown), "grew from 1 KiB to {grown}");
+    fs.sync().unwrap();
+    drop(fs);
+    assert_fsck_clean(&img);
+
+    common::patch_sb(&img, |sb| {
+        let v = sb.s_feature_incompat.get() | ext4kit_format::features::IncompatFeatures::LARGEDIR.0;
+        sb.s_feature_incompat.set(v);
+    });
+    common::run("debugfs", &["-w", "-R", &format!("sif /d size {stray}"), path]);
+    let fs = common::open(&img, OpenOptions::default()).unwrap();
+    assert_eq!(
+        fs.resolve(b"/d").unwrap().size(),
+        stray,
+        "with large_dir the high word counts"
+    );
 }
 
 /// Without `large_dir`, the same workload stops where the third level would
@@ -363,8 +630,7 @@ fn without_large_dir_the_index_fills_with_enospc() {
 /// The kernel, on the same image, refuses the name the engine refused.
 fn assert_kernel_refuses(img: &Path, refused: &[u8]) {
     use std::os::unix::ffi::OsStrExt;
-    if let Err(why) = can_loop_mount() {
-        eprintln!("SKIPPED: kernel comparison ({why})");
+    if !kernel_available("kernel ENOSPC comparison") {
         return;
     }
     let m = LoopMount::rw(img, &[]).unwrap();

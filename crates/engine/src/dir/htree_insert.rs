@@ -141,6 +141,7 @@ impl Txn<'_> {
     fn grow_dir(&mut self, dir: &mut Inode) -> Result<(u64, u64)> {
         let bs = u64::from(self.fs.geo.block_size);
         let logical = dir.size() / bs;
+        self.check_dir_growth(dir, logical)?;
         let goal = self.phys_of(dir, logical.saturating_sub(1)).map_or(0, |p| p + 1);
         let (block, _) = self.alloc_blocks(goal, 1)?;
         self.map_run(

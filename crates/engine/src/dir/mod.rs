@@ -5,6 +5,7 @@
 pub(crate) mod hint;
 mod htree;
 mod htree_insert;
+mod limits;
 mod lookup;
 mod modify;
 mod new_entry;

@@ -154,6 +154,7 @@ impl Txn<'_> {
     ) -> Result<()> {
         let bs = self.fs.block_size();
         let logical = blocks.last().map_or(0, |b| b.logical + 1);
+        self.check_dir_growth(dir, logical)?;
         let goal = blocks.last().map_or(0, |b| b.physical + 1);
         let (block, _) = self.alloc_blocks(goal, 1)?;
         let used = if self.fs.geo.features.metadata_csum() {
@@ -191,42 +192,69 @@ impl Txn<'_> {
     }
 
     /// Removes `name` from `dir`; returns the inode it named.
+    ///
+    /// An indexed directory is searched through its index (the kernel's
+    /// `ext4_find_entry` before `ext4_delete_entry`), so an unlink in a
+    /// directory of millions of names reads a handful of blocks, not all
+    /// of them; an index this code cannot walk is scanned instead, as the
+    /// lookup path does.
     pub(crate) fn remove_entry(&mut self, dir: &Inode, name: &[u8]) -> Result<u32> {
+        let missing = || Error::NotFound(String::from_utf8_lossy(name).into_owned());
+        let indexed = dir.raw.has_flag(flags::INDEX)
+            && self
+                .fs
+                .geo
+                .features
+                .compat
+                .contains(ext4kit_format::features::CompatFeatures::DIR_INDEX);
+        if indexed && let Ok(spot) = self.descend(dir, name) {
+            let (_, leaf) = self.htree_leaf_with(dir, name, &spot)?.ok_or_else(missing)?;
+            return self
+                .remove_in_block(dir, leaf.phys, leaf.logical, name)?
+                .ok_or_else(missing);
+        }
         for b in self.dir_blocks(dir)? {
-            let buf = self.block(b.physical, dir.ino)?;
-            if self.fs.is_dx_block(dir, &buf, b.logical) {
-                continue;
-            }
-            let at = Location::Block {
-                block: b.physical,
-                inode: dir.ino,
-            };
-            let used = self.used_len(&buf);
-            let mut prev: Option<(usize, usize)> = None;
-            for e in DirEntryIter::new(&buf[..used], buf.len(), true) {
-                let e = e.map_err(|err| Error::format(at, err))?;
-                if e.inode != 0 && e.name == name {
-                    let ino = e.inode;
-                    let (off, rec) = (e.offset, e.rec_len);
-                    let bs = buf.len();
-                    let w = self.block_mut(b.physical, dir.ino)?;
-                    match prev {
-                        Some((poff, prec)) => {
-                            let merged = dir_entry::rec_len_to_disk(prec + rec, bs);
-                            w[poff + 4..poff + 6].copy_from_slice(&merged.to_le_bytes());
-                        }
-                        None => w[off..off + 4].fill(0),
-                    }
-                    self.seal_dir_block(dir, b.physical)?;
-                    if !dir.raw.has_flag(flags::INDEX) {
-                        self.fs.dir_hints.freed(dir.ino, dir.raw.i_generation.get(), b.logical);
-                    }
-                    return Ok(ino);
-                }
-                prev = Some((e.offset, e.rec_len));
+            if let Some(ino) = self.remove_in_block(dir, b.physical, b.logical, name)? {
+                return Ok(ino);
             }
         }
-        Err(Error::NotFound(String::from_utf8_lossy(name).into_owned()))
+        Err(missing())
+    }
+
+    /// Removes `name` from directory block `block` (logical `logical`) if
+    /// it is there: the record merges into the one before it, or, first
+    /// in its block, is marked unused (inode 0), as `ext4_generic_delete_entry`
+    /// does. Index blocks hold no names and are skipped.
+    fn remove_in_block(&mut self, dir: &Inode, block: u64, logical: u64, name: &[u8]) -> Result<Option<u32>> {
+        let buf = self.block(block, dir.ino)?;
+        if self.fs.is_dx_block(dir, &buf, logical) {
+            return Ok(None);
+        }
+        let at = Location::Block { block, inode: dir.ino };
+        let used = self.used_len(&buf);
+        let mut prev: Option<(usize, usize)> = None;
+        for e in DirEntryIter::new(&buf[..used], buf.len(), true) {
+            let e = e.map_err(|err| Error::format(at, err))?;
+            if e.inode == 0 || e.name != name {
+                prev = Some((e.offset, e.rec_len));
+                continue;
+            }
+            let (ino, off, rec, bs) = (e.inode, e.offset, e.rec_len, buf.len());
+            let w = self.block_mut(block, dir.ino)?;
+            match prev {
+                Some((poff, prec)) => {
+                    let merged = dir_entry::rec_len_to_disk(prec + rec, bs);
+                    w[poff + 4..poff + 6].copy_from_slice(&merged.to_le_bytes());
+                }
+                None => w[off..off + 4].fill(0),
+            }
+            self.seal_dir_block(dir, block)?;
+            if !dir.raw.has_flag(flags::INDEX) {
+                self.fs.dir_hints.freed(dir.ino, dir.raw.i_generation.get(), logical);
+            }
+            return Ok(Some(ino));
+        }
+        Ok(None)
     }
 
     /// Every live entry of `dir` as this transaction sees it (what

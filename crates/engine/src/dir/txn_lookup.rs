@@ -14,6 +14,13 @@ use crate::error::{Error, Location, Result};
 use crate::inode::Inode;
 use crate::txn::Txn;
 
+/// A directory leaf block: its physical and logical block numbers.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LeafAt {
+    pub(super) phys: u64,
+    pub(super) logical: u64,
+}
+
 impl Txn<'_> {
     /// Finds `name` in directory `dir` as this
     /// transaction sees it: its inode number if present, and, for an
@@ -55,13 +62,24 @@ impl Txn<'_> {
     /// Searches the leaf `spot` ends at, then the following leaves while
     /// they continue the same hash (the collision bit).
     fn search_htree(&self, dir: &Inode, name: &[u8], spot: &HtreeSpot) -> Result<Option<u32>> {
+        Ok(self.htree_leaf_with(dir, name, spot)?.map(|(ino, _)| ino))
+    }
+
+    /// Where the index puts `name`: its inode and the leaf holding it
+    /// (physical, logical), or `None` when the leaves its hash maps to —
+    /// the one `spot` ends at and those continuing the same hash with the
+    /// collision bit (`ext4_htree_next_block`) — do not hold it. Like the
+    /// kernel's `ext4_dx_find_entry`, an absent name is not looked for
+    /// elsewhere: the index is authoritative.
+    pub(super) fn htree_leaf_with(&self, dir: &Inode, name: &[u8], spot: &HtreeSpot) -> Result<Option<(u32, LeafAt)>> {
         let mut path = spot.path.clone();
         let max_leaves = dir.size() >> self.fs.geo.block_size_log2;
         for _ in 0..=max_leaves {
             let leaf = path.last().map_or(0, |f| f.entries[f.at].block);
             let phys = self.phys_of(dir, leaf.into())?;
             if let Some(ino) = self.scan_block(dir, phys, leaf.into(), name)? {
-                return Ok(Some(ino));
+                let logical = u64::from(leaf);
+                return Ok(Some((ino, LeafAt { phys, logical })));
             }
             match self.next_leaf(dir, &mut path)? {
                 Some(h) if h & 1 == 1 && h & !1 == spot.hash => continue,

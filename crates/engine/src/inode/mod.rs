@@ -187,16 +187,34 @@ impl Filesystem {
     /// Decodes and verifies a record read from the inode table.
     pub(crate) fn decode_inode(&self, ino: u32, record: &[u8]) -> Result<Inode> {
         let isz = usize::from(self.geo.inode_size);
-        let raw = RawInode::parse(record, isz).map_err(|e| Error::format(Location::Inode(ino), e))?;
+        let mut raw = RawInode::parse(record, isz).map_err(|e| Error::format(Location::Inode(ino), e))?;
         if self.geo.features.metadata_csum() && record.iter().any(|&b| b != 0) {
             let r = verify_inode_checksum(record, self.csum_seed, ino);
             self.check(Location::Inode(ino), r)?;
         }
+        self.directory_size_rule(&mut raw);
         Ok(Inode {
             ino,
             raw,
             record: record.into(),
         })
+    }
+
+    /// A directory's size is 32-bit unless the file system has `large_dir`:
+    /// the kernel's `ext4_isize` reads only `i_size_lo` of a directory
+    /// there, because `i_size_high` was once `i_dir_acl` and may hold
+    /// anything. The high word is dropped as the kernel drops it, so the
+    /// next write of the inode stores it as 0 (what e2fsck's "i_size_high
+    /// ... should be zero" asks for); the record keeps the disk's bytes.
+    fn directory_size_rule(&self, raw: &mut RawInode) {
+        let large_dir = self
+            .geo
+            .features
+            .incompat
+            .contains(ext4kit_format::features::IncompatFeatures::LARGEDIR);
+        if !large_dir && raw.i_size_high.get() != 0 && raw.file_type() == Some(FileType::Directory) {
+            raw.i_size_high.set(0);
+        }
     }
 
     /// `stat` information of an inode.
