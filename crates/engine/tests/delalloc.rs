@@ -345,3 +345,46 @@ fn unaligned_appends_after_a_write_back_stay_delayed() {
     assert!((0..10_000u64).all(|k| body[(k * 100) as usize..(k * 100 + 100) as usize] == line(k)[..]));
     clean(fs, &img);
 }
+
+/// One thread writes and deletes files it never opens (so an unlink frees
+/// the inode at once, without the inode lock) while another writes
+/// everything back over and over: a write-back that took a file's pages
+/// must not map them after the file was freed, or into the next file to
+/// get its inode number. Blocks so mapped leak (e2fsck: "block bitmap
+/// differences").
+#[test]
+fn write_back_racing_unlinks_leaks_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-b", "4096"], "64M") else {
+        return;
+    };
+    let fs = open(&img, true);
+    let free = fs.statfs().blocks_free;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                fs.sync().unwrap();
+            }
+        });
+        for k in 0..3000u32 {
+            let name = format!("f{}", k % 7);
+            let f = match fs.create(ROOT_INO, name.as_bytes(), NodeKind::Regular, ATTR) {
+                Ok(f) => f.ino,
+                Err(Error::Exists(_)) => {
+                    fs.unlink(ROOT_INO, name.as_bytes()).unwrap();
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            fs.write(f, 0, &vec![k as u8; 40_000]).unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    for k in 0..7 {
+        let _ = fs.unlink(ROOT_INO, format!("f{k}").as_bytes());
+    }
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().blocks_free, free, "blocks leaked");
+    clean(fs, &img);
+}

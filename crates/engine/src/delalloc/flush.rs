@@ -32,6 +32,8 @@ struct Run {
     /// No page of the file lies beyond this run.
     last: bool,
     reserved: u64,
+    /// The holding it was taken from ([`super::DirtyFile::id`]).
+    id: u64,
 }
 
 impl Filesystem {
@@ -93,6 +95,7 @@ impl Filesystem {
             time: file.time,
             last: file.pages.range(next..).next().is_none(),
             reserved: file.reserved,
+            id: file.id,
         })
     }
 
@@ -102,6 +105,11 @@ impl Filesystem {
         let bs = u64::from(self.geo.block_size);
         let blocks = run.data.len() as u64 / bs;
         let mut txn = Txn::begin(self)?;
+        if !self.delalloc.still_holds(ino, run.id, run.lblk) {
+            // Freed since the run was taken (its pages went with it), and
+            // perhaps given to a new file: nothing of this run may land.
+            return Ok(());
+        }
         txn.under_inode_lock();
         txn.claim_reserved(run.reserved);
         let mut inode = txn.inode(ino)?;

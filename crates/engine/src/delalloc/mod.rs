@@ -71,6 +71,9 @@ pub(crate) struct DirtyFile {
     reserved: u64,
     /// The extent tree's shape when the reservation was last computed.
     shape: reserve::TreeShape,
+    /// Which holding this is: an inode freed (its entry dropped) and its
+    /// number given to a new file meanwhile gets another.
+    id: u64,
 }
 
 #[derive(Debug, Default)]
@@ -88,6 +91,8 @@ pub(crate) struct Delalloc {
     state: Mutex<State>,
     /// Files with held pages: lets [`Self::overlay`] skip the lock when 0.
     files: AtomicUsize,
+    /// The last [`DirtyFile::id`] given.
+    ids: std::sync::atomic::AtomicU64,
     truncated: auto::Truncated,
 }
 
@@ -115,6 +120,21 @@ impl Delalloc {
         let mut v: Vec<u32> = self.state.lock().files.keys().copied().collect();
         v.sort_unstable();
         v
+    }
+
+    /// True when `ino` still holds the pages of holding `id` from `lblk`:
+    /// asked under the writer lock, before a write-back maps what it took
+    /// (an unlink frees inodes without the inode lock a write-back holds).
+    pub(crate) fn still_holds(&self, ino: u32, id: u64, lblk: u64) -> bool {
+        let st = self.state.lock();
+        st.files
+            .get(&ino)
+            .is_some_and(|f| f.id == id && f.pages.contains_key(&lblk))
+    }
+
+    /// A new [`DirtyFile::id`].
+    fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Drops `ino`'s pages and reservation: the inode is being freed.

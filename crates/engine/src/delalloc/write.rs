@@ -129,6 +129,7 @@ impl Filesystem {
         let d = &self.delalloc;
         let mut st = d.state.lock();
         let held = st.reserved;
+        let id = d.next_id();
         let file = st.files.entry(inode.ino).or_insert_with(|| DirtyFile {
             pages: Default::default(),
             size: inode.size(),
@@ -136,6 +137,7 @@ impl Filesystem {
             runs: 0,
             reserved: 0,
             shape: TreeShape::of(inode),
+            id,
         });
         let new = (plan.first..plan.end_block)
             .filter(|b| !file.pages.contains_key(b))
