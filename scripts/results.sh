@@ -66,7 +66,8 @@ run 001-compilebench-alloc bench compilebench --target "$WORK/cba.img" --block-s
     --compare alloc=ext3,delalloc=0 --compare features=^flex_bg --compare inode_alloc=flexbg --rounds 1
 run 001-ffsb-table2-alloc bench ffsb-meta --target "$WORK/ffsb2a.img" --preset table2 --block-size 4096 \
     --cache 16M --compare alloc=ext3,delalloc=0 --compare features=^flex_bg --compare inode_alloc=flexbg --rounds 1
-run 001-ffsb-table3 bench ffsb-meta --target "$WORK/ffsb3.img" --preset table3 --block-size 4096 --cache 16M
+run 001-ffsb-table3 bench ffsb-meta --target "$WORK/ffsb3.img" --preset table3 --block-size 4096 --cache 16M \
+    --compare features=^flex_bg --rounds 1
 
 # Seed 001 figures 7-8: a large file streamed between small-file writes.
 run 001-interleave bench interleave --target "$WORK/il.img" --block-size 4096 --plot "$OUT/001-interleave.svg"
