@@ -37,7 +37,8 @@ const KNOWN_RO_COMPAT: RoCompatFeatures = RoCompatFeatures(
         | RoCompatFeatures::DIR_NLINK.0
         | RoCompatFeatures::EXTRA_ISIZE.0
         | RoCompatFeatures::METADATA_CSUM.0
-        | RoCompatFeatures::ORPHAN_PRESENT.0,
+        | RoCompatFeatures::ORPHAN_PRESENT.0
+        | RoCompatFeatures::ITREE.0,
 );
 
 impl Filesystem {

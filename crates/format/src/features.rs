@@ -164,6 +164,9 @@ feature_set! {
         VERITY = 0x8000, "verity";
         /// The orphan file holds entries.
         ORPHAN_PRESENT = 0x10000, "orphan_present";
+        /// Inode-ordered auxiliary directory trees ([`crate::itree`]);
+        /// ext4kit's own bit.
+        ITREE = 0x8000_0000, "itree";
     }
 }
 

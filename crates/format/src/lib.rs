@@ -22,6 +22,7 @@ pub mod hash;
 pub mod htree;
 pub mod inline;
 pub mod inode;
+pub mod itree;
 pub mod journal;
 pub mod mmp;
 pub mod orphan;

@@ -27,6 +27,17 @@ struct Moved {
     name: Vec<u8>,
 }
 
+impl Moved {
+    fn into_itree(self) -> ext4kit_format::itree::LeafEntry {
+        ext4kit_format::itree::LeafEntry {
+            ino: self.ino,
+            hash: self.hash,
+            file_type: self.ft,
+            name: self.name,
+        }
+    }
+}
+
 /// One index block on the way down: its logical block and entries.
 #[derive(Clone)]
 pub(crate) struct Frame {
@@ -57,7 +68,7 @@ impl Txn<'_> {
         }
     }
 
-    fn name_hash(&self, name: &[u8], code: u8) -> Result<u32> {
+    pub(super) fn name_hash(&self, name: &[u8], code: u8) -> Result<u32> {
         let unsigned = self.fs.sb.read().s_flags.get() & 2 != 0;
         let v = HashVersion::from_code(code)
             .filter(|v| *v != HashVersion::SipHash)
@@ -185,6 +196,10 @@ impl Txn<'_> {
         });
         self.store_index(dir, root_phys, Index::Root(root), true)?;
         dir.raw.i_flags.set(dir.raw.flags() | flags::INDEX);
+        if self.fs.itree_enabled() {
+            let names = moved.into_iter().chain(upper).map(Moved::into_itree).collect();
+            self.itree_build(dir, names)?;
+        }
         self.htree_add(dir, name, ino, ft, None)?;
         Ok(true)
     }
@@ -220,16 +235,15 @@ impl Txn<'_> {
         };
         let leaf = path.last().map_or(0, |f| f.entries[f.at].block);
         let phys = self.phys_of(dir, leaf.into())?;
-        if self.insert_in_block(dir, phys, name, ino, ft)? {
-            return Ok(());
+        if !self.insert_in_block(dir, phys, name, ino, ft)? {
+            self.check_index_room(dir, &path)?;
+            let (split_hash, new_phys) = self.split_leaf(dir, phys, code, path)?;
+            let target = if hash >= split_hash & !1 { new_phys } else { phys };
+            if !self.insert_in_block(dir, target, name, ino, ft)? {
+                return Err(Error::Unsupported("a directory leaf with no room after a split".into()));
+            }
         }
-        self.check_index_room(dir, &path)?;
-        let (split_hash, new_phys) = self.split_leaf(dir, phys, code, path)?;
-        let target = if hash >= split_hash & !1 { new_phys } else { phys };
-        if self.insert_in_block(dir, target, name, ino, ft)? {
-            return Ok(());
-        }
-        Err(Error::Unsupported("a directory leaf with no room after a split".into()))
+        self.itree_add(dir, ino, hash, ft, name)
     }
 
     /// Reads the root once, hashes `name` with the root's hash version and
@@ -340,7 +354,7 @@ impl Txn<'_> {
             frame.entries.insert(frame.at + 1, entry);
             let entries = std::mem::take(&mut frame.entries);
             let (logical, root) = (frame.logical, frame.root);
-            if entries.len() <= self.index_limit(root) {
+            if entries.len() <= self.index_limit(dir, root) {
                 return self.rewrite_index(dir, logical, root, entries);
             }
             if root {
@@ -355,9 +369,11 @@ impl Txn<'_> {
     }
 
     /// Entries one index block holds: `dx_root_limit` or `dx_node_limit`.
-    fn index_limit(&self, root: bool) -> usize {
+    fn index_limit(&self, dir: &Inode, root: bool) -> usize {
         let p = self.dx_params();
-        usize::from(if root {
+        usize::from(if root && super::itree::has_itree(dir) {
+            ext4kit_format::itree::root_limit_with_link(p.block_size, p.metadata_csum)
+        } else if root {
             ext4kit_format::htree::root_limit(p.block_size, p.metadata_csum)
         } else {
             ext4kit_format::htree::node_limit(p.block_size, p.metadata_csum)
@@ -369,7 +385,7 @@ impl Txn<'_> {
     /// system allows (`ext4_dir_htree_level`: 2, or 3 with `large_dir`).
     /// The kernel returns `ENOSPC` here; checked before anything changes.
     fn check_index_room(&self, dir: &Inode, path: &[Frame]) -> Result<()> {
-        let full = path.iter().all(|f| f.entries.len() >= self.index_limit(f.root));
+        let full = path.iter().all(|f| f.entries.len() >= self.index_limit(dir, f.root));
         let params = self.dx_params();
         let max = usize::from(ext4kit_format::htree::max_indirect_levels(params.large_dir)) + 1;
         if !full || path.len() < max {

@@ -5,6 +5,7 @@
 pub(crate) mod hint;
 mod htree;
 mod htree_insert;
+pub mod itree;
 mod limits;
 mod lookup;
 mod modify;
@@ -79,9 +80,32 @@ impl Filesystem {
 
     fn read_dir_unrecorded(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
         self.require_dir(dir)?;
+        if itree::has_itree(dir) {
+            return self.read_dir_itree(dir);
+        }
         let mut out = Vec::new();
         self.for_each_dir_entry(dir, |e| {
             out.push(e);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// "." and ".." (from the htree root), then every name in inode order.
+    fn read_dir_itree(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
+        let run = self.map_range(dir, 0, 1)?;
+        let block = run.first().map(|r| r.physical).ok_or_else(|| {
+            Error::inconsistent(Location::Inode(dir.ino), "indexed directory without block 0")
+        })?;
+        let buf = self.meta_block(block, dir.ino)?;
+        let at = Location::Block { block, inode: dir.ino };
+        let mut out = self.dir_block_entries(dir, &buf, 0, at)?;
+        self.itree_walk(dir, 0, |e| {
+            out.push(DirEntry {
+                ino: e.ino,
+                name: e.name.clone(),
+                file_type: file_type_code(e.file_type),
+            });
             Ok(true)
         })?;
         Ok(out)

@@ -79,7 +79,9 @@ impl Txn<'_> {
                 .map(|e| e.map_err(|err| Error::format(at, err)))
                 .find(|e| e.as_ref().map_or(true, |e| e.inode != 0 && e.name == name));
             if let Some(e) = hit {
-                let off = e?.offset;
+                let e = e?;
+                let (off, old) = (e.offset, e.inode);
+                self.itree_replace(dir, name, old, ino, ft)?;
                 let w = self.block_mut(b.physical, dir.ino)?;
                 w[off..off + 4].copy_from_slice(&ino.to_le_bytes());
                 w[off + 7] = ft;
@@ -207,11 +209,20 @@ impl Txn<'_> {
                 .features
                 .compat
                 .contains(ext4kit_format::features::CompatFeatures::DIR_INDEX);
-        if indexed && let Ok(spot) = self.descend(dir, name) {
+        // An itree must lose the name too, so its directory needs the index.
+        let itree = super::itree::has_itree(dir);
+        let spot = match (indexed || itree).then(|| self.descend(dir, name)) {
+            Some(Ok(spot)) => Some(spot),
+            Some(Err(e)) if itree => return Err(e),
+            _ => None,
+        };
+        if let Some(spot) = spot {
             let (_, leaf) = self.htree_leaf_with(dir, name, &spot)?.ok_or_else(missing)?;
-            return self
+            let ino = self
                 .remove_in_block(dir, leaf.phys, leaf.logical, name)?
-                .ok_or_else(missing);
+                .ok_or_else(missing)?;
+            self.itree_remove(dir, ino, spot.hash, name)?;
+            return Ok(ino);
         }
         for b in self.dir_blocks(dir)? {
             if let Some(ino) = self.remove_in_block(dir, b.physical, b.logical, name)? {

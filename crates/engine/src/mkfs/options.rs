@@ -326,7 +326,8 @@ const SUPPORTED: Features = Features {
             | RoCompatFeatures::GDT_CSUM.0
             | RoCompatFeatures::DIR_NLINK.0
             | RoCompatFeatures::EXTRA_ISIZE.0
-            | RoCompatFeatures::METADATA_CSUM.0,
+            | RoCompatFeatures::METADATA_CSUM.0
+            | RoCompatFeatures::ITREE.0,
     ),
 };
 

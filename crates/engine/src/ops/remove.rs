@@ -94,6 +94,9 @@ pub(crate) fn release(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
     let ft = inode.file_type()?;
     let has_blocks = inode.raw.i_blocks_lo.get() != 0 || inode.raw.i_blocks_high.get() != 0;
     let fast_symlink = ft == FileType::Symlink && !inode.uses_extents() && inode.size() < 60;
+    // The itree's nodes are in no extent tree: they go before block 0,
+    // which links them, does.
+    txn.itree_free(inode)?;
     // An inline body lives in the inode itself: nothing to free.
     if has_blocks
         && !inode.has_inline_data()

@@ -1,0 +1,106 @@
+use super::*;
+use crate::htree::{DxParams, DxRoot, root_limit, set_dx_checksum, verify_dx_checksum};
+use crate::hash::HashVersion;
+
+fn ctx(block: u64) -> NodeContext {
+    NodeContext {
+        block_size: 1024,
+        dir_ino: 12,
+        inode_seed: 0xdead_beef,
+        block,
+    }
+}
+
+fn leaf(ino: u32, hash: u32, name: &str) -> LeafEntry {
+    LeafEntry {
+        ino,
+        hash,
+        file_type: 1,
+        name: name.as_bytes().to_vec(),
+    }
+}
+
+#[test]
+fn leaf_round_trips_and_checksum_binds_block_and_owner() {
+    let node = Node::Leaf(vec![leaf(11, 4, "a"), leaf(11, 8, "bcdefgh"), leaf(40, 2, "x")]);
+    let buf = node.encode(&ctx(77)).unwrap();
+    assert_eq!(Node::parse(&buf, &ctx(77)).unwrap(), node);
+    assert_eq!(buf[9], 0, "a nearly empty leaf is in class 0");
+    let moved = Node::parse(&buf, &ctx(78)).unwrap_err();
+    assert_eq!(moved.field, "checksum");
+    let other = NodeContext { dir_ino: 13, ..ctx(77) };
+    assert!(Node::parse(&buf, &other).is_err());
+}
+
+#[test]
+fn index_round_trips_with_48_bit_blocks() {
+    let entries = vec![
+        IndexEntry { key: 0, block: (1 << 40) + 5, fullness: 3 },
+        IndexEntry { key: key(90, 6), block: 9, fullness: 1 },
+    ];
+    let node = Node::Index { level: 2, entries };
+    let buf = node.encode(&ctx(5)).unwrap();
+    assert_eq!(Node::parse(&buf, &ctx(5)).unwrap(), node);
+    let bad = Node::Index {
+        level: 1,
+        entries: vec![IndexEntry { key: 0, block: 1 << 48, fullness: 0 }],
+    };
+    assert!(bad.encode(&ctx(5)).is_err());
+}
+
+#[test]
+fn corrupt_nodes_are_errors_naming_the_field() {
+    let node = Node::Leaf(vec![leaf(11, 4, "a"), leaf(12, 4, "b")]);
+    let good = node.encode(&ctx(3)).unwrap();
+    let reseal = |mut b: Vec<u8>| {
+        let crc = node_checksum(&b, &ctx(3)).unwrap();
+        b[4..8].copy_from_slice(&crc.to_le_bytes());
+        b
+    };
+    let mut b = good.clone();
+    b[0] ^= 1;
+    assert_eq!(Node::parse(&b, &ctx(3)).unwrap_err().field, "magic");
+    let mut b = good.clone();
+    b[12..16].copy_from_slice(&5000u32.to_le_bytes());
+    assert_eq!(Node::parse(&reseal(b), &ctx(3)).unwrap_err().field, "used");
+    let mut b = good.clone();
+    b[HEADER_SIZE..HEADER_SIZE + 4].copy_from_slice(&13u32.to_le_bytes());
+    assert_eq!(Node::parse(&reseal(b), &ctx(3)).unwrap_err().field, "key");
+    let mut b = good.clone();
+    b[HEADER_SIZE + 8] = 200;
+    assert!(Node::parse(&reseal(b), &ctx(3)).is_err());
+    let mut b = good;
+    b[8] = MAX_LEVELS + 1;
+    assert_eq!(Node::parse(&reseal(b), &ctx(3)).unwrap_err().field, "level");
+}
+
+#[test]
+fn fullness_classes_are_quarters() {
+    assert_eq!(fullness_class(0, 100), 0);
+    assert_eq!(fullness_class(24, 100), 0);
+    assert_eq!(fullness_class(25, 100), 1);
+    assert_eq!(fullness_class(74, 100), 2);
+    assert_eq!(fullness_class(75, 100), 3);
+    assert_eq!(fullness_class(100, 100), 3);
+}
+
+#[test]
+fn link_sits_in_slots_the_htree_checksum_does_not_cover() {
+    let params = DxParams {
+        block_size: 1024,
+        metadata_csum: true,
+        large_dir: false,
+    };
+    let root = DxRoot::new(12, 2, HashVersion::HalfMd4, 1, &params);
+    let mut buf = root.to_block(1024).unwrap();
+    set_dx_checksum(&mut buf, 1024, 7).unwrap();
+    assert_eq!(read_link(&buf, 1024, true).unwrap(), None);
+    let link = Link { root: 1 << 33, levels: 2 };
+    write_link(&mut buf, 1024, true, Some(link)).unwrap();
+    verify_dx_checksum(&buf, 1024, 7).unwrap();
+    assert_eq!(DxRoot::parse(&buf, &params).unwrap().entries, root.entries);
+    assert_eq!(read_link(&buf, 1024, true).unwrap(), Some(link));
+    assert_eq!(link_offset(1024, true) + LINK_SIZE, 32 + usize::from(root_limit(1024, true)) * 8);
+    write_link(&mut buf, 1024, true, None).unwrap();
+    assert_eq!(read_link(&buf, 1024, true).unwrap(), None);
+}
