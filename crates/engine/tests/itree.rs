@@ -72,7 +72,10 @@ fn listed_in_inode_order(fs: &Filesystem, dir: u32) -> BTreeMap<Vec<u8>, u32> {
     assert_eq!(&list[0].name, b".");
     assert_eq!(&list[1].name, b"..");
     let names = &list[2..];
-    assert!(names.windows(2).all(|w| w[0].ino <= w[1].ino), "read_dir is not in inode order");
+    assert!(
+        names.windows(2).all(|w| w[0].ino <= w[1].ino),
+        "read_dir is not in inode order"
+    );
     let stats = fs.itree_stats(&inode).unwrap();
     assert_eq!(stats.entries as usize, names.len(), "itree entries vs listing");
     names.iter().map(|e| (e.name.clone(), e.ino)).collect()
@@ -103,7 +106,11 @@ fn step(fs: &Filesystem, rng: &mut Rng, big: u32, other: u32, model: &mut BTreeM
         }
         7 if !model.is_empty() => {
             let (from, to) = (pick(rng, model), name(rng));
-            let target = if rng.below(2) == 0 && !model.is_empty() { pick(rng, model) } else { to };
+            let target = if rng.below(2) == 0 && !model.is_empty() {
+                pick(rng, model)
+            } else {
+                to
+            };
             fs.rename(big, &from, big, &target, RenameFlags::default()).unwrap();
             let ino = model.remove(&from).unwrap();
             model.insert(target, ino);
@@ -135,7 +142,9 @@ fn step(fs: &Filesystem, rng: &mut Rng, big: u32, other: u32, model: &mut BTreeM
 #[test]
 fn random_operations_keep_htree_itree_and_model_identical() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(img) = itree_image(tmp.path(), 40_000) else { return };
+    let Some(img) = itree_image(tmp.path(), 40_000) else {
+        return;
+    };
     let mut model = BTreeMap::new();
     {
         let fs = open_rw(&img);
@@ -173,11 +182,18 @@ fn random_operations_keep_htree_itree_and_model_identical() {
 fn kernel_reads_itree_image_read_only(img: &Path, model: &BTreeMap<Vec<u8>, u32>) {
     let fsck = e2fsck_fn(img).unwrap();
     assert!(!fsck.is_clean(), "e2fsck should refuse the itree feature");
-    assert!(fsck.output.contains("unsupported feature"), "e2fsck said:\n{}", fsck.output);
+    assert!(
+        fsck.output.contains("unsupported feature"),
+        "e2fsck said:\n{}",
+        fsck.output
+    );
     if !kernel_available("kernel read of an itree image") {
         return;
     }
-    assert!(LoopMount::rw(img, &[]).is_err(), "the kernel must refuse a read-write mount");
+    assert!(
+        LoopMount::rw(img, &[]).is_err(),
+        "the kernel must refuse a read-write mount"
+    );
     let m = LoopMount::ro(img).expect("read-only mount");
     let mut seen = BTreeMap::new();
     for e in std::fs::read_dir(m.path().join("big")).unwrap() {
@@ -193,7 +209,9 @@ fn kernel_reads_itree_image_read_only(img: &Path, model: &BTreeMap<Vec<u8>, u32>
 #[test]
 fn mass_delete_coalesces_and_frees_every_node() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(img) = itree_image(tmp.path(), 30_000) else { return };
+    let Some(img) = itree_image(tmp.path(), 30_000) else {
+        return;
+    };
     let fs = open_rw(&img);
     let free_before = fs.free_blocks();
     let big = fs.create(ROOT_INO, b"big", NodeKind::Directory, ATTR).unwrap().ino;
@@ -214,7 +232,10 @@ fn mass_delete_coalesces_and_frees_every_node() {
     }
     let thin = fs.itree_stats(&fs.inode(big).unwrap()).unwrap();
     assert_eq!(thin.entries as usize, kept.len());
-    assert!(thin.leaves * 3 <= full.leaves, "merges should shrink {full:?} to a third: {thin:?}");
+    assert!(
+        thin.leaves * 3 <= full.leaves,
+        "merges should shrink {full:?} to a third: {thin:?}"
+    );
     for &i in kept {
         fs.unlink(big, &names[i]).unwrap();
     }
@@ -222,7 +243,11 @@ fn mass_delete_coalesces_and_frees_every_node() {
     assert_eq!((empty.entries, empty.leaves, empty.levels), (0, 1, 0), "{empty:?}");
     fs.rmdir(ROOT_INO, b"big").unwrap();
     fs.sync().unwrap();
-    assert_eq!(fs.free_blocks(), free_before, "every itree node is freed with its directory");
+    assert_eq!(
+        fs.free_blocks(),
+        free_before,
+        "every itree node is freed with its directory"
+    );
     fs.itree_remove_all().unwrap();
     fs.unmount().unwrap();
     assert_fsck_clean(&img);
@@ -245,7 +270,11 @@ fn tune_converts_kernel_built_directories_both_ways() {
     assert!(matches!(out.code, Some(0 | 1)), "e2fsck -fyD: {}", out.combined());
     let fs = open_rw(&img);
     let conv = fs.itree_add_all().unwrap();
-    assert_eq!((conv.directories, conv.names, conv.skipped_full_root), (1, 3000, 0), "{conv:?}");
+    assert_eq!(
+        (conv.directories, conv.names, conv.skipped_full_root),
+        (1, 3000, 0),
+        "{conv:?}"
+    );
     fs.unmount().unwrap();
     let fs = open_rw(&img);
     let big = fs.resolve(b"/big").unwrap().ino;
@@ -263,12 +292,15 @@ fn tune_converts_kernel_built_directories_both_ways() {
 #[test]
 fn a_corrupt_node_is_an_error_naming_its_block() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(img) = itree_image(tmp.path(), 5_000) else { return };
+    let Some(img) = itree_image(tmp.path(), 5_000) else {
+        return;
+    };
     let (root_block, dir_block) = {
         let fs = open_rw(&img);
         let big = fs.create(ROOT_INO, b"big", NodeKind::Directory, ATTR).unwrap().ino;
         for i in 0..2000 {
-            fs.create(big, format!("n{i}").as_bytes(), NodeKind::Regular, ATTR).unwrap();
+            fs.create(big, format!("n{i}").as_bytes(), NodeKind::Regular, ATTR)
+                .unwrap();
         }
         let inode = fs.inode(big).unwrap();
         let block0 = fs.map_range(&inode, 0, 1).unwrap()[0].physical;
@@ -276,7 +308,9 @@ fn a_corrupt_node_is_an_error_naming_its_block() {
         let data = std::fs::read(&img).unwrap();
         let root = &data[block0 as usize * 1024..][..1024];
         let csum = fs_has_metadata_csum(&img);
-        let link = ext4kit_format::itree::read_link(root, 1024, csum).unwrap().expect("a link");
+        let link = ext4kit_format::itree::read_link(root, 1024, csum)
+            .unwrap()
+            .expect("a link");
         (link.root, block0)
     };
     assert_ne!(root_block, dir_block);

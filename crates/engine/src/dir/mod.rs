@@ -94,9 +94,10 @@ impl Filesystem {
     /// "." and ".." (from the htree root), then every name in inode order.
     fn read_dir_itree(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
         let run = self.map_range(dir, 0, 1)?;
-        let block = run.first().map(|r| r.physical).ok_or_else(|| {
-            Error::inconsistent(Location::Inode(dir.ino), "indexed directory without block 0")
-        })?;
+        let block = run
+            .first()
+            .map(|r| r.physical)
+            .ok_or_else(|| Error::inconsistent(Location::Inode(dir.ino), "indexed directory without block 0"))?;
         let buf = self.meta_block(block, dir.ino)?;
         let at = Location::Block { block, inode: dir.ino };
         let mut out = self.dir_block_entries(dir, &buf, 0, at)?;

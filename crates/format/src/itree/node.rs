@@ -255,7 +255,12 @@ fn parse_leaf(area: &[u8], count: usize) -> Result<Vec<LeafEntry>> {
             return Err(FormatError::invalid(LEAF, "name_len", at + 8, 0));
         }
         let name = slice(area, off + LEAF_FIXED, name_len, LEAF)?.to_vec();
-        let e = LeafEntry { ino, hash, file_type, name };
+        let e = LeafEntry {
+            ino,
+            hash,
+            file_type,
+            name,
+        };
         if e.key() < last {
             return Err(FormatError::invalid(LEAF, "key", at, e.key()));
         }

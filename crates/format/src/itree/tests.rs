@@ -1,6 +1,6 @@
 use super::*;
-use crate::htree::{DxParams, DxRoot, root_limit, set_dx_checksum, verify_dx_checksum};
 use crate::hash::HashVersion;
+use crate::htree::{DxParams, DxRoot, root_limit, set_dx_checksum, verify_dx_checksum};
 
 fn ctx(block: u64) -> NodeContext {
     NodeContext {
@@ -35,15 +35,27 @@ fn leaf_round_trips_and_checksum_binds_block_and_owner() {
 #[test]
 fn index_round_trips_with_48_bit_blocks() {
     let entries = vec![
-        IndexEntry { key: 0, block: (1 << 40) + 5, fullness: 3 },
-        IndexEntry { key: key(90, 6), block: 9, fullness: 1 },
+        IndexEntry {
+            key: 0,
+            block: (1 << 40) + 5,
+            fullness: 3,
+        },
+        IndexEntry {
+            key: key(90, 6),
+            block: 9,
+            fullness: 1,
+        },
     ];
     let node = Node::Index { level: 2, entries };
     let buf = node.encode(&ctx(5)).unwrap();
     assert_eq!(Node::parse(&buf, &ctx(5)).unwrap(), node);
     let bad = Node::Index {
         level: 1,
-        entries: vec![IndexEntry { key: 0, block: 1 << 48, fullness: 0 }],
+        entries: vec![IndexEntry {
+            key: 0,
+            block: 1 << 48,
+            fullness: 0,
+        }],
     };
     assert!(bad.encode(&ctx(5)).is_err());
 }
@@ -95,12 +107,18 @@ fn link_sits_in_slots_the_htree_checksum_does_not_cover() {
     let mut buf = root.to_block(1024).unwrap();
     set_dx_checksum(&mut buf, 1024, 7).unwrap();
     assert_eq!(read_link(&buf, 1024, true).unwrap(), None);
-    let link = Link { root: 1 << 33, levels: 2 };
+    let link = Link {
+        root: 1 << 33,
+        levels: 2,
+    };
     write_link(&mut buf, 1024, true, Some(link)).unwrap();
     verify_dx_checksum(&buf, 1024, 7).unwrap();
     assert_eq!(DxRoot::parse(&buf, &params).unwrap().entries, root.entries);
     assert_eq!(read_link(&buf, 1024, true).unwrap(), Some(link));
-    assert_eq!(link_offset(1024, true) + LINK_SIZE, 32 + usize::from(root_limit(1024, true)) * 8);
+    assert_eq!(
+        link_offset(1024, true) + LINK_SIZE,
+        32 + usize::from(root_limit(1024, true)) * 8
+    );
     write_link(&mut buf, 1024, true, None).unwrap();
     assert_eq!(read_link(&buf, 1024, true).unwrap(), None);
 }

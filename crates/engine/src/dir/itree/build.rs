@@ -2,7 +2,7 @@
 //! indexed, or from `tune -O itree`) and freeing one (when the directory
 //! goes, or from `tune -O ^itree`).
 
-use ext4kit_format::itree::{IndexEntry, ITREE_FL, LeafEntry, Link, MAX_LEVELS, Node, capacity, fullness_class};
+use ext4kit_format::itree::{ITREE_FL, IndexEntry, LeafEntry, Link, MAX_LEVELS, Node, capacity, fullness_class};
 
 use super::has_itree;
 use crate::error::{Error, Location, Result};
@@ -30,7 +30,10 @@ impl Txn<'_> {
         while level.len() > 1 {
             height += 1;
             if height > MAX_LEVELS {
-                return Err(Error::DirIndexFull(format!("directory inode {} is too large for an itree", dir.ino)));
+                return Err(Error::DirIndexFull(format!(
+                    "directory inode {} is too large for an itree",
+                    dir.ino
+                )));
             }
             level = self.write_index_level(dir, level, height, near, cap)?;
         }
@@ -42,7 +45,13 @@ impl Txn<'_> {
 
     /// Writes sorted `entries` into leaves of up to `fill` bytes (never
     /// cutting a run of equal keys); at least one leaf, maybe empty.
-    fn write_leaves(&mut self, dir: &Inode, entries: Vec<LeafEntry>, near: u64, fill: usize) -> Result<Vec<IndexEntry>> {
+    fn write_leaves(
+        &mut self,
+        dir: &Inode,
+        entries: Vec<LeafEntry>,
+        near: u64,
+        fill: usize,
+    ) -> Result<Vec<IndexEntry>> {
         let cap = capacity(self.fs.geo.block_size);
         let mut out = Vec::new();
         let mut leaf: Vec<LeafEntry> = Vec::new();
@@ -126,7 +135,10 @@ impl Txn<'_> {
             self.free_blocks(block, 1)?;
             freed += 1;
             if freed > self.fs.geo.blocks_count {
-                return Err(Error::inconsistent(Location::Inode(dir.ino), "itree nodes are shared between parents"));
+                return Err(Error::inconsistent(
+                    Location::Inode(dir.ino),
+                    "itree nodes are shared between parents",
+                ));
             }
         }
         self.set_itree_link(dir, None)?;

@@ -134,7 +134,10 @@ impl Txn<'_> {
         let params = self.dx_params();
         let root_phys = self.phys_of(&dir, 0)?;
         let buf = self.block(root_phys, ino)?;
-        let at = Location::Block { block: root_phys, inode: ino };
+        let at = Location::Block {
+            block: root_phys,
+            inode: ino,
+        };
         let root = DxRoot::parse(&buf, &params).map_err(|e| Error::format(at, e))?;
         if root.entries.len() > usize::from(root_limit_with_link(params.block_size, params.metadata_csum)) {
             return Ok(Added::FullRoot);

@@ -65,7 +65,15 @@ impl Txn<'_> {
 
     /// Writes `left` back at `block` and `right` into a new block, then
     /// records the new child in the parent (splitting upward as needed).
-    fn split_into(&mut self, dir: &Inode, link: Link, mut path: Vec<Step>, block: u64, left: Node, right: Node) -> Result<()> {
+    fn split_into(
+        &mut self,
+        dir: &Inode,
+        link: Link,
+        mut path: Vec<Step>,
+        block: u64,
+        left: Node,
+        right: Node,
+    ) -> Result<()> {
         let cap = capacity(self.fs.geo.block_size);
         let mut block = block;
         let (mut left, mut right) = (left, right);

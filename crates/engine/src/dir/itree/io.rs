@@ -80,11 +80,19 @@ impl Filesystem {
 }
 
 fn decode_link(fs: &Filesystem, dir: &Inode, root: u64, buf: &[u8]) -> Result<Link> {
-    let at = Location::Block { block: root, inode: dir.ino };
+    let at = Location::Block {
+        block: root,
+        inode: dir.ino,
+    };
     let csum = fs.geo.features.metadata_csum();
     itree::read_link(buf, fs.geo.block_size, csum)
         .map_err(|e| Error::format(at, e))?
-        .ok_or_else(|| Error::inconsistent(at, "directory flagged with an itree has no itree link in its htree root"))
+        .ok_or_else(|| {
+            Error::inconsistent(
+                at,
+                "directory flagged with an itree has no itree link in its htree root",
+            )
+        })
 }
 
 impl Txn<'_> {
@@ -100,7 +108,15 @@ impl Txn<'_> {
         let (bs, csum) = (self.fs.geo.block_size, self.fs.geo.features.metadata_csum());
         let root = self.phys_of(dir, 0)?;
         let buf = self.block_mut(root, dir.ino)?;
-        itree::write_link(buf, bs, csum, link).map_err(|e| Error::format(Location::Block { block: root, inode: dir.ino }, e))
+        itree::write_link(buf, bs, csum, link).map_err(|e| {
+            Error::format(
+                Location::Block {
+                    block: root,
+                    inode: dir.ino,
+                },
+                e,
+            )
+        })
     }
 
     pub(super) fn read_node(&self, dir: &Inode, block: u64, level: u8) -> Result<Node> {
@@ -110,7 +126,9 @@ impl Txn<'_> {
 
     pub(super) fn write_node(&mut self, dir: &Inode, block: u64, node: &Node) -> Result<()> {
         let at = Location::Block { block, inode: dir.ino };
-        let bytes = node.encode(&context(self.fs, dir, block)).map_err(|e| Error::format(at, e))?;
+        let bytes = node
+            .encode(&context(self.fs, dir, block))
+            .map_err(|e| Error::format(at, e))?;
         self.put_block(block, Arc::from(bytes));
         Ok(())
     }

@@ -34,7 +34,10 @@ impl Txn<'_> {
             return Err(lost_path(dir));
         };
         let Some(i) = entries.iter().position(|e| e.key() == key && e.name == name) else {
-            let what = format!("itree has no entry for {:?} (inode {ino})", String::from_utf8_lossy(name));
+            let what = format!(
+                "itree has no entry for {:?} (inode {ino})",
+                String::from_utf8_lossy(name)
+            );
             return Err(Error::inconsistent(Location::Block { block, inode: dir.ino }, what));
         };
         entries.remove(i);

@@ -58,8 +58,15 @@ impl Filesystem {
             match node {
                 Node::Index { entries, .. } => {
                     let at = seek.map_or(0, |k| child_for(&entries, k));
-                    block = entries.get(at).map(|e| e.block).ok_or_else(|| empty_index(dir, block))?;
-                    stack.push(Pending { entries, next: at + 1, level });
+                    block = entries
+                        .get(at)
+                        .map(|e| e.block)
+                        .ok_or_else(|| empty_index(dir, block))?;
+                    stack.push(Pending {
+                        entries,
+                        next: at + 1,
+                        level,
+                    });
                     level -= 1;
                     continue;
                 }
@@ -134,7 +141,10 @@ fn next_child(stack: &mut Vec<Pending>) -> Option<(u64, u8)> {
 }
 
 fn empty_index(dir: &Inode, block: u64) -> Error {
-    Error::inconsistent(Location::Block { block, inode: dir.ino }, "itree index node without entries")
+    Error::inconsistent(
+        Location::Block { block, inode: dir.ino },
+        "itree index node without entries",
+    )
 }
 
 /// More nodes visited than the file system has blocks: children shared
