@@ -253,7 +253,7 @@ impl Target {
                 let path = fs.finish()?;
                 inspect(&path)?;
                 Ok(Closed {
-                    fsck: Some(system::e2fsck(&path)?),
+                    fsck: Some(fsck_image(&path, made)?),
                     image_made: made,
                 })
             }
@@ -463,4 +463,43 @@ impl Drop for LoopMount {
             eprintln!("bench: could not unmount {}: {e:#}", self.dir.display());
         }
     }
+}
+
+/// `e2fsck -fn` of an image this run used. e2fsck refuses the `itree`
+/// feature, so an itree image is checked without its itrees, as
+/// `ext4kit tune -O ^itree` leaves it: in place when the run made the
+/// image, else on a sparse copy beside it.
+fn fsck_image(path: &Path, made: bool) -> Result<FsckOutcome> {
+    if !has_itree(path)? {
+        return system::e2fsck(path);
+    }
+    let checked = if made {
+        path.to_path_buf()
+    } else {
+        let copy = path.with_extension("itree-fsck");
+        run_ok(Command::new("cp").arg("--sparse=always").arg(path).arg(&copy))?;
+        copy
+    };
+    let strip = || -> Result<FsckOutcome> {
+        let dev = FileDevice::open(&checked, true)?;
+        let fs = ext4kit_engine::Filesystem::open(Box::new(dev), ext4kit_engine::OpenOptions::default())?;
+        fs.itree_remove_all()?;
+        fs.unmount()?;
+        system::e2fsck(&checked)
+    };
+    let out = strip();
+    if !made {
+        let _ = std::fs::remove_file(&checked);
+    }
+    out.with_context(|| format!("checking {} without its itrees", path.display()))
+}
+
+fn has_itree(path: &Path) -> Result<bool> {
+    use std::os::unix::fs::FileExt as _;
+    let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    // s_feature_ro_compat: offset 0x64 of the superblock at byte 1024.
+    let mut ro = [0u8; 4];
+    f.read_exact_at(&mut ro, 1024 + 0x64)?;
+    let bit = ext4kit_format::features::RoCompatFeatures::ITREE.0;
+    Ok(u32::from_le_bytes(ro) & bit != 0)
 }
