@@ -40,6 +40,7 @@
 
 mod link;
 mod node;
+pub mod raw;
 
 pub use link::{LINK_MAGIC, LINK_SIZE, Link, link_offset, read_link, root_limit_with_link, write_link};
 pub use node::{

@@ -15,7 +15,7 @@ pub const INDEX_ENTRY_SIZE: usize = 16;
 /// tree's depth, far above what 2^32 names need.
 pub const MAX_LEVELS: u8 = 8;
 /// Fixed part of a leaf entry, before the name.
-const LEAF_FIXED: usize = 12;
+pub(super) const LEAF_FIXED: usize = 12;
 /// Largest block number an index entry holds (48 bits, as ext4's extents).
 const MAX_BLOCK: u64 = (1 << 48) - 1;
 

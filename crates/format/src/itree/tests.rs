@@ -122,3 +122,60 @@ fn link_sits_in_slots_the_htree_checksum_does_not_cover() {
     write_link(&mut buf, 1024, true, None).unwrap();
     assert_eq!(read_link(&buf, 1024, true).unwrap(), None);
 }
+
+#[test]
+fn raw_edits_match_the_decoded_form() {
+    let c = ctx(9);
+    let mut entries = vec![leaf(11, 4, "a"), leaf(11, 8, "bb"), leaf(40, 2, "x")];
+    let mut buf = Node::Leaf(entries.clone()).encode(&c).unwrap();
+    let new = leaf(20, 6, "middle");
+    assert_eq!(raw::leaf_insert(&mut buf, &c, &new).unwrap(), Some(0));
+    entries.insert(2, new);
+    assert_eq!(Node::parse(&buf, &c).unwrap(), Node::Leaf(entries.clone()));
+    let gone = raw::leaf_remove(&mut buf, &c, key(11, 8), b"bb").unwrap();
+    assert_eq!(gone, Some((0, 3)));
+    entries.remove(1);
+    assert_eq!(Node::parse(&buf, &c).unwrap(), Node::Leaf(entries.clone()));
+    assert_eq!(raw::leaf_remove(&mut buf, &c, key(11, 8), b"bb").unwrap(), None);
+    let big = leaf(50, 2, &"n".repeat(255));
+    let mut full = Node::Leaf((0..3).map(|i| leaf(60 + i, 0, &"f".repeat(255))).collect())
+        .encode(&c)
+        .unwrap();
+    let before = full.clone();
+    assert_eq!(raw::leaf_insert(&mut full, &c, &big).unwrap(), None);
+    assert_eq!(full, before, "a refused insert leaves the block as it was");
+}
+
+#[test]
+fn raw_index_lookup_and_class_update() {
+    let c = ctx(4);
+    let entries = vec![
+        IndexEntry {
+            key: 0,
+            block: 100,
+            fullness: 1,
+        },
+        IndexEntry {
+            key: key(50, 0),
+            block: 200,
+            fullness: 2,
+        },
+        IndexEntry {
+            key: key(90, 0),
+            block: 300,
+            fullness: 3,
+        },
+    ];
+    let mut buf = Node::Index { level: 1, entries }.encode(&c).unwrap();
+    assert_eq!(raw::index_child(&buf, &c, 1, key(10, 0)).unwrap(), (0, 100, 1));
+    assert_eq!(raw::index_child(&buf, &c, 1, key(50, 0)).unwrap(), (1, 200, 2));
+    assert_eq!(raw::index_child(&buf, &c, 1, u64::MAX).unwrap(), (2, 300, 3));
+    raw::set_child_class(&mut buf, &c, 1, 0).unwrap();
+    assert_eq!(raw::index_child(&buf, &c, 1, key(60, 0)).unwrap(), (1, 200, 0));
+    assert!(raw::index_child(&buf, &c, 2, 0).is_err(), "the level is checked");
+    buf[HEADER_SIZE + 20] ^= 1;
+    assert!(
+        raw::index_child(&buf, &c, 1, 0).is_err(),
+        "a changed byte fails the checksum"
+    );
+}

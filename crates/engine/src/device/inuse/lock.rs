@@ -11,11 +11,25 @@ use super::{Holder, InUse, InUseError};
 /// Takes the image lock on `file`, exclusive or `shared`, without waiting;
 /// refused, the error names the holder.
 pub(super) fn lock(path: &Path, file: &File, meta: &Metadata, shared: bool) -> io::Result<()> {
-    let r = if shared {
-        file.try_lock_shared()
-    } else {
-        file.try_lock()
+    let try_lock = || {
+        if shared {
+            file.try_lock_shared()
+        } else {
+            file.try_lock()
+        }
     };
+    let mut r = try_lock();
+    // A lock this very process holds may be a copy: a child forked by
+    // another thread keeps the image's descriptor, and its lock, until it
+    // runs exec. Such a copy goes within milliseconds; a real holder stays.
+    for _ in 0..50 {
+        let own = || lock_holder(path, meta, shared).and_then(|h| h.pid) == Some(std::process::id());
+        if !matches!(r, Err(std::fs::TryLockError::WouldBlock)) || !own() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        r = try_lock();
+    }
     match r {
         Ok(()) => Ok(()),
         Err(std::fs::TryLockError::WouldBlock) => {

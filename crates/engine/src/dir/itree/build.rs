@@ -23,7 +23,7 @@ impl Txn<'_> {
             e.hash &= !1;
         }
         entries.sort_by_key(LeafEntry::key);
-        let near = self.phys_of(dir, 0)?;
+        let near = self.itree_region(dir)?;
         let cap = capacity(self.fs.geo.block_size);
         let mut level = self.write_leaves(dir, entries, near, cap * BULK_FILL / 100)?;
         let mut height = 0u8;

@@ -25,6 +25,9 @@ impl Txn<'_> {
         };
         let key = entry.key();
         let link = self.itree_link(dir)?;
+        if self.itree_add_in_place(dir, link, &entry)? {
+            return Ok(());
+        }
         let mut path = self.itree_descend(dir, link, key)?;
         let Some(Step { block, node, .. }) = path.pop() else {
             return Err(lost_path(dir));

@@ -133,9 +133,21 @@ impl Txn<'_> {
         Ok(())
     }
 
-    /// A block for a new node, near `near`.
+    /// Where a directory's itree starts: a quarter group past its htree
+    /// root. Nodes then go next to their siblings. Were they to follow
+    /// the root, they would take the blocks the directory grows into, and
+    /// every directory block would become an extent of its own.
+    pub(super) fn itree_region(&self, dir: &Inode) -> Result<u64> {
+        let root = self.phys_of(dir, 0)?;
+        let geo = &self.fs.geo;
+        Ok((root + u64::from(geo.blocks_per_group) / 4).min(geo.blocks_count - 1))
+    }
+
+    /// A block for a new node: the first free one at or after `near` (a
+    /// bitmap scan, not mballoc, whose group preallocation would hand out
+    /// the next block the directory itself was about to grow into).
     pub(super) fn alloc_node(&mut self, near: u64) -> Result<u64> {
-        Ok(self.alloc_blocks(near, 1)?.0)
+        Ok(self.scan_alloc(near, 1)?.0)
     }
 
     /// The path from the root to the leaf that holds (or would hold) `key`.

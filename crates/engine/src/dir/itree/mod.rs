@@ -20,6 +20,7 @@
 
 mod build;
 mod convert;
+mod fast;
 mod insert;
 mod io;
 mod remove;

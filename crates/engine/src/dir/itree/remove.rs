@@ -6,6 +6,7 @@
 
 use ext4kit_format::itree::{Link, Node, capacity, fullness_class};
 
+use super::fast::Removed;
 use super::has_itree;
 use super::insert::lost_path;
 use super::io::Step;
@@ -26,23 +27,23 @@ impl Txn<'_> {
         }
         let key = ext4kit_format::itree::key(ino, hash & !1);
         let link = self.itree_link(dir)?;
-        let mut path = self.itree_descend(dir, link, key)?;
-        let Some(Step { block, node, .. }) = path.pop() else {
-            return Err(lost_path(dir));
-        };
-        let Node::Leaf(mut entries) = node else {
-            return Err(lost_path(dir));
-        };
-        let Some(i) = entries.iter().position(|e| e.key() == key && e.name == name) else {
-            let what = format!(
-                "itree has no entry for {:?} (inode {ino})",
-                String::from_utf8_lossy(name)
-            );
-            return Err(Error::inconsistent(Location::Block { block, inode: dir.ino }, what));
-        };
-        entries.remove(i);
-        let leaf = Node::Leaf(entries);
-        self.after_removal(dir, link, path, block, leaf)
+        match self.itree_remove_in_place(dir, link, key, name)? {
+            Removed::Done => Ok(()),
+            Removed::Missing(block) => {
+                let what = format!(
+                    "itree has no entry for {:?} (inode {ino})",
+                    String::from_utf8_lossy(name)
+                );
+                Err(Error::inconsistent(Location::Block { block, inode: dir.ino }, what))
+            }
+            Removed::Restructure => {
+                let mut path = self.itree_descend(dir, link, key)?;
+                let Some(Step { block, node, .. }) = path.pop() else {
+                    return Err(lost_path(dir));
+                };
+                self.after_removal(dir, link, path, block, node)
+            }
+        }
     }
 
     /// `node` (at `block`, below `path`) just lost an entry: write it, drop
