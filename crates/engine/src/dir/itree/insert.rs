@@ -96,6 +96,11 @@ impl Txn<'_> {
             let Node::Index { level, entries } = &mut parent.node else {
                 return Err(lost_path(dir));
             };
+            // The first child of a node also takes keys below its entry's
+            // key; its left half may now start below that key, and the
+            // right half's key must not sort before it.
+            let low = entries[parent.at].key.min(left.first_key().unwrap_or(u64::MAX));
+            entries[parent.at].key = low;
             entries[parent.at].fullness = left_class;
             entries.insert(parent.at + 1, child);
             let (level, appended) = (*level, parent.at + 2 == entries.len());
