@@ -31,11 +31,12 @@ fn open_rw(img: &Path) -> Filesystem {
     Filesystem::open(Box::new(dev), OpenOptions::default()).expect("open fs")
 }
 
-/// A 1 KiB-block image (small nodes: deep trees from few names) with the
-/// itree feature set by the engine; `None` without mke2fs.
+/// A 1 KiB-block image (small nodes: deep trees from few names; `large_dir`
+/// for the three htree levels a million names need there) with the itree
+/// feature set by the engine; `None` without mke2fs.
 fn itree_image(dir: &Path, inodes: usize, size: &str) -> Option<std::path::PathBuf> {
     let n = inodes.to_string();
-    let img = mkfs(dir, None, &["-b", "1024", "-N", &n], size)?;
+    let img = mkfs(dir, None, &["-b", "1024", "-N", &n, "-O", "large_dir"], size)?;
     let fs = open_rw(&img);
     let conv = fs.itree_add_all().expect("set the feature");
     assert_eq!(conv.directories, 0, "a fresh image has no indexed directory");
