@@ -10,8 +10,16 @@
 //!    is written to the log. Until the commit block is down recovery
 //!    ignores it; once it is, the kernel, e2fsck and ext4kit replay it:
 //!    the commit block is the switch from old to new.
-//! 3. Checkpoint: the blocks go home, then the journal superblock says the
-//!    log is empty. A crash meanwhile replays the log again.
+//! 3. Checkpoint: the blocks go home, the primary superblock last (first
+//!    when `metadata_csum` goes: the journal inode, its checksum removed,
+//!    must stay readable under the superblock at home), then the journal
+//!    superblock says the log is empty. A crash meanwhile replays the log
+//!    again. In that window the group descriptors at home
+//!    may be checksummed under the new scheme while the home superblock
+//!    still names the old one: e2fsck and ext4kit (which wait with
+//!    checksums until the replay) recover it, but the kernel checks the
+//!    descriptors before it replays and refuses the mount until one of
+//!    them has run.
 //! 4. The new primary superblock without `needs_recovery`.
 //!
 //! The whole change must fit the journal; a larger one is refused rather
@@ -31,9 +39,17 @@ use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::journal::writer::Log;
 
+/// Block number → new contents.
+type Blocks = BTreeMap<u64, Arc<[u8]>>;
+
 /// Writes `blocks` and ends with `new` as the primary superblock. Returns
 /// true when the journal carried the change.
-pub(crate) fn commit(fs: &Filesystem, blocks: BTreeMap<u64, Arc<[u8]>>, new: &RawSuperblock) -> Result<bool> {
+pub(crate) fn commit(
+    fs: &Filesystem,
+    blocks: BTreeMap<u64, Arc<[u8]>>,
+    old: &RawSuperblock,
+    new: &RawSuperblock,
+) -> Result<bool> {
     let mut last = *new;
     let v = last.s_feature_incompat.get() & !IncompatFeatures::RECOVER.0;
     last.s_feature_incompat.set(v);
@@ -41,7 +57,12 @@ pub(crate) fn commit(fs: &Filesystem, blocks: BTreeMap<u64, Arc<[u8]>>, new: &Ra
     let mut guard = fs.log.lock();
     match guard.as_mut() {
         Some(log) => {
-            journaled(fs, log, &blocks)?;
+            // The journal inode must stay readable under the superblock at
+            // home: while inode records lose their checksums, a home
+            // superblock with metadata_csum would reject it (e2fsck then
+            // deletes the journal), so that superblock goes first.
+            let sb_first = old.features().metadata_csum() && !new.features().metadata_csum();
+            journaled(fs, log, &blocks, sb_first)?;
             finish(fs, &last)?;
             Ok(true)
         }
@@ -53,7 +74,7 @@ pub(crate) fn commit(fs: &Filesystem, blocks: BTreeMap<u64, Arc<[u8]>>, new: &Ra
     }
 }
 
-fn journaled(fs: &Filesystem, log: &mut Log, blocks: &BTreeMap<u64, Arc<[u8]>>) -> Result<()> {
+fn journaled(fs: &Filesystem, log: &mut Log, blocks: &BTreeMap<u64, Arc<[u8]>>, sb_first: bool) -> Result<()> {
     if !log.is_empty() {
         return Err(Error::inconsistent(
             Location::Journal { block: 0 },
@@ -71,7 +92,18 @@ fn journaled(fs: &Filesystem, log: &mut Log, blocks: &BTreeMap<u64, Arc<[u8]>>) 
     }
     fs.mark_recover_on_disk()?;
     log.commit(fs, blocks, &[])?;
-    log.checkpoint(fs, blocks)
+    // Home in two steps, then the log is emptied (`checkpoint` writes the
+    // second step's blocks again, harmlessly).
+    let home = u64::from(fs.geo.block_size == 1024);
+    let (sb, rest): (Blocks, Blocks) = blocks
+        .iter()
+        .map(|(b, d)| (*b, d.clone()))
+        .partition(|(b, _)| *b == home);
+    let (first, second) = if sb_first { (&sb, &rest) } else { (&rest, &sb) };
+    let log2 = fs.geo.block_size_log2;
+    crate::txn::write_runs(fs, first.iter().map(|(b, d)| (b << log2, &d[..])))?;
+    crate::journal::commit::flush(fs)?;
+    log.checkpoint(fs, second)
 }
 
 /// Without a journal: superblock blocks only, backups first.

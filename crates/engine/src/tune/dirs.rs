@@ -58,14 +58,16 @@ pub(crate) fn rewrite_dir(
                 inode: dir.ino,
             };
             let buf = rw.block(b)?;
-            let ok = match (index.contains(&lblk) && keep_index, csum) {
+            let dx = index.contains(&lblk) && keep_index;
+            let ok = match (dx, csum) {
                 (true, true) => dx_add_tail(buf, lblk == 0, fs.geo.block_size, seed, at)?,
                 (true, false) => dx_drop_tail(buf, lblk == 0),
                 (false, true) => leaf_add_tail(buf, seed, at)?,
                 (false, false) => leaf_drop_tail(buf, at)?,
             };
             if !ok {
-                refusals.push(format!("directory inode {} logical block {lblk} (block {b})", dir.ino));
+                let what = if dx { "full htree index block" } else { "leaf block" };
+                refusals.push(format!("directory inode {} {what} {lblk} (block {b})", dir.ino));
             }
         }
     }

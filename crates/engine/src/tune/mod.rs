@@ -153,7 +153,7 @@ pub fn tune(dev: Box<dyn BlockDevice>, req: &TuneRequest) -> Result<TuneReport> 
     };
     let changed = rw.changed();
     report.blocks_changed = changed.len();
-    report.journaled = commit::commit(&fs, changed, &plan.new)?;
+    report.journaled = commit::commit(&fs, changed, &plan.old, &plan.new)?;
     Ok(report)
 }
 
