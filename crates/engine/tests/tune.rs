@@ -338,6 +338,32 @@ fn superblock_fields_reach_primary_and_backups() {
     assert!(dumpe2fs(&img).contains("Filesystem UUID:          <none>"));
 }
 
+/// mkfs leaves groups `BLOCK_UNINIT`/`INODE_UNINIT` with lazily
+/// initialized inode tables; with no group checksum left they are written
+/// out (bitmaps built, unused records zeroed).
+#[test]
+fn uninitialized_groups_are_written_out_when_group_checksums_go() {
+    let Some((_d, img, before)) = setup(1500, &["-b", "1024"], "24M") else {
+        return;
+    };
+    assert!(
+        run("dumpe2fs", &[img.as_os_str()])
+            .unwrap()
+            .stdout
+            .contains("BLOCK_UNINIT")
+    );
+    tune_and_check(&img, &features(&["^metadata_csum", "^uninit_bg"]), &before);
+    assert!(!has_feature(&img, "metadata_csum") && !has_feature(&img, "uninit_bg"));
+    assert!(!run("dumpe2fs", &[img.as_os_str()]).unwrap().stdout.contains("UNINIT"));
+    tune_and_check(&img, &features(&["uninit_bg"]), &before);
+    tune_and_check(&img, &features(&["metadata_csum"]), &before);
+    let Some((_d2, img2, before2)) = setup(300, &["-b", "1024", "-O", "^metadata_csum,uninit_bg"], "24M") else {
+        return;
+    };
+    tune_and_check(&img2, &features(&["^uninit_bg"]), &before2);
+    assert!(!has_feature(&img2, "uninit_bg"));
+}
+
 #[test]
 fn uuid_change_with_uninit_bg_rewrites_group_checksums() {
     let Some((_d, img, before)) = setup(300, &["-b", "1024", "-O", "^metadata_csum,uninit_bg"], "20M") else {
@@ -629,6 +655,16 @@ fn crash_during_metadata_csum_removal_leaves_old_or_new() {
     let old = |p: &Path| has_feature(p, "metadata_csum");
     let new = |p: &Path| !has_feature(p, "metadata_csum") && has_feature(p, "uninit_bg");
     crash_everywhere(&img, &features(&["^metadata_csum"]), &old, &new);
+}
+
+#[test]
+fn crash_while_writing_out_uninitialized_groups_leaves_old_or_new() {
+    let Some((_d, img, _)) = setup(300, &["-b", "1024", "-O", "^metadata_csum,uninit_bg"], "12M") else {
+        return;
+    };
+    let old = |p: &Path| has_feature(p, "uninit_bg");
+    let new = |p: &Path| !has_feature(p, "uninit_bg");
+    crash_everywhere(&img, &features(&["^uninit_bg"]), &old, &new);
 }
 
 #[test]

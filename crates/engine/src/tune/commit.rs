@@ -47,6 +47,7 @@ type Blocks = BTreeMap<u64, Arc<[u8]>>;
 pub(crate) fn commit(
     fs: &Filesystem,
     blocks: BTreeMap<u64, Arc<[u8]>>,
+    zero: &[u64],
     old: &RawSuperblock,
     new: &RawSuperblock,
 ) -> Result<bool> {
@@ -62,7 +63,7 @@ pub(crate) fn commit(
             // superblock with metadata_csum would reject it (e2fsck then
             // deletes the journal), so that superblock goes first.
             let sb_first = old.features().metadata_csum() && !new.features().metadata_csum();
-            journaled(fs, log, &blocks, sb_first)?;
+            journaled(fs, log, &blocks, zero, sb_first)?;
             finish(fs, &last)?;
             Ok(true)
         }
@@ -74,7 +75,7 @@ pub(crate) fn commit(
     }
 }
 
-fn journaled(fs: &Filesystem, log: &mut Log, blocks: &BTreeMap<u64, Arc<[u8]>>, sb_first: bool) -> Result<()> {
+fn journaled(fs: &Filesystem, log: &mut Log, blocks: &Blocks, zero: &[u64], sb_first: bool) -> Result<()> {
     if !log.is_empty() {
         return Err(Error::inconsistent(
             Location::Journal { block: 0 },
@@ -90,6 +91,7 @@ fn journaled(fs: &Filesystem, log: &mut Log, blocks: &BTreeMap<u64, Arc<[u8]>>, 
             log.capacity()
         )));
     }
+    zero_in_place(fs, zero)?;
     fs.mark_recover_on_disk()?;
     log.commit(fs, blocks, &[])?;
     // Home in two steps, then the log is emptied (`checkpoint` writes the
@@ -104,6 +106,22 @@ fn journaled(fs: &Filesystem, log: &mut Log, blocks: &BTreeMap<u64, Arc<[u8]>>, 
     crate::txn::write_runs(fs, first.iter().map(|(b, d)| (b << log2, &d[..])))?;
     crate::journal::commit::flush(fs)?;
     log.checkpoint(fs, second)
+}
+
+/// Zeroes unused inode-table blocks that are not zero yet (see `uninit`).
+fn zero_in_place(fs: &Filesystem, zero: &[u64]) -> Result<()> {
+    let log2 = fs.geo.block_size_log2;
+    let mut buf = vec![0u8; fs.geo.block_size as usize];
+    let zeros = vec![0u8; buf.len()];
+    for &b in zero {
+        fs.read_bytes(b << log2, &mut buf)?;
+        if buf != zeros {
+            fs.dev
+                .write_at(b << log2, &zeros)
+                .map_err(|source| fs.write_failed(b << log2, source))?;
+        }
+    }
+    crate::journal::commit::flush(fs)
 }
 
 /// Without a journal: superblock blocks only, backups first.

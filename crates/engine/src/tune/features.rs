@@ -10,7 +10,6 @@
 //! they are safe, and are stricter where tune2fs leaves work to e2fsck.
 
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
-use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 
 use super::{Plan, TuneRequest, superblock};
 use crate::error::{Error, Result};
@@ -96,6 +95,7 @@ pub(crate) fn plan(fs: &Filesystem, req: &TuneRequest) -> Result<Plan> {
         clear_index: false,
         groups: false,
         reset_group_flags: false,
+        init_groups: false,
         notes: Vec::new(),
     };
     for edit in &req.features {
@@ -116,6 +116,7 @@ pub(crate) fn plan(fs: &Filesystem, req: &TuneRequest) -> Result<Plan> {
         }
     }
     superblock::plan_fields(fs, &mut p, req)?;
+    p.init_groups = p.old.features().has_group_csum() && !p.new.features().has_group_csum();
     check_rewrite_limits(&p)?;
     Ok(p)
 }
@@ -226,27 +227,14 @@ fn uninit_bg_on(_: &Filesystem, p: &mut Plan, _: &TuneRequest) -> Result<()> {
     Ok(())
 }
 
-/// Refused while a group is uninitialized: its bitmaps and inode table
-/// would have to be written out first (tune2fs `disable_uninit_bg`), which
-/// this command does not do yet.
-fn uninit_bg_off(fs: &Filesystem, p: &mut Plan, _: &TuneRequest) -> Result<()> {
-    if has_ro(p, RoCompatFeatures::METADATA_CSUM) {
+/// Uninitialized groups are written out first (see `uninit`).
+fn uninit_bg_off(_: &Filesystem, p: &mut Plan, _: &TuneRequest) -> Result<()> {
+    if has_ro(p, RoCompatFeatures::METADATA_CSUM) || p.old.features().metadata_csum() {
         return Ok(()); // metadata_csum_off decides; nothing to do here
     }
     if !has_ro(p, RoCompatFeatures::GDT_CSUM) {
         already(p, "uninit_bg", false);
         return Ok(());
-    }
-    if p.old.features().has_group_csum() {
-        for (g, d) in fs.group_descs().iter().enumerate() {
-            if d.flags() & (BG_BLOCK_UNINIT | BG_INODE_UNINIT) != 0 {
-                return Err(Error::Unsupported(format!(
-                    "cannot turn off uninit_bg: group {g} is uninitialized (bg_flags {:#x}); initializing \
-                     its bitmaps and inode table is not implemented",
-                    d.flags()
-                )));
-            }
-        }
     }
     set_ro(p, RoCompatFeatures::GDT_CSUM, false);
     p.groups = true;
@@ -291,7 +279,7 @@ fn csum_seed_off(_: &Filesystem, p: &mut Plan, _: &TuneRequest) -> Result<()> {
 
 /// Structures whose checksums this command does not know how to rewrite.
 fn check_rewrite_limits(p: &Plan) -> Result<()> {
-    if !(p.csum || p.groups || p.clear_index) {
+    if !(p.csum || p.groups || p.clear_index || p.init_groups) {
         return Ok(());
     }
     let f = p.old.features();

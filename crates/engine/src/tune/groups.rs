@@ -30,6 +30,12 @@ pub(crate) fn rewrite(rw: &mut Rewrite<'_>, p: &Plan) -> Result<()> {
             d.bg_itable_unused_lo.set(0);
             d.bg_itable_unused_hi.set(0);
         }
+        if p.init_groups {
+            // `uninit` wrote the bitmaps and zeroed the unused records.
+            d.bg_flags.set(BG_INODE_ZEROED);
+            d.bg_itable_unused_lo.set(0);
+            d.bg_itable_unused_hi.set(0);
+        }
         if f.metadata_csum() {
             let bb = rw.original(d.block_bitmap())?;
             d.set_block_bitmap_csum(bitmap_checksum(seed, &bb, block_len, fs.geo.desc_size));

@@ -25,8 +25,9 @@ mod groups;
 mod mounted;
 mod rewrite;
 mod superblock;
+mod uninit;
 
-use ext4kit_format::superblock::RawSuperblock;
+use ext4kit_format::superblock::{RawSuperblock, STATE_ERROR};
 
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
@@ -131,6 +132,11 @@ pub fn tune(dev: Box<dyn BlockDevice>, req: &TuneRequest) -> Result<TuneReport> 
     }
     let plan = features::plan(&fs, req)?;
     let unchanged = plan.new.encode() == plan.old.encode();
+    if !unchanged && plan.rewrite_inodes() && plan.old.s_state.get() & STATE_ERROR != 0 {
+        return Err(Error::InvalidArgument(
+            "the file system has recorded errors: run e2fsck -f before rewriting its metadata".into(),
+        ));
+    }
     if unchanged && !plan.rewrite_inodes() && !plan.rewrite_groups() {
         let mut notes = plan.notes;
         notes.push("nothing to change".into());
@@ -143,6 +149,11 @@ pub fn tune(dev: Box<dyn BlockDevice>, req: &TuneRequest) -> Result<TuneReport> 
     if plan.rewrite_inodes() {
         csum::rewrite_all(&mut rw, &plan)?;
     }
+    let zero = if plan.init_groups {
+        uninit::initialize(&mut rw, &plan)?
+    } else {
+        Vec::new()
+    };
     if plan.rewrite_groups() {
         groups::rewrite(&mut rw, &plan)?;
     }
@@ -153,7 +164,7 @@ pub fn tune(dev: Box<dyn BlockDevice>, req: &TuneRequest) -> Result<TuneReport> 
     };
     let changed = rw.changed();
     report.blocks_changed = changed.len();
-    report.journaled = commit::commit(&fs, changed, &plan.old, &plan.new)?;
+    report.journaled = commit::commit(&fs, changed, &zero, &plan.old, &plan.new)?;
     Ok(report)
 }
 
@@ -172,6 +183,9 @@ pub(crate) struct Plan {
     /// Group flags and `bg_itable_unused` are reset (a group checksum
     /// feature is turned on where none was, so they were never kept).
     pub(crate) reset_group_flags: bool,
+    /// No group checksum remains: uninitialized groups are written out
+    /// ([`uninit`]).
+    pub(crate) init_groups: bool,
     pub(crate) notes: Vec<String>,
 }
 
@@ -181,7 +195,7 @@ impl Plan {
     }
 
     fn rewrite_groups(&self) -> bool {
-        self.groups || self.csum
+        self.groups || self.csum || self.init_groups
     }
 
     /// The checksum seed after the change.
