@@ -62,7 +62,8 @@ pub(crate) fn rewrite_all(rw: &mut Rewrite<'_>, p: &Plan) -> Result<()> {
         };
         return Err(Error::InvalidArgument(format!(
             "directory blocks without room for a checksum: {}{tail}; such directories must be rebuilt \
-             first (e2fsck -fD, as tune2fs asks); nothing was changed",
+             with room for checksums, which ext4kit does not do (tune2fs turns the feature on and asks for \
+             e2fsck -fD, which then packs them with room); nothing was changed",
             refusals.join("; ")
         )));
     }

@@ -186,3 +186,27 @@ pub(crate) fn stage(rw: &mut Rewrite<'_>, p: &Plan) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_read_as_tune2fs_reads_them() {
+        assert_eq!(parse_interval("3").unwrap(), 3 * 86_400);
+        assert_eq!(parse_interval("2w").unwrap(), 14 * 86_400);
+        assert_eq!(parse_interval("1m").unwrap(), 30 * 86_400);
+        assert_eq!(parse_interval("90s").unwrap(), 90);
+        assert_eq!(parse_interval("0").unwrap(), 0);
+        for bad in ["", "d", "5y", "-1", "100000000d"] {
+            assert!(parse_interval(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn time_uuids_are_version_1_rfc4122() {
+        let u = time_uuid();
+        assert_eq!(u[6] >> 4, 1);
+        assert_eq!(u[8] & 0xc0, 0x80);
+    }
+}
