@@ -157,6 +157,19 @@ fn kernel_tree(img: &Path) -> BTreeMap<String, String> {
     out
 }
 
+/// The kernel writes through the tuned image (new names in the htree
+/// directory, a new file, a removal), then e2fsck checks what it wrote.
+fn kernel_writes(img: &Path) {
+    let m = LoopMount::rw(img, &[]).expect("kernel rw mount");
+    for i in 0..200 {
+        std::fs::write(m.path().join(format!("big/kernel_{i}")), b"k").unwrap();
+    }
+    std::fs::write(m.path().join("sub/kernel.bin"), vec![7u8; 100_000]).unwrap();
+    std::fs::remove_file(m.path().join("big/file_with_a_longish_name_00007")).unwrap();
+    drop(m);
+    assert_clean(img);
+}
+
 fn fnv(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
         (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
@@ -245,6 +258,10 @@ fn metadata_csum_on_then_off_round_trips() {
         "backup superblock: {}",
         backup.combined()
     );
+    if !before.is_empty() {
+        kernel_writes(&img);
+    }
+    let before = if before.is_empty() { before } else { kernel_tree(&img) };
     tune_and_check(&img, &features(&["^metadata_csum"]), &before);
     assert!(!has_feature(&img, "metadata_csum") && has_feature(&img, "uninit_bg"));
     tune_and_check(&img, &features(&["metadata_csum"]), &before);
@@ -526,6 +543,35 @@ fn an_image_mounted_by_the_kernel_is_refused() {
     drop(m);
     assert_clean(&img);
     assert!(!dumpe2fs(&img).contains("Filesystem volume name:   x\n"));
+}
+
+/// The image as a block device (a loop device), mounted: refused, as the
+/// mount table and the exclusive open say.
+#[test]
+fn a_mounted_block_device_is_refused() {
+    let Some((d, img, _)) = setup(50, &["-b", "4096"], "32M") else {
+        return;
+    };
+    if !have_kernel() {
+        return;
+    }
+    let lo = run("losetup", &["-f".as_ref(), "--show".as_ref(), img.as_os_str()]).unwrap();
+    assert!(lo.success(), "losetup: {}", lo.combined());
+    let dev = PathBuf::from(lo.stdout.trim());
+    let mnt = d.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let m = run("mount", &[dev.as_os_str(), mnt.as_os_str()]).unwrap();
+    let label = TuneRequest {
+        label: Some("x".into()),
+        ..TuneRequest::default()
+    };
+    let result = m.success().then(|| tune_image(&dev, &label));
+    let _ = run("umount", &[mnt.as_os_str()]);
+    let _ = run("losetup", &["-d".as_ref(), dev.as_os_str()]);
+    assert!(m.success(), "mount: {}", m.combined());
+    let e = result.unwrap().unwrap_err();
+    assert!(matches!(e, Error::InUseElsewhere(_)), "{e:?}");
+    assert_clean(&img);
 }
 
 #[test]
