@@ -7,8 +7,10 @@
 //!
 //! A leaf whose last entry has less than 12 bytes of slack, or an index
 //! block that is full, cannot take a checksum without rebuilding the
-//! directory; tune2fs then leaves the image for `e2fsck -fD`. Here the
-//! block is reported and the whole tune is refused before any write.
+//! directory; tune2fs then leaves the image for `e2fsck -fD`. Full interior
+//! nodes (which `e2fsck -D` makes) are evened out over their level when
+//! that leaves each a slot ([`rebalance_nodes`]); anything else is
+//! reported and the whole tune is refused before any write.
 //!
 //! With `^dir_index` the index blocks are treated as leaves (as tune2fs
 //! does): read linearly, a root holds "." and "..", a node one empty entry.
@@ -50,6 +52,9 @@ pub(crate) fn rewrite_dir(
     };
     let keep_index = !p.clear_index;
     let csum = p.new.features().metadata_csum();
+    if was_indexed && keep_index && csum && !p.old.features().metadata_csum() {
+        rebalance_nodes(rw, p, dir, &runs)?;
+    }
     for r in runs.iter().filter(|r| !r.unwritten) {
         for i in 0..r.len {
             let (lblk, b) = (r.logical + i, r.physical + i);
@@ -111,6 +116,67 @@ fn index_blocks(rw: &mut Rewrite<'_>, p: &Plan, dir: &Inode, runs: &[crate::Run]
         level = next;
     }
     Ok(out)
+}
+
+/// `e2fsck -D` packs interior index nodes full, leaving no slot for the
+/// `dx_tail`. For a tree with one level of nodes, the leaf pointers are
+/// spread evenly over the same nodes, in hash order, and the root's
+/// entries follow (each node's first hash moves up to the root, as the
+/// kernel's node split does). No block is added, so a tree whose nodes
+/// are all full, or whose root points at leaves and is full, is left for
+/// the refusal.
+fn rebalance_nodes(rw: &mut Rewrite<'_>, p: &Plan, dir: &Inode, runs: &[crate::Run]) -> Result<()> {
+    let bs = rw.fs.geo.block_size as usize;
+    let params = DxParams {
+        block_size: rw.fs.geo.block_size,
+        metadata_csum: false,
+        large_dir: p.old.features().incompat.contains(IncompatFeatures::LARGEDIR),
+    };
+    let at = |b| Location::Block {
+        block: b,
+        inode: dir.ino,
+    };
+    let root_b = physical(runs, 0, dir.ino)?;
+    let root = DxRoot::parse(&rw.original(root_b)?, &params).map_err(|e| Error::format(at(root_b), e))?;
+    if root.indirect_levels() != 1 {
+        return Ok(());
+    }
+    let limit = (bs - NODE_COUNT - DX_TAIL) / 8;
+    let mut nodes = Vec::new();
+    let mut flat: Vec<(u32, u32)> = Vec::new();
+    let mut full = false;
+    for r in &root.entries {
+        let b = physical(runs, u64::from(r.block), dir.ino)?;
+        let node = DxNode::parse(&rw.original(b)?, &params).map_err(|e| Error::format(at(b), e))?;
+        full |= node.entries.len() > limit;
+        for (j, e) in node.entries.iter().enumerate() {
+            flat.push((if j == 0 { r.hash } else { e.hash }, e.block));
+        }
+        nodes.push(b);
+    }
+    let n = nodes.len();
+    if !full || flat.len() > n * limit {
+        return Ok(());
+    }
+    let mut next = 0;
+    for (i, &b) in nodes.iter().enumerate() {
+        let take = flat.len() / n + usize::from(i < flat.len() % n);
+        let chunk = &flat[next..next + take];
+        next += take;
+        let buf = rw.block(b)?;
+        put16(buf, NODE_COUNT + 2, take as u16);
+        buf[NODE_COUNT + 4..NODE_COUNT + 8].copy_from_slice(&chunk[0].1.to_le_bytes());
+        for (j, &(hash, block)) in chunk.iter().enumerate().skip(1) {
+            let off = NODE_COUNT + 8 * j;
+            buf[off..off + 4].copy_from_slice(&hash.to_le_bytes());
+            buf[off + 4..off + 8].copy_from_slice(&block.to_le_bytes());
+        }
+        if i > 0 {
+            let off = ROOT_COUNT + 8 * i;
+            rw.block(root_b)?[off..off + 4].copy_from_slice(&chunk[0].0.to_le_bytes());
+        }
+    }
+    Ok(())
 }
 
 fn le16(buf: &[u8], off: usize) -> u16 {
