@@ -1,7 +1,9 @@
 //! `-O`: which features `tune` turns on and off, one [`FeatureEntry`] per
-//! feature in [`FEATURES`]. Adding a feature is one entry plus its two
-//! functions; each function edits the planned superblock and says what
-//! else must be rewritten (the [`Plan`] flags), or refuses with the reason.
+//! feature in [`FEATURES`]. Adding a feature is one entry plus its
+//! functions: `enable`/`disable` edit the planned superblock, validate, and
+//! say what the shared passes must redo (the [`Plan`] flags) or refuse with
+//! the reason; an optional `rewrite` changes blocks of its own inside the
+//! same atomic transaction.
 //!
 //! A feature that is not in the table is refused: either it cannot be
 //! changed on an existing image without rebuilding it (`extent`, `64bit`,
@@ -11,6 +13,7 @@
 
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
 
+use super::rewrite::Rewrite;
 use super::{Plan, TuneRequest, superblock};
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
@@ -28,6 +31,26 @@ pub(crate) struct FeatureEntry {
     pub(crate) enable: FeatureFn,
     /// Turns it off.
     pub(crate) disable: FeatureFn,
+    /// Changes blocks beyond what the [`Plan`] flags ask of the shared
+    /// passes (checksums, group descriptors), after those passes and
+    /// before the group descriptors are written: e.g. building or dropping
+    /// an auxiliary index. When it changes bitmaps or free counts, its
+    /// `enable`/`disable` sets `Plan::groups` so the descriptors follow.
+    pub(crate) rewrite: Option<RewriteFn>,
+}
+
+/// The extra block work of a feature change; `enable` says which way.
+pub(crate) type RewriteFn = fn(&mut Rewrite<'_>, &Plan, bool) -> Result<()>;
+
+/// Runs the `rewrite` functions of the request's features, in order.
+pub(crate) fn run_rewrites(rw: &mut Rewrite<'_>, p: &Plan, req: &TuneRequest) -> Result<()> {
+    for edit in &req.features {
+        let entry = FEATURES.iter().find(|e| e.name == edit.name);
+        if let Some(f) = entry.and_then(|e| e.rewrite) {
+            f(rw, p, edit.enable)?;
+        }
+    }
+    Ok(())
 }
 
 /// The features `tune` changes.
@@ -36,26 +59,31 @@ pub(crate) static FEATURES: &[FeatureEntry] = &[
         name: "dir_index",
         enable: dir_index_on,
         disable: dir_index_off,
+        rewrite: None,
     },
     FeatureEntry {
         name: "metadata_csum",
         enable: metadata_csum_on,
         disable: metadata_csum_off,
+        rewrite: None,
     },
     FeatureEntry {
         name: "uninit_bg",
         enable: uninit_bg_on,
         disable: uninit_bg_off,
+        rewrite: None,
     },
     FeatureEntry {
         name: "gdt_csum",
         enable: uninit_bg_on,
         disable: uninit_bg_off,
+        rewrite: None,
     },
     FeatureEntry {
         name: "metadata_csum_seed",
         enable: csum_seed_on,
         disable: csum_seed_off,
+        rewrite: None,
     },
 ];
 

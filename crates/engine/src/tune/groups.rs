@@ -37,9 +37,9 @@ pub(crate) fn rewrite(rw: &mut Rewrite<'_>, p: &Plan) -> Result<()> {
             d.bg_itable_unused_hi.set(0);
         }
         if f.metadata_csum() {
-            let bb = rw.original(d.block_bitmap())?;
+            let bb = rw.block(d.block_bitmap())?.clone();
             d.set_block_bitmap_csum(bitmap_checksum(seed, &bb, block_len, fs.geo.desc_size));
-            let ib = rw.original(d.inode_bitmap())?;
+            let ib = rw.block(d.inode_bitmap())?.clone();
             d.set_inode_bitmap_csum(bitmap_checksum(seed, &ib, inode_len, fs.geo.desc_size));
         } else {
             d.set_block_bitmap_csum(0);

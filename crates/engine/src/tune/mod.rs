@@ -154,6 +154,7 @@ pub fn tune(dev: Box<dyn BlockDevice>, req: &TuneRequest) -> Result<TuneReport> 
     } else {
         Vec::new()
     };
+    features::run_rewrites(&mut rw, &plan, req)?;
     if plan.rewrite_groups() {
         groups::rewrite(&mut rw, &plan)?;
     }
