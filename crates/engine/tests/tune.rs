@@ -733,3 +733,31 @@ fn crash_during_label_change_leaves_old_or_new() {
     };
     crash_everywhere(&img, &req, &none, &label);
 }
+
+/// An image whose journal holds a committed transaction (a crash in the
+/// middle of an earlier tune) is replayed by the next tune before it
+/// plans anything.
+#[test]
+fn a_dirty_journal_is_replayed_before_a_tune() {
+    let Some((_d, img, _)) = setup(300, &["-b", "1024", "-O", "^metadata_csum"], "12M") else {
+        return;
+    };
+    let dev = Arc::new(CrashDevice::with_atomic_unit(std::fs::read(&img).unwrap(), 4096));
+    tune(Box::new(dev.clone()), &features(&["metadata_csum"])).unwrap();
+    // Flushes: after needs_recovery, after the log blocks, after the
+    // commit block; the third leaves the change logged, not yet home.
+    let flushes = dev.flush_points();
+    let committed = flushes[2];
+    let crashed = dev.crash_image(committed, Survivors::None);
+    std::fs::write(&img, &crashed).unwrap();
+    assert!(dumpe2fs(&img).contains("needs_recovery"), "no transaction pending");
+    let label = TuneRequest {
+        label: Some("after-replay".into()),
+        ..TuneRequest::default()
+    };
+    tune_image(&img, &label).unwrap();
+    assert_clean(&img);
+    let f = feature_line(&img);
+    assert!(f.contains("metadata_csum") && !f.contains("needs_recovery"), "{f}");
+    assert!(dumpe2fs(&img).contains("after-replay"));
+}

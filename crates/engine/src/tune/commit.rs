@@ -113,13 +113,18 @@ fn zero_in_place(fs: &Filesystem, zero: &[u64]) -> Result<()> {
     let log2 = fs.geo.block_size_log2;
     let mut buf = vec![0u8; fs.geo.block_size as usize];
     let zeros = vec![0u8; buf.len()];
+    let mut wrote = false;
     for &b in zero {
         fs.read_bytes(b << log2, &mut buf)?;
         if buf != zeros {
             fs.dev
                 .write_at(b << log2, &zeros)
                 .map_err(|source| fs.write_failed(b << log2, source))?;
+            wrote = true;
         }
+    }
+    if !wrote {
+        return Ok(());
     }
     crate::journal::commit::flush(fs)
 }
