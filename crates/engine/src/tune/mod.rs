@@ -106,9 +106,9 @@ pub struct TuneReport {
 /// for writing ([`open_for_tune`] does for an image path).
 ///
 /// The image is opened as a mount would (the journal is replayed, orphans
-/// are finished, MMP is claimed), checked against the request, and changed
-/// in one atomic step. Nothing is written when a refusal or an error
-/// comes first.
+/// are finished, MMP is claimed: those writes happen first, as at any
+/// mount), checked against the request, and changed in one atomic step.
+/// Nothing of the tune is written when a refusal or an error comes first.
 ///
 /// # Errors
 /// - [`Error::InvalidArgument`] for a request that cannot be carried out,
