@@ -761,3 +761,25 @@ fn a_dirty_journal_is_replayed_before_a_tune() {
     assert!(f.contains("metadata_csum") && !f.contains("needs_recovery"), "{f}");
     assert!(dumpe2fs(&img).contains("after-replay"));
 }
+
+/// A rewrite larger than the journal cannot be one transaction: refused,
+/// and the image is as it was.
+#[test]
+fn a_change_larger_than_the_journal_is_refused() {
+    let Some((_d, img, _)) = setup(
+        6000,
+        &["-b", "1024", "-N", "12000", "-J", "size=1", "-O", "^metadata_csum"],
+        "64M",
+    ) else {
+        return;
+    };
+    let image_before = std::fs::read(&img).unwrap();
+    let e = tune_image(&img, &features(&["metadata_csum"])).unwrap_err();
+    assert!(e.to_string().contains("cannot be made atomic"), "{e}");
+    assert_eq!(
+        std::fs::read(&img).unwrap(),
+        image_before,
+        "a refusal changed the image"
+    );
+    assert_clean(&img);
+}
