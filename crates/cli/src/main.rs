@@ -86,6 +86,9 @@ enum Command {
     Umount(cmd::mount::UmountArgs),
     /// Make everything written to an ext4kit mount durable now.
     Sync(cmd::sync::Args),
+    /// Change tunable parameters of an unmounted image (like tune2fs):
+    /// features, label, UUID, error behaviour, check intervals.
+    Tune(cmd::tune::Args),
     /// Benchmarks: `bench mount` compares kernel ext4, fuse2fs and ext4kit.
     Bench(cmd::bench::Args),
 }
@@ -124,6 +127,7 @@ fn main() -> ExitCode {
         Command::Mount(a) => cmd::mount::run(a),
         Command::Umount(a) => cmd::mount::umount(a),
         Command::Sync(a) => cmd::sync::run(a),
+        Command::Tune(a) => cmd::tune::run(a),
         Command::Bench(a) => cmd::bench::run(a),
     };
     match r {

@@ -103,6 +103,9 @@ pub struct Filesystem {
     pub(crate) writer: Mutex<()>,
     pub(crate) csum_seed: u32,
     pub(crate) opts: OpenOptions,
+    /// File-system checksums wait until the journal is replayed (set at
+    /// open only, see `mount.rs`); the journal's own checksums do not.
+    pub(crate) csum_deferred: bool,
     pub(crate) cache: BlockCache,
     pub(crate) read_only_reason: crate::readonly::ReadOnlyReason,
     pub(crate) journal: crate::journal::JournalInfo,
@@ -243,6 +246,16 @@ impl Filesystem {
     /// Maps a decode failure to an error, or lets a checksum mismatch pass
     /// when checksums are not being verified.
     pub(crate) fn check(&self, at: Location, r: ext4kit_format::error::Result<()>) -> Result<()> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_checksum() && (!self.opts.verify_checksums || self.csum_deferred) => Ok(()),
+            Err(e) => Err(Error::format(at, e)),
+        }
+    }
+
+    /// [`Filesystem::check`] for the journal's own checksums, which a
+    /// deferred check of the file system's does not cover.
+    pub(crate) fn check_journal(&self, at: Location, r: ext4kit_format::error::Result<()>) -> Result<()> {
         match r {
             Ok(()) => Ok(()),
             Err(e) if e.is_checksum() && !self.opts.verify_checksums => Ok(()),

@@ -66,6 +66,7 @@ mod path;
 mod readonly;
 mod session;
 mod statfs;
+pub mod tune;
 mod txn;
 mod writeback;
 

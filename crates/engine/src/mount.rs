@@ -83,6 +83,7 @@ impl Filesystem {
             writer: Mutex::new(()),
             csum_seed,
             opts,
+            csum_deferred: false,
             cache,
             read_only_reason,
             mmp,
@@ -103,6 +104,14 @@ impl Filesystem {
             delalloc: Default::default(),
             data_in_flight: RwLock::new(()),
         };
+        // A crash while a checkpoint was writing blocks home can leave the
+        // group descriptors or the journal inode checksummed under a scheme
+        // the home superblock does not have yet (a `tune` changing
+        // `metadata_csum`); the journal sets them right. As e2fsck does,
+        // checksums wait until the replay, then everything is read again.
+        let lenient = fs.opts.dirty_journal == DirtyJournal::Replay
+            && fs.sb.read().features().incompat.contains(IncompatFeatures::RECOVER);
+        fs.csum_deferred = lenient;
         fs.groups = RwLock::new(fs.load_group_descs()?);
         fs.journal = fs.inspect_journal()?;
         if fs.journal.needs_recovery {
@@ -111,6 +120,9 @@ impl Filesystem {
                 DirtyJournal::ReadStale => {}
                 DirtyJournal::Replay => fs.replay_at_open()?,
             }
+        } else if lenient {
+            fs.csum_deferred = false;
+            fs.reload()?;
         }
         fs.start_journal()?;
         // As the kernel's mount does; corruption in the list is recorded

@@ -14,4 +14,5 @@ pub mod mkfs;
 pub mod mount;
 pub mod stat;
 pub mod sync;
+pub mod tune;
 mod util;

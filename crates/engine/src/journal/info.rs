@@ -102,7 +102,7 @@ impl Filesystem {
         self.read_at(&inode, 0, &mut buf)?;
         let at = crate::error::Location::Journal { block: 0 };
         let jsb = RawJournalSuperblock::parse(&buf).map_err(|e| crate::Error::format(at, e))?;
-        self.check(at, jsb.verify_checksum())?;
+        self.check_journal(at, jsb.verify_checksum())?;
         Ok(JournalSummary {
             block_size: jsb.s_blocksize.get(),
             max_len: jsb.s_maxlen.get(),

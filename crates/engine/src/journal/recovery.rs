@@ -253,7 +253,7 @@ pub(crate) fn plan(log: &Log<'_>, scan: &Scan) -> Result<Plan> {
             fs.check_block(home, at(l.descriptor))?;
             let data = log.read(l.data)?;
             let r = descriptor::verify_data(&log.params, &l.tag, t.sequence, &data);
-            fs.check(at(l.data), r)?;
+            fs.check_journal(at(l.data), r)?;
             plan.writes.insert(home, (l.data, l.tag.escaped()));
             plan.replayed += 1;
         }

@@ -21,12 +21,15 @@ use crate::fs::Filesystem;
 
 impl Filesystem {
     /// Replays the journal found dirty at open (`DirtyJournal::Replay`),
-    /// then reloads the superblock and group descriptors it changed.
+    /// then reloads the superblock and group descriptors it changed, with
+    /// the file system's checksums verified again (the open may have read
+    /// the journal inode without).
     pub(crate) fn replay_at_open(&mut self) -> Result<()> {
         if self.journal.external {
             return Err(Error::Unsupported("replaying an external journal".into()));
         }
         let recovered = self.recover_journal()?;
+        self.csum_deferred = false;
         self.reload()?;
         self.journal.recovered = Some(recovered);
         Ok(())

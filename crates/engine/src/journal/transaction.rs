@@ -197,7 +197,7 @@ impl Filesystem {
     /// Sets `needs_recovery` in the superblock on the device, as the
     /// kernel's mount does before the first commit: from then on a crash
     /// sends the next mount (or e2fsck) to the journal.
-    fn mark_recover_on_disk(&self) -> Result<()> {
+    pub(crate) fn mark_recover_on_disk(&self) -> Result<()> {
         let mut buf = vec![0u8; 1024];
         self.dev
             .read_at(1024, &mut buf)

@@ -141,7 +141,7 @@ fn now() -> u32 {
 }
 
 /// A version-4 UUID from `/dev/urandom` (falling back to the clock and pid).
-fn random_uuid() -> [u8; 16] {
+pub(crate) fn random_uuid() -> [u8; 16] {
     use std::io::Read;
     let mut u = [0u8; 16];
     let ok = std::fs::File::open("/dev/urandom")

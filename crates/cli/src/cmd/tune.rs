@@ -1,0 +1,121 @@
+//! `ext4kit tune [-O [^]feature,…] [-L label] [-U uuid] [-e behavior] [-c
+//! count] [-i interval] [-E hash_seed=UUID] IMAGE`: tune2fs's options,
+//! parsed here and carried out by `ext4kit_engine::tune`, which validates
+//! the whole request, refuses an image in use, and changes it atomically.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use ext4kit_engine::mkfs::parse_uuid;
+use ext4kit_engine::tune::{ErrorBehavior, FeatureEdit, TuneRequest, UuidChange, parse_interval, tune_image};
+
+/// Arguments of `tune`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Features to turn on (name) or off (^name), comma-separated.
+    #[arg(short = 'O', value_name = "[^]FEATURE[,...]")]
+    features: Vec<String>,
+    /// Volume label (at most 16 bytes).
+    #[arg(short = 'L', value_name = "LABEL")]
+    label: Option<String>,
+    /// New UUID: a UUID, `random`, `time` or `clear`.
+    #[arg(short = 'U', value_name = "UUID")]
+    uuid: Option<String>,
+    /// Behaviour on errors: continue, remount-ro or panic.
+    #[arg(short = 'e', value_name = "BEHAVIOR")]
+    errors: Option<String>,
+    /// Mounts between checks (0 or -1: never; `random`: 20..40).
+    #[arg(short = 'c', value_name = "COUNT", allow_hyphen_values = true)]
+    max_mount_count: Option<String>,
+    /// Time between checks: N[d|w|m|s] (days by default; 0: never).
+    #[arg(short = 'i', value_name = "INTERVAL")]
+    interval: Option<String>,
+    /// Extended options: hash_seed=UUID.
+    #[arg(short = 'E', value_name = "OPTIONS")]
+    extended: Vec<String>,
+    /// The image file (or block device); it must not be mounted.
+    image: PathBuf,
+}
+
+/// Parses the options, tunes the image and prints what it noted.
+pub fn run(a: Args) -> Result<()> {
+    let req = request(&a)?;
+    if req == TuneRequest::default() {
+        bail!("nothing to do: give at least one of -O -L -U -e -c -i -E");
+    }
+    let report = tune_image(&a.image, &req).with_context(|| format!("{}", a.image.display()))?;
+    for n in &report.notes {
+        outln!("{n}");
+    }
+    if report.blocks_changed > 0 {
+        let how = if report.journaled {
+            "through the journal"
+        } else {
+            "in place"
+        };
+        outln!("{} blocks rewritten {how}", report.blocks_changed);
+    }
+    Ok(())
+}
+
+fn request(a: &Args) -> Result<TuneRequest> {
+    let mut req = TuneRequest {
+        label: a.label.clone(),
+        ..TuneRequest::default()
+    };
+    for item in a.features.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
+        let (enable, name) = match item.strip_prefix('^') {
+            Some(n) => (false, n),
+            None => (true, item),
+        };
+        req.features.push(FeatureEdit {
+            name: name.to_string(),
+            enable,
+        });
+    }
+    req.uuid = a.uuid.as_deref().map(uuid_change).transpose()?;
+    req.errors = a.errors.as_deref().map(errors).transpose()?;
+    req.max_mount_count = a.max_mount_count.as_deref().map(mount_count).transpose()?;
+    req.check_interval = a.interval.as_deref().map(parse_interval).transpose()?;
+    for opt in a.extended.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
+        match opt.split_once('=') {
+            Some(("hash_seed", v)) => req.hash_seed = Some(parse_uuid(v)?),
+            _ => bail!("unknown extended option {opt:?} (supported: hash_seed=UUID)"),
+        }
+    }
+    Ok(req)
+}
+
+fn uuid_change(s: &str) -> Result<UuidChange> {
+    Ok(match s {
+        "clear" | "null" => UuidChange::Clear,
+        "random" => UuidChange::Random,
+        "time" => UuidChange::Time,
+        _ => UuidChange::Set(parse_uuid(s)?),
+    })
+}
+
+fn errors(s: &str) -> Result<ErrorBehavior> {
+    Ok(match s {
+        "continue" => ErrorBehavior::Continue,
+        "remount-ro" => ErrorBehavior::RemountRo,
+        "panic" => ErrorBehavior::Panic,
+        _ => bail!("bad error behavior {s:?} (continue, remount-ro or panic)"),
+    })
+}
+
+/// tune2fs's `-c`: -16000..=16000, or `random` (20 to 40).
+fn mount_count(s: &str) -> Result<i16> {
+    if s == "random" {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        return Ok(20 + (nanos % 20) as i16);
+    }
+    let n: i16 = s.parse().map_err(|_| anyhow::anyhow!("bad mounts count {s:?}"))?;
+    if !(-16000..=16000).contains(&n) {
+        bail!("bad mounts count {s:?}");
+    }
+    Ok(n)
+}
