@@ -15,6 +15,7 @@ use std::path::Path;
 
 use common::mkfs;
 use ext4kit_engine::device::FileDevice;
+use ext4kit_engine::tune::{FeatureEdit, TuneRequest, tune_image};
 use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO, RenameFlags};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::rng::Rng;
@@ -306,14 +307,16 @@ fn tune_converts_kernel_built_directories_both_ways() {
     // indexes the directory as the kernel would have.
     let out = ext4kit_testkit::tools::run("e2fsck", &["-fyD", img.to_str().unwrap()]).unwrap();
     assert!(matches!(out.code, Some(0 | 1)), "e2fsck -fyD: {}", out.combined());
-    let fs = open_rw(&img);
-    let conv = fs.itree_add_all().unwrap();
-    assert_eq!(
-        (conv.directories, conv.names, conv.skipped_full_root),
-        (1, 3000, 0),
-        "{conv:?}"
-    );
-    fs.unmount().unwrap();
+    let report = tune_image(&img, &itree_edit(true)).unwrap();
+    let said = |r: &ext4kit_engine::tune::TuneReport, what: &str| r.notes.iter().any(|n| n.contains(what));
+    assert!(said(&report, "1 directories given an itree (3000 names)"), "{report:?}");
+    let refused = tune_image(&img, &features_edit("^metadata_csum")).unwrap_err();
+    assert!(refused.to_string().contains("^itree first"), "{refused}");
+    let label = TuneRequest {
+        label: Some("inode-order".into()),
+        ..TuneRequest::default()
+    };
+    tune_image(&img, &label).expect("a label does not touch the itrees");
     let fs = open_rw(&img);
     let big = fs.resolve(b"/big").unwrap().ino;
     let listed = listed_in_inode_order(&fs, big);
@@ -321,10 +324,29 @@ fn tune_converts_kernel_built_directories_both_ways() {
     fs.create(big, b"after-tune", NodeKind::Regular, ATTR).unwrap();
     fs.unlink(big, b"kernel-made-7").unwrap();
     assert_eq!(listed_in_inode_order(&fs, big).len(), 3000);
-    let conv = fs.itree_remove_all().unwrap();
-    assert_eq!((conv.directories, conv.names), (1, 3000));
     fs.unmount().unwrap();
+    let report = tune_image(&img, &itree_edit(false)).unwrap();
+    assert!(
+        said(&report, "1 directories relieved of an itree (3000 names)"),
+        "{report:?}"
+    );
     assert_fsck_clean(&img);
+    assert!(debugfs(&img, "stats").unwrap().contains("inode-order"));
+}
+
+fn features_edit(item: &str) -> TuneRequest {
+    let (name, enable) = item.strip_prefix('^').map_or((item, true), |n| (n, false));
+    TuneRequest {
+        features: vec![FeatureEdit {
+            name: name.into(),
+            enable,
+        }],
+        ..TuneRequest::default()
+    }
+}
+
+fn itree_edit(enable: bool) -> TuneRequest {
+    features_edit(if enable { "itree" } else { "^itree" })
 }
 
 #[test]

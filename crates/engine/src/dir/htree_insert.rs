@@ -81,10 +81,14 @@ impl Txn<'_> {
     }
 
     pub(super) fn phys_of(&self, dir: &Inode, logical: u64) -> Result<u64> {
-        self.body_runs(dir)?
-            .iter()
-            .find(|e| u64::from(e.logical) <= logical && logical < u64::from(e.logical) + u64::from(e.len))
-            .map(|e| e.physical + (logical - u64::from(e.logical)))
+        let hit = if dir.uses_extents() && !dir.has_inline_data() {
+            self.extent_at(dir, logical)?
+        } else {
+            let covers =
+                |e: &Extent| u64::from(e.logical) <= logical && logical < u64::from(e.logical) + u64::from(e.len);
+            self.body_runs(dir)?.into_iter().find(covers)
+        };
+        hit.map(|e| e.physical + (logical - u64::from(e.logical)))
             .ok_or_else(|| {
                 Error::inconsistent(
                     Location::Inode(dir.ino),

@@ -153,6 +153,36 @@ impl Txn<'_> {
         Ok(out)
     }
 
+    /// The leaf extent of `inode` that maps logical block `logical`, as
+    /// this transaction sees it: one path down the tree, where
+    /// [`Txn::extents`] reads every leaf. A huge or fragmented directory
+    /// asks this on every name it adds.
+    pub(crate) fn extent_at(&self, inode: &Inode, logical: u64) -> Result<Option<Extent>> {
+        let mut node = self.root(inode)?;
+        for _ in 0..=MAX_DEPTH {
+            match node.entries {
+                NodeEntries::Leaf(v) => {
+                    let covers = |e: &&Extent| {
+                        let start = u64::from(e.logical);
+                        start <= logical && logical < start + u64::from(e.len)
+                    };
+                    return Ok(v.iter().find(covers).copied());
+                }
+                NodeEntries::Index(idx) => {
+                    let at = idx.partition_point(|i| u64::from(i.logical) <= logical);
+                    let Some(i) = at.checked_sub(1).and_then(|a| idx.get(a)) else {
+                        return Ok(None);
+                    };
+                    node = self.child(inode, i.child, node.depth)?;
+                }
+            }
+        }
+        Err(Error::inconsistent(
+            Location::Inode(inode.ino),
+            "extent tree deeper than any ext4 tree",
+        ))
+    }
+
     /// Leaf extents into `out`, tree blocks into `blocks`.
     fn collect(&self, inode: &Inode, node: ExtentNode, out: &mut Vec<Extent>, blocks: &mut Vec<u64>) -> Result<()> {
         match node.entries {

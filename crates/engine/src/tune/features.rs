@@ -89,7 +89,8 @@ pub(crate) static FEATURES: &[FeatureEntry] = &[
 
 /// The names `-O` accepts, for help texts.
 pub fn tunable_features() -> Vec<&'static str> {
-    FEATURES.iter().map(|e| e.name).collect()
+    let table = FEATURES.iter().map(|e| e.name);
+    table.chain([super::itree::NAME]).collect()
 }
 
 /// Why a known feature outside the table is refused.

@@ -22,6 +22,7 @@ mod csum;
 mod dirs;
 mod features;
 mod groups;
+mod itree;
 mod mounted;
 mod rewrite;
 mod superblock;
@@ -129,6 +130,9 @@ pub fn tune(dev: Box<dyn BlockDevice>, req: &TuneRequest) -> Result<TuneReport> 
         // Orphan cleanup committed at open: end that session first, so the
         // log is empty and the superblock clean before the tune starts.
         fs.close()?;
+    }
+    if let Some(enable) = itree::requested(&fs, req)? {
+        return itree::run(fs, enable);
     }
     let plan = features::plan(&fs, req)?;
     let unchanged = plan.new.encode() == plan.old.encode();
