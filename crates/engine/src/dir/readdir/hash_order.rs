@@ -300,7 +300,8 @@ impl Filesystem {
     }
 
     /// Adds the live entries of block `logical` with their positions; an
-    /// htree leaf (`leaf`) must not be an index block.
+    /// htree leaf (`leaf`) must not be an index block, the one block of an
+    /// unindexed directory (not `leaf`) has its `.` and `..` first.
     fn hash_block(&self, dir: &Inode, logical: u64, leaf: bool, version: HashVersion, batch: &mut Batch) -> Result<()> {
         let (block, buf) = self.dir_block(dir, logical)?;
         let at = Location::Block { block, inode: dir.ino };
@@ -311,7 +312,12 @@ impl Filesystem {
             ));
         }
         let mut failed = None;
-        self.scan_dir_block(dir, &buf, logical, at, |e| match self.name_pos(dir, e.name, version) {
+        let pos_of = |name: &[u8]| match name {
+            b"." if !leaf => Ok(0),
+            b".." if !leaf => Ok(DOTDOT_POS),
+            _ => self.name_pos(dir, name, version),
+        };
+        self.scan_dir_block(dir, &buf, logical, at, |e| match pos_of(e.name) {
             Ok(pos) => {
                 batch.push(pos, e.inode, e.file_type, e.name);
                 false
@@ -339,8 +345,11 @@ impl Filesystem {
     }
 
     /// A one-block or inline directory, hashed whole with the default hash
-    /// version. `.` and `..` of a block are hashed as names (as
-    /// `htree_dirblock_to_tree` does); inline ones sit at (0, 0) and (2, 0).
+    /// version. `.` and `..` sit at (0, 0) and (2, 0) as in an indexed
+    /// directory, so they keep their places when this one becomes indexed
+    /// (the kernel's `htree_dirblock_to_tree` hashes a block's `.` and `..`
+    /// like other names; it puts them first only for inline and indexed
+    /// directories).
     fn small_dir_batch(&self, dir: &Inode, mut batch: Batch) -> Result<Batch> {
         let Some(version) = self.default_hash() else {
             return Err(Error::Unsupported(format!(

@@ -21,7 +21,9 @@
 //!   (seed 003's readdir-then-stat speed-up without a format change).
 //!
 //! Positions are opaque, non-zero, below 2^63 (a FUSE or `loff_t` offset);
-//! 0 is the start. `.` and `..` come first.
+//! 0 is the start. `.` and `..` come first in every order (for a one-block
+//! directory the kernel hashes them like other names; here they keep the
+//! places they have once it is indexed).
 //!
 //! See `Documentation/filesystems/ext4/directory.rst`.
 
