@@ -71,7 +71,7 @@ pub(super) struct HashCursor {
 /// The sorted entries of one leaf chain with positions in `lo..hi`; names
 /// in one buffer. A batch read before a change still lists its range
 /// correctly as of its reading, so it is served until the caller leaves it.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Batch {
     lo: u64,
     hi: u64,
@@ -86,6 +86,16 @@ struct Item {
     ft: u8,
     len: u8,
     off: u32,
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("lo", &format_args!("{:#x}", self.lo))
+            .field("hi", &format_args!("{:#x}", self.hi))
+            .field("entries", &self.items.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Batch {

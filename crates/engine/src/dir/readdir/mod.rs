@@ -168,6 +168,44 @@ impl Filesystem {
     /// be. Costs per call: the index path (cached) and the leaf blocks read
     /// since the last call, and one sort of a leaf's entries.
     ///
+    /// The caller keeps the position: to stop before an entry, return
+    /// `Ok(false)` for it and resume later at the `next` of the entry
+    /// before it, as a FUSE server does when its reply is full.
+    ///
+    /// ```
+    /// # use ext4kit_engine::device::MemDevice;
+    /// # use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
+    /// # use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dev = MemDevice::new(vec![0; 16 << 20]);
+    /// # mkfs(&dev, &MkfsOptions::default())?;
+    /// # let fs = Filesystem::open(Box::new(dev), OpenOptions::default())?;
+    /// let attr = Attr { perm: 0o644, uid: 0, gid: 0 };
+    /// for i in 0..500 {
+    ///     fs.create(ROOT_INO, format!("f{i}").as_bytes(), NodeKind::Regular, attr)?;
+    /// }
+    /// let root = fs.inode(ROOT_INO)?;
+    /// let mut stream = fs.dir_stream(&root)?;
+    /// let (mut pos, mut names) = (0, Vec::new());
+    /// loop {
+    ///     // Ten entries per call, as a small getdents buffer would take.
+    ///     let before = names.len();
+    ///     fs.read_dir_from(&root, &mut stream, pos, |e, next| {
+    ///         if names.len() == before + 10 {
+    ///             return Ok(false);
+    ///         }
+    ///         names.push(e.name.clone());
+    ///         pos = next;
+    ///         Ok(true)
+    ///     })?;
+    ///     if names.len() == before {
+    ///         break;
+    ///     }
+    /// }
+    /// assert_eq!(names.len(), 503); // ".", "..", "lost+found" and the files
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// - [`Error::InvalidArgument`] if `stream` is for another inode, or
     ///   `pos` is a collision cookie this stream no longer holds.

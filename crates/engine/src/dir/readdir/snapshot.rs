@@ -17,7 +17,7 @@ use crate::fs::Filesystem;
 use crate::inode::Inode;
 
 /// A sorted, immutable copy of a directory's entries.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(super) struct Snapshot {
     items: Vec<Item>,
     names: Vec<u8>,
@@ -29,6 +29,14 @@ struct Item {
     off: u32,
     len: u8,
     ft: u8,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("entries", &self.items.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Snapshot {
