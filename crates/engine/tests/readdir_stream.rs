@@ -545,3 +545,35 @@ fn collision_groups_resume_through_cookies() {
     fs.unmount().unwrap();
     assert_fsck_clean(&img, "after the collision test");
 }
+
+/// A stream over a directory removed under it ends in `NotFound` (the
+/// kernel's `ENOENT` for a dead directory) and records nothing as
+/// corruption, though its blocks are freed.
+#[test]
+fn a_removed_directory_streams_on_without_recording_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(tmp.path(), None, &["-b", "1024"], "16M") else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let d = fs.create(ROOT_INO, b"d", NodeKind::Directory, ATTR).unwrap();
+    for i in 0..100 {
+        fs.create(d.ino, format!("name-{i:04}").as_bytes(), NodeKind::Regular, ATTR)
+            .unwrap();
+    }
+    let dir = fs.inode(d.ino).unwrap();
+    let mut s = fs.dir_stream(&dir).unwrap();
+    let (got, pos) = read_some(&fs, &dir, &mut s, 0, 10);
+    assert_eq!(got.len(), 10);
+    for i in 0..100 {
+        fs.unlink(d.ino, format!("name-{i:04}").as_bytes()).unwrap();
+    }
+    fs.rmdir(ROOT_INO, b"d").unwrap();
+    let r = fs.read_dir_from(&dir, &mut s, pos, |_, _| Ok(true));
+    assert!(matches!(r, Err(Error::NotFound(_))), "{r:?}");
+    let r = fs.read_dir_from(&dir, &mut s, 0, |_, _| Ok(true));
+    assert!(matches!(r, Err(Error::NotFound(_))), "from the start: {r:?}");
+    assert_eq!(fs.superblock().s_error_count.get(), 0, "an error was recorded");
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img, "after the removal");
+}

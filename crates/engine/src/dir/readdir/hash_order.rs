@@ -247,19 +247,28 @@ impl Filesystem {
     }
 
     /// The batch holding position `at`, read while no transaction
-    /// published blocks (so the index and the leaves it points at agree);
-    /// after [`CONSISTENT_TRIES`] overlapped reads, the last one.
+    /// published blocks, from the directory's inode as of that moment: a
+    /// leaf split publishes the new leaf, the index entry naming it and
+    /// the inode mapping it together, and a mix of before and after would
+    /// skip the moved names or see a leaf outside the directory. A read
+    /// that overlapped a publish is retried (errors included, which are
+    /// then not reported as corruption); after [`CONSISTENT_TRIES`] the
+    /// last one stands.
     fn hash_batch(&self, dir: &Inode, at: u64) -> Result<Batch> {
-        let mut batch = Batch::default();
+        let mut last = None;
         for _ in 0..CONSISTENT_TRIES {
             let seq = self.publish_seq.load(Ordering::Acquire);
-            batch = self.read_batch(dir, at)?;
-            if seq.is_multiple_of(2) && self.publish_seq.load(Ordering::Acquire) == seq {
-                break;
+            if seq.is_multiple_of(2) {
+                let now = self.live_dir(dir.ino)?;
+                let read = self.read_batch(&now, at);
+                if self.publish_seq.load(Ordering::Acquire) == seq {
+                    return read;
+                }
+                last = Some(read);
             }
             std::thread::yield_now();
         }
-        Ok(batch)
+        last.unwrap_or_else(|| self.read_batch(dir, at))
     }
 
     fn read_batch(&self, dir: &Inode, at: u64) -> Result<Batch> {

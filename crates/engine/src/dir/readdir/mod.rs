@@ -159,8 +159,8 @@ impl Filesystem {
     /// Lists `dir` from position `pos` (0: the start, which also takes a
     /// fresh inode-order snapshot), calling `f(entry, next)` for each entry
     /// until it returns `Ok(false)` or the directory ends; `next` is where
-    /// to resume to continue after `entry`. `dir` is the directory as it
-    /// is now (its size grows as it does).
+    /// to resume to continue after `entry`. `dir` names the directory; it
+    /// is read afresh, since it grows as it is listed.
     ///
     /// An entry present from the start of a pass to its end and not
     /// renamed is returned exactly once, whatever is created, removed or
@@ -207,6 +207,7 @@ impl Filesystem {
     /// ```
     ///
     /// # Errors
+    /// - [`Error::NotFound`] once the directory is removed.
     /// - [`Error::InvalidArgument`] if `stream` is for another inode, or
     ///   `pos` is a collision cookie this stream no longer holds.
     /// - Corruption of the blocks read, located at the block: a leaf
@@ -229,13 +230,13 @@ impl Filesystem {
         pos: u64,
         f: impl FnMut(&DirEntry, u64) -> Result<bool>,
     ) -> Result<()> {
-        self.require_dir(dir)?;
         if dir.ino != stream.ino {
             return Err(Error::InvalidArgument(format!(
                 "directory stream of inode {} used on inode {}",
                 stream.ino, dir.ino
             )));
         }
+        let dir = &self.live_dir(dir.ino)?;
         if pos == 0 || matches!(stream.cursor, Cursor::Unset) {
             stream.cursor = self.choose_cursor(dir, &stream.opts, pos == 0)?;
         }
@@ -245,6 +246,18 @@ impl Filesystem {
             Cursor::Hash(c) => self.hash_from(dir, c, pos, f),
             Cursor::Snapshot(s) => s.read_from(pos, f),
         }
+    }
+
+    /// Directory `ino` as it is now. One removed meanwhile (no links left;
+    /// its blocks may already be another file's) is [`Error::NotFound`],
+    /// as the kernel's `readdir` of a dead directory is `ENOENT`.
+    pub(super) fn live_dir(&self, ino: u32) -> Result<Inode> {
+        let dir = self.inode(ino)?;
+        if dir.raw.links() == 0 {
+            return Err(Error::NotFound(format!("directory inode {ino} was removed")));
+        }
+        self.require_dir(&dir)?;
+        Ok(dir)
     }
 
     /// Picks the order for a pass over `dir`: a snapshot when asked for,
