@@ -69,6 +69,9 @@ pub struct OpenOptions {
     /// Block and inode allocation policies and their tunables (`-o
     /// alloc=`, `inode_alloc=`, `stripe=`…): the kernel's by default.
     pub alloc: crate::alloc::AllocOptions,
+    /// The order directory streams list in ([`Filesystem::dir_stream`]):
+    /// the kernel's hash order by default (`-o readdir=`, `readdir_snapshot=`).
+    pub readdir: crate::dir::ReadDirOptions,
 }
 
 impl Default for OpenOptions {
@@ -84,6 +87,7 @@ impl Default for OpenOptions {
             use_journal: true,
             mmp_min_check_interval: ext4kit_format::mmp::EXT4_MMP_MIN_CHECK_INTERVAL,
             alloc: crate::alloc::AllocOptions::default(),
+            readdir: crate::dir::ReadDirOptions::default(),
         }
     }
 }
@@ -140,6 +144,10 @@ pub struct Filesystem {
     /// Odd while a write-back is writing; bumped at its start and end, so a
     /// read that overlapped one can tell and read again.
     pub(crate) writeback_seq: std::sync::atomic::AtomicU64,
+    /// Odd while a transaction's blocks enter the cache ([`Filesystem::publish`]);
+    /// bumped at its start and end, so a reader of several blocks that must
+    /// agree (an htree index and its leaves) can tell it saw a mix.
+    pub(crate) publish_seq: std::sync::atomic::AtomicU64,
     /// Per-inode locks over file data (see [`crate::inode_locks`]).
     pub(crate) inode_locks: crate::inode_locks::InodeLocks,
     /// File data held for delayed allocation ([`crate::delalloc`]).

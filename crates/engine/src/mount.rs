@@ -99,6 +99,7 @@ impl Filesystem {
             dirty: Mutex::new(dirty),
             log: Mutex::new(None),
             writeback_seq: Default::default(),
+            publish_seq: Default::default(),
             busy,
             inode_locks: Default::default(),
             delalloc: Default::default(),

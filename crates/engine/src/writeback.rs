@@ -190,6 +190,7 @@ impl Filesystem {
                 self.busy.add(start, len);
             }
         }
+        self.publish_seq.fetch_add(1, Ordering::AcqRel);
         for (block, bytes) in blocks {
             self.cache.insert(block, bytes.clone());
             d.bytes += bytes.len();
@@ -197,6 +198,7 @@ impl Filesystem {
                 d.bytes -= old.len();
             }
         }
+        self.publish_seq.fetch_add(1, Ordering::AcqRel);
         d.superblock = Some(sb);
         Ok(())
     }

@@ -1,13 +1,13 @@
 //! Open file and directory handles. A file handle names its inode (the
-//! engine counts it open until release); a directory handle holds the listing taken at `opendir` (and again at offset 0, so
-//! `rewinddir` sees new names), which gives `telldir`/`seekdir` offsets that
-//! stay valid while the directory changes.
+//! engine counts it open until release); a directory handle holds the
+//! engine's stream over it, whose positions are the `readdir` offsets
+//! (see `adapter::dirs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ext4kit_engine::dir::DirEntry;
+use ext4kit_engine::dir::DirStream;
 use parking_lot::Mutex;
 
 /// What a handle refers to.
@@ -20,12 +20,13 @@ pub(crate) enum Handle {
         /// Opened for writing: the kernel may cache writes to it.
         write: bool,
     },
-    /// An open directory and its listing.
+    /// An open directory and its stream.
     Dir {
         /// The ext4 inode.
         ino: u32,
-        /// Entries as last listed.
-        entries: Arc<Vec<DirEntry>>,
+        /// Where listing stands; the kernel reads one directory handle at
+        /// a time, so the lock is uncontended.
+        stream: Arc<Mutex<DirStream>>,
     },
 }
 
@@ -50,10 +51,6 @@ impl Handles {
 
     pub(crate) fn get(&self, fh: u64) -> Option<Handle> {
         self.map.lock().get(&fh).cloned()
-    }
-
-    pub(crate) fn replace(&self, fh: u64, h: Handle) {
-        self.map.lock().insert(fh, h);
     }
 
     pub(crate) fn remove(&self, fh: u64) -> Option<Handle> {

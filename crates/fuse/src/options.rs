@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use ext4kit_engine::AllocOptions;
+use ext4kit_engine::dir::ReadDirOptions;
 use ext4kit_engine::journal::{DataMode, JournalOptions};
 
 /// When reads update the access time (`noatime`, `relatime`, `strictatime`).
@@ -143,6 +144,11 @@ pub struct MountConfig {
     /// their own names (`mb_stream_req=`, `mb_group_prealloc=`…), and
     /// ext4kit's `mb_flex_aware=` (flex groups as the allocation unit).
     pub alloc: AllocOptions,
+    /// The order `readdir` lists in: `readdir=hash` (the kernel's,
+    /// default) or `readdir=inode` (inode order from a snapshot taken at
+    /// `opendir`/`rewinddir`, for directories of at most
+    /// `readdir_snapshot=N` entries; hash order for bigger ones).
+    pub readdir: ReadDirOptions,
 }
 
 impl Default for MountConfig {
@@ -173,6 +179,7 @@ impl Default for MountConfig {
             journal: JournalOptions::default(),
             commit: DEFAULT_COMMIT,
             alloc: AllocOptions::default(),
+            readdir: ReadDirOptions::default(),
         }
     }
 }
@@ -292,6 +299,9 @@ impl MountConfig {
             return Ok(());
         }
         if let Some(done) = apply_alloc(&mut self.alloc, key, value) {
+            return done;
+        }
+        if let Some(done) = apply_readdir(&mut self.readdir, key, value) {
             return done;
         }
         let flag = |v: Option<&str>| match v {
@@ -437,6 +447,23 @@ fn apply_alloc(a: &mut AllocOptions, key: &str, value: Option<&str>) -> Option<R
     Some(done)
 }
 
+/// Most entries `readdir_snapshot=` allows: 100 million entries make a
+/// snapshot of several GiB, past which hash order is the sane choice.
+const MAX_SNAPSHOT: u32 = 100_000_000;
+
+/// Sets the listing option `key`; `None` when `key` is not one.
+fn apply_readdir(r: &mut ReadDirOptions, key: &str, value: Option<&str>) -> Option<Result<(), String>> {
+    let done = match key {
+        "readdir" => value
+            .ok_or("expects hash or inode".into())
+            .and_then(str::parse)
+            .map(|o| r.order = o),
+        "readdir_snapshot" => number(value, 0, MAX_SNAPSHOT, "entries").map(|n| r.snapshot_limit = n as usize),
+        _ => return None,
+    };
+    Some(done)
+}
+
 /// A whole number from `lo` to `hi`.
 fn number(value: Option<&str>, lo: u32, hi: u32, what: &str) -> Result<u32, String> {
     value
@@ -516,6 +543,21 @@ mod tests {
         assert_eq!(c.max_dirty, None);
         c.apply("max_dirty=8M").unwrap();
         assert_eq!(c.max_dirty, Some(8 << 20));
+    }
+
+    #[test]
+    fn readdir_order_and_snapshot_limit() {
+        use ext4kit_engine::dir::{DEFAULT_SNAPSHOT_LIMIT, ReadDirOrder};
+        let mut c = MountConfig::default();
+        assert_eq!(c.readdir.order, ReadDirOrder::Hash, "the kernel's order by default");
+        assert_eq!(c.readdir.snapshot_limit, DEFAULT_SNAPSHOT_LIMIT);
+        c.apply("readdir=inode,readdir_snapshot=5000").unwrap();
+        assert_eq!(c.readdir.order, ReadDirOrder::Inode);
+        assert_eq!(c.readdir.snapshot_limit, 5000);
+        let e = MountConfig::default().apply("readdir=name").unwrap_err();
+        assert!(e.contains("readdir=name") && e.contains("hash or inode"), "{e}");
+        assert!(MountConfig::default().apply("readdir_snapshot=many").is_err());
+        assert!(MountConfig::default().apply("readdir").is_err());
     }
 
     #[test]

@@ -126,6 +126,7 @@ fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
         sync_writes: cfg.sync,
         journal: cfg.journal,
         alloc: cfg.alloc,
+        readdir: cfg.readdir,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;

@@ -14,13 +14,13 @@ use crate::fs::Filesystem;
 use crate::inode::Inode;
 
 /// One level of the descent: the entries of an index block and the one taken.
-struct Level {
-    entries: Vec<DxEntry>,
-    at: usize,
+pub(super) struct Level {
+    pub(super) entries: Vec<DxEntry>,
+    pub(super) at: usize,
 }
 
 impl Filesystem {
-    fn dx_params(&self) -> DxParams {
+    pub(super) fn dx_params(&self) -> DxParams {
         let f = self.geo.features;
         DxParams {
             block_size: self.geo.block_size,
@@ -29,7 +29,7 @@ impl Filesystem {
         }
     }
 
-    fn indexed(&self, dir: &Inode) -> bool {
+    pub(super) fn indexed(&self, dir: &Inode) -> bool {
         dir.raw.has_flag(flags::INDEX)
             && !dir.has_inline_data()
             && self.geo.features.compat.contains(CompatFeatures::DIR_INDEX)
@@ -54,7 +54,7 @@ impl Filesystem {
     }
 
     /// Reads logical block `logical` of `dir` (a directory block).
-    fn dir_block(&self, dir: &Inode, logical: u64) -> Result<(u64, std::sync::Arc<[u8]>)> {
+    pub(super) fn dir_block(&self, dir: &Inode, logical: u64) -> Result<(u64, std::sync::Arc<[u8]>)> {
         let run = self.map_range(dir, logical, 1)?;
         let Some(r) = run.first() else {
             return Err(Error::inconsistent(
@@ -83,6 +83,21 @@ impl Filesystem {
     /// Descends the index for `name`: its hash and the path of index
     /// entries taken; `None` when `dir` has no usable index.
     fn htree_path(&self, dir: &Inode, name: &[u8]) -> Result<Option<(u32, Vec<Level>)>> {
+        let Some((root, version)) = self.dx_root(dir)? else {
+            return Ok(None);
+        };
+        let seed = self.sb.read().s_hash_seed.map(|w| w.get());
+        let hash = dx_hash(name, version, &seed)
+            .map_err(|e| Error::format(Location::Inode(dir.ino), e))?
+            .major;
+        Ok(Some((hash, self.dx_descend(dir, root, hash)?)))
+    }
+
+    /// The root block of `dir`'s index (checksum verified) and the hash
+    /// version its names are hashed with (`dx_root_info.hash_version`, made
+    /// unsigned by the superblock flag as `dx_probe` does); `None` when
+    /// `dir` has no index this code can walk.
+    pub(super) fn dx_root(&self, dir: &Inode) -> Result<Option<(DxRoot, HashVersion)>> {
         if !self.indexed(dir) {
             return Ok(None);
         }
@@ -108,10 +123,13 @@ impl Filesystem {
         if version == HashVersion::SipHash {
             return Ok(None);
         }
-        let seed = self.sb.read().s_hash_seed.map(|w| w.get());
-        let hash = dx_hash(name, version, &seed)
-            .map_err(|e| Error::format(Location::Inode(dir.ino), e))?
-            .major;
+        Ok(Some((root, version)))
+    }
+
+    /// The index path from `root` down to the leaf whose range holds
+    /// `hash` (`dx_probe`): one block read per level below the root.
+    pub(super) fn dx_descend(&self, dir: &Inode, root: DxRoot, hash: u32) -> Result<Vec<Level>> {
+        let params = self.dx_params();
         let levels = root.indirect_levels();
         let mut path = vec![Level {
             at: find(&root.entries, hash),
@@ -124,7 +142,7 @@ impl Filesystem {
                 entries: child,
             });
         }
-        Ok(Some((hash, path)))
+        Ok(path)
     }
 
     fn dx_child(&self, dir: &Inode, logical: u32, params: &DxParams) -> Result<Vec<DxEntry>> {
@@ -174,7 +192,7 @@ impl Filesystem {
 
     /// Advances `path` to the next leaf (`ext4_htree_next_block`); returns the
     /// hash that leaf starts with, or `None` past the last one.
-    fn next_leaf(&self, dir: &Inode, path: &mut [Level], params: &DxParams) -> Result<Option<u32>> {
+    pub(super) fn next_leaf(&self, dir: &Inode, path: &mut [Level], params: &DxParams) -> Result<Option<u32>> {
         let mut depth = path.len();
         while depth > 0 {
             let l = &mut path[depth - 1];

@@ -10,9 +10,11 @@ mod limits;
 mod lookup;
 mod modify;
 mod new_entry;
+mod readdir;
 mod txn_lookup;
 
 pub(crate) use new_entry::Placement;
+pub use readdir::{DEFAULT_SNAPSHOT_LIMIT, DirStream, ReadDirOptions, ReadDirOrder};
 
 use ext4kit_format::dir_entry::{self, DirEntryIter};
 use ext4kit_format::features::IncompatFeatures;

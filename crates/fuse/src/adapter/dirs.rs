@@ -1,46 +1,55 @@
-//! Directory streams. `opendir` lists the directory once; `readdir` and
-//! `readdirplus` serve that listing with offsets = index + 1, and a read
-//! from offset 0 (`rewinddir`) lists again. With `FOPEN_CACHE_DIR` the
-//! kernel keeps the result until the directory changes.
+//! Directory streams. `opendir` reads nothing: the handle holds an engine
+//! [`DirStream`], and `readdir`/`readdirplus` list from the offset the
+//! kernel passes, which is the position the engine handed out with the
+//! last entry the kernel kept. Offset 0 (`rewinddir`) starts a new pass.
+//! Positions stay valid while the directory changes (hash positions for
+//! indexed directories, byte offsets for linear ones, snapshot indices for
+//! `-o readdir=inode`), which is what `FOPEN_CACHE_DIR` needs: the kernel
+//! caches the entries with their offsets and asks for more from the last.
 
 use std::sync::Arc;
 
 use ext4kit_engine::dir::DirEntry;
 use fuser::{Errno, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
+use parking_lot::Mutex;
 
 use super::{Ext4Fuse, Res};
 use crate::attr::{fuse_ino, fuse_type};
 use crate::handles::Handle;
 
 impl Ext4Fuse {
-    fn listing(&self, ino: u32) -> Res<Arc<Vec<DirEntry>>> {
-        let dir = self.inode(ino)?;
-        Ok(Arc::new(self.fs.read_dir(&dir).map_err(|e| self.errno(e))?))
-    }
-
     pub(super) fn open_dir(&self, ino: INodeNo) -> Res<u64> {
         let ino = self.ino(ino)?;
-        let entries = self.listing(ino)?;
-        Ok(self.handles.insert(Handle::Dir { ino, entries }))
+        let dir = self.inode(ino)?;
+        let stream = self.fs.dir_stream(&dir).map_err(|e| self.errno(e))?;
+        Ok(self.handles.insert(Handle::Dir {
+            ino,
+            stream: Arc::new(Mutex::new(stream)),
+        }))
     }
 
-    /// The listing of handle `fh`, taken afresh when reading from the start.
-    fn entries(&self, fh: u64, offset: u64) -> Res<Arc<Vec<DirEntry>>> {
-        match self.handles.get(fh) {
-            Some(Handle::Dir { ino, entries }) if offset == 0 => {
-                let _ = entries;
-                let fresh = self.listing(ino)?;
-                self.handles.replace(
-                    fh,
-                    Handle::Dir {
-                        ino,
-                        entries: fresh.clone(),
-                    },
-                );
-                Ok(fresh)
-            }
-            Some(Handle::Dir { entries, .. }) => Ok(entries),
-            _ => Err(Errno::EBADF),
+    /// Lists handle `fh` from `offset` into `add`, which returns false when
+    /// the reply is full. Errors of `add` itself are returned as they are.
+    fn stream_dir(&self, fh: u64, offset: u64, mut add: impl FnMut(&DirEntry, u64) -> Res<bool>) -> Res<()> {
+        let Some(Handle::Dir { ino, stream }) = self.handles.get(fh) else {
+            return Err(Errno::EBADF);
+        };
+        let dir = self.inode(ino)?;
+        let mut stream = stream.lock();
+        let mut failed = None;
+        let listed = self
+            .fs
+            .read_dir_from(&dir, &mut stream, offset, |e, next| match add(e, next) {
+                Ok(more) => Ok(more),
+                Err(errno) => {
+                    failed = Some(errno);
+                    Ok(false)
+                }
+            });
+        match (failed, listed) {
+            (Some(errno), _) => Err(errno),
+            (None, Err(e)) => Err(self.errno(e)),
+            (None, Ok(())) => Ok(()),
         }
     }
 
@@ -57,45 +66,33 @@ impl Ext4Fuse {
     }
 
     pub(super) fn list_dir(&self, fh: u64, offset: u64, mut reply: ReplyDirectory) {
-        let entries = match self.entries(fh, offset) {
-            Ok(e) => e,
-            Err(e) => return reply.error(e),
-        };
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(fuse_ino(e.ino), i as u64 + 1, self.entry_type(e), bytes_name(&e.name)) {
-                break;
-            }
+        let listed = self.stream_dir(fh, offset, |e, next| {
+            Ok(!reply.add(fuse_ino(e.ino), next, self.entry_type(e), bytes_name(&e.name)))
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     pub(super) fn list_dir_plus(&self, fh: u64, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let entries = match self.entries(fh, offset) {
-            Ok(e) => e,
-            Err(e) => return reply.error(e),
-        };
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            let inode = match self.inode(e.ino) {
-                Ok(i) => i,
-                Err(err) => return reply.error(err),
-            };
-            let attr = match self.attr_of(&inode) {
-                Ok(a) => a,
-                Err(err) => return reply.error(err),
-            };
+        let listed = self.stream_dir(fh, offset, |e, next| {
+            let inode = self.inode(e.ino)?;
+            let attr = self.attr_of(&inode)?;
             let generation = Generation(u64::from(inode.raw.i_generation.get()));
-            if reply.add(
+            Ok(!reply.add(
                 fuse_ino(e.ino),
-                i as u64 + 1,
+                next,
                 bytes_name(&e.name),
                 &self.attr_ttl(&self.cfg.entry_timeout),
                 &attr,
                 generation,
-            ) {
-                break;
-            }
+            ))
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 }
 
