@@ -28,6 +28,7 @@
 //! See `Documentation/filesystems/ext4/directory.rst`.
 
 mod hash_order;
+mod itree_order;
 mod linear;
 mod snapshot;
 
@@ -112,9 +113,8 @@ enum Cursor {
     Linear,
     Hash(HashCursor),
     Snapshot(Snapshot),
-    // Itree: the auxiliary inode-ordered index of seed 003 (positions
-    // `inode << 32 | hash`) slots in here, chosen in `choose_cursor` when
-    // the directory has one.
+    /// The directory's itree (seed 003): inode order with stable positions.
+    Itree,
 }
 
 impl DirStream {
@@ -127,7 +127,7 @@ impl DirStream {
     /// it holds a snapshot (a directory over the limit falls back).
     pub fn order(&self) -> ReadDirOrder {
         match self.cursor {
-            Cursor::Snapshot(_) => ReadDirOrder::Inode,
+            Cursor::Snapshot(_) | Cursor::Itree => ReadDirOrder::Inode,
             _ => ReadDirOrder::Hash,
         }
     }
@@ -245,6 +245,7 @@ impl Filesystem {
             Cursor::Linear => self.linear_from(dir, pos, f),
             Cursor::Hash(c) => self.hash_from(dir, c, pos, f),
             Cursor::Snapshot(s) => s.read_from(pos, f),
+            Cursor::Itree => self.itree_from(dir, pos, f),
         }
     }
 
@@ -260,10 +261,14 @@ impl Filesystem {
         Ok(dir)
     }
 
-    /// Picks the order for a pass over `dir`: a snapshot when asked for,
+    /// Picks the order for a pass over `dir`: its itree when it has one, a
+    /// snapshot when asked for,
     /// at the start, and small enough; otherwise the kernel's choice
     /// (`is_dx_dir`: hash order when it can be computed, else byte order).
     fn choose_cursor(&self, dir: &Inode, opts: &ReadDirOptions, start: bool) -> Result<Cursor> {
+        if crate::dir::itree::has_itree(dir) {
+            return Ok(Cursor::Itree);
+        }
         if start
             && opts.order == ReadDirOrder::Inode
             && let Some(s) = self.take_snapshot(dir, opts.snapshot_limit)?
