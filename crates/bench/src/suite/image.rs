@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, ensure};
 use ext4kit_engine::device::{DiskModel, DiskProfile, FileDevice, PageCache};
 use ext4kit_engine::{AllocOptions, Attr, Filesystem, NodeKind, OpenOptions, RenameFlags};
+use ext4kit_engine::dir::{ReadDirOptions, ReadDirOrder};
 use parking_lot::RwLock;
 
 use super::fs::{BenchFs, Cold, Entry, Extent, FileRef, Open, Sample, Stat, split_parent};
@@ -45,7 +46,8 @@ impl EngineFs {
     /// Opens `path` on the disk model `profile` with `cache_bytes` of page
     /// cache and the allocators `alloc`, and makes the workload's
     /// directory `dir` in its root.
-    pub fn open(path: &Path, profile: &DiskProfile, cache_bytes: u64, alloc: AllocOptions, dir: &str) -> Result<Self> {
+    pub fn open(path: &Path, profile: &DiskProfile, cache_bytes: u64, policy: Policy, dir: &str) -> Result<Self> {
+        let Policy { alloc, readdir } = policy;
         let file = FileDevice::open(path, true).with_context(|| format!("opening {}", path.display()))?;
         let disk: Disk = Arc::new(DiskModel::new(file, profile)?);
         let page = crate::modeled::image_block_size(path)?;
@@ -54,6 +56,10 @@ impl EngineFs {
             alloc: AllocOptions {
                 delalloc_bytes: held_limit(cache_bytes, alloc.delalloc_bytes),
                 ..alloc
+            },
+            readdir: ReadDirOptions {
+                order: readdir,
+                ..ReadDirOptions::default()
             },
             ..OpenOptions::default()
         };
@@ -116,6 +122,11 @@ impl EngineFs {
     /// The allocators the engine opened the image with.
     pub fn alloc(&self) -> AllocOptions {
         self.opts.alloc
+    }
+
+    /// The order this image's directories are listed in.
+    pub fn readdir(&self) -> ReadDirOrder {
+        self.opts.readdir.order
     }
 
     /// Unmounts and releases the image; the caller then checks it.
@@ -241,15 +252,21 @@ impl BenchFs for EngineFs {
             let dir = fs
                 .resolve(self.full(path).as_bytes())
                 .with_context(|| format!("resolve {path}"))?;
-            let entries = fs.read_dir(&dir).with_context(|| format!("readdir {path}"))?;
-            Ok(entries
-                .into_iter()
-                .filter(|e| e.name != b"." && e.name != b"..")
-                .map(|e| Entry {
-                    name: String::from_utf8_lossy(&e.name).into_owned(),
-                    ino: u64::from(e.ino),
-                })
-                .collect())
+            // The stream a mount's getdents reads: the kernel's hash order,
+            // an itree's inode order, or the snapshot `readdir=inode` asks for.
+            let mut stream = fs.dir_stream(&dir)?;
+            let mut out = Vec::new();
+            fs.read_dir_from(&dir, &mut stream, 0, |e, _| {
+                if e.name != b"." && e.name != b".." {
+                    out.push(Entry {
+                        name: String::from_utf8_lossy(&e.name).into_owned(),
+                        ino: u64::from(e.ino),
+                    });
+                }
+                Ok(true)
+            })
+            .with_context(|| format!("readdir {path}"))?;
+            Ok(out)
         })
     }
 
@@ -336,4 +353,13 @@ impl BenchFs for EngineFs {
     fn cache_capacity(&self) -> Option<u64> {
         Some(self.cache.capacity_bytes())
     }
+}
+
+/// The engine's policies a run opens an image with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Block and inode allocators, delayed allocation.
+    pub alloc: AllocOptions,
+    /// `readdir` order (`-o readdir=`): hash, or inode from a snapshot.
+    pub readdir: ReadDirOrder,
 }

@@ -8,12 +8,13 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::AllocOptions;
+use ext4kit_engine::dir::ReadDirOrder;
 use ext4kit_engine::device::{DiskProfile, FileDevice};
 use ext4kit_engine::mkfs::{FsType, Media, MkfsOptions, mkfs};
 
 use super::fs::BenchFs;
 use super::host::HostFs;
-use super::image::EngineFs;
+use super::image::{EngineFs, Policy};
 use crate::FsckOutcome;
 use crate::system::{self, run_ok, tool};
 
@@ -61,6 +62,9 @@ pub struct TargetOptions {
     /// kernel target allocates as its own file system does, so anything
     /// but the default is refused there rather than silently not applied.
     pub alloc: AllocOptions,
+    /// The order the engine lists directories in (`-o readdir=`); a
+    /// directory or kernel target lists as its file system does.
+    pub readdir: ReadDirOrder,
 }
 
 impl Default for TargetOptions {
@@ -80,6 +84,7 @@ impl Default for TargetOptions {
             extended: Vec::new(),
             scratch: PathBuf::from("/var/tmp"),
             alloc: AllocOptions::default(),
+            readdir: ReadDirOrder::default(),
         }
     }
 }
@@ -143,17 +148,18 @@ impl TargetSpec {
         }
     }
 
-    /// Fails unless the engine allocates for this target: `what` (an
-    /// allocation policy) means nothing to a directory or kernel target.
+    /// Fails unless the engine serves this target: `what` (an allocation
+    /// policy, a readdir order) means nothing to a directory or kernel
+    /// target.
     pub fn engine_only(&self, what: &str) -> Result<()> {
         match self {
             Self::Image(_) => Ok(()),
             Self::Dir(p) => bail!(
-                "{what} chooses the engine's allocator; directory {} allocates as the file system it is on does",
+                "{what} is the engine's choice; directory {} works as the file system it is on does",
                 p.display()
             ),
             Self::Kernel(k) => {
-                bail!("{what} chooses the engine's allocator; a kernel {k} target allocates with the kernel's")
+                bail!("{what} is the engine's choice; a kernel {k} target works as the kernel does")
             }
         }
     }
@@ -189,6 +195,9 @@ impl Target {
     /// Opens `spec` for workload `name`, whose files go into a new
     /// directory named after it.
     pub fn open(spec: &TargetSpec, name: &str, o: &TargetOptions) -> Result<Self> {
+        if o.readdir != ReadDirOrder::default() {
+            spec.engine_only("a readdir order")?;
+        }
         if o.alloc != AllocOptions::default() {
             spec.engine_only("an allocation policy")?;
         }
@@ -200,7 +209,7 @@ impl Target {
                 }
                 let dir = free_name(name, |n| image_has(path, n))?;
                 Ok(Self(Inner::Image {
-                    fs: Box::new(EngineFs::open(path, &o.disk, o.cache_bytes, o.alloc, &dir)?),
+                    fs: Box::new(EngineFs::open(path, &o.disk, o.cache_bytes, Policy { alloc: o.alloc, readdir: o.readdir }, &dir)?),
                     made,
                 }))
             }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use ext4kit_bench::suite::compare::{self, Variant};
+use ext4kit_engine::dir::ReadDirOrder;
 use ext4kit_bench::suite::{self, Params, Progress, TargetOptions, TargetSpec};
 use ext4kit_engine::mkfs::parse_size;
 use ext4kit_engine::{AllocOptions, BlockAllocator, InodeAllocator};
@@ -81,6 +82,11 @@ pub struct SuiteArgs {
     /// flexbg or parent. Not for a directory or --kernel.
     #[arg(long, value_name = "ALLOC")]
     inode_alloc: Option<InodeAllocator>,
+    /// Order the engine lists directories in on an image: hash (the
+    /// kernel's, default) or inode (a sorted snapshot, as `-o readdir=inode`).
+    /// A directory with an itree lists in inode order either way.
+    #[arg(long, value_name = "ORDER")]
+    readdir: Option<ReadDirOrder>,
     /// Where --kernel puts its image.
     #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
     scratch: PathBuf,
@@ -94,7 +100,8 @@ pub struct SuiteArgs {
     /// Run the workload again with these settings changed, for a side by
     /// side table (repeatable): key=value pairs, comma-separated, of
     /// type, features (joined by +), disk, cache, alloc, inode_alloc,
-    /// mb_flex_aware (0 or 1), flex (mkfs -G: a number or auto),
+    /// mb_flex_aware (0 or 1), readdir (hash or inode: the mount option),
+    /// flex (mkfs -G: a number or auto),
     /// flex_meta (mkfs -E: start or middle), target, kernel; e.g.
     /// `--compare features=^dir_index --compare alloc=ext3`.
     #[arg(long, value_name = "SPEC")]
@@ -165,6 +172,7 @@ impl SuiteArgs {
                 inodes: self.inode_alloc.unwrap_or(defaults.inodes),
                 ..defaults
             },
+            readdir: self.readdir.unwrap_or_default(),
         })
     }
 }
