@@ -77,6 +77,20 @@ impl Filesystem {
         self.reading("read_dir", || self.read_dir_unrecorded(dir))
     }
 
+    /// Calls `f` on every entry of `dir`, `.` and `..` included, in on-disk
+    /// order, until it returns `Ok(false)`: [`Self::read_dir`] without
+    /// collecting, so listing a directory of millions of names holds one
+    /// block's entries at a time.
+    ///
+    /// # Errors
+    /// As [`Self::read_dir`], and whatever `f` returns.
+    pub fn read_dir_each(&self, dir: &Inode, f: impl FnMut(DirEntry) -> Result<bool>) -> Result<()> {
+        self.reading("read_dir", || {
+            self.require_dir(dir)?;
+            self.for_each_dir_entry(dir, f)
+        })
+    }
+
     fn read_dir_unrecorded(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
         self.require_dir(dir)?;
         let mut out = Vec::new();
