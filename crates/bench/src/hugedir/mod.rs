@@ -32,7 +32,7 @@ pub use target::Kind;
 
 use crate::rng::Rng;
 use crate::suite::Progress;
-use target::Open;
+use target::Opened;
 
 /// What a run does.
 #[derive(Debug, Clone)]
@@ -109,7 +109,7 @@ fn run_target(cfg: &Config, kind: Kind, image: &Path, mnt: &Path, progress: &mut
     target::make_image(image, n, cfg.block_size)?;
     target::reset_peak_rss();
     let mut run = TargetRun::new(kind, n, cfg.block_size);
-    let mut t = Open::open(kind, image, mnt, &cfg.ext4kit_exe, true)?;
+    let mut t = Opened::open(kind, image, mnt, &cfg.ext4kit_exe, true)?;
     crate::log(&format!("{}: {n} creates", kind.name()));
     create_phase(&mut t, n, &mut run, progress)?;
     run.rss_after_create_kib = t.status_kib("VmRSS:");
@@ -135,7 +135,7 @@ fn run_target(cfg: &Config, kind: Kind, image: &Path, mnt: &Path, progress: &mut
     let mut peak = t.status_kib("VmHWM:");
     t.close()?;
     (run.dir_bytes, run.index_levels) = ops::inspect(image, target::DIR)?;
-    let mut t = Open::open(kind, image, mnt, &cfg.ext4kit_exe, false)?;
+    let mut t = Opened::open(kind, image, mnt, &cfg.ext4kit_exe, false)?;
     crate::log(&format!("{}: {n} unlinks", kind.name()));
     run.phase("delete", n, || {
         for i in 0..n {
@@ -157,12 +157,18 @@ fn run_target(cfg: &Config, kind: Kind, image: &Path, mnt: &Path, progress: &mut
 
 /// Creates entries `0..n`, timing the whole phase and its first and last
 /// 5 % apart.
-fn create_phase(t: &mut Open, n: u64, run: &mut TargetRun, progress: &mut Progress) -> Result<()> {
+fn create_phase(t: &mut Opened, n: u64, run: &mut TargetRun, progress: &mut Progress) -> Result<()> {
     let k = (n / 20).max(1);
     let mut buf = String::new();
     let started = Instant::now();
     let (mut first, mut last_from) = (None, None);
+    let mut mark = started;
     for i in 0..n {
+        if i > 0 && i % k == 0 {
+            run.create_us_by_twentieth
+                .push(mark.elapsed().as_secs_f64() * 1e6 / k as f64);
+            mark = Instant::now();
+        }
         if i == n.saturating_sub(k) {
             last_from = Some(Instant::now());
         }

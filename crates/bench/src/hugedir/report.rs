@@ -46,6 +46,8 @@ pub struct TargetRun {
     pub create_first_5pct_us: f64,
     /// Mean µs per create over the last 5 %.
     pub create_last_5pct_us: f64,
+    /// Mean µs per create over each successive 5 % of the creates.
+    pub create_us_by_twentieth: Vec<f64>,
     /// RSS (KiB) of the serving process after the first 5 % of the creates.
     pub rss_first_5pct_kib: Option<u64>,
     /// RSS (KiB) of the serving process after all creates.
@@ -73,6 +75,7 @@ impl TargetRun {
             phases: Vec::new(),
             create_first_5pct_us: 0.0,
             create_last_5pct_us: 0.0,
+            create_us_by_twentieth: Vec::new(),
             rss_first_5pct_kib: None,
             rss_after_create_kib: None,
             peak_rss_kib: None,
@@ -157,6 +160,23 @@ impl HugedirReport {
         );
         for r in &self.runs {
             self.row(&mut s, r);
+        }
+        let _ = writeln!(
+            s,
+            "\n| target | RSS after first 5 % MiB | RSS after create MiB | µs per create, each successive 5 % of the creates |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---|");
+        for r in &self.runs {
+            let mib = |k: Option<u64>| k.map_or("–".into(), |k| format!("{:.0}", k as f64 / 1024.0));
+            let curve: Vec<String> = r.create_us_by_twentieth.iter().map(|u| format!("{u:.1}")).collect();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} |",
+                r.target.name(),
+                mib(r.rss_first_5pct_kib),
+                mib(r.rss_after_create_kib),
+                curve.join(" ")
+            );
         }
         s
     }

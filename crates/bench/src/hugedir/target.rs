@@ -75,7 +75,7 @@ pub fn make_image(image: &Path, entries: u64, block_size: u32) -> Result<()> {
 }
 
 /// An open target: its operations, and how to close it.
-pub struct Open {
+pub struct Opened {
     /// The operations on its directory.
     pub ops: Box<dyn HugeOps>,
     how: How,
@@ -87,7 +87,7 @@ enum How {
     Kernel { mnt: PathBuf },
 }
 
-impl Open {
+impl Opened {
     /// Opens `image` as `kind`, mounting at `mnt` where it mounts; makes the
     /// run's directory when `fresh`.
     pub fn open(kind: Kind, image: &Path, mnt: &Path, exe: &Path, fresh: bool) -> Result<Self> {

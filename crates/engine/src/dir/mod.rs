@@ -2,6 +2,7 @@
 //! alike) and name lookup (through the htree index when there is one).
 //! See `Documentation/filesystems/ext4/directory.rst`.
 
+pub(crate) mod drain;
 pub(crate) mod hint;
 mod htree;
 mod htree_insert;
@@ -9,6 +10,7 @@ mod limits;
 mod lookup;
 mod modify;
 mod new_entry;
+mod shrink;
 mod txn_lookup;
 
 pub(crate) use new_entry::Placement;
