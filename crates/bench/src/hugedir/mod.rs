@@ -73,17 +73,32 @@ pub fn run(cfg: &Config, progress: &mut Progress) -> Result<HugedirReport> {
         let mnt = work.path().join(format!("{}.mnt", kind.name()));
         std::fs::create_dir_all(&mnt)?;
         crate::log(&format!("{}: mkfs.ext4 {}", kind.name(), image.display()));
-        let mut run = run_target(cfg, kind, &image, &mnt, progress)?;
-        crate::log(&format!("{}: e2fsck -fn", kind.name()));
-        let fsck = crate::system::e2fsck(&image)?;
-        if fsck.clean {
-            std::fs::remove_file(&image)?;
-        } else {
-            let kept = cfg.scratch.join(format!("ext4kit-hugedir-{}.dirty.ext4", kind.name()));
-            std::fs::rename(&image, &kept)?;
-            run.kept_image = Some(kept.display().to_string());
+        let mut run = match run_target(cfg, kind, &image, &mnt, progress) {
+            Ok(run) => run,
+            Err(e) => {
+                crate::log(&format!("{}: FAILED: {e:#}", kind.name()));
+                let mut run = TargetRun::new(kind, entries_of(cfg, kind), cfg.block_size);
+                run.error = Some(format!("{e:#}"));
+                run
+            }
+        };
+        if image.exists() {
+            crate::log(&format!("{}: e2fsck -fn", kind.name()));
+            let fsck = crate::system::e2fsck(&image)?;
+            if fsck.clean {
+                std::fs::remove_file(&image)?;
+            } else {
+                let kept = cfg.scratch.join(format!("ext4kit-hugedir-{}.dirty.ext4", kind.name()));
+                std::fs::rename(&image, &kept)?;
+                run.kept_image = Some(kept.display().to_string());
+            }
+            run.fsck_clean = fsck.clean;
         }
-        run.fsck_clean = fsck.clean;
+        crate::log(&format!(
+            "{}: {}",
+            kind.name(),
+            serde_json::to_string(&run).unwrap_or_default()
+        ));
         runs.push(run);
     }
     Ok(HugedirReport::new(cfg, runs))

@@ -64,6 +64,8 @@ pub struct TargetRun {
     pub fsck_clean: bool,
     /// Where an image e2fsck did not find clean was kept.
     pub kept_image: Option<String>,
+    /// Why the run stopped, when it did.
+    pub error: Option<String>,
 }
 
 impl TargetRun {
@@ -84,6 +86,7 @@ impl TargetRun {
             dir_bytes_after_delete: 0,
             fsck_clean: false,
             kept_image: None,
+            error: None,
         }
     }
 
@@ -135,9 +138,9 @@ impl HugedirReport {
         }
     }
 
-    /// True when an image was left that e2fsck does not find clean.
+    /// True when a target failed or left an image e2fsck does not find clean.
     pub fn failed(&self) -> bool {
-        self.runs.iter().any(|r| !r.fsck_clean)
+        self.runs.iter().any(|r| !r.fsck_clean || r.error.is_some())
     }
 
     /// The tables.
@@ -204,7 +207,11 @@ impl HugedirReport {
             r.dir_bytes as f64 / (1 << 20) as f64,
             r.dir_bytes_after_delete / 1024,
             empty_ms,
-            if r.fsck_clean { "clean" } else { "NOT clean" },
+            match (&r.error, r.fsck_clean) {
+                (Some(e), _) => format!("FAILED: {e}"),
+                (None, true) => "clean".into(),
+                (None, false) => "NOT clean".into(),
+            },
         );
     }
 
