@@ -179,11 +179,6 @@ fn create_phase(t: &mut Opened, n: u64, run: &mut TargetRun, progress: &mut Prog
     let (mut first, mut last_from) = (None, None);
     let mut mark = started;
     for i in 0..n {
-        if i > 0 && i % k == 0 {
-            run.create_us_by_twentieth
-                .push(mark.elapsed().as_secs_f64() * 1e6 / k as f64);
-            mark = Instant::now();
-        }
         if i == n.saturating_sub(k) {
             last_from = Some(Instant::now());
         }
@@ -192,11 +187,18 @@ fn create_phase(t: &mut Opened, n: u64, run: &mut TargetRun, progress: &mut Prog
             first = Some(started.elapsed());
             run.rss_first_5pct_kib = t.status_kib("VmRSS:");
         }
+        if (i + 1) % k == 0 && run.create_us_by_twentieth.len() < 19 {
+            run.create_us_by_twentieth.push(mark.elapsed().as_secs_f64() * 1e6 / k as f64);
+            mark = Instant::now();
+        }
         if i % 4096 == 4095 {
             progress.step(4096)?;
         }
     }
     let last = last_from.map(|t| t.elapsed());
+    let rest = n - run.create_us_by_twentieth.len() as u64 * k;
+    run.create_us_by_twentieth
+        .push(mark.elapsed().as_secs_f64() * 1e6 / rest.max(1) as f64);
     t.ops.sync()?;
     let total = started.elapsed();
     let last = last.unwrap_or(total);
