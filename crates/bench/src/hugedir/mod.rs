@@ -188,7 +188,8 @@ fn create_phase(t: &mut Opened, n: u64, run: &mut TargetRun, progress: &mut Prog
             run.rss_first_5pct_kib = t.status_kib("VmRSS:");
         }
         if (i + 1) % k == 0 && run.create_us_by_twentieth.len() < 19 {
-            run.create_us_by_twentieth.push(mark.elapsed().as_secs_f64() * 1e6 / k as f64);
+            run.create_us_by_twentieth
+                .push(mark.elapsed().as_secs_f64() * 1e6 / k as f64);
             mark = Instant::now();
         }
         if i % 4096 == 4095 {

@@ -78,7 +78,8 @@ pub fn make_image(image: &Path, entries: u64, block_size: u32) -> Result<()> {
 pub struct Opened {
     /// The operations on its directory.
     pub ops: Box<dyn HugeOps>,
-    how: How,
+    /// `None` once closed.
+    how: Option<How>,
 }
 
 enum How {
@@ -95,7 +96,7 @@ impl Opened {
             let ops = LibraryOps::open(image, DIR, fresh)?;
             return Ok(Self {
                 ops: Box::new(ops),
-                how: How::Library,
+                how: Some(How::Library),
             });
         }
         let how = if kind == Kind::Mount {
@@ -129,7 +130,7 @@ impl Opened {
         }
         Ok(Self {
             ops: Box::new(HostOps::new(&dir)),
-            how,
+            how: Some(how),
         })
     }
 
@@ -137,7 +138,7 @@ impl Opened {
     /// system: this one for the library, the FUSE server for the mount;
     /// `None` for the kernel, whose memory is no process's.
     pub fn status_kib(&self, field: &str) -> Option<u64> {
-        match &self.how {
+        match self.how.as_ref()? {
             How::Library => status_kib("self", field),
             How::Mount { child, .. } => status_kib(&child.id().to_string(), field),
             How::Kernel { .. } => None,
@@ -145,19 +146,38 @@ impl Opened {
     }
 
     /// Unmounts (the FUSE server has written the image once it exits).
-    pub fn close(self) -> Result<()> {
-        let Self { ops, how } = self;
-        match how {
-            How::Library => ops.finish(),
-            How::Mount { mut child, mnt, exe } => {
+    pub fn close(mut self) -> Result<()> {
+        let ops = std::mem::replace(&mut self.ops, Box::new(HostOps::new(Path::new("/"))));
+        match self.how.take() {
+            None => Ok(()),
+            Some(How::Library) => ops.finish(),
+            Some(How::Mount { mut child, mnt, exe }) => {
                 ops.finish()?;
                 run_ok(Command::new(exe).arg("umount").arg(&mnt))?;
                 wait_exit(&mut child)
             }
-            How::Kernel { mnt } => {
+            Some(How::Kernel { mnt }) => {
                 ops.finish()?;
                 run_ok(Command::new(tool("umount")?).arg(&mnt)).map(drop)
             }
+        }
+    }
+}
+
+impl Drop for Opened {
+    /// A run that failed must not leave a mount behind (its directory is
+    /// removed next): detach it lazily and stop the FUSE server.
+    fn drop(&mut self) {
+        match self.how.take() {
+            Some(How::Mount { mut child, mnt, .. }) => {
+                let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Some(How::Kernel { mnt }) => {
+                let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+            }
+            Some(How::Library) | None => {}
         }
     }
 }
