@@ -104,11 +104,22 @@ impl Txn<'_> {
         let bs = u64::from(self.fs.geo.block_size);
         let first = self.phys_of(dir, 0)?;
         let parent = self.dotdot(dir, first)?;
+        // Copies this transaction holds of blocks about to be freed (the
+        // leaf the unlink just changed) must not reach the device, where a
+        // freed block may already belong to something else.
+        let held: Vec<u64> = self
+            .body_runs(dir)?
+            .iter()
+            .flat_map(|e| (0..u64::from(e.len)).map(move |i| (u64::from(e.logical) + i, e.physical + i)))
+            .filter(|&(logical, phys)| logical > 0 && self.holds(phys))
+            .map(|(_, phys)| phys)
+            .collect();
         if dir.uses_extents() {
             self.shrink(dir, bs)?;
         } else {
             self.shrink_block_map(dir, 1)?;
         }
+        held.into_iter().for_each(|b| self.forget_block(b));
         dir.raw.i_flags.set(dir.raw.flags() & !flags::INDEX);
         dir.raw.set_size(bs);
         self.init_dir_block(dir, first, parent)?;
