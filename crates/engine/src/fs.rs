@@ -128,6 +128,9 @@ pub struct Filesystem {
     /// Where the next new name of each linear directory goes
     /// ([`Filesystem::create_new`]).
     pub(crate) dir_hints: crate::dir::hint::DirHints,
+    /// How far each directory being emptied is known to be empty
+    /// (`crate::dir::drain`).
+    pub(crate) dir_drain: crate::dir::drain::DrainCursors,
     /// The superblock's mounted/clean state in this session.
     pub(crate) session: crate::session::Session,
     /// Errors found and not yet in the superblock ([`crate::fs_error`]).

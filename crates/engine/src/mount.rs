@@ -94,6 +94,7 @@ impl Filesystem {
             mb: Default::default(),
             ialloc_last: Default::default(),
             dir_hints: Default::default(),
+            dir_drain: Default::default(),
             session: crate::session::Session::new(state_at_open),
             errors: Default::default(),
             dirty: Mutex::new(dirty),

@@ -35,6 +35,25 @@ impl Filesystem {
             && self.geo.features.compat.contains(CompatFeatures::DIR_INDEX)
     }
 
+    /// Index levels of `dir`'s htree as `ext4_dir_htree_level` counts them
+    /// (1 for a root over leaves; at most 2, or 3 with `large_dir`):
+    /// `dx_root_info.indirect_levels` + 1; `None` without a usable index.
+    ///
+    /// # Errors
+    /// Corruption of the root block.
+    pub fn dir_index_depth(&self, dir: &Inode) -> Result<Option<u8>> {
+        if !self.indexed(dir) {
+            return Ok(None);
+        }
+        let (pblk, buf) = self.dir_block(dir, 0)?;
+        let at = Location::Block {
+            block: pblk,
+            inode: dir.ino,
+        };
+        let root = DxRoot::parse(&buf, &self.dx_params()).map_err(|e| Error::format(at, e))?;
+        Ok(Some(root.indirect_levels() + 1))
+    }
+
     /// True when `buf` (logical block `logical` of `dir`) is an htree index block.
     pub(crate) fn is_dx_block(&self, dir: &Inode, buf: &[u8], logical: u64) -> bool {
         if !self.indexed(dir) || buf.len() < 8 {

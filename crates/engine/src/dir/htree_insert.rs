@@ -239,6 +239,10 @@ impl Txn<'_> {
         };
         let leaf = path.last().map_or(0, |f| f.entries[f.at].block);
         let phys = self.phys_of(dir, leaf.into())?;
+        // A split moves names only into the new block past the end.
+        self.fs
+            .dir_drain
+            .refilled(dir.ino, dir.raw.i_generation.get(), leaf.into());
         if !self.insert_in_block(dir, phys, name, ino, ft)? {
             self.check_index_room(dir, &path)?;
             let (split_hash, new_phys) = self.split_leaf(dir, phys, code, path)?;

@@ -2,6 +2,7 @@
 //! alike) and name lookup (through the htree index when there is one).
 //! See `Documentation/filesystems/ext4/directory.rst`.
 
+pub(crate) mod drain;
 pub(crate) mod hint;
 mod htree;
 mod htree_insert;
@@ -11,6 +12,7 @@ mod lookup;
 mod modify;
 mod new_entry;
 mod readdir;
+mod shrink;
 mod txn_lookup;
 
 pub(crate) use new_entry::Placement;
@@ -78,6 +80,20 @@ impl Filesystem {
     /// [`Error::NotDir`]; corruption or checksum failures at the block.
     pub fn read_dir(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
         self.reading("read_dir", || self.read_dir_unrecorded(dir))
+    }
+
+    /// Calls `f` on every entry of `dir`, `.` and `..` included, in on-disk
+    /// order, until it returns `Ok(false)`: [`Self::read_dir`] without
+    /// collecting, so listing a directory of millions of names holds one
+    /// block's entries at a time.
+    ///
+    /// # Errors
+    /// As [`Self::read_dir`], and whatever `f` returns.
+    pub fn read_dir_each(&self, dir: &Inode, f: impl FnMut(DirEntry) -> Result<bool>) -> Result<()> {
+        self.reading("read_dir", || {
+            self.require_dir(dir)?;
+            self.for_each_dir_entry(dir, f)
+        })
     }
 
     fn read_dir_unrecorded(&self, dir: &Inode) -> Result<Vec<DirEntry>> {

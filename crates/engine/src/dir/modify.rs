@@ -131,6 +131,9 @@ impl Txn<'_> {
         let blocks = self.dir_blocks(dir)?;
         for b in &blocks {
             if self.insert_in_block(dir, b.physical, name, ino, ft)? {
+                self.fs
+                    .dir_drain
+                    .refilled(dir.ino, dir.raw.i_generation.get(), b.logical);
                 return Ok(());
             }
         }
@@ -194,13 +197,19 @@ impl Txn<'_> {
     }
 
     /// Removes `name` from `dir`; returns the inode it named.
+    pub(crate) fn remove_entry(&mut self, dir: &Inode, name: &[u8]) -> Result<u32> {
+        Ok(self.remove_entry_at(dir, name)?.0)
+    }
+
+    /// Removes `name` from `dir`; returns the inode it named and the block
+    /// that held it.
     ///
     /// An indexed directory is searched through its index (the kernel's
     /// `ext4_find_entry` before `ext4_delete_entry`), so an unlink in a
     /// directory of millions of names reads a handful of blocks, not all
     /// of them; an index this code cannot walk is scanned instead, as the
     /// lookup path does.
-    pub(crate) fn remove_entry(&mut self, dir: &Inode, name: &[u8]) -> Result<u32> {
+    pub(crate) fn remove_entry_at(&mut self, dir: &Inode, name: &[u8]) -> Result<(u32, DirBlock)> {
         let missing = || Error::NotFound(String::from_utf8_lossy(name).into_owned());
         let indexed = dir.raw.has_flag(flags::INDEX)
             && self
@@ -222,11 +231,15 @@ impl Txn<'_> {
                 .remove_in_block(dir, leaf.phys, leaf.logical, name)?
                 .ok_or_else(missing)?;
             self.itree_remove(dir, ino, spot.hash, name)?;
-            return Ok(ino);
+            let at = DirBlock {
+                logical: leaf.logical,
+                physical: leaf.phys,
+            };
+            return Ok((ino, at));
         }
         for b in self.dir_blocks(dir)? {
             if let Some(ino) = self.remove_in_block(dir, b.physical, b.logical, name)? {
-                return Ok(ino);
+                return Ok((ino, b));
             }
         }
         Err(missing())

@@ -116,6 +116,7 @@ impl Txn<'_> {
             && self.insert_in_block(dir, b.physical, name, ino, ft)?
         {
             self.fs.dir_hints.set(dir.ino, generation, b.logical);
+            self.fs.dir_drain.refilled(dir.ino, generation, b.logical);
             return Ok(());
         }
         let dir_index = self.fs.geo.features.compat.contains(CompatFeatures::DIR_INDEX);

@@ -61,7 +61,8 @@ impl Txn<'_> {
             (true, true) if !self.dir_is_empty(&target)? => return Err(Error::NotEmpty(shown())),
             _ => {}
         }
-        self.remove_entry(&dir, name)?;
+        let (_, at) = self.remove_entry_at(&dir, name)?;
+        self.after_removal(&mut dir, at)?;
         drop_link(self, &mut target)?;
         if want_dir && dir.raw.links() > 2 {
             dir.raw.i_links_count.set(dir.raw.links() - 1);

@@ -13,6 +13,11 @@
 //! disk model), a directory or a kernel loop mount (wall time); fails on
 //! an image e2fsck does not find clean.
 //!
+//! `ext4kit bench hugedir`: one directory of millions of entries created,
+//! looked up, listed and emptied on the library, the FUSE mount and kernel
+//! ext4 (`ext4kit_bench::hugedir`); fails on an image e2fsck does not find
+//! clean.
+//!
 //! `ext4kit bench WORKLOAD` for the suite's other workloads ([`suite`]).
 
 mod suite;
@@ -49,6 +54,12 @@ enum What {
     /// far. On an image: the engine on the disk model, modeled time; on a
     /// directory or a --kernel loop mount, wall time.
     CreateScale(CreateScaleArgs),
+    /// Issue 16: N empty files created in one directory, then random
+    /// lookups, a listing and deletion of every name; rates, create-cost
+    /// flatness (first against last 5 %), peak RSS and htree depth, on the
+    /// library, `ext4kit mount` and kernel ext4 (loop), each on a fresh
+    /// sparse `large_dir` image.
+    Hugedir(HugedirArgs),
     /// Sequential write, fsync and cold read of one file, and the extents
     /// it ended in (`--size`, `--io-size`).
     Seqio(suite::SuiteArgs),
@@ -157,6 +168,38 @@ struct CreateScaleArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct HugedirArgs {
+    /// Targets, comma-separated: library, mount, kernel.
+    #[arg(long, default_value = "library,mount,kernel")]
+    targets: String,
+    /// Entries on the library and kernel targets.
+    #[arg(long, value_name = "N", default_value_t = 10_000_000)]
+    entries: u64,
+    /// Entries on the mount target [default: 5,000,000, or --entries when
+    /// smaller].
+    #[arg(long, value_name = "N")]
+    mount_entries: Option<u64>,
+    /// Random lookups [default: one per entry].
+    #[arg(long, value_name = "N")]
+    lookups: Option<u64>,
+    /// Also lstat every entry while listing.
+    #[arg(long)]
+    stat: bool,
+    /// Block size of the images (1024 forces a 3-level htree sooner).
+    #[arg(long, value_name = "BYTES", default_value_t = 4096)]
+    block_size: u32,
+    /// Seed of the lookup order.
+    #[arg(long, value_name = "SEED", default_value_t = 0x5eed)]
+    seed: u64,
+    /// Where images and mount points go.
+    #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
+    scratch: PathBuf,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
 struct JournalArgs {
     /// Small sizes: a smoke test in seconds.
     #[arg(long)]
@@ -211,6 +254,7 @@ pub fn run(a: Args) -> Result<()> {
         What::Mount(a) => run_mount(a),
         What::Journal(a) => run_journal(a),
         What::CreateScale(a) => run_create_scale(a),
+        What::Hugedir(a) => run_hugedir(a),
         What::Seqio(a) => suite::run("seqio", &a),
         What::Postmark(a) => suite::run("postmark", &a),
         What::FfsbMeta(a) => suite::run("ffsb-meta", &a),
@@ -278,6 +322,50 @@ fn run_create_scale(a: CreateScaleArgs) -> Result<()> {
     }
     if report.failed() {
         bail!("{} is not e2fsck-clean after the run", cfg.target.describe());
+    }
+    Ok(())
+}
+
+fn run_hugedir(a: HugedirArgs) -> Result<()> {
+    use ext4kit_bench::hugedir::{self, Kind};
+    let cfg = hugedir::Config {
+        targets: parse_list(&a.targets, &Kind::ALL).map_err(anyhow::Error::msg)?,
+        entries: a.entries,
+        mount_entries: a.mount_entries.unwrap_or(a.entries.min(5_000_000)),
+        lookups: a.lookups.unwrap_or(0),
+        stat: a.stat,
+        block_size: a.block_size,
+        seed: a.seed,
+        scratch: a.scratch,
+        ext4kit_exe: std::env::current_exe().context("cannot find the ext4kit executable")?,
+    };
+    let (flag, _guard) = ext4kit_bench::suite::interrupt_flag()?;
+    let started = Instant::now();
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    let mut show = |done: u64, total: u64| {
+        if bar.is_none() && started.elapsed() > Duration::from_secs(1) {
+            let b = indicatif::ProgressBar::new(total);
+            if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} operations, {elapsed}") {
+                b.set_style(style);
+            }
+            bar = Some(b);
+        }
+        if let Some(b) = &bar {
+            b.set_length(total);
+            b.set_position(done);
+        }
+    };
+    let report = hugedir::run(&cfg, &mut Progress::new(&mut show, flag));
+    if let Some(b) = bar.take() {
+        b.finish_and_clear();
+    }
+    let report = report?;
+    outln!("{}", report.to_markdown());
+    if let Some(path) = &a.json {
+        write_whole(path, &report.to_json())?;
+    }
+    if report.failed() {
+        bail!("an image was not e2fsck-clean after its run (see the table)");
     }
     Ok(())
 }

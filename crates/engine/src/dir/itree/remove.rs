@@ -41,14 +41,14 @@ impl Txn<'_> {
                 let Some(Step { block, node, .. }) = path.pop() else {
                     return Err(lost_path(dir));
                 };
-                self.after_removal(dir, link, path, block, node)
+                self.itree_after_removal(dir, link, path, block, node)
             }
         }
     }
 
     /// `node` (at `block`, below `path`) just lost an entry: write it, drop
     /// it if empty, or merge it with a sibling when its class fell to a half.
-    fn after_removal(&mut self, dir: &Inode, link: Link, mut path: Vec<Step>, block: u64, node: Node) -> Result<()> {
+    fn itree_after_removal(&mut self, dir: &Inode, link: Link, mut path: Vec<Step>, block: u64, node: Node) -> Result<()> {
         let cap = capacity(self.fs.geo.block_size);
         let class = fullness_class(node.used(), cap);
         let Some(parent) = path.last() else {
@@ -80,7 +80,7 @@ impl Txn<'_> {
             return Err(lost_path(dir));
         };
         entries.remove(parent.at);
-        self.after_removal(dir, link, path, parent.block, parent.node)
+        self.itree_after_removal(dir, link, path, parent.block, parent.node)
     }
 
     /// Merges `node` (the child at the bottom step's `at`) with a neighbour
@@ -119,7 +119,7 @@ impl Txn<'_> {
         };
         entries[left_at].fullness = fullness_class(merged.used(), cap);
         entries.remove(right_at);
-        self.after_removal(dir, link, path, parent.block, parent.node)
+        self.itree_after_removal(dir, link, path, parent.block, parent.node)
     }
 
     /// A root index node with a single child hands the root to that child.
