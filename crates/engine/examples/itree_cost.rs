@@ -141,8 +141,14 @@ fn main() -> Result<(), Box<dyn Error>> {
         return Ok(());
     }
     let extents = |runs: &[Run]| runs.first().map_or(0, |r| r.extents);
-    println!("{entries} entries, {cache_mib} MiB block cache, {rounds} rounds, medians of the writing thread's CPU ns per operation");
-    println!("directory extents: htree {}, htree + itree {}", extents(&htree), extents(&itree));
+    println!(
+        "{entries} entries, {cache_mib} MiB block cache, {rounds} rounds, medians of the writing thread's CPU ns per operation"
+    );
+    println!(
+        "directory extents: htree {}, htree + itree {}",
+        extents(&htree),
+        extents(&itree)
+    );
     println!("| | htree | htree + itree | ratio |");
     println!("|---|---:|---:|---:|");
     let rows: [Row; 3] = [

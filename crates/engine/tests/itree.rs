@@ -282,7 +282,10 @@ fn mass_delete_coalesces_and_frees_every_node() {
     // went with its htree root.
     let emptied = fs.inode(big).unwrap();
     assert_eq!(emptied.size(), 1024);
-    assert!(fs.itree_stats(&emptied).is_err(), "no itree left on a one-block directory");
+    assert!(
+        fs.itree_stats(&emptied).is_err(),
+        "no itree left on a one-block directory"
+    );
     fs.rmdir(ROOT_INO, b"big").unwrap();
     fs.sync().unwrap();
     assert_eq!(

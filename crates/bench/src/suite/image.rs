@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, ensure};
 use ext4kit_engine::device::{DiskModel, DiskProfile, FileDevice, PageCache};
-use ext4kit_engine::{AllocOptions, Attr, Filesystem, NodeKind, OpenOptions, RenameFlags};
 use ext4kit_engine::dir::{ReadDirOptions, ReadDirOrder};
+use ext4kit_engine::{AllocOptions, Attr, Filesystem, NodeKind, OpenOptions, RenameFlags};
 use parking_lot::RwLock;
 
 use super::fs::{BenchFs, Cold, Entry, Extent, FileRef, Open, Sample, Stat, split_parent};

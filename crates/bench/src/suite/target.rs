@@ -8,8 +8,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::AllocOptions;
-use ext4kit_engine::dir::ReadDirOrder;
 use ext4kit_engine::device::{DiskProfile, FileDevice};
+use ext4kit_engine::dir::ReadDirOrder;
 use ext4kit_engine::mkfs::{FsType, Media, MkfsOptions, mkfs};
 
 use super::fs::BenchFs;
@@ -209,7 +209,16 @@ impl Target {
                 }
                 let dir = free_name(name, |n| image_has(path, n))?;
                 Ok(Self(Inner::Image {
-                    fs: Box::new(EngineFs::open(path, &o.disk, o.cache_bytes, Policy { alloc: o.alloc, readdir: o.readdir }, &dir)?),
+                    fs: Box::new(EngineFs::open(
+                        path,
+                        &o.disk,
+                        o.cache_bytes,
+                        Policy {
+                            alloc: o.alloc,
+                            readdir: o.readdir,
+                        },
+                        &dir,
+                    )?),
                     made,
                 }))
             }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use ext4kit_bench::suite::compare::{self, Variant};
-use ext4kit_engine::dir::ReadDirOrder;
 use ext4kit_bench::suite::{self, Params, Progress, TargetOptions, TargetSpec};
+use ext4kit_engine::dir::ReadDirOrder;
 use ext4kit_engine::mkfs::parse_size;
 use ext4kit_engine::{AllocOptions, BlockAllocator, InodeAllocator};
 

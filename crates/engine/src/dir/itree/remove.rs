@@ -48,7 +48,14 @@ impl Txn<'_> {
 
     /// `node` (at `block`, below `path`) just lost an entry: write it, drop
     /// it if empty, or merge it with a sibling when its class fell to a half.
-    fn itree_after_removal(&mut self, dir: &Inode, link: Link, mut path: Vec<Step>, block: u64, node: Node) -> Result<()> {
+    fn itree_after_removal(
+        &mut self,
+        dir: &Inode,
+        link: Link,
+        mut path: Vec<Step>,
+        block: u64,
+        node: Node,
+    ) -> Result<()> {
         let cap = capacity(self.fs.geo.block_size);
         let class = fullness_class(node.used(), cap);
         let Some(parent) = path.last() else {
