@@ -159,7 +159,7 @@ impl TargetSpec {
                 p.display()
             ),
             Self::Kernel(k) => {
-                bail!("{what} is the engine's choice; a kernel {k} target works as the kernel does")
+                bail!("{what} is the engine's choice; a kernel {k} target uses the kernel's")
             }
         }
     }
