@@ -81,13 +81,14 @@ impl Variant {
             "inode_alloc" => o.alloc.inodes = value.parse().map_err(anyhow::Error::msg)?,
             "mb_flex_aware" => o.alloc.flex_aware = parse_switch(value)?,
             "delalloc" => o.alloc.delalloc = parse_switch(value)?,
-            "readdir" => o.readdir = value.parse().map_err(anyhow::Error::msg)?,
+            "readdir" => o.readdir.order = value.parse().map_err(anyhow::Error::msg)?,
+            "readdir_snapshot" => o.readdir.snapshot_limit = value.parse()?,
             "flex" => o.flex = Some(value.to_string()),
             "flex_meta" => o.extended.push(format!("flex_meta={value}")),
             "target" => self.spec = TargetSpec::from_path(&PathBuf::from(value))?,
             "kernel" => self.spec = TargetSpec::kernel(value)?,
             _ => bail!(
-                "the keys are type, features, disk, cache, alloc, inode_alloc, mb_flex_aware, delalloc, readdir, flex, flex_meta, target and kernel"
+                "the keys are type, features, disk, cache, alloc, inode_alloc, mb_flex_aware, delalloc, readdir, readdir_snapshot, flex, flex_meta, target and kernel"
             ),
         }
         Ok(())

@@ -57,10 +57,7 @@ impl EngineFs {
                 delalloc_bytes: held_limit(cache_bytes, alloc.delalloc_bytes),
                 ..alloc
             },
-            readdir: ReadDirOptions {
-                order: readdir,
-                ..ReadDirOptions::default()
-            },
+            readdir,
             ..OpenOptions::default()
         };
         let fs = open_fs(&cache, path, &opts)?;
@@ -360,6 +357,6 @@ impl BenchFs for EngineFs {
 pub struct Policy {
     /// Block and inode allocators, delayed allocation.
     pub alloc: AllocOptions,
-    /// `readdir` order (`-o readdir=`): hash, or inode from a snapshot.
-    pub readdir: ReadDirOrder,
+    /// `readdir` order and snapshot limit (`-o readdir=`, `readdir_snapshot=`).
+    pub readdir: ReadDirOptions,
 }

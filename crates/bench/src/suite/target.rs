@@ -9,7 +9,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::AllocOptions;
 use ext4kit_engine::device::{DiskProfile, FileDevice};
-use ext4kit_engine::dir::ReadDirOrder;
+use ext4kit_engine::dir::ReadDirOptions;
 use ext4kit_engine::mkfs::{FsType, Media, MkfsOptions, mkfs};
 
 use super::fs::BenchFs;
@@ -64,7 +64,7 @@ pub struct TargetOptions {
     pub alloc: AllocOptions,
     /// The order the engine lists directories in (`-o readdir=`); a
     /// directory or kernel target lists as its file system does.
-    pub readdir: ReadDirOrder,
+    pub readdir: ReadDirOptions,
 }
 
 impl Default for TargetOptions {
@@ -84,7 +84,7 @@ impl Default for TargetOptions {
             extended: Vec::new(),
             scratch: PathBuf::from("/var/tmp"),
             alloc: AllocOptions::default(),
-            readdir: ReadDirOrder::default(),
+            readdir: ReadDirOptions::default(),
         }
     }
 }
@@ -195,7 +195,7 @@ impl Target {
     /// Opens `spec` for workload `name`, whose files go into a new
     /// directory named after it.
     pub fn open(spec: &TargetSpec, name: &str, o: &TargetOptions) -> Result<Self> {
-        if o.readdir != ReadDirOrder::default() {
+        if o.readdir != ReadDirOptions::default() {
             spec.engine_only("a readdir order")?;
         }
         if o.alloc != AllocOptions::default() {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use ext4kit_bench::suite::compare::{self, Variant};
 use ext4kit_bench::suite::{self, Params, Progress, TargetOptions, TargetSpec};
-use ext4kit_engine::dir::ReadDirOrder;
+use ext4kit_engine::dir::{DEFAULT_SNAPSHOT_LIMIT, ReadDirOptions, ReadDirOrder};
 use ext4kit_engine::mkfs::parse_size;
 use ext4kit_engine::{AllocOptions, BlockAllocator, InodeAllocator};
 
@@ -87,6 +87,10 @@ pub struct SuiteArgs {
     /// A directory with an itree lists in inode order either way.
     #[arg(long, value_name = "ORDER")]
     readdir: Option<ReadDirOrder>,
+    /// Most entries a `--readdir inode` snapshot holds (the mount's
+    /// `readdir_snapshot=`); a bigger directory is listed in hash order.
+    #[arg(long, value_name = "N")]
+    readdir_snapshot: Option<usize>,
     /// Where --kernel puts its image.
     #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
     scratch: PathBuf,
@@ -100,7 +104,8 @@ pub struct SuiteArgs {
     /// Run the workload again with these settings changed, for a side by
     /// side table (repeatable): key=value pairs, comma-separated, of
     /// type, features (joined by +), disk, cache, alloc, inode_alloc,
-    /// mb_flex_aware (0 or 1), readdir (hash or inode: the mount option),
+    /// mb_flex_aware (0 or 1), readdir (hash or inode) and readdir_snapshot
+    /// (entries: the mount options),
     /// flex (mkfs -G: a number or auto),
     /// flex_meta (mkfs -E: start or middle), target, kernel; e.g.
     /// `--compare features=^dir_index --compare alloc=ext3`.
@@ -172,7 +177,10 @@ impl SuiteArgs {
                 inodes: self.inode_alloc.unwrap_or(defaults.inodes),
                 ..defaults
             },
-            readdir: self.readdir.unwrap_or_default(),
+            readdir: ReadDirOptions {
+                order: self.readdir.unwrap_or_default(),
+                snapshot_limit: self.readdir_snapshot.unwrap_or(DEFAULT_SNAPSHOT_LIMIT),
+            },
         })
     }
 }
