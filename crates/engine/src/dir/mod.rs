@@ -111,20 +111,10 @@ impl Filesystem {
 
     /// "." and ".." (from the htree root), then every name in inode order.
     fn read_dir_itree(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
-        let run = self.map_range(dir, 0, 1)?;
-        let block = run
-            .first()
-            .map(|r| r.physical)
-            .ok_or_else(|| Error::inconsistent(Location::Inode(dir.ino), "indexed directory without block 0"))?;
-        let buf = self.meta_block(block, dir.ino)?;
-        let at = Location::Block { block, inode: dir.ino };
-        let mut out = self.dir_block_entries(dir, &buf, 0, at)?;
-        self.itree_walk(dir, 0, |e| {
-            out.push(DirEntry {
-                ino: e.ino,
-                name: e.name.clone(),
-                file_type: file_type_code(e.file_type),
-            });
+        let mut stream = self.dir_stream(dir)?;
+        let mut out = Vec::new();
+        self.read_dir_from(dir, &mut stream, 0, |e, _| {
+            out.push(e.clone());
             Ok(true)
         })?;
         Ok(out)

@@ -170,30 +170,8 @@ impl Node {
     /// `Invalid` on an entry's `name_len`, `inode`, `block` or key order,
     /// at the entry's offset.
     pub fn parse(buf: &[u8], ctx: &NodeContext) -> Result<Self> {
-        let bs = usize::try_from(ctx.block_size).unwrap_or(usize::MAX);
-        let block = slice(buf, 0, bs, NODE)?;
-        let magic = le32(block, 0, NODE)?;
-        if magic != NODE_MAGIC {
-            return Err(FormatError::bad_magic(NODE, "magic", 0, magic.into()));
-        }
-        let stored = le32(block, 4, NODE)?;
-        let computed = node_checksum(block, ctx)?;
-        if stored != computed {
-            return Err(FormatError::checksum(NODE, "checksum", 4, stored, computed));
-        }
-        let level = block[8];
-        if level > MAX_LEVELS {
-            return Err(FormatError::invalid(NODE, "level", 8, level.into()));
-        }
-        let count = usize::from(le16(block, 10, NODE)?);
-        let used = usize::try_from(le32(block, 12, NODE)?).unwrap_or(usize::MAX);
-        if used > capacity(ctx.block_size) {
-            return Err(FormatError::invalid(NODE, "used", 12, used as u64));
-        }
-        let owner = le32(block, 16, NODE)?;
-        if owner != ctx.dir_ino {
-            return Err(FormatError::invalid(NODE, "dir_ino", 16, owner.into()));
-        }
+        let super::raw::Header { level, count, used } = super::raw::verify(buf, ctx)?;
+        let block = slice(buf, 0, HEADER_SIZE + used, NODE)?;
         let area = &block[HEADER_SIZE..HEADER_SIZE + used];
         let node = if level == 0 {
             Node::Leaf(parse_leaf(area, count)?)

@@ -64,14 +64,18 @@ pub(super) fn child_for(entries: &[itree::IndexEntry], key: u64) -> usize {
 }
 
 impl Filesystem {
-    /// The link in `dir`'s htree root, as committed.
-    pub(super) fn itree_link_committed(&self, dir: &Inode) -> Result<Link> {
+    /// Where block 0 of the indexed `dir` (its htree root) is, as committed.
+    pub(crate) fn dir_root_block(&self, dir: &Inode) -> Result<u64> {
         let at = Location::Inode(dir.ino);
-        let root = self
-            .map_range(dir, 0, 1)?
+        self.map_range(dir, 0, 1)?
             .first()
             .map(|r| r.physical)
-            .ok_or_else(|| Error::inconsistent(at, "indexed directory without block 0"))?;
+            .ok_or_else(|| Error::inconsistent(at, "indexed directory without block 0"))
+    }
+
+    /// The link in `dir`'s htree root, as committed.
+    pub(super) fn itree_link_committed(&self, dir: &Inode) -> Result<Link> {
+        let root = self.dir_root_block(dir)?;
         let buf = self.meta_block(root, dir.ino)?;
         decode_link(self, dir, root, &buf)
     }

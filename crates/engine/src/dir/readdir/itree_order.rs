@@ -45,12 +45,7 @@ impl Filesystem {
 
     /// "." and ".." of an indexed directory, from its htree root.
     fn dots(&self, dir: &Inode) -> Result<[(u32, &'static [u8]); 2]> {
-        let at = Location::Inode(dir.ino);
-        let block = self
-            .map_range(dir, 0, 1)?
-            .first()
-            .map(|r| r.physical)
-            .ok_or_else(|| Error::inconsistent(at, "indexed directory without block 0"))?;
+        let block = self.dir_root_block(dir)?;
         let buf = self.meta_block(block, dir.ino)?;
         let at = Location::Block { block, inode: dir.ino };
         let mut parent = None;
