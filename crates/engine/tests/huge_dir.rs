@@ -6,11 +6,11 @@
 
 mod common;
 
+use common::open_rw;
 use std::path::Path;
 
 use common::mkfs;
-use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{Attr, Filesystem, NodeKind, ROOT_INO};
 use ext4kit_format::hash::{HashVersion, dx_hash};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::rng::Rng;
@@ -21,11 +21,6 @@ const ATTR: Attr = Attr {
     uid: 0,
     gid: 0,
 };
-
-fn open_rw(img: &Path) -> Filesystem {
-    let dev = FileDevice::open(img, true).expect("open rw");
-    Filesystem::open(Box::new(dev), OpenOptions::default()).expect("open fs")
-}
 
 fn assert_clean(img: &Path, what: &str) {
     let fsck = e2fsck_fn(img).expect("run e2fsck");

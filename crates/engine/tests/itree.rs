@@ -10,13 +10,13 @@
 
 mod common;
 
+use common::open_rw;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::mkfs;
-use ext4kit_engine::device::FileDevice;
 use ext4kit_engine::tune::{FeatureEdit, TuneRequest, tune_image};
-use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO, RenameFlags};
+use ext4kit_engine::{Attr, Filesystem, NodeKind, ROOT_INO, RenameFlags};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::rng::Rng;
 use ext4kit_testkit::tools::{debugfs, e2fsck_fn};
@@ -26,11 +26,6 @@ const ATTR: Attr = Attr {
     uid: 0,
     gid: 0,
 };
-
-fn open_rw(img: &Path) -> Filesystem {
-    let dev = FileDevice::open(img, true).expect("open rw");
-    Filesystem::open(Box::new(dev), OpenOptions::default()).expect("open fs")
-}
 
 /// A 1 KiB-block image (small nodes: deep trees from few names; `large_dir`
 /// for the three htree levels a million names need there) with the itree
@@ -390,6 +385,13 @@ fn a_corrupt_node_is_an_error_naming_its_block() {
     assert_eq!(err.errno(), libc::EBADMSG, "{err}");
     assert!(err.to_string().contains(&root_block.to_string()), "{err}");
     assert!(fs.unlink(big.ino, b"n5").is_err(), "no change through a corrupt itree");
+    drop(fs);
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(
+        fsck.output.contains("unsupported feature"),
+        "e2fsck -fn:\n{}",
+        fsck.output
+    );
 }
 
 /// Names of ever lower inode numbers land below every key of the first

@@ -55,6 +55,12 @@ pub fn open(img: &Path, opts: OpenOptions) -> ext4kit_engine::Result<Filesystem>
     Filesystem::open(Box::new(FileDevice::open(img, false).expect("open image")), opts)
 }
 
+/// Opens `img` for writing with the default options.
+pub fn open_rw(img: &Path) -> Filesystem {
+    let dev = FileDevice::open(img, true).expect("open rw");
+    Filesystem::open(Box::new(dev), OpenOptions::default()).expect("open fs")
+}
+
 /// Reads the 1024-byte primary superblock of `img`.
 pub fn read_sb(img: &Path) -> Vec<u8> {
     let data = std::fs::read(img).expect("read image");

@@ -52,16 +52,7 @@ impl Txn<'_> {
         let (hops, leaf) = self.itree_hops(dir, link, e.key())?;
         let ctx = context(self.fs, dir, leaf);
         let buf = self.block_mut(leaf, dir.ino)?;
-        let at = |err| {
-            Error::format(
-                Location::Block {
-                    block: leaf,
-                    inode: dir.ino,
-                },
-                err,
-            )
-        };
-        let Some(class) = raw::leaf_insert(buf, &ctx, e).map_err(at)? else {
+        let Some(class) = raw::leaf_insert(buf, &ctx, e).map_err(located(leaf, dir))? else {
             return Ok(false);
         };
         self.record_class(dir, hops.last(), class)?;
@@ -73,16 +64,7 @@ impl Txn<'_> {
         let (hops, leaf) = self.itree_hops(dir, link, key)?;
         let ctx = context(self.fs, dir, leaf);
         let buf = self.block_mut(leaf, dir.ino)?;
-        let at = |err| {
-            Error::format(
-                Location::Block {
-                    block: leaf,
-                    inode: dir.ino,
-                },
-                err,
-            )
-        };
-        let Some((class, left)) = raw::leaf_remove(buf, &ctx, key, name).map_err(at)? else {
+        let Some((class, left)) = raw::leaf_remove(buf, &ctx, key, name).map_err(located(leaf, dir))? else {
             return Ok(Removed::Missing(leaf));
         };
         let Some(parent) = hops.last() else {
@@ -101,14 +83,11 @@ impl Txn<'_> {
         };
         let ctx = context(self.fs, dir, p.block);
         let buf = self.block_mut(p.block, dir.ino)?;
-        raw::set_child_class(buf, &ctx, p.at, class).map_err(|e| {
-            Error::format(
-                Location::Block {
-                    block: p.block,
-                    inode: dir.ino,
-                },
-                e,
-            )
-        })
+        raw::set_child_class(buf, &ctx, p.at, class).map_err(located(p.block, dir))
     }
+}
+
+/// Places a format error at node `block` of `dir`'s tree.
+fn located(block: u64, dir: &Inode) -> impl Fn(ext4kit_format::FormatError) -> Error + '_ {
+    move |e| Error::format(Location::Block { block, inode: dir.ino }, e)
 }
