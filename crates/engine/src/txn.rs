@@ -531,12 +531,13 @@ impl<'a> Txn<'a> {
     }
 }
 
-/// Largest device write [`write_runs`] builds by joining pieces; larger
-/// pieces are written as they are (joining copies the bytes).
+/// Largest device write [`write_runs`] gathers from pieces; larger pieces
+/// are written as they are. A device that cannot gather joins the pieces
+/// ([`crate::BlockDevice::write_gather`]), so this also bounds that copy.
 const MAX_RUN: usize = 256 << 10;
 
-/// Writes `(offset, bytes)` pieces in the order given, joining a piece that
-/// starts where the one before it ended into the same request (up to
+/// Writes `(offset, bytes)` pieces in the order given, gathering a piece
+/// that starts where the one before it ended into the same request (up to
 /// [`MAX_RUN`] bytes): a batch's many inode-table blocks and small files go
 /// out in a few larger writes instead of one system call each. Order is
 /// kept, so of two pieces covering the same bytes the later one still wins.
@@ -544,17 +545,8 @@ pub(crate) fn write_runs<'b>(fs: &Filesystem, pieces: impl Iterator<Item = (u64,
     let mut run: Vec<&[u8]> = Vec::new();
     let (mut start, mut len) = (0u64, 0usize);
     let flush = |start: u64, run: &[&[u8]]| {
-        let joined;
-        let bytes = match run {
-            [] => return Ok(()),
-            [one] => *one,
-            many => {
-                joined = many.concat();
-                &joined[..]
-            }
-        };
         fs.dev
-            .write_at(start, bytes)
+            .write_gather(start, run)
             .map_err(|source| fs.write_failed(start, source))
     };
     for (off, bytes) in pieces {

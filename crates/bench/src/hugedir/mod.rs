@@ -55,6 +55,10 @@ pub struct Config {
     pub scratch: PathBuf,
     /// The `ext4kit` executable that serves the mount target.
     pub ext4kit_exe: PathBuf,
+    /// Metadata cache of the library target in bytes (`None`: the engine's
+    /// default): how much of a create's cost is the directory outgrowing
+    /// the cache.
+    pub cache_bytes: Option<usize>,
 }
 
 /// Runs every target of `cfg` in turn; an image is removed once checked
@@ -124,7 +128,7 @@ fn run_target(cfg: &Config, kind: Kind, image: &Path, mnt: &Path, progress: &mut
     target::make_image(image, n, cfg.block_size)?;
     target::reset_peak_rss();
     let mut run = TargetRun::new(kind, n, cfg.block_size);
-    let mut t = Opened::open(kind, image, mnt, &cfg.ext4kit_exe, true)?;
+    let mut t = Opened::open(kind, image, mnt, cfg, true)?;
     crate::log(&format!("{}: {n} creates", kind.name()));
     create_phase(&mut t, n, &mut run, progress)?;
     run.rss_after_create_kib = t.status_kib("VmRSS:");
@@ -150,7 +154,7 @@ fn run_target(cfg: &Config, kind: Kind, image: &Path, mnt: &Path, progress: &mut
     let mut peak = t.status_kib("VmHWM:");
     t.close()?;
     (run.dir_bytes, run.index_levels) = ops::inspect(image, target::DIR)?;
-    let mut t = Opened::open(kind, image, mnt, &cfg.ext4kit_exe, false)?;
+    let mut t = Opened::open(kind, image, mnt, cfg, false)?;
     crate::log(&format!("{}: {n} unlinks", kind.name()));
     run.phase("delete", n, || {
         for i in 0..n {

@@ -48,11 +48,16 @@ pub struct LibraryOps {
 }
 
 impl LibraryOps {
-    /// Opens `image` read-write and makes (or, `fresh` false, finds) the
+    /// Opens `image` read-write with a metadata cache of `cache_bytes`
+    /// (or the engine's default) and makes (or, `fresh` false, finds) the
     /// directory `name` in its root.
-    pub fn open(image: &Path, name: &str, fresh: bool) -> Result<Self> {
+    pub fn open(image: &Path, name: &str, fresh: bool, cache_bytes: Option<usize>) -> Result<Self> {
         let dev = FileDevice::open(image, true).with_context(|| format!("opening {}", image.display()))?;
-        let fs = Filesystem::open(Box::new(dev), OpenOptions::default())
+        let mut opts = OpenOptions::default();
+        if let Some(bytes) = cache_bytes {
+            opts.cache_bytes = bytes;
+        }
+        let fs = Filesystem::open(Box::new(dev), opts)
             .with_context(|| format!("opening {} with the engine", image.display()))?;
         let dir = if fresh {
             let attr = Attr { perm: 0o755, ..FILE };

@@ -123,6 +123,8 @@ pub struct HugedirReport {
     pub lookups: u64,
     /// The machine's kernel.
     pub kernel: String,
+    /// The library target's metadata cache in MiB, when not the default.
+    pub library_cache_mib: Option<usize>,
     /// The targets in the order they ran.
     pub runs: Vec<TargetRun>,
 }
@@ -134,6 +136,7 @@ impl HugedirReport {
             stat: cfg.stat,
             lookups: cfg.lookups,
             kernel: crate::system::kernel_release(),
+            library_cache_mib: cfg.cache_bytes.map(|b| b >> 20),
             runs,
         }
     }
@@ -149,8 +152,10 @@ impl HugedirReport {
         let listing = if self.stat { "readdir+stat" } else { "readdir" };
         let _ = writeln!(
             s,
-            "## hugedir: one directory, {} KiB blocks, large_dir (kernel {})\n",
+            "## hugedir: one directory, {} KiB blocks, large_dir{} (kernel {})\n",
             self.block_size / 1024,
+            self.library_cache_mib
+                .map_or(String::new(), |m| format!(", library cache {m} MiB")),
             self.kernel
         );
         let _ = writeln!(

@@ -91,9 +91,10 @@ enum How {
 impl Opened {
     /// Opens `image` as `kind`, mounting at `mnt` where it mounts; makes the
     /// run's directory when `fresh`.
-    pub fn open(kind: Kind, image: &Path, mnt: &Path, exe: &Path, fresh: bool) -> Result<Self> {
+    pub fn open(kind: Kind, image: &Path, mnt: &Path, cfg: &super::Config, fresh: bool) -> Result<Self> {
+        let exe = &cfg.ext4kit_exe;
         if kind == Kind::Library {
-            let ops = LibraryOps::open(image, DIR, fresh)?;
+            let ops = LibraryOps::open(image, DIR, fresh, cfg.cache_bytes)?;
             return Ok(Self {
                 ops: Box::new(ops),
                 how: Some(How::Library),

@@ -9,6 +9,9 @@ use std::path::Path;
 use super::inuse::{self, Claim, InUse};
 use super::{BlockDevice, past_end};
 
+/// Most buffers one `pwritev` takes (Linux's `UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
+
 /// A file-backed device.
 #[derive(Debug)]
 pub struct FileDevice {
@@ -149,6 +152,28 @@ impl BlockDevice for FileDevice {
             return Err(io::Error::from_raw_os_error(libc::EROFS));
         }
         self.file.write_all_at(buf, offset)
+    }
+
+    fn write_gather(&self, offset: u64, parts: &[&[u8]]) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        let mut slices: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+        let mut rest = &mut slices[..];
+        let mut at = offset;
+        while !rest.is_empty() {
+            let batch = rest.len().min(IOV_MAX);
+            let pos = libc::off_t::try_from(at).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+            let n = match nix::sys::uio::pwritev(&self.file, &rest[..batch], pos) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            at += n as u64;
+            io::IoSlice::advance_slices(&mut rest, n);
+        }
+        Ok(())
     }
 
     fn flush(&self) -> io::Result<()> {

@@ -34,6 +34,18 @@ pub trait BlockDevice: Send + Sync {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Writes `buf` at byte `offset`.
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// Writes `parts` back to back from byte `offset`. A journal commit or
+    /// checkpoint hands over a run of blocks this way: a device that can
+    /// gather (a file, with `pwritev`) writes them without joining them
+    /// into one buffer first; any other joins them and calls
+    /// [`BlockDevice::write_at`] once, so it sees the same single write.
+    fn write_gather(&self, offset: u64, parts: &[&[u8]]) -> io::Result<()> {
+        match parts {
+            [] => Ok(()),
+            [one] => self.write_at(offset, one),
+            many => self.write_at(offset, &many.concat()),
+        }
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
     /// True when writes are refused.
@@ -57,6 +69,9 @@ impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         (**self).write_at(offset, buf)
+    }
+    fn write_gather(&self, offset: u64, parts: &[&[u8]]) -> io::Result<()> {
+        (**self).write_gather(offset, parts)
     }
     fn flush(&self) -> io::Result<()> {
         (**self).flush()

@@ -7,6 +7,7 @@
 //! land. See `journal.rst`, "Descriptor Block", "Revocation Block",
 //! "Commit Block".
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -19,8 +20,8 @@ use crate::fs::Filesystem;
 use crate::txn::write_runs;
 
 /// Journal blocks of one transaction, in log order, with where they go.
-struct Pieces {
-    writes: Vec<(u64, Vec<u8>)>,
+struct Pieces<'a> {
+    writes: Vec<(u64, Cow<'a, [u8]>)>,
 }
 
 impl Log {
@@ -41,7 +42,7 @@ impl Log {
         let mut lblk = self.head;
         self.add_descriptors(blocks, seq, &mut lblk, &mut p)?;
         self.add_revokes(revokes, seq, &mut lblk, &mut p)?;
-        write_runs(fs, p.writes.iter().map(|(o, b)| (*o, b.as_slice())))?;
+        write_runs(fs, p.writes.iter().map(|(o, b)| (*o, &b[..])))?;
         if self.barrier_before_commit {
             flush(fs)?;
         }
@@ -61,12 +62,12 @@ impl Log {
     }
 
     /// Descriptor blocks, each followed by the (escaped) blocks it tags.
-    fn add_descriptors(
+    fn add_descriptors<'a>(
         &self,
-        blocks: &BTreeMap<u64, Arc<[u8]>>,
+        blocks: &'a BTreeMap<u64, Arc<[u8]>>,
         seq: u32,
         lblk: &mut u32,
-        p: &mut Pieces,
+        p: &mut Pieces<'a>,
     ) -> Result<()> {
         let all: Vec<(&u64, &Arc<[u8]>)> = blocks.iter().collect();
         for chunk in all.chunks(self.tags_per_descriptor()) {
@@ -92,7 +93,7 @@ impl Log {
             }
             let block = descriptor::encode(&self.params, seq, &tags)
                 .map_err(|e| Error::format(Location::Journal { block: desc_at.into() }, e))?;
-            p.writes.push((self.byte_offset(desc_at)?, block));
+            p.writes.push((self.byte_offset(desc_at)?, Cow::Owned(block)));
         }
         p.writes.sort_by_key(|(o, _)| *o);
         Ok(())
@@ -103,7 +104,7 @@ impl Log {
         for chunk in revokes.chunks(self.revokes_per_block()) {
             let block = revoke::encode(&self.params, seq, chunk)
                 .map_err(|e| Error::format(Location::Journal { block: (*lblk).into() }, e))?;
-            p.writes.push((self.byte_offset(*lblk)?, block));
+            p.writes.push((self.byte_offset(*lblk)?, Cow::Owned(block)));
             *lblk += 1;
         }
         Ok(())
@@ -127,14 +128,14 @@ impl Log {
 
 /// The block as stored in the log: a block starting with the jbd2 magic has
 /// those 4 bytes zeroed and its tag marked `ESCAPE`, or replay would take it
-/// for a journal block.
-fn escape(data: &[u8]) -> (Vec<u8>, bool) {
-    let mut v = data.to_vec();
-    let escaped = v.len() >= 4 && v[..4] == JBD2_MAGIC.to_be_bytes();
-    if escaped {
-        v[..4].fill(0);
+/// for a journal block. Only such a block is copied.
+fn escape(data: &[u8]) -> (Cow<'_, [u8]>, bool) {
+    if data.len() < 4 || data[..4] != JBD2_MAGIC.to_be_bytes() {
+        return (Cow::Borrowed(data), false);
     }
-    (v, escaped)
+    let mut v = data.to_vec();
+    v[..4].fill(0);
+    (Cow::Owned(v), true)
 }
 
 pub(crate) fn flush(fs: &Filesystem) -> Result<()> {

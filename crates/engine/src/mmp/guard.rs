@@ -33,6 +33,13 @@ impl BlockDevice for Guard {
         self.inner.write_at(offset, buf)
     }
 
+    fn write_gather(&self, offset: u64, parts: &[&[u8]]) -> io::Result<()> {
+        if let Some(why) = self.lost.get() {
+            return Err(io::Error::new(io::ErrorKind::ResourceBusy, why.clone()));
+        }
+        self.inner.write_gather(offset, parts)
+    }
+
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
     }

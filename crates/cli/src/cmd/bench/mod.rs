@@ -191,6 +191,10 @@ struct HugedirArgs {
     /// Seed of the lookup order.
     #[arg(long, value_name = "SEED", default_value_t = 0x5eed)]
     seed: u64,
+    /// Metadata cache of the library target, in MiB [default: the
+    /// engine's, 64].
+    #[arg(long, value_name = "MIB")]
+    cache_mib: Option<usize>,
     /// Where images and mount points go.
     #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
     scratch: PathBuf,
@@ -338,6 +342,7 @@ fn run_hugedir(a: HugedirArgs) -> Result<()> {
         seed: a.seed,
         scratch: a.scratch,
         ext4kit_exe: std::env::current_exe().context("cannot find the ext4kit executable")?,
+        cache_bytes: a.cache_mib.map(|m| m << 20),
     };
     let (flag, _guard) = ext4kit_bench::suite::interrupt_flag()?;
     let started = Instant::now();
