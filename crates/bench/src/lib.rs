@@ -20,6 +20,7 @@
 
 pub mod config;
 pub mod create_scale;
+pub mod fsck;
 pub mod hugedir;
 pub mod journal;
 pub mod modeled;

@@ -17,7 +17,7 @@
 //! Every measurement runs on a fresh image; the image is unmounted and
 //! checked with `e2fsck -fn` afterwards, and a dirty image fails the run.
 
-mod report;
+pub(crate) mod report;
 mod workload;
 
 use std::path::PathBuf;

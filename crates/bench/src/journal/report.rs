@@ -301,7 +301,7 @@ impl JournalReport {
 }
 
 /// The median of `values` (the mean of the middle two for an even count).
-fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+pub(crate) fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
     let mut v: Vec<f64> = values.collect();
     if v.is_empty() {
         return None;
