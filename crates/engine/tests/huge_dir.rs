@@ -175,3 +175,70 @@ fn kernel_lists(img: &Path, count: usize) {
     m.unmount().unwrap();
     assert_clean(img, "the kernel's create and unlink");
 }
+
+/// A rename that replaces a name, or moves one out, of a directory of
+/// 30,000 names finds it through the index: it reads a few blocks where a
+/// scan of the directory (its old way) read hundreds. Counted on the disk
+/// model with a metadata cache too small to hold the directory.
+#[test]
+fn renames_in_a_big_directory_read_a_few_blocks() {
+    use ext4kit_engine::device::{DiskModel, DiskProfile, FileDevice};
+    use ext4kit_engine::{OpenOptions, RenameFlags};
+    use std::sync::Arc;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(tmp.path(), None, &["-N", "40000"], "128M") else {
+        return;
+    };
+    let n = 30_000;
+    let name = |i: usize| format!("entry-{i:06}").into_bytes();
+    let (big, other) = {
+        let fs = open_rw(&img);
+        let big = mkdir(&fs, b"big");
+        let other = mkdir(&fs, b"other");
+        for i in 0..n {
+            fs.create(big, &name(i), NodeKind::Regular, ATTR).unwrap();
+        }
+        fs.unmount().unwrap();
+        (big, other)
+    };
+    let disk = Arc::new(
+        DiskModel::new(
+            FileDevice::open(&img, true).unwrap(),
+            &"hp-sas-10k".parse::<DiskProfile>().unwrap(),
+        )
+        .unwrap(),
+    );
+    let opts = OpenOptions {
+        cache_bytes: 64 << 10,
+        ..OpenOptions::default()
+    };
+    let fs = Filesystem::open(Box::new(disk.clone()), opts).unwrap();
+    let dir_blocks = fs.inode(big).unwrap().size() / 4096;
+    assert!(
+        dir_blocks > 200,
+        "the directory should span hundreds of blocks: {dir_blocks}"
+    );
+    for (k, i) in [(0, 17), (1, 20_011), (2, 29_998)] {
+        let before = disk.stats();
+        match k {
+            0 => fs
+                .rename(big, &name(i), big, &name(i + 1), RenameFlags::default())
+                .unwrap(),
+            1 => fs
+                .rename(big, &name(i), other, b"moved", RenameFlags::default())
+                .unwrap(),
+            _ => fs
+                .rename(other, b"moved", big, &name(i), RenameFlags::default())
+                .unwrap(),
+        }
+        let read = disk.stats().since(&before).bytes_read / 4096;
+        assert!(
+            read <= 40,
+            "rename {k} read {read} blocks of a {dir_blocks}-block directory"
+        );
+    }
+    assert_eq!(count_names(&fs, big), n - 2);
+    fs.unmount().unwrap();
+    assert_clean(&img, "renames in a big directory");
+}

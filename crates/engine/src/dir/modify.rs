@@ -60,9 +60,14 @@ impl Txn<'_> {
     }
 
     /// Points the entry `name` of `dir` at `ino` (type `ft`): rename's
-    /// replace and exchange, and a moved directory's "..".
+    /// replace and exchange, and a moved directory's "..". An indexed
+    /// directory is searched through its index, as for a removal.
     pub(crate) fn set_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
-        for b in self.dir_blocks(dir)? {
+        let blocks = match self.leaf_of(dir, name)? {
+            Some((leaf, _)) => vec![leaf],
+            None => self.dir_blocks(dir)?,
+        };
+        for b in blocks {
             let buf = self.block(b.physical, dir.ino)?;
             let at = Location::Block {
                 block: b.physical,
@@ -89,6 +94,40 @@ impl Txn<'_> {
             }
         }
         Err(Error::NotFound(String::from_utf8_lossy(name).into_owned()))
+    }
+
+    /// Where the index puts `name` in `dir`: the leaf holding it and the
+    /// name's hash, a handful of blocks read (the kernel's
+    /// `ext4_find_entry`). `None` when `dir` has no index this code can
+    /// walk, and for "." and ".." (in block 0): the caller then scans every
+    /// block, as the lookup path does. [`Error::NotFound`] when the index
+    /// says the name is absent. A directory with an itree must have a
+    /// walkable index, since the itree must change with it.
+    fn leaf_of(&self, dir: &Inode, name: &[u8]) -> Result<Option<(DirBlock, u32)>> {
+        let indexed = dir.raw.has_flag(flags::INDEX)
+            && self
+                .fs
+                .geo
+                .features
+                .compat
+                .contains(ext4kit_format::features::CompatFeatures::DIR_INDEX);
+        let itree = super::itree::has_itree(dir);
+        if !(indexed || itree) || name == b"." || name == b".." {
+            return Ok(None);
+        }
+        let spot = match self.descend(dir, name) {
+            Ok(spot) => spot,
+            Err(e) if itree => return Err(e),
+            Err(_) => return Ok(None),
+        };
+        let (_, leaf) = self
+            .htree_leaf_with(dir, name, &spot)?
+            .ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into_owned()))?;
+        let at = DirBlock {
+            logical: leaf.logical,
+            physical: leaf.phys,
+        };
+        Ok(Some((at, spot.hash)))
     }
 
     /// Tries to place the entry in `block`; true when it fit.
@@ -211,31 +250,12 @@ impl Txn<'_> {
     /// lookup path does.
     pub(crate) fn remove_entry_at(&mut self, dir: &Inode, name: &[u8]) -> Result<(u32, DirBlock)> {
         let missing = || Error::NotFound(String::from_utf8_lossy(name).into_owned());
-        let indexed = dir.raw.has_flag(flags::INDEX)
-            && self
-                .fs
-                .geo
-                .features
-                .compat
-                .contains(ext4kit_format::features::CompatFeatures::DIR_INDEX);
-        // An itree must lose the name too, so its directory needs the index.
-        let itree = super::itree::has_itree(dir);
-        let spot = match (indexed || itree).then(|| self.descend(dir, name)) {
-            Some(Ok(spot)) => Some(spot),
-            Some(Err(e)) if itree => return Err(e),
-            _ => None,
-        };
-        if let Some(spot) = spot {
-            let (_, leaf) = self.htree_leaf_with(dir, name, &spot)?.ok_or_else(missing)?;
+        if let Some((leaf, hash)) = self.leaf_of(dir, name)? {
             let ino = self
-                .remove_in_block(dir, leaf.phys, leaf.logical, name)?
+                .remove_in_block(dir, leaf.physical, leaf.logical, name)?
                 .ok_or_else(missing)?;
-            self.itree_remove(dir, ino, spot.hash, name)?;
-            let at = DirBlock {
-                logical: leaf.logical,
-                physical: leaf.phys,
-            };
-            return Ok((ino, at));
+            self.itree_remove(dir, ino, hash, name)?;
+            return Ok((ino, leaf));
         }
         for b in self.dir_blocks(dir)? {
             if let Some(ino) = self.remove_in_block(dir, b.physical, b.logical, name)? {
