@@ -30,13 +30,15 @@
 //! | 10 | 2 | entry count |
 //! | 12 | 4 | bytes of entries in use |
 //! | 16 | 4 | inode number of the directory |
-//! | 20 | 12 | zero |
+//! | 20 | 1 | layout version, [`NODE_VERSION`] |
+//! | 21 | 11 | zero |
 //! | 32 | | entries, sorted by key |
 //!
 //! A leaf entry is `inode` (4), `hash` (4), `name_len` (1), `file_type` (1),
-//! two zero bytes, then the name, padded to 4 bytes. An index entry (16 bytes)
-//! is the lowest key of its child (8), the child's block (6), the child's
-//! fullness class (1) and a zero byte.
+//! two zero bytes, then the name, padded to 4 bytes. An index entry
+//! ([`INDEX_ENTRY_SIZE`], 20 bytes) is the lowest key of its child (8), the
+//! child's block (8: 64 bits, as the issue asks, where the seed's nodes had
+//! 32), the child's fullness class (1) and three zero bytes.
 
 mod link;
 mod node;
@@ -44,8 +46,8 @@ pub mod raw;
 
 pub use link::{LINK_MAGIC, LINK_SIZE, Link, link_offset, read_link, root_limit_with_link, write_link};
 pub use node::{
-    HEADER_SIZE, INDEX_ENTRY_SIZE, IndexEntry, LeafEntry, MAX_LEVELS, NODE_MAGIC, Node, NodeContext, capacity,
-    fullness_class, node_checksum,
+    HEADER_SIZE, INDEX_ENTRY_SIZE, IndexEntry, LeafEntry, MAX_LEVELS, NODE_MAGIC, NODE_VERSION, Node, NodeContext,
+    capacity, fullness_class, node_checksum,
 };
 
 /// Inode flag of a directory with an itree (a bit no kernel or e2fsprogs

@@ -3,21 +3,28 @@
 
 use crate::checksum::crc32c_raw;
 use crate::error::{FormatError, Result};
-use crate::util::{le16, le32, slice};
+use crate::util::{le32, slice};
 
 /// `"ITRE"` read as a little-endian `u32`.
 pub const NODE_MAGIC: u32 = u32::from_le_bytes(*b"ITRE");
 /// Bytes before the first entry.
 pub const HEADER_SIZE: usize = 32;
-/// Size of one index entry.
-pub const INDEX_ENTRY_SIZE: usize = 16;
+/// Size of one index entry: key (8), child block (8), the child's fullness
+/// class (1), zero (3).
+pub const INDEX_ENTRY_SIZE: usize = 20;
+/// Offset of the child block within an index entry.
+pub(super) const INDEX_BLOCK_AT: usize = 8;
+/// Offset of the child's fullness class within an index entry.
+pub(super) const INDEX_CLASS_AT: usize = 16;
+/// The node layout version this code writes and reads (header byte 20).
+/// Version 0 nodes (48-bit child blocks in 16-byte index entries, written
+/// before 64-bit ones) are refused by name.
+pub const NODE_VERSION: u8 = 1;
 /// Levels below the root the engine will follow: a bound on a corrupt
 /// tree's depth, far above what 2^32 names need.
 pub const MAX_LEVELS: u8 = 8;
 /// Fixed part of a leaf entry, before the name.
 pub(super) const LEAF_FIXED: usize = 12;
-/// Largest block number an index entry holds (48 bits, as ext4's extents).
-const MAX_BLOCK: u64 = (1 << 48) - 1;
 
 const NODE: &str = "itree_node";
 const LEAF: &str = "itree_leaf_entry";
@@ -190,7 +197,7 @@ impl Node {
     /// # Errors
     /// `Invalid` `itree_node.used` (12) when the entries do not fit,
     /// `itree_leaf_entry.name_len` for an empty or over-long name,
-    /// `itree_index_entry.block` beyond 48 bits.
+    /// `itree_index_entry.block` 0.
     pub fn encode(&self, ctx: &NodeContext) -> Result<Vec<u8>> {
         let bs = usize::try_from(ctx.block_size).unwrap_or(0);
         let used = self.used();
@@ -205,6 +212,7 @@ impl Node {
         block[10..12].copy_from_slice(&count.to_le_bytes());
         block[12..16].copy_from_slice(&(used as u32).to_le_bytes());
         block[16..20].copy_from_slice(&ctx.dir_ino.to_le_bytes());
+        block[20] = NODE_VERSION;
         let area = &mut block[HEADER_SIZE..HEADER_SIZE + used];
         match self {
             Node::Leaf(v) => encode_leaf(area, v)?,
@@ -260,16 +268,19 @@ fn parse_index(area: &[u8], count: usize) -> Result<Vec<IndexEntry>> {
     for i in 0..count {
         let off = i * INDEX_ENTRY_SIZE;
         let at = HEADER_SIZE + off;
-        let key = u64::from(le32(area, off, INDEX)?) | (u64::from(le32(area, off + 4, INDEX)?) << 32);
-        let lo = u64::from(le32(area, off + 8, INDEX)?);
-        let hi = u64::from(le16(area, off + 12, INDEX)?);
-        let block = lo | (hi << 32);
-        let fullness = area[off + 14];
+        let key = le64(area, off)?;
+        let block = le64(area, off + INDEX_BLOCK_AT)?;
+        let fullness = area[off + INDEX_CLASS_AT];
         if block == 0 {
-            return Err(FormatError::invalid(INDEX, "block", at + 8, 0));
+            return Err(FormatError::invalid(INDEX, "block", at + INDEX_BLOCK_AT, 0));
         }
         if fullness > 3 {
-            return Err(FormatError::invalid(INDEX, "fullness", at + 14, fullness.into()));
+            return Err(FormatError::invalid(
+                INDEX,
+                "fullness",
+                at + INDEX_CLASS_AT,
+                fullness.into(),
+            ));
         }
         if out.last().is_some_and(|p| p.key >= key) {
             return Err(FormatError::invalid(INDEX, "key", at, key));
@@ -277,6 +288,12 @@ fn parse_index(area: &[u8], count: usize) -> Result<Vec<IndexEntry>> {
         out.push(IndexEntry { key, block, fullness });
     }
     Ok(out)
+}
+
+/// The little-endian `u64` at `off` of an index entry area (a key or a
+/// child block).
+pub(super) fn le64(area: &[u8], off: usize) -> Result<u64> {
+    Ok(u64::from(le32(area, off, INDEX)?) | (u64::from(le32(area, off + 4, INDEX)?) << 32))
 }
 
 fn encode_leaf(area: &mut [u8], entries: &[LeafEntry]) -> Result<()> {
@@ -299,12 +316,17 @@ fn encode_leaf(area: &mut [u8], entries: &[LeafEntry]) -> Result<()> {
 fn encode_index(area: &mut [u8], entries: &[IndexEntry]) -> Result<()> {
     for (i, e) in entries.iter().enumerate() {
         let off = i * INDEX_ENTRY_SIZE;
-        if e.block == 0 || e.block > MAX_BLOCK {
-            return Err(FormatError::invalid(INDEX, "block", HEADER_SIZE + off + 8, e.block));
+        if e.block == 0 {
+            return Err(FormatError::invalid(
+                INDEX,
+                "block",
+                HEADER_SIZE + off + INDEX_BLOCK_AT,
+                0,
+            ));
         }
         area[off..off + 8].copy_from_slice(&e.key.to_le_bytes());
-        area[off + 8..off + 14].copy_from_slice(&e.block.to_le_bytes()[..6]);
-        area[off + 14] = e.fullness.min(3);
+        area[off + INDEX_BLOCK_AT..off + INDEX_BLOCK_AT + 8].copy_from_slice(&e.block.to_le_bytes());
+        area[off + INDEX_CLASS_AT] = e.fullness.min(3);
     }
     Ok(())
 }

@@ -8,8 +8,8 @@
 //! is an error here as in [`Node::parse`].
 
 use super::node::{
-    HEADER_SIZE, INDEX_ENTRY_SIZE, LEAF_FIXED, LeafEntry, MAX_LEVELS, NODE_MAGIC, NodeContext, capacity,
-    fullness_class, node_checksum,
+    HEADER_SIZE, INDEX_BLOCK_AT, INDEX_CLASS_AT, INDEX_ENTRY_SIZE, LEAF_FIXED, LeafEntry, MAX_LEVELS, NODE_MAGIC,
+    NODE_VERSION, NodeContext, capacity, fullness_class, le64, node_checksum,
 };
 use crate::error::{FormatError, Result};
 use crate::util::{le16, le32, slice};
@@ -40,6 +40,10 @@ pub fn verify(buf: &[u8], ctx: &NodeContext) -> Result<Header> {
     let magic = le32(block, 0, NODE)?;
     if magic != NODE_MAGIC {
         return Err(FormatError::bad_magic(NODE, "magic", 0, magic.into()));
+    }
+    let version = block[20];
+    if version != NODE_VERSION {
+        return Err(FormatError::invalid(NODE, "version", 20, version.into()));
     }
     let stored = le32(block, 4, NODE)?;
     let computed = node_checksum(block, ctx)?;
@@ -78,10 +82,7 @@ pub fn index_child(buf: &[u8], ctx: &NodeContext, level: u8, key: u64) -> Result
     if h.count == 0 {
         return Err(FormatError::invalid(NODE, "count", 10, 0));
     }
-    let key_at = |i: usize| -> Result<u64> {
-        let off = HEADER_SIZE + i * INDEX_ENTRY_SIZE;
-        Ok(u64::from(le32(buf, off, INDEX)?) | (u64::from(le32(buf, off + 4, INDEX)?) << 32))
-    };
+    let key_at = |i: usize| le64(buf, HEADER_SIZE + i * INDEX_ENTRY_SIZE);
     let (mut lo, mut hi) = (0, h.count);
     while lo < hi {
         let mid = (lo + hi) / 2;
@@ -89,11 +90,11 @@ pub fn index_child(buf: &[u8], ctx: &NodeContext, level: u8, key: u64) -> Result
     }
     let at = lo.saturating_sub(1);
     let off = HEADER_SIZE + at * INDEX_ENTRY_SIZE;
-    let block = u64::from(le32(buf, off + 8, INDEX)?) | (u64::from(le16(buf, off + 12, INDEX)?) << 32);
+    let block = le64(buf, off + INDEX_BLOCK_AT)?;
     if block == 0 {
-        return Err(FormatError::invalid(INDEX, "block", off + 8, 0));
+        return Err(FormatError::invalid(INDEX, "block", off + INDEX_BLOCK_AT, 0));
     }
-    Ok((at, block, buf[off + 14]))
+    Ok((at, block, buf[off + INDEX_CLASS_AT]))
 }
 
 /// Records `class` as the fullness of child `at` of the index node in
@@ -106,7 +107,7 @@ pub fn set_child_class(buf: &mut [u8], ctx: &NodeContext, at: usize, class: u8) 
     if h.level == 0 || at >= h.count {
         return Err(FormatError::invalid(NODE, "count", 10, h.count as u64));
     }
-    buf[HEADER_SIZE + at * INDEX_ENTRY_SIZE + 14] = class.min(3);
+    buf[HEADER_SIZE + at * INDEX_ENTRY_SIZE + INDEX_CLASS_AT] = class.min(3);
     reseal(buf, ctx)
 }
 

@@ -33,11 +33,11 @@ fn leaf_round_trips_and_checksum_binds_block_and_owner() {
 }
 
 #[test]
-fn index_round_trips_with_48_bit_blocks() {
+fn index_round_trips_with_64_bit_blocks() {
     let entries = vec![
         IndexEntry {
             key: 0,
-            block: (1 << 40) + 5,
+            block: (1 << 63) + (1 << 40) + 5,
             fullness: 3,
         },
         IndexEntry {
@@ -53,11 +53,23 @@ fn index_round_trips_with_48_bit_blocks() {
         level: 1,
         entries: vec![IndexEntry {
             key: 0,
-            block: 1 << 48,
+            block: 0,
             fullness: 0,
         }],
     };
     assert!(bad.encode(&ctx(5)).is_err());
+}
+
+#[test]
+fn a_node_of_another_layout_version_is_refused_by_name() {
+    let node = Node::Leaf(vec![leaf(11, 4, "a")]);
+    let mut buf = node.encode(&ctx(3)).unwrap();
+    assert_eq!(buf[20], NODE_VERSION);
+    buf[20] = 0;
+    let crc = node_checksum(&buf, &ctx(3)).unwrap();
+    buf[4..8].copy_from_slice(&crc.to_le_bytes());
+    let err = Node::parse(&buf, &ctx(3)).unwrap_err();
+    assert_eq!(err.field, "version", "{err}");
 }
 
 #[test]
