@@ -9,6 +9,11 @@ use ext4kit_format::extent::{EXT_INIT_MAX_LEN, EXT4_EXT_MAGIC, MAX_DEPTH, node_c
 use crate::problem::{self as p, Finding};
 use crate::walk::{Event, Walker};
 
+/// Deepest tree accepted. The kernel stops at 5 (`MAX_DEPTH`); e2fsck reads
+/// deeper trees (it only offers to shorten them), so a check-only run
+/// accepts them up to this bound, which also bounds the recursion.
+const MAX_TREE_DEPTH: u16 = 4 * MAX_DEPTH;
+
 /// Header fields of one node.
 struct Header {
     entries: u16,
@@ -47,7 +52,7 @@ fn header(w: &mut Walker, buf: &[u8], is_root: bool, want_depth: Option<u16>, bl
         Some(format!("extent header eh_max {max} is out of range"))
     } else if entries > max {
         Some(format!("extent header eh_entries {entries} exceeds eh_max {max}"))
-    } else if depth > MAX_DEPTH {
+    } else if depth > MAX_TREE_DEPTH {
         Some(format!("extent tree depth {depth} is too deep"))
     } else if want_depth.is_some_and(|d| d != depth) {
         Some(format!(
@@ -75,13 +80,15 @@ fn node(w: &mut Walker, buf: &[u8], is_root: bool, want: Option<u16>, lo: u64, h
         return;
     };
     if h.depth == 0 {
-        leaves(w, buf, h.entries, lo, hi);
+        leaves(w, buf, h.entries, lo, hi, !is_root);
     } else {
-        indexes(w, buf, h.entries, h.depth, lo, hi);
+        indexes(w, buf, h.entries, h.depth, lo, hi, !is_root);
     }
 }
 
-fn leaves(w: &mut Walker, buf: &[u8], n: u16, lo: u64, hi: u64) {
+/// Leaf extents of a node covering `[lo, hi)`; a `child` node's first
+/// extent must start where its index entry says.
+fn leaves(w: &mut Walker, buf: &[u8], n: u16, lo: u64, hi: u64, child: bool) {
     let mut next = lo;
     for i in 0..usize::from(n) {
         let o = 12 + i * 12;
@@ -101,7 +108,7 @@ fn leaves(w: &mut Walker, buf: &[u8], n: u16, lo: u64, hi: u64) {
             ));
             continue;
         }
-        if i == 0 && lblk != lo && lo != 0 {
+        if i == 0 && child && lblk != lo {
             w.problem(f(
                 p::P1_EXTENT_INDEX_START_INVALID,
                 format!("first extent starts at {lblk}, its index says {lo}"),
@@ -144,7 +151,8 @@ fn leaves(w: &mut Walker, buf: &[u8], n: u16, lo: u64, hi: u64) {
     }
 }
 
-fn indexes(w: &mut Walker, buf: &[u8], n: u16, depth: u16, lo: u64, hi: u64) {
+/// Index entries of a node covering `[lo, hi)`.
+fn indexes(w: &mut Walker, buf: &[u8], n: u16, depth: u16, lo: u64, hi: u64, is_child: bool) {
     let mut prev: Option<u64> = None;
     for i in 0..usize::from(n) {
         let o = 12 + i * 12;
@@ -156,6 +164,10 @@ fn indexes(w: &mut Walker, buf: &[u8], n: u16, depth: u16, lo: u64, hi: u64) {
             hi
         };
         let f = |c, m: String| Finding::new(c, m, "remove the index entry").blk(child);
+        if i == 0 && is_child && start != lo {
+            let msg = format!("first index entry starts at {start}, its parent says {lo}");
+            w.problem(f(p::P1_EXTENT_INDEX_START_INVALID, msg));
+        }
         if prev.is_some_and(|p| start <= p) || start < lo {
             w.problem(f(
                 p::P1_OUT_OF_ORDER_EXTENTS,
@@ -194,9 +206,9 @@ fn indexes(w: &mut Walker, buf: &[u8], n: u16, depth: u16, lo: u64, hi: u64) {
                 ));
             }
             if h.depth == 0 {
-                leaves(w, &block, h.entries, start, end.max(start + 1));
+                leaves(w, &block, h.entries, start, end.max(start + 1), true);
             } else {
-                indexes(w, &block, h.entries, h.depth, start, end.max(start + 1));
+                indexes(w, &block, h.entries, h.depth, start, end.max(start + 1), true);
             }
         }
     }

@@ -209,12 +209,12 @@ fn check_symlink(raw: &RawInode, out: &mut Vec<Finding>, ino: u32) {
 }
 
 /// `i_size` and `i_blocks` against the mapping (e2fsck's end of `check_blocks`).
-pub fn check_sizes(ctx: &mut Ctx, ino: u32, raw: &RawInode, t: &Tally, nblocks: u64) {
+pub fn check_sizes(ctx: &mut Ctx, ino: u32, raw: &RawInode, t: &Tally, sectors: u64) {
     let geo = ctx.fs.geo.clone();
     let bs = u64::from(geo.block_size);
     let size = raw.size();
     let m = raw.i_mode.get() & mode::S_IFMT;
-    let bad_size = if !t.walked {
+    let bad_size = if !t.walked || raw.has_flag(flags::VERITY) {
         false
     } else if m == mode::S_IFDIR {
         let nblock = size / bs;
@@ -242,12 +242,12 @@ pub fn check_sizes(ctx: &mut Ctx, ino: u32, raw: &RawInode, t: &Tally, nblocks: 
         .ino(ino);
         ctx.add(f);
     }
-    if !t.walked && raw.file_acl() == 0 {
+    if !t.walked && sectors == 0 && raw.i_blocks_lo.get() == 0 {
         return;
     }
     let huge = geo.features.ro_compat.contains(RoCompatFeatures::HUGE_FILE);
     let stored = raw.blocks_512(huge, geo.block_size);
-    let want = nblocks * (bs / 512);
+    let want = sectors;
     if stored != want && !geo.features.ro_compat.contains(RoCompatFeatures::BIGALLOC) {
         let f = Finding::new(
             p::P1_BAD_I_BLOCKS,

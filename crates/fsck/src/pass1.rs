@@ -10,7 +10,7 @@
 
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
 use ext4kit_format::group_desc::BG_INODE_UNINIT;
-use ext4kit_format::inode::{RawInode, flags, mode};
+use ext4kit_format::inode::{RawInode, flags, mode, verify_inode_checksum};
 use zerocopy::FromBytes;
 
 use crate::problem::{self as p, Finding};
@@ -156,7 +156,18 @@ fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
         return;
     }
     if raw.links() == 0 {
-        if raw.i_mode.get() != 0 && raw.i_dtime.get() == 0 && !all_zero(rec) {
+        let zero = all_zero(rec);
+        if !zero && ctx.fs.geo.features.metadata_csum() && verify_inode_checksum(rec, ctx.fs.seed, ino).is_err() {
+            ctx.add(
+                Finding::new(
+                    p::P1_INODE_ONLY_CSUM_INVALID,
+                    "inode checksum does not match",
+                    "recompute it",
+                )
+                .ino(ino),
+            );
+        }
+        if raw.i_mode.get() != 0 && raw.i_dtime.get() == 0 && !zero {
             ctx.add(Finding::new(p::P1_ZERO_DTIME, "deleted inode has zero dtime", "set dtime").ino(ino));
         }
         return;
@@ -168,22 +179,21 @@ fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
         ctx.ea_inode.set(u64::from(ino));
     }
     let extra_ok = inode_fields::check(ctx, ino, &raw, rec);
-    let inline_len = if extra_ok && rec.len() > 128 {
+    let (inline_len, mut sectors) = if extra_ok && rec.len() > 128 {
         xattr::check_ibody(ctx, ino, rec, raw.i_extra_isize.get())
     } else {
-        None
+        (None, 0)
     };
-    let mut nblocks = 0u64;
     let acl = raw.file_acl();
-    if acl != 0 && xattr::check_block(ctx, ea, ino, acl) {
-        nblocks += 1;
+    if acl != 0 {
+        sectors += xattr::check_block(ctx, ea, ino, acl).unwrap_or(0);
     }
     if kind == KIND_BAD {
         return;
     }
     let tally = map_blocks(ctx, ino, &raw, inline_len, kind == 2);
-    nblocks += tally.blocks;
-    inode_fields::check_sizes(ctx, ino, &raw, &tally, nblocks);
+    let sectors = sectors + tally.blocks * u64::from(ctx.fs.geo.block_size / 512);
+    inode_fields::check_sizes(ctx, ino, &raw, &tally, sectors);
     if tally.blocks == 0 && raw.size() == 0 && inline_len.unwrap_or(0) == 0 {
         ctx.empty.set(u64::from(ino));
     }
@@ -253,15 +263,25 @@ fn reserved_inode(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
             map_blocks(ctx, ino, raw, None, false);
         }
         8 => {
-            if raw.links() != 0 || raw.i_blocks_lo.get() != 0 || raw.i_block[..4] != [0; 4] {
-                ctx.add(
-                    Finding::new(
-                        p::P1_JOURNAL_INODE_NOT_CLEAR,
-                        "journal inode is not in use but holds data",
-                        "clear it",
-                    )
-                    .ino(ino),
+            let holds_data = raw.links() != 0 || raw.i_blocks_lo.get() != 0 || raw.i_block[..4] != [0; 4];
+            if holds_data && regular {
+                // A journal without has_journal: e2fsck asks to clear the
+                // flag's absence ("no" leaves the status clean) and still
+                // counts the journal's blocks as used.
+                let f = Finding::new(
+                    p::P0_JOURNAL_HAS_JOURNAL,
+                    "has_journal is clear, but a journal is present",
+                    "clear it",
                 );
+                ctx.add(f.ino(ino).warning());
+                map_blocks(ctx, ino, raw, None, false);
+            } else if holds_data {
+                let f = Finding::new(
+                    p::P1_JOURNAL_INODE_NOT_CLEAR,
+                    "journal inode is not in use but holds data",
+                    "clear it",
+                );
+                ctx.add(f.ino(ino));
             }
         }
         _ => {
@@ -295,18 +315,22 @@ pub struct Tally {
     pub walked: bool,
 }
 
-/// Whether an inode keeps its data in `i_block` (fast symlink, device,
-/// inline data) rather than mapping blocks.
+/// Whether `i_block` maps blocks (e2fsck's `ext2fs_inode_has_valid_blocks2`):
+/// not for devices, fifos, sockets or inline data; for a symlink, only when
+/// `i_blocks` says it has blocks beyond its xattr block.
 fn has_block_mapping(raw: &RawInode, inline: bool) -> bool {
     let m = raw.i_mode.get() & mode::S_IFMT;
-    if inline {
+    if inline || !matches!(m, mode::S_IFREG | mode::S_IFDIR | mode::S_IFLNK) {
         return false;
     }
-    match m {
-        mode::S_IFREG | mode::S_IFDIR => true,
-        mode::S_IFLNK => raw.size() >= 60 || raw.has_flag(flags::EXTENTS),
-        _ => false,
+    if m == mode::S_IFLNK {
+        if raw.file_acl() == 0 {
+            return raw.i_blocks_lo.get() != 0 || raw.i_blocks_high.get() != 0;
+        }
+        let b1 = u32::from_le_bytes([raw.i_block[4], raw.i_block[5], raw.i_block[6], raw.i_block[7]]);
+        return raw.size() >= 60 || (raw.size() > 4 && b1 == 0);
     }
+    true
 }
 
 /// Walks the mapping of `ino`, claiming its blocks and (for directories)

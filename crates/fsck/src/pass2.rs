@@ -133,6 +133,7 @@ fn leaf(ctx: &mut Ctx, seed: u32, b: DirBlock, buf: &[u8], is_node: bool, index:
     let filetype = ctx.fs.geo.features.incompat.contains(IncompatFeatures::FILETYPE);
     let range = index.and_then(|x| x.ranges.get(&b.lblk).map(|r| (x, *r)));
     let mut hash_bad = false;
+    let mut names: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
     let (mut pos, mut idx) = (0usize, 0usize);
     while pos < end {
         let corrupt = |ctx: &mut Ctx, why: String| {
@@ -162,6 +163,14 @@ fn leaf(ctx: &mut Ctx, seed: u32, b: DirBlock, buf: &[u8], is_node: bool, index:
             break;
         }
         let name = &buf[pos + 8..pos + 8 + name_len];
+        if inode != 0 && !name.is_empty() && !names.insert(name) {
+            let msg = format!(
+                "duplicate entry '{}' in directory block {}",
+                String::from_utf8_lossy(name),
+                b.lblk
+            );
+            ctx.add(Finding::new(p::P2_DUPLICATE_DIRENT, msg, "clear it").ino(b.ino));
+        }
         if let Some((x, (lo, hi))) = range
             && inode != 0
             && !hash_bad
@@ -329,6 +338,10 @@ fn target_ok(ctx: &mut Ctx, dir: u32, inode: u32, name: &[u8]) -> bool {
 fn check_type(ctx: &mut Ctx, dir: u32, inode: u32, ft: u8) {
     let want = ctx.kind[inode as usize];
     let filetype = ctx.fs.geo.features.incompat.contains(IncompatFeatures::FILETYPE);
+    // The Hurd has no dirent file types; e2fsck does not check them there.
+    if ctx.fs.sb.s_creator_os.get() == 1 {
+        return;
+    }
     let f = |c, m: String| Finding::new(c, m, "set the file type").ino(dir);
     if !filetype {
         if ft != 0 {

@@ -65,7 +65,7 @@ pub fn load<'a>(dev: &'a dyn BlockDevice, report: &mut Report) -> Result<RawFs<'
                 "rewrite the primary superblock from the backup",
             ));
             report.note(format!("using backup superblock at block {blk}"));
-            let gb = blk - u64::from(geo.block_size == 1024);
+            let gb = blk;
             (sb, geo, gb)
         }
     };
@@ -156,6 +156,7 @@ pub fn check(fs: &RawFs, report: &mut Report) {
         );
     }
     check_extra_isize(fs, report);
+    check_quota_inodes(fs, report);
     check_counts(fs, report);
     check_size(fs, report);
 }
@@ -179,14 +180,38 @@ fn check_extra_isize(fs: &RawFs, report: &mut Report) {
         ),
     ] {
         if v != 0 && (v < 4 || v > max || v % 4 != 0) {
-            report.add(Finding::new(code, format!("{field} is {v}"), "set it to the default"));
+            // e2fsck -n answers no and leaves the exit status clean.
+            report.add(Finding::new(code, format!("{field} is {v}"), "set it to the default").warning());
+        }
+    }
+}
+
+/// Quota inode numbers must name inodes that exist.
+fn check_quota_inodes(fs: &RawFs, report: &mut Report) {
+    if !fs.geo.features.ro_compat.contains(RoCompatFeatures::QUOTA) {
+        return;
+    }
+    let sb = &fs.sb;
+    for (what, ino) in [
+        ("user", sb.s_usr_quota_inum.get()),
+        ("group", sb.s_grp_quota_inum.get()),
+        ("project", sb.s_prj_quota_inum.get()),
+    ] {
+        if ino != 0 && (ino > fs.geo.inodes_count || ino == 1 || ino == 2) {
+            report.add(Finding::new(
+                p::P0_INVALID_QUOTA_INO,
+                format!("invalid {what} quota inode {ino}"),
+                "clear it",
+            ));
         }
     }
 }
 
 fn check_counts(fs: &RawFs, report: &mut Report) {
     let sb = &fs.sb;
-    let free_blocks = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32);
+    let bit64 = fs.geo.features.incompat.contains(IncompatFeatures::BIT64);
+    let hi = if bit64 { sb.s_free_blocks_count_hi.get() } else { 0 };
+    let free_blocks = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(hi) << 32);
     if free_blocks > fs.geo.blocks_count {
         report.add(Finding::new(
             p::P0_FREE_BLOCK_COUNT,
