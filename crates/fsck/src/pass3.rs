@@ -70,7 +70,8 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
         }
     }
     match ctx.lost_found {
-        None => ctx.add(Finding::new(p::P3_NO_LF_DIR, "/lost+found not found", "create it")),
+        // e2fsck -n says "Create? no" and leaves the exit status clean.
+        None => ctx.add(Finding::new(p::P3_NO_LF_DIR, "/lost+found not found", "create it").warning()),
         Some(l) if !ctx.is_dir(l) => {
             ctx.add(Finding::new(p::P3_LPF_NOTDIR, "/lost+found is not a directory", "replace it").ino(l))
         }

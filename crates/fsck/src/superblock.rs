@@ -63,7 +63,10 @@ pub fn load<'a>(dev: &'a dyn BlockDevice, report: &mut Report) -> Result<RawFs<'
                 p::P0_SB_CORRUPT,
                 format!("the primary superblock is unusable ({why}); using the backup at block {blk}"),
                 "rewrite the primary superblock from the backup",
-            ));
+            )
+            // e2fsck -n falls back to the backup and, if nothing else is
+            // wrong, exits 0.
+            .warning());
             report.note(format!("using backup superblock at block {blk}"));
             let gb = blk;
             (sb, geo, gb)
@@ -101,6 +104,9 @@ fn refuse_unknown(sb: &RawSuperblock) -> Result<(), Fatal> {
     Ok(())
 }
 
+/// Free counts beyond the totals are recounted in memory by e2fsck (pass 5
+/// then judges the recount), so they are warnings here.
+///
 /// The superblock's own consistency, after loading (e2fsck's `check_super_block`).
 pub fn check(fs: &RawFs, report: &mut Report) {
     let sb = &fs.sb;
@@ -217,7 +223,8 @@ fn check_counts(fs: &RawFs, report: &mut Report) {
             p::P0_FREE_BLOCK_COUNT,
             format!("free blocks count {free_blocks} exceeds the block count"),
             "recount",
-        ));
+        )
+        .warning());
     }
     let free_inodes = sb.s_free_inodes_count.get();
     if free_inodes > fs.geo.inodes_count {
@@ -225,7 +232,8 @@ fn check_counts(fs: &RawFs, report: &mut Report) {
             p::P0_FREE_INODE_COUNT,
             format!("free inodes count {free_inodes} exceeds the inode count"),
             "recount",
-        ));
+        )
+        .warning());
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use ext4kit_format::features::{CompatFeatures, RoCompatFeatures};
+use ext4kit_format::features::CompatFeatures;
 use ext4kit_format::xattr::{self as fx, XattrEntry, XattrValue};
 
 use crate::problem::{self as p, Code, Finding};
@@ -30,16 +30,16 @@ fn code_for(field: &str) -> Code {
     }
 }
 
-/// 512-byte sectors held by the `ea_inode` values among `entries`.
+/// 512-byte sectors charged for the `ea_inode` values among `entries`:
+/// e2fsck charges each value's size rounded up to whole blocks.
 fn ea_inode_sectors(ctx: &Ctx, entries: &[XattrEntry]) -> u64 {
-    let huge = ctx.fs.geo.features.ro_compat.contains(RoCompatFeatures::HUGE_FILE);
+    let bs = u64::from(ctx.fs.geo.block_size);
     entries
         .iter()
-        .filter_map(|e| match e.value {
-            XattrValue::EaInode { inum, .. } => ctx.fs.inode_record(inum).ok(),
-            XattrValue::Inline(_) => None,
+        .map(|e| match e.value {
+            XattrValue::EaInode { size, .. } => u64::from(size).div_ceil(bs) * (bs / 512),
+            XattrValue::Inline(_) => 0,
         })
-        .map(|rec| crate::pass1::decode(&rec).blocks_512(huge, ctx.fs.geo.block_size))
         .sum()
 }
 
