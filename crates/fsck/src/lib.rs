@@ -21,6 +21,7 @@ pub mod fs;
 pub mod groups;
 pub mod htree;
 pub mod inode_fields;
+pub mod itree;
 pub mod journal;
 pub mod pass1;
 pub mod pass1b;
@@ -158,7 +159,8 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
             continue;
         }
         if name == "1B" && ctx.fs.geo.features.ro_compat.contains(RoCompatFeatures::SHARED_BLOCKS) {
-            ctx.report.note("shared_blocks: blocks claimed more than once are allowed");
+            ctx.report
+                .note("shared_blocks: blocks claimed more than once are allowed");
             continue;
         }
         ctx.report.passes.push(name.into());

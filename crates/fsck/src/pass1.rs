@@ -201,16 +201,22 @@ fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
         let htree = raw.has_flag(flags::INDEX) && ctx.fs.geo.features.compat.contains(CompatFeatures::DIR_INDEX);
         let inline = raw.has_flag(flags::INLINE_DATA);
         let csum_seed = raw.csum_seed(ctx.fs.seed, ino);
-        ctx.dirs.insert(
-            ino,
-            DirInfo {
-                size: raw.size(),
-                htree,
-                inline,
-                csum_seed,
-                ..DirInfo::default()
-            },
-        );
+        let itree = raw.has_flag(ext4kit_format::itree::ITREE_FL)
+            && ctx
+                .fs
+                .geo
+                .features
+                .ro_compat
+                .contains(ext4kit_format::features::RoCompatFeatures::ITREE);
+        let info = DirInfo {
+            size: raw.size(),
+            htree,
+            inline,
+            itree,
+            csum_seed,
+            ..DirInfo::default()
+        };
+        ctx.dirs.insert(ino, info);
         if tally.blocks == 0 && !inline {
             ctx.add(Finding::new(p::P1_ZERO_LENGTH_DIR, "directory has no blocks", "clear the inode").ino(ino));
         }

@@ -75,6 +75,8 @@ fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
     } else {
         None
     };
+    let mut keys = (info.itree && index.is_some()).then(Vec::new);
+    let mut root = None;
     let mut last = None;
     for b in blocks {
         if ctx.cancelled() || last == Some(b.lblk) {
@@ -97,12 +99,28 @@ fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
             }
         };
         let is_node = index.as_ref().is_some_and(|x| x.nodes.contains(&b.lblk));
-        leaf(ctx, info.csum_seed, *b, &buf, is_node, index.as_ref());
+        leaf(ctx, info.csum_seed, *b, &buf, is_node, index.as_ref(), keys.as_mut());
+        if b.lblk == 0 {
+            root = Some(buf);
+        }
+    }
+    if let (Some(keys), Some(root)) = (keys, root) {
+        crate::itree::check(ctx, ino, info.csum_seed, &root, keys);
     }
 }
 
 /// One directory block.
-fn leaf(ctx: &mut Ctx, seed: u32, b: DirBlock, buf: &[u8], is_node: bool, index: Option<&Index>) {
+/// `keys` collects the (inode, hash) key of every live name when the
+/// directory has an itree to compare against.
+fn leaf(
+    ctx: &mut Ctx,
+    seed: u32,
+    b: DirBlock,
+    buf: &[u8],
+    is_node: bool,
+    index: Option<&Index>,
+    mut keys: Option<&mut Vec<u64>>,
+) {
     let mut end = buf.len();
     if ctx.fs.geo.features.metadata_csum() && !is_node {
         if has_tail(buf) {
@@ -191,6 +209,14 @@ fn leaf(ctx: &mut Ctx, seed: u32, b: DirBlock, buf: &[u8], is_node: bool, index:
                 )
                 .ino(b.ino),
             );
+        }
+        if let (Some(k), Some(x)) = (keys.as_deref_mut(), index)
+            && inode != 0
+            && name != b"."
+            && name != b".."
+            && let Ok(h) = dx_hash(name, x.version, &x.seed)
+        {
+            k.push(ext4kit_format::itree::key(inode, h.major));
         }
         entry(ctx, b.ino, b.lblk == 0, idx, inode, name, ft);
         pos += rec_len;

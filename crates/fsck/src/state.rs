@@ -28,6 +28,8 @@ pub struct DirInfo {
     pub htree: bool,
     /// Stored inline in the inode.
     pub inline: bool,
+    /// Has an itree (ITREE_FL on an itree file system).
+    pub itree: bool,
     /// Per-inode checksum seed (crc32c of fs seed, inode number, generation).
     pub csum_seed: u32,
 }

@@ -59,14 +59,16 @@ pub fn load<'a>(dev: &'a dyn BlockDevice, report: &mut Report) -> Result<RawFs<'
                     "bad superblock ({why}) and no usable backup"
                 )));
             };
-            report.add(Finding::new(
-                p::P0_SB_CORRUPT,
-                format!("the primary superblock is unusable ({why}); using the backup at block {blk}"),
-                "rewrite the primary superblock from the backup",
-            )
-            // e2fsck -n falls back to the backup and, if nothing else is
-            // wrong, exits 0.
-            .warning());
+            report.add(
+                Finding::new(
+                    p::P0_SB_CORRUPT,
+                    format!("the primary superblock is unusable ({why}); using the backup at block {blk}"),
+                    "rewrite the primary superblock from the backup",
+                )
+                // e2fsck -n falls back to the backup and, if nothing else is
+                // wrong, exits 0.
+                .warning(),
+            );
             report.note(format!("using backup superblock at block {blk}"));
             let gb = blk;
             (sb, geo, gb)
@@ -219,21 +221,25 @@ fn check_counts(fs: &RawFs, report: &mut Report) {
     let hi = if bit64 { sb.s_free_blocks_count_hi.get() } else { 0 };
     let free_blocks = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(hi) << 32);
     if free_blocks > fs.geo.blocks_count {
-        report.add(Finding::new(
-            p::P0_FREE_BLOCK_COUNT,
-            format!("free blocks count {free_blocks} exceeds the block count"),
-            "recount",
-        )
-        .warning());
+        report.add(
+            Finding::new(
+                p::P0_FREE_BLOCK_COUNT,
+                format!("free blocks count {free_blocks} exceeds the block count"),
+                "recount",
+            )
+            .warning(),
+        );
     }
     let free_inodes = sb.s_free_inodes_count.get();
     if free_inodes > fs.geo.inodes_count {
-        report.add(Finding::new(
-            p::P0_FREE_INODE_COUNT,
-            format!("free inodes count {free_inodes} exceeds the inode count"),
-            "recount",
-        )
-        .warning());
+        report.add(
+            Finding::new(
+                p::P0_FREE_INODE_COUNT,
+                format!("free inodes count {free_inodes} exceeds the inode count"),
+                "recount",
+            )
+            .warning(),
+        );
     }
 }
 
