@@ -162,6 +162,7 @@ pub fn check(ctx: &mut Ctx, ino: u32, raw: &RawInode, rec: &[u8]) -> bool {
             );
         }
     }
+    obsolete_fields(raw, &f, &mut out, ino);
     if m == mode::S_IFLNK {
         check_symlink(raw, &mut out, ino);
     }
@@ -169,6 +170,28 @@ pub fn check(ctx: &mut Ctx, ino: u32, raw: &RawInode, rec: &[u8]) -> bool {
         ctx.add(x);
     }
     extra_ok
+}
+
+/// Fields that must be zero (e2fsck's `process_bad_inode`, reported in
+/// pass 2): the obsolete fragment address, and the high halves of
+/// `i_file_acl` and `i_blocks` without 64bit and huge_file.
+fn obsolete_fields(raw: &RawInode, f: &ext4kit_format::features::Features, out: &mut Vec<Finding>, ino: u32) {
+    if raw.i_obso_faddr.get() != 0 {
+        out.push(
+            Finding::new(
+                p::P2_FADDR_ZERO,
+                format!("i_faddr is {}, should be zero", raw.i_obso_faddr.get()),
+                "clear it",
+            )
+            .ino(ino),
+        );
+    }
+    if raw.i_file_acl_high.get() != 0 && !f.incompat.contains(IncompatFeatures::BIT64) {
+        out.push(Finding::new(p::P2_I_FILE_ACL_HI_ZERO, "i_file_acl_hi is not zero", "clear it").ino(ino));
+    }
+    if raw.i_blocks_high.get() != 0 && !f.ro_compat.contains(RoCompatFeatures::HUGE_FILE) {
+        out.push(Finding::new(p::P2_BLOCKS_HI_ZERO, "i_blocks_hi is not zero", "clear it").ino(ino));
+    }
 }
 
 /// ext4kit's itree directory flag (see `docs/itree.md`).

@@ -31,6 +31,7 @@ pub mod pass4;
 pub mod pass5;
 pub mod problem;
 pub mod report;
+pub mod resize;
 pub mod state;
 pub mod superblock;
 pub mod walk;

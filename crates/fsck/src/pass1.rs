@@ -152,6 +152,19 @@ pub fn decode(rec: &[u8]) -> RawInode {
 fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
     let raw = decode(rec);
     if ino < ctx.fs.geo.first_ino && ino != ROOT_INO {
+        if !all_zero(rec)
+            && ctx.fs.geo.features.metadata_csum()
+            && verify_inode_checksum(rec, ctx.fs.seed, ino).is_err()
+        {
+            ctx.add(
+                Finding::new(
+                    p::P1_INODE_ONLY_CSUM_INVALID,
+                    "inode checksum does not match",
+                    "recompute it",
+                )
+                .ino(ino),
+            );
+        }
         reserved_inode(ctx, ino, &raw);
         return;
     }
@@ -243,6 +256,16 @@ fn reserved_inode(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
                 let dind = u64::from(u32::from_le_bytes(raw.i_block[52..56].try_into().unwrap_or([0; 4])));
                 if ctx.fs.valid_block(dind) {
                     ctx.claim(dind);
+                }
+                if let Err(why) = crate::resize::check(&ctx.fs, raw) {
+                    ctx.add(
+                        Finding::new(
+                            p::P0_RESIZE_INODE_INVALID,
+                            format!("resize inode is not valid: {why}"),
+                            "recreate it",
+                        )
+                        .ino(ino),
+                    );
                 }
             } else if raw.i_mode.get() != 0 || raw.i_block.iter().any(|&b| b != 0) {
                 ctx.add(

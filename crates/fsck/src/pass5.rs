@@ -194,6 +194,16 @@ fn inode_group(ctx: &mut Ctx, g: u32, diffs: &mut Diffs) -> u64 {
         }
     }
     if let Some(d) = &disk
+        && (ipg as usize..d.len() * 8).any(|i| !disk_bit(d, i))
+    {
+        let f = Finding::new(
+            p::P5_INODE_BMAP_PADDING,
+            "padding at the end of the inode bitmap is not set",
+            "set it",
+        );
+        ctx.add(f.grp(g));
+    }
+    if let Some(d) = &disk
         && ctx.fs.geo.features.metadata_csum()
     {
         let c = bitmap_checksum(ctx.fs.seed, d, ipg as usize / 8, ctx.fs.geo.desc_size);
