@@ -381,6 +381,7 @@ fn map_blocks(ctx: &mut Ctx, ino: u32, raw: &RawInode, inline: Option<usize>, is
         dup,
         dblocks,
         report,
+        claim_budget,
         ..
     } = ctx;
     let mut t = Tally {
@@ -394,8 +395,13 @@ fn map_blocks(ctx: &mut Ctx, ino: u32, raw: &RawInode, inline: Option<usize>, is
             len,
             unwritten,
         } => {
+            // The budget bounds the work hostile mappings can cause (many
+            // inodes each mapping the whole file system); past it blocks
+            // are counted but no longer marked.
+            let mark = *claim_budget >= u64::from(len);
+            *claim_budget = claim_budget.saturating_sub(u64::from(len));
             for i in 0..u64::from(len) {
-                if used.set(pblk + i) {
+                if mark && used.set(pblk + i) {
                     dup.set(pblk + i);
                 }
                 if is_dir && dblocks.len() < cap {

@@ -11,6 +11,9 @@ use crate::problem::{self as p, Finding};
 use crate::state::{Ctx, KIND_FREE};
 use crate::walk::{Event, Walker};
 
+/// Inodes with shared blocks listed at most (each with up to 10,000 blocks).
+const MAX_OWNERS: usize = 10_000;
+
 /// Runs pass 1B.
 pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
     let n = ctx.fs.geo.inodes_count;
@@ -32,6 +35,12 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
         let dups = dup_blocks_of(ctx, ino);
         if !dups.is_empty() {
             owners.insert(ino, dups);
+        }
+        if owners.len() >= MAX_OWNERS {
+            ctx.report.note(format!(
+                "more than {MAX_OWNERS} inodes share blocks; the rest are not listed"
+            ));
+            break;
         }
     }
     let mut by_block: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();

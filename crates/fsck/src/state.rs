@@ -75,6 +75,9 @@ pub struct Ctx<'a> {
     pub scanned: Vec<u32>,
     /// `/lost+found`'s inode, when pass 2 met it.
     pub lost_found: Option<u32>,
+    /// Data blocks pass 1 may still mark (a multiple of the block count:
+    /// a consistent file system needs at most one).
+    pub claim_budget: u64,
     /// Stop requested (SIGINT).
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
@@ -99,6 +102,7 @@ impl<'a> Ctx<'a> {
             scanned: vec![0; fs.geo.group_count as usize],
             lost_found: None,
             cancel: None,
+            claim_budget: nb.saturating_mul(4).max(1 << 20),
             fs,
             report,
         }

@@ -75,6 +75,7 @@ pub fn load<'a>(dev: &'a dyn BlockDevice, report: &mut Report) -> Result<RawFs<'
         }
     };
     refuse_unknown(&sb)?;
+    check_bounds(dev, &geo)?;
     let seed = sb.csum_seed();
     Ok(RawFs {
         dev,
@@ -84,6 +85,28 @@ pub fn load<'a>(dev: &'a dyn BlockDevice, report: &mut Report) -> Result<RawFs<'
         seed,
         groups: Vec::new(),
     })
+}
+
+/// The checker's memory follows the geometry (bitmaps over blocks, arrays
+/// over inodes), so a geometry far beyond what the image holds, or inode
+/// tables that cannot fit in the file system, is refused rather than
+/// believed.
+fn check_bounds(dev: &dyn BlockDevice, geo: &Geometry) -> Result<(), Fatal> {
+    let dev_blocks = dev.len() / u64::from(geo.block_size);
+    if geo.blocks_count > dev_blocks.saturating_mul(4).max(1 << 20) {
+        return Err(Fatal::BadSuperblock(format!(
+            "the superblock claims {} blocks but the image holds {dev_blocks}",
+            geo.blocks_count
+        )));
+    }
+    let itable_bytes = u64::from(geo.inodes_count) * u64::from(geo.inode_size);
+    if itable_bytes > geo.blocks_count * u64::from(geo.block_size) {
+        return Err(Fatal::BadSuperblock(format!(
+            "{} inodes of {} bytes cannot fit in {} blocks",
+            geo.inodes_count, geo.inode_size, geo.blocks_count
+        )));
+    }
+    Ok(())
 }
 
 /// Unknown incompatible (or read-only-compatible) features mean this code
