@@ -59,21 +59,12 @@ pub fn check(ctx: &mut Ctx, ino: u32, raw: &RawInode, rec: &[u8]) -> bool {
             );
         }
     } else if dtime != 0 {
-        if dtime < geo.inodes_count {
-            add(
-                &mut out,
-                p::P1_LOW_DTIME,
-                "inode was part of the orphan list".into(),
-                "clear dtime",
-            );
-        } else {
-            add(
-                &mut out,
-                p::P1_SET_DTIME,
-                "inode is in use but has dtime set".into(),
-                "clear dtime",
-            );
-        }
+        add(
+            &mut out,
+            p::P1_SET_DTIME,
+            "inode is in use but has dtime set".into(),
+            "clear dtime",
+        );
     }
     let fl = raw.flags();
     if fl & flags::INDEX != 0 {
@@ -163,8 +154,24 @@ pub fn check(ctx: &mut Ctx, ino: u32, raw: &RawInode, rec: &[u8]) -> bool {
         }
     }
     obsolete_fields(raw, &f, &mut out, ino);
-    if m == mode::S_IFLNK {
-        check_symlink(raw, &mut out, ino);
+    if m == mode::S_IFLNK && !crate::symlink::valid(&ctx.fs, ino, raw, rec) {
+        out.push(Finding::new(p::P2_INVALID_SYMLINK, "symlink is invalid", "clear the inode").ino(ino));
+    }
+    if special && !device_ok(raw) {
+        let code = match m {
+            mode::S_IFCHR => p::P2_BAD_CHAR_DEV,
+            mode::S_IFBLK => p::P2_BAD_BLOCK_DEV,
+            mode::S_IFIFO => p::P2_BAD_FIFO,
+            _ => p::P2_BAD_SOCKET,
+        };
+        out.push(
+            Finding::new(
+                code,
+                "special file has index/extent/inline flags or block pointers",
+                "clear the inode",
+            )
+            .ino(ino),
+        );
     }
     for x in out {
         ctx.add(x);
@@ -197,38 +204,13 @@ fn obsolete_fields(raw: &RawInode, f: &ext4kit_format::features::Features, out: 
 /// ext4kit's itree directory flag (see `docs/itree.md`).
 pub const ITREE_FL: u32 = 0x0080_0000;
 
-/// A fast symlink keeps its target in `i_block`: the length must be the size.
-fn check_symlink(raw: &RawInode, out: &mut Vec<Finding>, ino: u32) {
-    let size = raw.size();
-    if raw.has_flag(flags::INLINE_DATA) {
-        return;
+/// A device, fifo or socket keeps its device number in `i_block[0..1]`
+/// and nothing else (e2fsck's `e2fsck_pass1_check_device_inode`).
+fn device_ok(raw: &RawInode) -> bool {
+    if raw.flags() & (flags::INDEX | flags::EXTENTS | flags::INLINE_DATA) != 0 {
+        return false;
     }
-    if size == 0 {
-        out.push(Finding::new(p::P2_INVALID_SYMLINK, "symlink has size 0", "clear the inode").ino(ino));
-        return;
-    }
-    if size < 60 && !raw.has_flag(flags::EXTENTS) {
-        let len = raw.i_block.iter().position(|&b| b == 0).unwrap_or(60) as u64;
-        if len != size {
-            out.push(
-                Finding::new(
-                    p::P2_INVALID_SYMLINK,
-                    format!("fast symlink length {len} differs from size {size}"),
-                    "clear the inode",
-                )
-                .ino(ino),
-            );
-        }
-    } else if size < 60 && raw.has_flag(flags::EXTENTS) && raw.i_blocks_lo.get() == 0 {
-        out.push(
-            Finding::new(
-                p::P1_FAST_SYMLINK_EXTENT_FL,
-                "fast symlink has EXTENTS_FL set",
-                "clear the flag",
-            )
-            .ino(ino),
-        );
-    }
+    raw.i_block[16..].iter().all(|&b| b == 0)
 }
 
 /// `i_size` and `i_blocks` against the mapping (e2fsck's end of `check_blocks`).

@@ -151,6 +151,14 @@ fn orphan_list(ctx: &mut Ctx) {
             return;
         }
         first = false;
+        if seen.len() <= 1000 {
+            let f = Finding::new(
+                p::P0_ORPHAN_CLEAR_INODE,
+                format!("orphaned inode {ino} (a repair would release it)"),
+                "release it",
+            );
+            ctx.add(f.ino(ino).warning());
+        }
         let Ok(rec) = ctx.fs.inode_record(ino) else { return };
         ino = decode(&rec).i_dtime.get();
     }

@@ -34,6 +34,7 @@ pub mod report;
 pub mod resize;
 pub mod state;
 pub mod superblock;
+pub mod symlink;
 pub mod walk;
 pub mod xattr;
 

@@ -168,6 +168,7 @@ fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
         reserved_inode(ctx, ino, &raw);
         return;
     }
+    low_dtime(ctx, ino, &raw);
     if raw.links() == 0 {
         let zero = all_zero(rec);
         if !zero && ctx.fs.geo.features.metadata_csum() && verify_inode_checksum(rec, ctx.fs.seed, ino).is_err() {
@@ -233,6 +234,29 @@ fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
         if tally.blocks == 0 && !inline {
             ctx.add(Finding::new(p::P1_ZERO_LENGTH_DIR, "directory has no blocks", "clear the inode").ino(ino));
         }
+    }
+}
+
+/// An inode whose `i_dtime` is a small number looks like a leftover of the
+/// orphan list (which chains through `i_dtime`); e2fsck asks about it
+/// before anything else, unless the clock or a pending journal make
+/// times unreliable.
+fn low_dtime(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
+    let sb = &ctx.fs.sb;
+    let n = ctx.fs.geo.inodes_count;
+    let busted = ctx.fs.geo.features.incompat.contains(IncompatFeatures::RECOVER)
+        || sb.s_mtime.get() < n
+        || (sb.s_mkfs_time.get() != 0 && sb.s_mkfs_time.get() < n);
+    let dtime = raw.i_dtime.get();
+    if !busted && dtime != 0 && dtime < n {
+        ctx.add(
+            Finding::new(
+                p::P1_LOW_DTIME,
+                "inode was part of the orphaned inode list",
+                "clear dtime",
+            )
+            .ino(ino),
+        );
     }
 }
 

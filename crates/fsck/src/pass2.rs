@@ -351,10 +351,8 @@ fn target_ok(ctx: &mut Ctx, dir: u32, inode: u32, name: &[u8]) -> bool {
         return false;
     }
     if ctx.kind[inode as usize] == KIND_BAD {
-        ctx.add(f(
-            p::P2_BAD_MODE,
-            format!("inode {inode} ('{show}') has an invalid mode"),
-        ));
+        let msg = format!("inode {inode} ('{show}') has an invalid mode");
+        ctx.add(Finding::new(p::P2_BAD_MODE, msg, "clear the inode").ino(inode));
         return false;
     }
     true

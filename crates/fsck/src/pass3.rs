@@ -58,7 +58,7 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
             continue;
         }
         let want = if d == ROOT { ROOT } else { parent };
-        if dotdot != want && dotdot != 0 {
+        if dotdot != want {
             ctx.add(
                 Finding::new(
                     p::P3_BAD_DOT_DOT,
