@@ -24,7 +24,7 @@ const EXT4KIT_LIMIT: Duration = Duration::from_secs(20);
 const E2FSCK_LIMIT: Duration = Duration::from_secs(8);
 /// Floors at what this checker reaches today (measured, not hoped for).
 const MIN_DETECTED: usize = 145;
-const MIN_PAIRS_PERCENT: usize = 70;
+const MIN_PAIRS_PERCENT: usize = 75;
 
 struct Row {
     test: String,

@@ -127,15 +127,14 @@ pub fn check(ctx: &mut Ctx, ino: u32, raw: &RawInode, rec: &[u8]) -> bool {
             .ino(ino),
         );
     }
+    if (special || m == mode::S_IFLNK) && fl & (flags::IMMUTABLE | flags::APPEND) != 0 {
+        let msg = "special file or symlink has immutable or append-only set";
+        out.push(Finding::new(p::P1_SET_IMMUTABLE, msg, "clear the flags").ino(ino));
+    }
+    if fl & IMAGIC_FL != 0 && !f.compat.contains(CompatFeatures::IMAGIC_INODES) {
+        out.push(Finding::new(p::P1_SET_IMAGIC, "imagic flag set without imagic_inodes", "clear it").ino(ino));
+    }
     if special {
-        if fl & (flags::IMMUTABLE | flags::APPEND) != 0 {
-            add(
-                &mut out,
-                p::P1_SET_IMMUTABLE,
-                "special file has immutable or append-only set".into(),
-                "clear the flags",
-            );
-        }
         if raw.size() != 0 {
             add(
                 &mut out,
@@ -200,6 +199,9 @@ fn obsolete_fields(raw: &RawInode, f: &ext4kit_format::features::Features, out: 
         out.push(Finding::new(p::P2_BLOCKS_HI_ZERO, "i_blocks_hi is not zero", "clear it").ino(ino));
     }
 }
+
+/// `EXT2_IMAGIC_FL`: AFS "imagic" inode.
+const IMAGIC_FL: u32 = 0x2000;
 
 /// ext4kit's itree directory flag (see `docs/itree.md`).
 pub const ITREE_FL: u32 = 0x0080_0000;

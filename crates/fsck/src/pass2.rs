@@ -218,6 +218,14 @@ fn leaf(
         {
             k.push(ext4kit_format::itree::key(inode, h.major));
         }
+        if b.lblk == 0 && idx < 2 && name_len == idx + 1 && rec_len > 8 + name_len && buf[pos + 8 + name_len] != 0 {
+            let (code, what) = if idx == 0 {
+                (p::P2_DOT_NULL_TERM, "'.'")
+            } else {
+                (p::P2_DOT_DOT_NULL_TERM, "'..'")
+            };
+            ctx.add(Finding::new(code, format!("{what} entry is not NUL terminated"), "terminate it").ino(b.ino));
+        }
         entry(ctx, b.ino, b.lblk == 0, idx, inode, name, ft);
         pos += rec_len;
         idx += 1;
@@ -234,6 +242,8 @@ fn entry(ctx: &mut Ctx, dir: u32, first_block: bool, idx: usize, inode: u32, nam
             ctx.add(f(p::P2_1ST_NOT_DOT, "first entry is not '.'".into()));
         } else if inode != dir {
             ctx.add(f(p::P2_BAD_INODE_DOT, format!("'.' points at inode {inode}")));
+        } else {
+            check_type(ctx, dir, dir, ft);
         }
         bump(ctx, dir);
         return;
@@ -248,7 +258,12 @@ fn entry(ctx: &mut Ctx, dir: u32, first_block: bool, idx: usize, inode: u32, nam
                 d.dotdot = inode;
             }
             if ctx.in_use(inode) {
+                check_type(ctx, dir, inode, ft);
                 bump(ctx, inode);
+            } else if inode <= ctx.fs.geo.inodes_count {
+                ctx.add(f(p::P2_UNUSED_INODE, format!("'..' has deleted/unused inode {inode}")));
+            } else {
+                ctx.add(f(p::P2_BAD_INO, format!("'..' has bad inode number {inode}")));
             }
         }
         return;

@@ -15,12 +15,13 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
         done: 0,
         total: 1,
     });
-    if !ctx.is_dir(ROOT) {
+    let root_ok = ctx.is_dir(ROOT);
+    if !root_ok {
         ctx.add(Finding::new(p::P3_NO_ROOT_INODE, "root inode is not allocated", "reallocate it").ino(ROOT));
-        return;
     }
-    // 0 unknown, 1 reaches the root, 2 does not.
-    let mut state: std::collections::HashMap<u32, u8> = std::collections::HashMap::from([(ROOT, 1)]);
+    // 0 unknown, 1 reaches the root, 2 does not (nothing does without a root).
+    let mut state: std::collections::HashMap<u32, u8> =
+        std::collections::HashMap::from([(ROOT, if root_ok { 1 } else { 2 })]);
     let dirs: Vec<u32> = ctx.dirs.keys().copied().collect();
     for &d in &dirs {
         let mut path = Vec::new();
