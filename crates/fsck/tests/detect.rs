@@ -222,3 +222,36 @@ fn garbage_is_an_operational_error_not_a_panic() {
     );
     assert_eq!(ext4kit_fsck::exit_code(&r), ext4kit_fsck::EXIT_OPERATIONAL);
 }
+
+#[test]
+fn a_cancelled_check_is_exit_32_with_what_it_found() {
+    let b = build();
+    let dev = MemDevice::read_only(b.bytes);
+    let stop = std::sync::atomic::AtomicBool::new(true);
+    let opts = Options {
+        force: true,
+        cancel: Some(&stop),
+        ..Options::default()
+    };
+    let r = check(&dev, &opts, &mut |_| {});
+    assert!(matches!(r, Err(ext4kit_fsck::Fatal::Cancelled(_))));
+    assert_eq!(ext4kit_fsck::exit_code(&r), ext4kit_fsck::EXIT_CANCELLED);
+}
+
+#[test]
+fn without_force_a_clean_superblock_stops_after_pass_0() {
+    let b = build();
+    let dev = MemDevice::read_only(b.bytes);
+    let now = 1_700_000_100;
+    let r = check(
+        &dev,
+        &Options {
+            now,
+            ..Options::default()
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(r.skipped_clean, "{:?}", r.notes);
+    assert_eq!(r.passes, vec!["0".to_string()]);
+}

@@ -105,10 +105,19 @@ fn check(a: &Args) -> Result<i32> {
     let result = fsck::check(&dev, &opts, &mut |p| bar.update(p));
     bar.finish();
     let code = fsck::exit_code(&result);
-    if a.json {
-        print_json(a, &result, code)?;
+    let printed = if a.json {
+        print_json(a, &result, code)
     } else {
-        print_text(a, &result)?;
+        print_text(a, &result)
+    };
+    // A reader that stopped reading (`| head`) does not change the verdict.
+    if let Err(e) = printed
+        && !e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        })
+    {
+        return Err(e);
     }
     Ok(code)
 }
