@@ -101,7 +101,12 @@ fn journal_superblock(ctx: &mut Ctx, jino: u32) -> Option<RawJournalSuperblock> 
     let extents = raw.has_flag(ext4kit_format::inode::flags::EXTENTS);
     let mut w = Walker::new(&ctx.fs, jino, &raw, &mut visit);
     w.walk(&raw, extents);
+    let broken = !w.problems.is_empty();
     drop(w);
+    if broken {
+        bad(ctx, "the journal inode's block map is invalid".into());
+        return None;
+    }
     let Some(blk) = first else {
         bad(ctx, "journal inode has no block 0".into());
         return None;

@@ -43,6 +43,41 @@ fn ea_inode_sectors(ctx: &Ctx, entries: &[XattrEntry]) -> u64 {
         .sum()
 }
 
+/// Each `ea_inode` value must name an inode in use, a regular file carrying
+/// EA_INODE_FL (e2fsck's `check_large_ea_inode`).
+fn check_ea_inodes(ctx: &mut Ctx, ino: u32, entries: &[XattrEntry]) {
+    for e in entries {
+        let XattrValue::EaInode { inum, .. } = e.value else {
+            continue;
+        };
+        let bad = |ctx: &mut Ctx, code, msg: String| ctx.add(Finding::new(code, msg, "clear the attribute").ino(ino));
+        if inum < ctx.fs.geo.first_ino || inum > ctx.fs.geo.inodes_count {
+            bad(
+                ctx,
+                p::P1_ATTR_VALUE_EA_INODE,
+                format!("illegal extended attribute value inode {inum}"),
+            );
+            continue;
+        }
+        let Ok(rec) = ctx.fs.inode_record(inum) else { continue };
+        let raw = crate::pass1::decode(&rec);
+        let regular = raw.i_mode.get() & ext4kit_format::inode::mode::S_IFMT == ext4kit_format::inode::mode::S_IFREG;
+        if raw.links() == 0 || !regular {
+            bad(
+                ctx,
+                p::P1_ATTR_VALUE_EA_INODE,
+                format!("illegal extended attribute value inode {inum}"),
+            );
+        } else if !raw.has_flag(ext4kit_format::inode::flags::EA_INODE) {
+            bad(
+                ctx,
+                p::P1_ATTR_SET_EA_INODE_FL,
+                format!("EA inode {inum} lacks EA_INODE_FL"),
+            );
+        }
+    }
+}
+
 /// Checks the in-inode xattr area of `rec` (a whole inode record whose
 /// `i_extra_isize` is known valid). Returns the `system.data` value's
 /// length when there is one (inline data), and the sectors of `ea_inode`
@@ -76,6 +111,7 @@ pub fn check_ibody(ctx: &mut Ctx, ino: u32, rec: &[u8], extra: u16) -> (Option<u
             .ino(ino),
         );
     }
+    check_ea_inodes(ctx, ino, &entries);
     let q = ea_inode_sectors(ctx, &entries);
     (ext4kit_format::inline::system_data(&entries).map(<[u8]>::len), q)
 }
@@ -123,7 +159,10 @@ pub fn check_block(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, blk: u64) -> Opti
         }
     };
     let (refcount, quota) = match fx::parse_block(&buf) {
-        Ok(b) => (b.header.h_refcount.get(), ea_inode_sectors(ctx, &b.entries)),
+        Ok(b) => {
+            check_ea_inodes(ctx, ino, &b.entries);
+            (b.header.h_refcount.get(), ea_inode_sectors(ctx, &b.entries))
+        }
         Err(e) => {
             let code = if e.field == "h_blocks" {
                 p::P1_EA_MULTI_BLOCK
