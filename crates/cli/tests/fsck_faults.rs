@@ -57,7 +57,16 @@ fn make_base(dir: &Path, name: &str, args: &[&str]) -> Base {
         std::os::unix::fs::FileExt::write_at(&f, &[0x78; 1024], k * 8192).unwrap();
     }
     let image = dir.join(format!("{name}.img"));
-    let mut a = vec!["-b", "1024"];
+    // A fixed UUID and hash seed keep the layout, and so the cases, the
+    // same from run to run.
+    let mut a = vec![
+        "-b",
+        "1024",
+        "-U",
+        "6a1f8e52-3c1d-4b8e-9a55-0d3c2b1a0f11",
+        "-E",
+        "hash_seed=2b7e1516-28ae-42a6-abf7-158809cf4f3c",
+    ];
     a.extend_from_slice(args);
     mkfs_d("mkfs.ext4", &a, &src, &image, "16M");
     let _ = Command::new("e2fsck").args(["-fyD"]).arg(&image).output();
