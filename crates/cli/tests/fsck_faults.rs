@@ -1,6 +1,6 @@
 //! Seeded fault injection: fresh small images, one metadata corruption per
 //! case (superblock, group descriptors, bitmaps, inode table, extent tree
-//! block, directory blocks), then `e2fsck -fn` and `ext4kit fsck -fn`.
+//! block, directory blocks, journal superblock), then `e2fsck -fn` and `ext4kit fsck -fn`.
 //! Whatever e2fsck flags as not clean, ext4kit should flag too; it must
 //! never panic or hang. A fixed seed list keeps the test deterministic;
 //! the figures go to stderr and `$CARGO_TARGET_TMPDIR/fsck-faults.md`.
@@ -87,6 +87,9 @@ fn make_base(dir: &Path, name: &str, args: &[&str]) -> Base {
     if let Some(l) = ex.lines().find(|l| l.trim_start().starts_with("0/")) {
         let leaf: u64 = l.split_whitespace().nth(7).unwrap().parse().unwrap();
         targets.push(("extent block", leaf, bs));
+    }
+    if let Ok(jsb) = debugfs(&image, "bmap <8> 0").trim().parse::<u64>() {
+        targets.push(("journal superblock", jsb, 256));
     }
     for path in ["/", "/huge", "/d1"] {
         let blocks = debugfs(&image, &format!("blocks {path}"));

@@ -119,6 +119,15 @@ fn journal_superblock(ctx: &mut Ctx, jino: u32) -> Option<RawJournalSuperblock> 
         }
     };
     match RawJournalSuperblock::parse(&buf) {
+        Ok(j) if j.verify_checksum().is_err() => {
+            let f = Finding::new(
+                p::P0_JOURNAL_BAD_SUPER,
+                "journal superblock checksum does not match",
+                "clear the journal",
+            );
+            ctx.add(f.blk(blk));
+            Some(j)
+        }
         Ok(j) => Some(j),
         Err(e) => {
             let code = if e.field == "h_blocktype" {

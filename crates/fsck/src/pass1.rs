@@ -291,6 +291,7 @@ fn reserved_inode(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
                         .ino(ino),
                     );
                 }
+                resize_blocks(ctx, ino, raw);
             } else if raw.i_mode.get() != 0 || raw.i_block.iter().any(|&b| b != 0) {
                 ctx.add(
                     Finding::new(
@@ -352,6 +353,37 @@ fn reserved_inode(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
                 map_blocks(ctx, ino, raw, None, false);
             }
         }
+    }
+}
+
+/// The resize inode's `i_blocks` must count every block of its map (the
+/// reserved GDT blocks and their backups, and the map's own blocks), none
+/// of which it owns in the bitmap sense.
+fn resize_blocks(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
+    let mut n = 0u64;
+    let mut visit = |e: Event| match e {
+        Event::Data { len, .. } => n += u64::from(len),
+        Event::Meta { .. } => n += 1,
+    };
+    let mut w = Walker::new(&ctx.fs, ino, raw, &mut visit);
+    w.walk(raw, false);
+    drop(w);
+    let geo = &ctx.fs.geo;
+    let huge = geo
+        .features
+        .ro_compat
+        .contains(ext4kit_format::features::RoCompatFeatures::HUGE_FILE);
+    let (stored, want) = (
+        raw.blocks_512(huge, geo.block_size),
+        n * u64::from(geo.block_size / 512),
+    );
+    if stored != want {
+        let f = Finding::new(
+            p::P1_BAD_I_BLOCKS,
+            format!("i_blocks is {stored}, should be {want}"),
+            "set i_blocks",
+        );
+        ctx.add(f.ino(ino));
     }
 }
 

@@ -5,6 +5,8 @@
 //! inline directories from the inode. Counts references for pass 4 and
 //! records each directory's parent and `..` for pass 3.
 
+use std::collections::HashSet;
+
 use ext4kit_format::dir_entry::{has_tail, rec_len_from_disk, verify_block_checksum};
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::group_desc::BG_INODE_UNINIT;
@@ -75,7 +77,10 @@ fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
     } else {
         None
     };
-    let mut keys = (info.itree && index.is_some()).then(Vec::new);
+    let mut col = Collect {
+        keys: (info.itree && index.is_some()).then(Vec::new),
+        names: HashSet::new(),
+    };
     let mut root = None;
     let mut last = None;
     for b in blocks {
@@ -99,28 +104,36 @@ fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
             }
         };
         let is_node = index.as_ref().is_some_and(|x| x.nodes.contains(&b.lblk));
-        leaf(ctx, info.csum_seed, *b, &buf, is_node, index.as_ref(), keys.as_mut());
+        leaf(ctx, info.csum_seed, *b, &buf, is_node, index.as_ref(), &mut col);
         if b.lblk == 0 {
             root = Some(buf);
         }
     }
-    if let (Some(keys), Some(root)) = (keys, root) {
+    if let (Some(keys), Some(root)) = (col.keys, root) {
         crate::itree::check(ctx, ino, info.csum_seed, &root, keys);
     }
 }
 
 /// One directory block.
-/// `keys` collects the (inode, hash) key of every live name when the
+/// What pass 2 gathers over a whole directory: the (inode, hash) keys of
+/// its names when it has an itree to compare against, and a 64-bit hash of
+/// every name seen, to find names that repeat across blocks (8 bytes per
+/// name; a false match needs a 64-bit collision).
+struct Collect {
+    keys: Option<Vec<u64>>,
+    names: HashSet<u64>,
+}
+
+fn name_hash(name: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish()
+}
+
+/// `col` collects the (inode, hash) key of every live name when the
 /// directory has an itree to compare against.
-fn leaf(
-    ctx: &mut Ctx,
-    seed: u32,
-    b: DirBlock,
-    buf: &[u8],
-    is_node: bool,
-    index: Option<&Index>,
-    mut keys: Option<&mut Vec<u64>>,
-) {
+fn leaf(ctx: &mut Ctx, seed: u32, b: DirBlock, buf: &[u8], is_node: bool, index: Option<&Index>, col: &mut Collect) {
     let mut end = buf.len();
     if ctx.fs.geo.features.metadata_csum() && !is_node {
         if has_tail(buf) {
@@ -151,7 +164,7 @@ fn leaf(
     let filetype = ctx.fs.geo.features.incompat.contains(IncompatFeatures::FILETYPE);
     let range = index.and_then(|x| x.ranges.get(&b.lblk).map(|r| (x, *r)));
     let mut hash_bad = false;
-    let mut names: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
+    let mut names: HashSet<&[u8]> = HashSet::new();
     let (mut pos, mut idx) = (0usize, 0usize);
     while pos < end {
         let corrupt = |ctx: &mut Ctx, why: String| {
@@ -188,6 +201,13 @@ fn leaf(
                 b.lblk
             );
             ctx.add(Finding::new(p::P2_DUPLICATE_DIRENT, msg, "clear it").ino(b.ino));
+        } else if inode != 0 && !name.is_empty() && name != b"." && name != b".." && !col.names.insert(name_hash(name))
+        {
+            let msg = format!(
+                "name '{}' appears more than once in the directory",
+                String::from_utf8_lossy(name)
+            );
+            ctx.add(Finding::new(p::P2_NON_UNIQUE_FILE, msg, "rename it").ino(b.ino));
         }
         if let Some((x, (lo, hi))) = range
             && inode != 0
@@ -210,7 +230,7 @@ fn leaf(
                 .ino(b.ino),
             );
         }
-        if let (Some(k), Some(x)) = (keys.as_deref_mut(), index)
+        if let (Some(k), Some(x)) = (col.keys.as_mut(), index)
             && inode != 0
             && name != b"."
             && name != b".."
