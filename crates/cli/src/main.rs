@@ -80,6 +80,8 @@ enum Command {
     Chown(cmd::edit::ChownArgs),
     /// Create a new, empty file system (like mke2fs).
     Mkfs(cmd::mkfs::Args),
+    /// Check an image as e2fsck does (check-only for now: -n).
+    Fsck(cmd::fsck::Args),
     /// Serve the image through FUSE at a mount point.
     Mount(cmd::mount::Args),
     /// Unmount, waiting until the server has finished writing the image.
@@ -102,6 +104,12 @@ fn main() -> ExitCode {
         .is_some_and(|n| n == "mount.fuse.ext4kit" || n == "mount.ext4kit");
     let cli = if as_helper {
         Cli::parse_from(cmd::mount::helper_args(&argv))
+    } else if argv.get(1).is_some_and(|a| a == "fsck") {
+        // e2fsck's usage error is exit 16, not clap's 2.
+        Cli::try_parse().unwrap_or_else(|e| {
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { 16 } else { 0 })
+        })
     } else {
         Cli::parse()
     };
@@ -124,6 +132,7 @@ fn main() -> ExitCode {
         Command::Chmod(a) => cmd::edit::chmod(a),
         Command::Chown(a) => cmd::edit::chown(a),
         Command::Mkfs(a) => cmd::mkfs::run(a),
+        Command::Fsck(a) => cmd::fsck::run(a),
         Command::Mount(a) => cmd::mount::run(a),
         Command::Umount(a) => cmd::mount::umount(a),
         Command::Sync(a) => cmd::sync::run(a),

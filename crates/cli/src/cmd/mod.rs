@@ -6,6 +6,7 @@ pub mod defrag;
 pub mod edit;
 pub mod export;
 pub mod frag;
+pub mod fsck;
 pub mod import;
 pub mod info;
 pub mod layout;

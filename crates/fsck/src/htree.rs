@@ -1,0 +1,216 @@
+//! Pass 2, hash-indexed directories (`directory.rst`, "Hash Tree
+//! Directories"): the dx root (header fields, limit, count, depth against
+//! large_dir), interior nodes, hash order, every leaf referenced exactly
+//! once, checksum tails; and each leaf's hash range for pass 2 to check
+//! names against.
+
+use std::collections::{HashMap, HashSet};
+
+use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::hash::{HashVersion, seed_from_bytes};
+use ext4kit_format::htree::{DxEntry, DxNode, DxParams, DxRoot, verify_dx_checksum};
+
+use crate::problem::{self as p, Code, Finding};
+use crate::state::{Ctx, DirBlock};
+
+/// What pass 2 needs from a valid index.
+pub struct Index {
+    /// Logical blocks that are index nodes (the root included).
+    pub nodes: HashSet<u32>,
+    /// Per leaf block: the lowest and highest hash its parent allows.
+    pub ranges: HashMap<u32, (u32, u32)>,
+    /// Effective hash version.
+    pub version: HashVersion,
+    /// Hash seed words.
+    pub seed: [u32; 4],
+}
+
+fn root_code(field: &str) -> Code {
+    match field {
+        "hash_version" => p::P1_HTREE_HASHV,
+        "indirect_levels" => p::P1_HTREE_DEPTH,
+        "unused_flags" => p::P1_HTREE_INCOMPAT,
+        "dx_countlimit.limit" | "limit" => p::P2_HTREE_BAD_LIMIT,
+        "dx_countlimit.count" | "count" => p::P2_HTREE_BAD_COUNT,
+        _ => p::P1_HTREE_BADROOT,
+    }
+}
+
+struct Walk<'b, 'a> {
+    fs: &'b crate::fs::RawFs<'a>,
+    ino: u32,
+    seed: u32,
+    params: DxParams,
+    blocks: &'b [DirBlock],
+    nblocks: u32,
+    idx: Index,
+    problems: Vec<Finding>,
+}
+
+/// Checks the index of directory `ino` whose blocks are `blocks` (sorted by
+/// logical block). `None` when the root is unusable (reported): pass 2 then
+/// reads the directory as linear, as e2fsck does after clearing the index.
+pub fn check(ctx: &mut Ctx, ino: u32, csum_seed: u32, blocks: &[DirBlock]) -> Option<Index> {
+    let f = ctx.fs.geo.features;
+    let params = DxParams {
+        block_size: ctx.fs.geo.block_size,
+        metadata_csum: f.metadata_csum(),
+        large_dir: f.incompat.contains(IncompatFeatures::LARGEDIR),
+    };
+    let root_blk = blocks.first().filter(|b| b.lblk == 0)?;
+    let buf = ctx.fs.read_block(root_blk.pblk).ok()?;
+    let root = match DxRoot::parse(&buf, &params) {
+        Ok(r) => r,
+        Err(e) => {
+            ctx.add(
+                Finding::new(
+                    root_code(e.field),
+                    format!("htree root is invalid: {e}"),
+                    "clear the index",
+                )
+                .ino(ino)
+                .blk(root_blk.pblk),
+            );
+            return None;
+        }
+    };
+    let version = HashVersion::effective(root.header.info.hash_version, ctx.fs.sb.s_flags.get())?;
+    let seed_bytes: Vec<u8> = ctx
+        .fs
+        .sb
+        .s_hash_seed
+        .iter()
+        .flat_map(|w| w.get().to_le_bytes())
+        .collect();
+    let seed = seed_from_bytes(seed_bytes.as_slice().try_into().unwrap_or(&[0; 16]));
+    let mut w = Walk {
+        fs: &ctx.fs,
+        ino,
+        seed: csum_seed,
+        params,
+        blocks,
+        nblocks: blocks.last().map_or(0, |b| b.lblk + 1),
+        idx: Index {
+            nodes: HashSet::from([0]),
+            ranges: HashMap::new(),
+            version,
+            seed,
+        },
+        problems: Vec::new(),
+    };
+    if params.metadata_csum && verify_dx_checksum(&buf, params.block_size, csum_seed).is_err() {
+        w.problems.push(
+            Finding::new(
+                p::P2_HTREE_ROOT_CSUM_INVALID,
+                "htree root checksum does not match",
+                "rebuild the index",
+            )
+            .ino(ino)
+            .blk(root_blk.pblk),
+        );
+    }
+    let levels = root.indirect_levels();
+    w.entries(&root.entries, levels, 0, u32::MAX);
+    w.unreferenced();
+    let (problems, idx) = (w.problems, w.idx);
+    for f in problems {
+        ctx.add(f);
+    }
+    Some(idx)
+}
+
+impl Walk<'_, '_> {
+    fn add(&mut self, code: Code, msg: String) {
+        if self.problems.len() < 64 {
+            self.problems
+                .push(Finding::new(code, msg, "rebuild the index").ino(self.ino));
+        }
+    }
+
+    fn pblk(&self, lblk: u32) -> Option<u64> {
+        let i = self.blocks.binary_search_by_key(&lblk, |b| b.lblk).ok()?;
+        Some(self.blocks[i].pblk)
+    }
+
+    /// Entries of one node covering hashes `[lo, hi]`; `levels` index levels remain below.
+    fn entries(&mut self, entries: &[DxEntry], levels: u8, lo: u32, hi: u32) {
+        for (i, e) in entries.iter().enumerate() {
+            let start = if i == 0 { lo } else { e.hash & !1 };
+            if i > 0 && e.hash < entries[i - 1].hash.max(if i == 1 { 0 } else { 1 }) {
+                self.add(
+                    p::P2_HTREE_HASH_ORDER,
+                    format!("htree node has out-of-order hashes at entry {i}"),
+                );
+            }
+            let end = entries.get(i + 1).map_or(hi, |n| (n.hash & !1).max(start));
+            if e.block >= self.nblocks || e.block == 0 {
+                self.add(
+                    p::P2_HTREE_BADBLK,
+                    format!("htree entry points at logical block {}", e.block),
+                );
+                continue;
+            }
+            if levels == 0 {
+                if self.idx.ranges.insert(e.block, (start, end)).is_some() || self.idx.nodes.contains(&e.block) {
+                    self.add(
+                        p::P2_HTREE_DUPREF,
+                        format!("htree block {} is referenced twice", e.block),
+                    );
+                }
+            } else {
+                self.node(e.block, levels - 1, start, end);
+            }
+        }
+    }
+
+    fn node(&mut self, lblk: u32, levels: u8, lo: u32, hi: u32) {
+        if !self.idx.nodes.insert(lblk) || self.idx.ranges.contains_key(&lblk) {
+            self.add(p::P2_HTREE_DUPREF, format!("htree node {lblk} is referenced twice"));
+            return;
+        }
+        let Some(pblk) = self.pblk(lblk) else {
+            self.add(p::P2_HTREE_BADBLK, format!("htree node {lblk} is a hole"));
+            return;
+        };
+        let buf = match self.fs.read_block(pblk) {
+            Ok(b) => b,
+            Err(e) => {
+                self.add(p::P2_HTREE_BADBLK, format!("cannot read htree node {lblk}: {e}"));
+                return;
+            }
+        };
+        let node = match DxNode::parse(&buf, &self.params) {
+            Ok(n) => n,
+            Err(e) => {
+                let code = match e.field {
+                    "limit" | "dx_countlimit.limit" => p::P2_HTREE_BAD_LIMIT,
+                    "count" | "dx_countlimit.count" => p::P2_HTREE_BAD_COUNT,
+                    _ => p::P2_HTREE_BADBLK,
+                };
+                self.add(code, format!("htree node {lblk} is invalid: {e}"));
+                return;
+            }
+        };
+        if self.params.metadata_csum && verify_dx_checksum(&buf, self.params.block_size, self.seed).is_err() {
+            self.add(
+                p::P2_HTREE_NODE_CSUM_INVALID,
+                format!("htree node {lblk} checksum does not match"),
+            );
+        }
+        self.entries(&node.entries, levels, lo, hi);
+    }
+
+    /// Every directory block other than index nodes must be a referenced leaf.
+    fn unreferenced(&mut self) {
+        let missing: Vec<u32> = self
+            .blocks
+            .iter()
+            .map(|b| b.lblk)
+            .filter(|l| !self.idx.nodes.contains(l) && !self.idx.ranges.contains_key(l))
+            .take(16)
+            .collect();
+        for l in missing {
+            self.add(p::P2_HTREE_NOTREF, format!("htree block {l} is not referenced"));
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! `ext4kit-fsck`: checks an ext2/3/4 image as e2fsck does. This first step
+//! only detects (e2fsck `-n`); it repairs nothing.
+//!
+//! The checker reads raw metadata through a [`BlockDevice`] and the format
+//! crate's parsers, never through `Filesystem::open`, so it works on images
+//! the engine refuses. Passes follow e2fsck's: 0 superblock and group
+//! descriptors ([`superblock`], [`groups`], [`journal`]), 1 inode scan
+//! ([`pass1`]), 1B duplicate blocks ([`pass1b`]), 2 directories ([`pass2`],
+//! [`htree`]), 3 connectivity ([`pass3`]), 4 reference counts ([`pass4`]),
+//! 5 bitmaps and counters ([`pass5`]). Findings carry e2fsck's problem
+//! numbers ([`problem`]).
+//!
+//! Memory: three bitmaps over blocks (used, duplicate, metadata) and small
+//! per-inode arrays; nothing else per block. Every count read from the
+//! image is capped by the geometry.
+
+pub mod bitmap;
+pub mod blockmap;
+pub mod extents;
+pub mod fs;
+pub mod groups;
+pub mod htree;
+pub mod inode_fields;
+pub mod itree;
+pub mod journal;
+pub mod pass1;
+pub mod pass1b;
+pub mod pass2;
+pub mod pass3;
+pub mod pass4;
+pub mod pass5;
+pub mod problem;
+pub mod report;
+pub mod resize;
+pub mod state;
+pub mod superblock;
+pub mod symlink;
+pub mod walk;
+pub mod xattr;
+
+use std::sync::atomic::AtomicBool;
+
+use ext4kit_engine::BlockDevice;
+use ext4kit_format::features::RoCompatFeatures;
+
+pub use problem::{Code, Finding, Severity};
+pub use report::Report;
+
+/// e2fsck's exit status: no errors.
+pub const EXIT_OK: i32 = 0;
+/// Errors were found and left uncorrected.
+pub const EXIT_UNCORRECTED: i32 = 4;
+/// Operational error (unreadable image, unusable superblock, unknown features).
+pub const EXIT_OPERATIONAL: i32 = 8;
+/// Usage error.
+pub const EXIT_USAGE: i32 = 16;
+/// Cancelled by the user.
+pub const EXIT_CANCELLED: i32 = 32;
+
+/// How to check.
+#[derive(Debug, Default)]
+pub struct Options<'a> {
+    /// Check even if the superblock says the file system is clean (`-f`).
+    pub force: bool,
+    /// Only look at the journal (`-E journal_only`).
+    pub journal_only: bool,
+    /// Set from another thread (SIGINT) to stop between steps.
+    pub cancel: Option<&'a AtomicBool>,
+    /// Current time, seconds since the epoch (for the check interval).
+    pub now: u64,
+}
+
+/// Where the check is, for a progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Pass number (1..=5).
+    pub pass: u8,
+    /// Units done.
+    pub done: u64,
+    /// Units in the pass.
+    pub total: u64,
+}
+
+/// Why a check could not run to the end.
+#[derive(Debug, Clone)]
+pub enum Fatal {
+    /// The device could not be read.
+    Io(String),
+    /// No usable superblock or descriptor table.
+    BadSuperblock(String),
+    /// Features this checker does not understand.
+    Unsupported(String),
+    /// Stopped on request; the findings so far.
+    Cancelled(Box<Report>),
+}
+
+impl std::fmt::Display for Fatal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Io(s) | Self::BadSuperblock(s) | Self::Unsupported(s) => f.write_str(s),
+            Self::Cancelled(_) => f.write_str("cancelled"),
+        }
+    }
+}
+
+/// The exit status e2fsck would give this outcome.
+pub fn exit_code(r: &Result<Report, Fatal>) -> i32 {
+    match r {
+        Ok(rep) if rep.errors() > 0 => EXIT_UNCORRECTED,
+        Ok(_) => EXIT_OK,
+        Err(Fatal::Cancelled(_)) => EXIT_CANCELLED,
+        Err(_) => EXIT_OPERATIONAL,
+    }
+}
+
+/// One pass over the checker's state.
+type Pass = fn(&mut state::Ctx, &mut dyn FnMut(Progress));
+
+/// Checks the image on `dev`.
+///
+/// # Errors
+/// [`Fatal`] when the image cannot be checked at all, or the check was cancelled.
+pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Progress)) -> Result<Report, Fatal> {
+    let mut report = Report::default();
+    report.passes.push("0".into());
+    let mut fs = superblock::load(dev, &mut report)?;
+    groups::load(&mut fs)?;
+    report.inodes_total = u64::from(fs.geo.inodes_count);
+    report.blocks_total = fs.geo.blocks_count;
+    if !opts.force && !opts.journal_only {
+        match superblock::check_reason(&fs, opts.now) {
+            None => {
+                report.skipped_clean = true;
+                report.note("clean");
+                return Ok(report);
+            }
+            Some(why) => report.note(format!("file system {why}, check forced")),
+        }
+    }
+    superblock::check(&fs, &mut report);
+    groups::check(&fs, &mut report);
+    let mut ctx = state::Ctx::new(fs, report);
+    ctx.cancel = opts.cancel;
+    journal::check(&mut ctx);
+    if opts.journal_only {
+        return Ok(ctx.report);
+    }
+    let steps: [(&str, Pass); 6] = [
+        ("1", pass1::run),
+        ("1B", pass1b::run),
+        ("2", pass2::run),
+        ("3", pass3::run),
+        ("4", pass4::run),
+        ("5", pass5::run),
+    ];
+    for (name, step) in steps {
+        if ctx.cancelled() {
+            return Err(Fatal::Cancelled(Box::new(ctx.report)));
+        }
+        if name == "1B" && !ctx.dup.any() {
+            continue;
+        }
+        if name == "1B" && ctx.fs.geo.features.ro_compat.contains(RoCompatFeatures::SHARED_BLOCKS) {
+            ctx.report
+                .note("shared_blocks: blocks claimed more than once are allowed");
+            continue;
+        }
+        ctx.report.passes.push(name.into());
+        step(&mut ctx, progress);
+    }
+    if ctx.cancelled() {
+        return Err(Fatal::Cancelled(Box::new(ctx.report)));
+    }
+    let ino_used = ctx.kind.iter().skip(1).filter(|&&k| k != state::KIND_FREE).count() as u64;
+    ctx.report.inodes_used = ino_used;
+    ctx.report.blocks_used = ctx.used.count_range(0, ctx.fs.geo.blocks_count);
+    Ok(ctx.report)
+}

@@ -1,0 +1,493 @@
+//! Pass 1: the inode table scan (`inodes.rst`, `struct ext4_inode`).
+//!
+//! Marks file-system metadata as owned, then reads every group's inode
+//! table — skipping INODE_UNINIT groups and the `bg_itable_unused` tail when
+//! a group checksum feature makes those fields trustworthy, which is what
+//! makes a check of a mostly empty file system fast (seed 004 §J) — and
+//! checks each inode: fields (`inode_fields`), xattrs, and the block
+//! mapping, whose blocks are claimed in the ownership bitmap (a second
+//! claim is a duplicate for pass 1B).
+
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
+use ext4kit_format::group_desc::BG_INODE_UNINIT;
+use ext4kit_format::inode::{RawInode, flags, mode, verify_inode_checksum};
+use zerocopy::FromBytes;
+
+use crate::problem::{self as p, Finding};
+use crate::state::{Ctx, DirBlock, DirInfo, KIND_BAD, KIND_RESERVED};
+use crate::walk::{Event, Walker};
+use crate::xattr::{self, EaBlocks};
+use crate::{Progress, inode_fields};
+
+/// Resize inode: its double-indirect block is its only block not already
+/// counted as reserved GDT space.
+const RESIZE_INO: u32 = 7;
+const BAD_INO: u32 = 1;
+const ROOT_INO: u32 = 2;
+
+/// Runs pass 1.
+pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
+    mark_metadata(ctx);
+    let mut ea = EaBlocks::default();
+    let groups = ctx.fs.geo.group_count;
+    for g in 0..groups {
+        if ctx.cancelled() {
+            return;
+        }
+        progress(Progress {
+            pass: 1,
+            done: u64::from(g),
+            total: u64::from(groups),
+        });
+        scan_group(ctx, &mut ea, g);
+    }
+    xattr::check_refcounts(ctx, &ea);
+    ctx.dblocks.sort_unstable();
+}
+
+/// Superblock copies, descriptor tables, bitmaps and inode tables belong to
+/// the file system; a table overlapping another is a conflict.
+fn mark_metadata(ctx: &mut Ctx) {
+    for g in 0..ctx.fs.geo.group_count {
+        for b in ctx.fs.super_and_gdt_blocks(g) {
+            ctx.meta.set(b);
+            ctx.used.set(b);
+        }
+    }
+    let itb = u64::from(ctx.fs.geo.inode_table_blocks);
+    for g in 0..ctx.fs.geo.group_count {
+        let gd = ctx.fs.groups[g as usize];
+        for (start, n, code) in [
+            (gd.block_bitmap(), 1, p::P1_BB_CONFLICT),
+            (gd.inode_bitmap(), 1, p::P1_IB_CONFLICT),
+            (gd.inode_table(), itb, p::P1_ITABLE_CONFLICT),
+        ] {
+            if !ctx.fs.valid_block(start) || start + n > ctx.fs.geo.blocks_count {
+                continue;
+            }
+            let clash = (start..start + n).any(|b| ctx.meta.get(b));
+            if clash {
+                ctx.add(
+                    Finding::new(
+                        code,
+                        format!("group {g} metadata at block {start} conflicts with other metadata"),
+                        "relocate it",
+                    )
+                    .grp(g)
+                    .blk(start),
+                );
+            }
+            for b in start..start + n {
+                ctx.meta.set(b);
+                ctx.claim(b);
+            }
+        }
+    }
+    if ctx.fs.geo.features.incompat.contains(IncompatFeatures::MMP) {
+        let b = ctx.fs.sb.s_mmp_block.get();
+        if ctx.fs.valid_block(b) {
+            ctx.meta.set(b);
+            ctx.claim(b);
+        }
+    }
+}
+
+/// How many inodes of group `g` the scan reads.
+fn scan_limit(ctx: &Ctx, g: u32) -> u32 {
+    let gd = &ctx.fs.groups[g as usize];
+    let ipg = ctx.fs.geo.inodes_per_group;
+    if !ctx.fs.geo.features.has_group_csum() {
+        return ipg;
+    }
+    if gd.flags() & BG_INODE_UNINIT != 0 {
+        return 0;
+    }
+    ipg.saturating_sub(gd.itable_unused())
+}
+
+fn scan_group(ctx: &mut Ctx, ea: &mut EaBlocks, g: u32) {
+    let limit = scan_limit(ctx, g);
+    ctx.scanned[g as usize] = limit;
+    let gd = ctx.fs.groups[g as usize];
+    if limit == 0 || !crate::groups::table_ok(&ctx.fs, &gd) {
+        return;
+    }
+    let isz = usize::from(ctx.fs.geo.inode_size);
+    let per_block = ctx.fs.bs() / isz;
+    let ipg = ctx.fs.geo.inodes_per_group;
+    let nblocks = (limit as usize).div_ceil(per_block);
+    for bi in 0..nblocks {
+        let blk = gd.inode_table() + bi as u64;
+        let buf = match ctx.fs.read_block(blk) {
+            Ok(b) => b,
+            Err(e) => {
+                ctx.report
+                    .note(format!("cannot read inode table block {blk} of group {g}: {e}"));
+                continue;
+            }
+        };
+        for k in 0..per_block {
+            let idx = (bi * per_block + k) as u32;
+            if idx >= limit {
+                break;
+            }
+            let ino = g * ipg + idx + 1;
+            check_inode(ctx, ea, ino, &buf[k * isz..(k + 1) * isz]);
+        }
+    }
+}
+
+/// Decodes a record without trusting `i_extra_isize` (that is checked apart).
+pub fn decode(rec: &[u8]) -> RawInode {
+    let mut full = [0u8; 160];
+    let n = rec.len().min(160);
+    full[..n].copy_from_slice(&rec[..n]);
+    let mut raw = RawInode::read_from_bytes(&full).unwrap_or_else(|_| unreachable!("160 bytes"));
+    if rec.len() <= 128 {
+        raw.i_extra_isize.set(0);
+    }
+    raw
+}
+
+fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
+    let raw = decode(rec);
+    if ino < ctx.fs.geo.first_ino && ino != ROOT_INO {
+        if !all_zero(rec)
+            && ctx.fs.geo.features.metadata_csum()
+            && verify_inode_checksum(rec, ctx.fs.seed, ino).is_err()
+        {
+            ctx.add(
+                Finding::new(
+                    p::P1_INODE_ONLY_CSUM_INVALID,
+                    "inode checksum does not match",
+                    "recompute it",
+                )
+                .ino(ino),
+            );
+        }
+        reserved_inode(ctx, ino, &raw);
+        return;
+    }
+    low_dtime(ctx, ino, &raw);
+    if raw.links() == 0 {
+        let zero = all_zero(rec);
+        if !zero && ctx.fs.geo.features.metadata_csum() && verify_inode_checksum(rec, ctx.fs.seed, ino).is_err() {
+            ctx.add(
+                Finding::new(
+                    p::P1_INODE_ONLY_CSUM_INVALID,
+                    "inode checksum does not match",
+                    "recompute it",
+                )
+                .ino(ino),
+            );
+        }
+        if raw.i_mode.get() != 0 && raw.i_dtime.get() == 0 && !zero {
+            ctx.add(Finding::new(p::P1_ZERO_DTIME, "deleted inode has zero dtime", "set dtime").ino(ino));
+        }
+        return;
+    }
+    let kind = raw.file_type().map_or(KIND_BAD, |t| t.dirent_code());
+    ctx.kind[ino as usize] = kind;
+    ctx.links[ino as usize] = raw.links();
+    if raw.has_flag(flags::EA_INODE) {
+        ctx.ea_inode.set(u64::from(ino));
+    }
+    let extra_ok = inode_fields::check(ctx, ino, &raw, rec);
+    let (inline_len, mut sectors) = if extra_ok && rec.len() > 128 {
+        xattr::check_ibody(ctx, ino, rec, raw.i_extra_isize.get())
+    } else {
+        (None, 0)
+    };
+    let acl = raw.file_acl();
+    if acl != 0 {
+        sectors += xattr::check_block(ctx, ea, ino, acl).unwrap_or(0);
+    }
+    if kind == KIND_BAD {
+        return;
+    }
+    let tally = map_blocks(ctx, ino, &raw, inline_len, kind == 2);
+    let sectors = sectors + tally.blocks * u64::from(ctx.fs.geo.block_size / 512);
+    inode_fields::check_sizes(ctx, ino, &raw, &tally, sectors);
+    if tally.blocks == 0 && raw.size() == 0 && inline_len.unwrap_or(0) == 0 {
+        ctx.empty.set(u64::from(ino));
+    }
+    if kind == 2 {
+        let htree = raw.has_flag(flags::INDEX) && ctx.fs.geo.features.compat.contains(CompatFeatures::DIR_INDEX);
+        let inline = raw.has_flag(flags::INLINE_DATA);
+        let csum_seed = raw.csum_seed(ctx.fs.seed, ino);
+        let itree = raw.has_flag(ext4kit_format::itree::ITREE_FL)
+            && ctx
+                .fs
+                .geo
+                .features
+                .ro_compat
+                .contains(ext4kit_format::features::RoCompatFeatures::ITREE);
+        let info = DirInfo {
+            size: raw.size(),
+            htree,
+            inline,
+            itree,
+            csum_seed,
+            ..DirInfo::default()
+        };
+        ctx.dirs.insert(ino, info);
+        if tally.blocks == 0 && !inline {
+            ctx.add(Finding::new(p::P1_ZERO_LENGTH_DIR, "directory has no blocks", "clear the inode").ino(ino));
+        }
+    }
+}
+
+/// An inode whose `i_dtime` is a small number looks like a leftover of the
+/// orphan list (which chains through `i_dtime`); e2fsck asks about it
+/// before anything else, unless the clock or a pending journal make
+/// times unreliable.
+fn low_dtime(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
+    let sb = &ctx.fs.sb;
+    let n = ctx.fs.geo.inodes_count;
+    let busted = ctx.fs.geo.features.incompat.contains(IncompatFeatures::RECOVER)
+        || sb.s_mtime.get() < n
+        || (sb.s_mkfs_time.get() != 0 && sb.s_mkfs_time.get() < n);
+    let dtime = raw.i_dtime.get();
+    if !busted && dtime != 0 && dtime < n {
+        ctx.add(
+            Finding::new(
+                p::P1_LOW_DTIME,
+                "inode was part of the orphaned inode list",
+                "clear dtime",
+            )
+            .ino(ino),
+        );
+    }
+}
+
+fn all_zero(rec: &[u8]) -> bool {
+    rec.iter().all(|&b| b == 0)
+}
+
+/// Reserved inodes below `s_first_ino` (e2fsck's special cases): the bad
+/// blocks list, the resize inode, the journal, quota and others.
+fn reserved_inode(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
+    ctx.kind[ino as usize] = KIND_RESERVED;
+    let f = ctx.fs.geo.features;
+    let regular = raw.i_mode.get() & mode::S_IFMT == mode::S_IFREG;
+    let journal = f.compat.contains(CompatFeatures::HAS_JOURNAL) && ctx.fs.sb.s_journal_inum.get() == ino;
+    match ino {
+        BAD_INO => {
+            map_blocks(ctx, ino, raw, None, false);
+        }
+        RESIZE_INO => {
+            if f.compat.contains(CompatFeatures::RESIZE_INODE) {
+                let dind = u64::from(u32::from_le_bytes(raw.i_block[52..56].try_into().unwrap_or([0; 4])));
+                if ctx.fs.valid_block(dind) {
+                    ctx.claim(dind);
+                }
+                if let Err(why) = crate::resize::check(&ctx.fs, raw) {
+                    ctx.add(
+                        Finding::new(
+                            p::P0_RESIZE_INODE_INVALID,
+                            format!("resize inode is not valid: {why}"),
+                            "recreate it",
+                        )
+                        .ino(ino),
+                    );
+                }
+                resize_blocks(ctx, ino, raw);
+            } else if raw.i_mode.get() != 0 || raw.i_block.iter().any(|&b| b != 0) {
+                ctx.add(
+                    Finding::new(
+                        p::P0_CLEAR_RESIZE_INODE,
+                        "resize_inode is off but the resize inode is not empty",
+                        "clear it",
+                    )
+                    .ino(ino),
+                );
+            }
+        }
+        _ if journal => {
+            if !regular {
+                ctx.add(
+                    Finding::new(
+                        p::P1_JOURNAL_BAD_MODE,
+                        "journal inode is not a regular file",
+                        "fix the mode",
+                    )
+                    .ino(ino),
+                );
+            }
+            map_blocks(ctx, ino, raw, None, false);
+        }
+        8 => {
+            let holds_data = raw.links() != 0 || raw.i_blocks_lo.get() != 0 || raw.i_block[..4] != [0; 4];
+            if holds_data && regular {
+                // A journal without has_journal: e2fsck asks to clear the
+                // flag's absence ("no" leaves the status clean) and still
+                // counts the journal's blocks as used.
+                let f = Finding::new(
+                    p::P0_JOURNAL_HAS_JOURNAL,
+                    "has_journal is clear, but a journal is present",
+                    "clear it",
+                );
+                ctx.add(f.ino(ino).warning());
+                map_blocks(ctx, ino, raw, None, false);
+            } else if holds_data {
+                let f = Finding::new(
+                    p::P1_JOURNAL_INODE_NOT_CLEAR,
+                    "journal inode is not in use but holds data",
+                    "clear it",
+                );
+                ctx.add(f.ino(ino));
+            }
+        }
+        _ => {
+            if raw.i_mode.get() != 0 && !regular {
+                ctx.add(
+                    Finding::new(
+                        p::P1_RESERVED_BAD_MODE,
+                        format!("reserved inode {ino} has a bad mode {:#o}", raw.i_mode.get()),
+                        "fix the mode",
+                    )
+                    .ino(ino),
+                );
+            }
+            if raw.i_mode.get() != 0 {
+                map_blocks(ctx, ino, raw, None, false);
+            }
+        }
+    }
+}
+
+/// The resize inode's `i_blocks` must count every block of its map (the
+/// reserved GDT blocks and their backups, and the map's own blocks), none
+/// of which it owns in the bitmap sense.
+fn resize_blocks(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
+    let mut n = 0u64;
+    let mut visit = |e: Event| match e {
+        Event::Data { len, .. } => n += u64::from(len),
+        Event::Meta { .. } => n += 1,
+    };
+    let mut w = Walker::new(&ctx.fs, ino, raw, &mut visit);
+    w.walk(raw, false);
+    drop(w);
+    let geo = &ctx.fs.geo;
+    let huge = geo
+        .features
+        .ro_compat
+        .contains(ext4kit_format::features::RoCompatFeatures::HUGE_FILE);
+    let (stored, want) = (
+        raw.blocks_512(huge, geo.block_size),
+        n * u64::from(geo.block_size / 512),
+    );
+    if stored != want {
+        let f = Finding::new(
+            p::P1_BAD_I_BLOCKS,
+            format!("i_blocks is {stored}, should be {want}"),
+            "set i_blocks",
+        );
+        ctx.add(f.ino(ino));
+    }
+}
+
+/// What mapping an inode's blocks found.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Blocks claimed (data and mapping blocks).
+    pub blocks: u64,
+    /// Last mapped logical block.
+    pub last: Option<u64>,
+    /// Last initialized (not unwritten) logical block.
+    pub last_init: Option<u64>,
+    /// The mapping was walked (not inline, not a fast symlink or device).
+    pub walked: bool,
+}
+
+/// Whether `i_block` maps blocks (e2fsck's `ext2fs_inode_has_valid_blocks2`):
+/// not for devices, fifos, sockets or inline data; for a symlink, only when
+/// `i_blocks` says it has blocks beyond its xattr block.
+fn has_block_mapping(raw: &RawInode, inline: bool) -> bool {
+    let m = raw.i_mode.get() & mode::S_IFMT;
+    if inline || !matches!(m, mode::S_IFREG | mode::S_IFDIR | mode::S_IFLNK) {
+        return false;
+    }
+    if m == mode::S_IFLNK {
+        if raw.file_acl() == 0 {
+            return raw.i_blocks_lo.get() != 0 || raw.i_blocks_high.get() != 0;
+        }
+        let b1 = u32::from_le_bytes([raw.i_block[4], raw.i_block[5], raw.i_block[6], raw.i_block[7]]);
+        return raw.size() >= 60 || (raw.size() > 4 && b1 == 0);
+    }
+    true
+}
+
+/// Walks the mapping of `ino`, claiming its blocks and (for directories)
+/// recording them for pass 2.
+fn map_blocks(ctx: &mut Ctx, ino: u32, raw: &RawInode, inline: Option<usize>, is_dir: bool) -> Tally {
+    let inline_fl = raw.has_flag(flags::INLINE_DATA);
+    let _ = inline;
+    if (ino >= ctx.fs.geo.first_ino || ino == ROOT_INO) && !has_block_mapping(raw, inline_fl) {
+        return Tally::default();
+    }
+    let extents = raw.has_flag(flags::EXTENTS);
+    if extents && !ctx.fs.geo.features.incompat.contains(IncompatFeatures::EXTENTS) {
+        return Tally::default();
+    }
+    let cap = ctx.fs.geo.blocks_count as usize;
+    let Ctx {
+        fs,
+        used,
+        dup,
+        dblocks,
+        report,
+        claim_budget,
+        ..
+    } = ctx;
+    let mut t = Tally {
+        walked: true,
+        ..Tally::default()
+    };
+    let mut visit = |e: Event| match e {
+        Event::Data {
+            lblk,
+            pblk,
+            len,
+            unwritten,
+        } => {
+            // The budget bounds the work hostile mappings can cause (many
+            // inodes each mapping the whole file system); past it blocks
+            // are counted but no longer marked.
+            let mark = *claim_budget >= u64::from(len);
+            *claim_budget = claim_budget.saturating_sub(u64::from(len));
+            for i in 0..u64::from(len) {
+                if mark && used.set(pblk + i) {
+                    dup.set(pblk + i);
+                }
+                if is_dir && dblocks.len() < cap {
+                    dblocks.push(DirBlock {
+                        ino,
+                        lblk: (lblk + i) as u32,
+                        pblk: pblk + i,
+                    });
+                }
+            }
+            t.blocks += u64::from(len);
+            let end = lblk + u64::from(len) - 1;
+            t.last = t.last.max(Some(end));
+            if !unwritten {
+                t.last_init = t.last_init.max(Some(end));
+            }
+        }
+        Event::Meta { pblk, .. } => {
+            if used.set(pblk) {
+                dup.set(pblk);
+            }
+            t.blocks += 1;
+        }
+    };
+    let mut w = Walker::new(fs, ino, raw, &mut visit);
+    w.walk(raw, extents);
+    let problems = std::mem::take(&mut w.problems);
+    drop(w);
+    for f in problems {
+        report.add(f);
+    }
+    t
+}

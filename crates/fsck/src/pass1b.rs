@@ -1,0 +1,145 @@
+//! Pass 1B–1D: blocks claimed more than once. Pass 1 only knows which
+//! blocks are claimed twice; this pass rescans the inodes in use to learn
+//! which inodes share them, and whether they share with file-system
+//! metadata, as e2fsck's passes 1B (rescan) and 1D (reconcile) report.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::Progress;
+use crate::pass1::decode;
+use crate::problem::{self as p, Finding};
+use crate::state::{Ctx, KIND_FREE};
+use crate::walk::{Event, Walker};
+
+/// Inodes with shared blocks listed at most (each with up to 10,000 blocks).
+const MAX_OWNERS: usize = 10_000;
+
+/// Runs pass 1B.
+pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
+    let n = ctx.fs.geo.inodes_count;
+    let mut owners: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for ino in 1..=n {
+        if ino % 4096 == 0 {
+            if ctx.cancelled() {
+                return;
+            }
+            progress(Progress {
+                pass: 1,
+                done: u64::from(ino),
+                total: u64::from(n),
+            });
+        }
+        if ctx.kind[ino as usize] == KIND_FREE || ino == 7 {
+            continue;
+        }
+        let dups = dup_blocks_of(ctx, ino);
+        if !dups.is_empty() {
+            owners.insert(ino, dups);
+        }
+        if owners.len() >= MAX_OWNERS {
+            ctx.report.note(format!(
+                "more than {MAX_OWNERS} inodes share blocks; the rest are not listed"
+            ));
+            break;
+        }
+    }
+    let mut by_block: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
+    for (&ino, blocks) in &owners {
+        for &b in blocks {
+            by_block.entry(b).or_default().insert(ino);
+        }
+    }
+    for (&ino, blocks) in &owners {
+        let list = ranges(blocks);
+        ctx.add(
+            Finding::new(
+                p::P1B_DUP_BLOCK,
+                format!("multiply-claimed block(s) in inode {ino}: {list}"),
+                "clone the shared blocks",
+            )
+            .ino(ino)
+            .blk(blocks[0]),
+        );
+        let mut sharers: BTreeSet<u32> = blocks.iter().flat_map(|b| by_block[b].iter().copied()).collect();
+        sharers.remove(&ino);
+        let meta = blocks.iter().any(|&b| ctx.meta.get(b));
+        ctx.add(
+            Finding::new(
+                p::P1D_DUP_FILE,
+                format!(
+                    "inode {ino} has {} multiply-claimed block(s), shared with {} file(s)",
+                    blocks.len(),
+                    sharers.len()
+                ),
+                "clone the shared blocks",
+            )
+            .ino(ino),
+        );
+        if meta {
+            ctx.add(
+                Finding::new(
+                    p::P1D_SHARE_METADATA,
+                    format!("inode {ino} shares blocks with file-system metadata"),
+                    "clone the shared blocks",
+                )
+                .ino(ino),
+            );
+        }
+    }
+}
+
+/// The blocks of `ino` that pass 1 saw claimed twice (at most 10,000 kept).
+fn dup_blocks_of(ctx: &Ctx, ino: u32) -> Vec<u64> {
+    let Ok(rec) = ctx.fs.inode_record(ino) else {
+        return Vec::new();
+    };
+    let raw = decode(&rec);
+    let mut out = Vec::new();
+    let dup = &ctx.dup;
+    let mut visit = |e: Event| {
+        let (start, len) = match e {
+            Event::Data { pblk, len, .. } => (pblk, u64::from(len)),
+            Event::Meta { pblk, .. } => (pblk, 1),
+        };
+        for b in start..start + len {
+            if dup.get(b) && out.len() < 10_000 {
+                out.push(b);
+            }
+        }
+    };
+    let m = raw.i_mode.get() & ext4kit_format::inode::mode::S_IFMT;
+    let walkable =
+        matches!(m, 0o100000 | 0o040000) || (m == 0o120000 && raw.size() >= 60) || ino < ctx.fs.geo.first_ino;
+    if walkable && !raw.has_flag(ext4kit_format::inode::flags::INLINE_DATA) {
+        let extents = raw.has_flag(ext4kit_format::inode::flags::EXTENTS);
+        let mut w = Walker::new(&ctx.fs, ino, &raw, &mut visit);
+        w.walk(&raw, extents);
+    }
+    let acl = raw.file_acl();
+    if acl != 0 && ctx.dup.get(acl) && ctx.fs.valid_block(acl) {
+        // A shared xattr block is legitimately claimed once; only count it
+        // when something else than xattrs claims it too.
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// "25-26 30" style list of block ranges.
+fn ranges(blocks: &[u64]) -> String {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < blocks.len() {
+        let mut j = i;
+        while j + 1 < blocks.len() && blocks[j + 1] == blocks[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            format!("{}", blocks[i])
+        } else {
+            format!("{}-{}", blocks[i], blocks[j])
+        });
+        i = j + 1;
+    }
+    out.join(" ")
+}

@@ -1,0 +1,142 @@
+//! What the passes learn and hand on: block ownership bitmaps and the
+//! per-inode facts e2fsck also keeps (type, link count, references found).
+
+use std::collections::BTreeMap;
+
+use crate::bitmap::Bitmap;
+use crate::fs::RawFs;
+use crate::problem::Finding;
+use crate::report::Report;
+
+/// `kind` value of an inode not in use.
+pub const KIND_FREE: u8 = 0;
+/// `kind` value of an inode in use whose mode has no valid type.
+pub const KIND_BAD: u8 = 0xFF;
+/// `kind` value of a reserved inode below `s_first_ino` (other than root).
+pub const KIND_RESERVED: u8 = 0xFE;
+
+/// Facts about one directory.
+#[derive(Debug, Clone, Default)]
+pub struct DirInfo {
+    /// The directory that holds an entry for it (0 until pass 2 finds one).
+    pub parent: u32,
+    /// What its `..` says (0 until pass 2 reads it).
+    pub dotdot: u32,
+    /// `i_size`.
+    pub size: u64,
+    /// Hash-indexed (INDEX_FL on a dir_index file system).
+    pub htree: bool,
+    /// Stored inline in the inode.
+    pub inline: bool,
+    /// Has an itree (ITREE_FL on an itree file system).
+    pub itree: bool,
+    /// Per-inode checksum seed (crc32c of fs seed, inode number, generation).
+    pub csum_seed: u32,
+}
+
+/// One directory block (a hole has `pblk` 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DirBlock {
+    /// The directory.
+    pub ino: u32,
+    /// Logical block.
+    pub lblk: u32,
+    /// Physical block.
+    pub pblk: u64,
+}
+
+/// The checker's state across passes.
+pub struct Ctx<'a> {
+    /// The image.
+    pub fs: RawFs<'a>,
+    /// Findings so far.
+    pub report: Report,
+    /// Blocks claimed by metadata or inodes (pass 1), indexed by block number.
+    pub used: Bitmap,
+    /// Blocks claimed more than once.
+    pub dup: Bitmap,
+    /// Blocks holding file-system metadata (superblocks, descriptors, bitmaps, inode tables).
+    pub meta: Bitmap,
+    /// Per inode (index = inode number): [`KIND_FREE`], a dirent file-type code, [`KIND_BAD`] or [`KIND_RESERVED`].
+    pub kind: Vec<u8>,
+    /// Per inode: `i_links_count`.
+    pub links: Vec<u16>,
+    /// Per inode: references found in directories (pass 2), saturating.
+    pub refs: Vec<u16>,
+    /// Per inode: holds no data at all (size 0, no blocks); pass 4's "zero-length".
+    pub empty: Bitmap,
+    /// Per inode: an `ea_inode` (referenced from xattrs, not directories).
+    pub ea_inode: Bitmap,
+    /// Directories.
+    pub dirs: BTreeMap<u32, DirInfo>,
+    /// Directory blocks, sorted by (inode, logical block) after pass 1.
+    pub dblocks: Vec<DirBlock>,
+    /// Per group: how many inodes pass 1 scanned (the rest are uninit or unused).
+    pub scanned: Vec<u32>,
+    /// `/lost+found`'s inode, when pass 2 met it.
+    pub lost_found: Option<u32>,
+    /// Data blocks pass 1 may still mark (a multiple of the block count:
+    /// a consistent file system needs at most one).
+    pub claim_budget: u64,
+    /// Stop requested (SIGINT).
+    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
+}
+
+impl<'a> Ctx<'a> {
+    /// Fresh state for `fs`.
+    pub fn new(fs: RawFs<'a>, report: Report) -> Self {
+        let nb = fs.geo.blocks_count;
+        let ni = u64::from(fs.geo.inodes_count) + 1;
+        let n = ni as usize;
+        Self {
+            used: Bitmap::new(nb),
+            dup: Bitmap::new(nb),
+            meta: Bitmap::new(nb),
+            kind: vec![KIND_FREE; n],
+            links: vec![0; n],
+            refs: vec![0; n],
+            empty: Bitmap::new(ni),
+            ea_inode: Bitmap::new(ni),
+            dirs: BTreeMap::new(),
+            dblocks: Vec::new(),
+            scanned: vec![0; fs.geo.group_count as usize],
+            lost_found: None,
+            cancel: None,
+            claim_budget: nb.saturating_mul(4).max(1 << 20),
+            fs,
+            report,
+        }
+    }
+
+    /// Records a finding.
+    pub fn add(&mut self, f: Finding) {
+        self.report.add(f);
+    }
+
+    /// Claims `blk` for an owner; a second claim marks it duplicate.
+    /// Returns false if it was already claimed.
+    pub fn claim(&mut self, blk: u64) -> bool {
+        if self.used.set(blk) {
+            self.dup.set(blk);
+            false
+        } else {
+            true
+        }
+    }
+
+    /// True when a stop was requested.
+    pub fn cancelled(&self) -> bool {
+        self.cancel
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// True when `ino` is in use (pass 1's verdict).
+    pub fn in_use(&self, ino: u32) -> bool {
+        self.kind.get(ino as usize).is_some_and(|&k| k != KIND_FREE)
+    }
+
+    /// True when `ino` is a directory in use.
+    pub fn is_dir(&self, ino: u32) -> bool {
+        self.kind.get(ino as usize) == Some(&2)
+    }
+}

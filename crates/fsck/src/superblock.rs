@@ -1,0 +1,315 @@
+//! Pass 0, superblock: find a usable superblock (the primary, else a backup
+//! as e2fsck's "trying backup blocks"), refuse features this code does not
+//! understand, and check the superblock's own fields (`super.rst`).
+
+use ext4kit_engine::BlockDevice;
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
+use ext4kit_format::superblock::{
+    EXT4_SUPER_MAGIC, Geometry, RawSuperblock, STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE,
+};
+
+use crate::Fatal;
+use crate::fs::RawFs;
+use crate::problem::{self as p, Finding};
+use crate::report::Report;
+
+/// Reads and validates the superblock at byte `off`: magic, geometry, and
+/// with `metadata_csum` the checksum.
+fn try_at(dev: &dyn BlockDevice, off: u64) -> Result<(RawSuperblock, Geometry), String> {
+    let mut buf = [0u8; SUPERBLOCK_SIZE];
+    if off + SUPERBLOCK_SIZE as u64 > dev.len() {
+        return Err("past the end of the image".into());
+    }
+    dev.read_at(off, &mut buf).map_err(|e| e.to_string())?;
+    let sb = RawSuperblock::parse(&buf).map_err(|e| e.to_string())?;
+    let geo = Geometry::from_superblock(&sb).map_err(|e| e.to_string())?;
+    if geo.features.metadata_csum() {
+        sb.verify_checksum().map_err(|e| format!("checksum: {e}"))?;
+    }
+    Ok((sb, geo))
+}
+
+/// Backup superblock locations to try, as e2fsck does when the primary is
+/// unusable: group 1's copy for each block size.
+fn backup_offsets() -> impl Iterator<Item = (u64, u64)> {
+    (10..=16u32).map(|log| {
+        let bs = 1u64 << log;
+        let blk = bs * 8 + u64::from(log == 10);
+        (blk, blk * bs)
+    })
+}
+
+/// Loads the superblock in use; damage to the primary is a finding, an
+/// image with no usable superblock at all is fatal.
+pub fn load<'a>(dev: &'a dyn BlockDevice, report: &mut Report) -> Result<RawFs<'a>, Fatal> {
+    let (sb, geo, group_block) = match try_at(dev, SUPERBLOCK_OFFSET) {
+        Ok((sb, geo)) => (sb, geo, 0),
+        Err(why) => {
+            let mut found = None;
+            for (blk, off) in backup_offsets() {
+                if let Ok((sb, geo)) = try_at(dev, off)
+                    && u64::from(geo.block_size) * 8 + u64::from(geo.block_size == 1024) == blk
+                {
+                    found = Some((sb, geo, blk, why.clone()));
+                    break;
+                }
+            }
+            let Some((sb, geo, blk, why)) = found else {
+                return Err(Fatal::BadSuperblock(format!(
+                    "bad superblock ({why}) and no usable backup"
+                )));
+            };
+            report.add(
+                Finding::new(
+                    p::P0_SB_CORRUPT,
+                    format!("the primary superblock is unusable ({why}); using the backup at block {blk}"),
+                    "rewrite the primary superblock from the backup",
+                )
+                // e2fsck -n falls back to the backup and, if nothing else is
+                // wrong, exits 0.
+                .warning(),
+            );
+            report.note(format!("using backup superblock at block {blk}"));
+            let gb = blk;
+            (sb, geo, gb)
+        }
+    };
+    refuse_unknown(&sb)?;
+    check_bounds(dev, &geo)?;
+    let seed = sb.csum_seed();
+    Ok(RawFs {
+        dev,
+        sb,
+        sb_group_block: group_block,
+        geo,
+        seed,
+        groups: Vec::new(),
+    })
+}
+
+/// The checker's memory follows the geometry (bitmaps over blocks, arrays
+/// over inodes), so a geometry far beyond what the image holds, or inode
+/// tables that cannot fit in the file system, is refused rather than
+/// believed.
+fn check_bounds(dev: &dyn BlockDevice, geo: &Geometry) -> Result<(), Fatal> {
+    let dev_blocks = dev.len() / u64::from(geo.block_size);
+    if geo.blocks_count > dev_blocks.saturating_mul(4).max(1 << 20) {
+        return Err(Fatal::BadSuperblock(format!(
+            "the superblock claims {} blocks but the image holds {dev_blocks}",
+            geo.blocks_count
+        )));
+    }
+    let itable_bytes = u64::from(geo.inodes_count) * u64::from(geo.inode_size);
+    if itable_bytes > geo.blocks_count * u64::from(geo.block_size) {
+        return Err(Fatal::BadSuperblock(format!(
+            "{} inodes of {} bytes cannot fit in {} blocks",
+            geo.inodes_count, geo.inode_size, geo.blocks_count
+        )));
+    }
+    Ok(())
+}
+
+/// Unknown incompatible (or read-only-compatible) features mean this code
+/// cannot know what the metadata means: refuse, naming them, as e2fsck does.
+fn refuse_unknown(sb: &RawSuperblock) -> Result<(), Fatal> {
+    let f = sb.features();
+    let mut unknown = f.incompat.unknown().names();
+    unknown.extend(f.ro_compat.unknown().names());
+    if f.incompat.contains(IncompatFeatures::JOURNAL_DEV) {
+        return Err(Fatal::Unsupported(
+            "this is an external journal device, not a file system".into(),
+        ));
+    }
+    if !unknown.is_empty() {
+        return Err(Fatal::Unsupported(format!(
+            "unsupported feature(s): {}",
+            unknown.join(" ")
+        )));
+    }
+    Ok(())
+}
+
+/// Free counts beyond the totals are recounted in memory by e2fsck (pass 5
+/// then judges the recount), so they are warnings here.
+///
+/// The superblock's own consistency, after loading (e2fsck's `check_super_block`).
+pub fn check(fs: &RawFs, report: &mut Report) {
+    let sb = &fs.sb;
+    let f = fs.geo.features;
+    let add = |r: &mut Report, c, m: String, w| r.add(Finding::new(c, m, w));
+    if sb.s_rev_level.get() == 0 && (f.compat.0 | f.incompat.0 | f.ro_compat.0) != 0 {
+        add(
+            report,
+            p::P0_FS_REV_LEVEL,
+            "revision 0 file system with feature flags".into(),
+            "raise the revision",
+        );
+    }
+    if f.ro_compat.contains(RoCompatFeatures::METADATA_CSUM) && f.ro_compat.contains(RoCompatFeatures::GDT_CSUM) {
+        add(
+            report,
+            p::P0_META_AND_GDT_CSUM_SET,
+            "both metadata_csum and uninit_bg are set".into(),
+            "clear uninit_bg",
+        );
+    }
+    if f.incompat.contains(IncompatFeatures::CSUM_SEED) && !f.metadata_csum() {
+        add(
+            report,
+            p::P0_CSUM_SEED_WITHOUT_META_CSUM,
+            "metadata_csum_seed without metadata_csum".into(),
+            "clear metadata_csum_seed",
+        );
+    }
+    if f.incompat.contains(IncompatFeatures::BIT64) && !f.incompat.contains(IncompatFeatures::EXTENTS) {
+        add(
+            report,
+            p::P0_64BIT_WITHOUT_EXTENTS,
+            "64bit without extents".into(),
+            "set extents",
+        );
+    }
+    let rsv = sb.s_reserved_gdt_blocks.get();
+    if rsv != 0 && !f.compat.contains(CompatFeatures::RESIZE_INODE) {
+        add(
+            report,
+            p::P0_NONZERO_RESERVED_GDT_BLOCKS,
+            format!("s_reserved_gdt_blocks is {rsv} without resize_inode"),
+            "set it to zero",
+        );
+    }
+    if f.incompat.contains(IncompatFeatures::META_BG) && u64::from(sb.s_first_meta_bg.get()) > fs.gdt_blocks() {
+        add(
+            report,
+            p::P0_FIRST_META_BG_TOO_BIG,
+            format!("s_first_meta_bg {} is too big", sb.s_first_meta_bg.get()),
+            "lower it",
+        );
+    }
+    check_extra_isize(fs, report);
+    check_quota_inodes(fs, report);
+    check_counts(fs, report);
+    check_size(fs, report);
+}
+
+fn check_extra_isize(fs: &RawFs, report: &mut Report) {
+    let isz = fs.geo.inode_size;
+    if isz <= 128 {
+        return;
+    }
+    let max = isz - 128;
+    for (v, code, field) in [
+        (
+            fs.sb.s_min_extra_isize.get(),
+            p::P0_BAD_MIN_EXTRA_ISIZE,
+            "s_min_extra_isize",
+        ),
+        (
+            fs.sb.s_want_extra_isize.get(),
+            p::P0_BAD_WANT_EXTRA_ISIZE,
+            "s_want_extra_isize",
+        ),
+    ] {
+        if v != 0 && (v < 4 || v > max || v % 4 != 0) {
+            // e2fsck -n answers no and leaves the exit status clean.
+            report.add(Finding::new(code, format!("{field} is {v}"), "set it to the default").warning());
+        }
+    }
+}
+
+/// Quota inode numbers must name inodes that exist.
+fn check_quota_inodes(fs: &RawFs, report: &mut Report) {
+    if !fs.geo.features.ro_compat.contains(RoCompatFeatures::QUOTA) {
+        return;
+    }
+    let sb = &fs.sb;
+    for (what, ino) in [
+        ("user", sb.s_usr_quota_inum.get()),
+        ("group", sb.s_grp_quota_inum.get()),
+        ("project", sb.s_prj_quota_inum.get()),
+    ] {
+        if ino != 0 && (ino > fs.geo.inodes_count || ino == 1 || ino == 2) {
+            report.add(Finding::new(
+                p::P0_INVALID_QUOTA_INO,
+                format!("invalid {what} quota inode {ino}"),
+                "clear it",
+            ));
+        }
+    }
+}
+
+fn check_counts(fs: &RawFs, report: &mut Report) {
+    let sb = &fs.sb;
+    let bit64 = fs.geo.features.incompat.contains(IncompatFeatures::BIT64);
+    let hi = if bit64 { sb.s_free_blocks_count_hi.get() } else { 0 };
+    let free_blocks = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(hi) << 32);
+    if free_blocks > fs.geo.blocks_count {
+        report.add(
+            Finding::new(
+                p::P0_FREE_BLOCK_COUNT,
+                format!("free blocks count {free_blocks} exceeds the block count"),
+                "recount",
+            )
+            .warning(),
+        );
+    }
+    let free_inodes = sb.s_free_inodes_count.get();
+    if free_inodes > fs.geo.inodes_count {
+        report.add(
+            Finding::new(
+                p::P0_FREE_INODE_COUNT,
+                format!("free inodes count {free_inodes} exceeds the inode count"),
+                "recount",
+            )
+            .warning(),
+        );
+    }
+}
+
+/// An image file shorter than the file system it holds.
+fn check_size(fs: &RawFs, report: &mut Report) {
+    let need = fs.geo.blocks_count * u64::from(fs.geo.block_size);
+    if fs.dev.len() < need {
+        report.add(Finding::new(
+            p::P0_FS_SIZE_WRONG,
+            format!(
+                "the superblock says {} blocks but the image holds {}",
+                fs.geo.blocks_count,
+                fs.dev.len() / u64::from(fs.geo.block_size)
+            ),
+            "abort (the image is truncated)",
+        ));
+    }
+}
+
+/// Why a check is due (e2fsck's reasons to check without `-f`), or `None`
+/// when the superblock says the file system is clean.
+pub fn check_reason(fs: &RawFs, now: u64) -> Option<String> {
+    let sb = &fs.sb;
+    let state = sb.s_state.get();
+    if state & STATE_VALID == 0 {
+        return Some("was not cleanly unmounted".into());
+    }
+    if state & STATE_ERROR != 0 {
+        return Some("contains a file system with errors".into());
+    }
+    if fs.geo.features.incompat.contains(IncompatFeatures::RECOVER) {
+        return Some("needs journal recovery".into());
+    }
+    let max = sb.s_max_mnt_count.get() as i16;
+    if max > 0 && sb.s_mnt_count.get() >= max as u16 {
+        return Some(format!(
+            "has been mounted {} times without being checked",
+            sb.s_mnt_count.get()
+        ));
+    }
+    let interval = u64::from(sb.s_checkinterval.get());
+    let last = u64::from(sb.s_lastcheck.get()) | (u64::from(sb.s_lastcheck_hi) << 32);
+    if interval > 0 && now >= last + interval {
+        return Some("has gone too long without being checked".into());
+    }
+    if sb.s_magic.get() != EXT4_SUPER_MAGIC {
+        return Some("has a bad magic".into());
+    }
+    None
+}

@@ -1,0 +1,103 @@
+//! Walking an inode's block mapping: the extent tree or the ext2/3 block
+//! map, reporting every block it maps and every block the mapping itself
+//! occupies. Shared by pass 1 (ownership, sizes), pass 1B (owners of
+//! duplicates), pass 2 (directory blocks) and the journal check.
+//!
+//! Bounded on hostile input: a per-walk visited set stops loops and shared
+//! subtrees, the extent tree's depth is at most 5 and strictly decreases,
+//! and block-map pointers are only followed into blocks inside the file
+//! system.
+
+use std::collections::HashSet;
+
+use ext4kit_format::inode::RawInode;
+
+use crate::fs::RawFs;
+use crate::problem::Finding;
+
+/// Something the walk met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// `len` data blocks from logical `lblk` at physical `pblk`.
+    Data {
+        /// First logical block.
+        lblk: u64,
+        /// First physical block.
+        pblk: u64,
+        /// Number of blocks.
+        len: u32,
+        /// Preallocated, reads as zeros.
+        unwritten: bool,
+    },
+    /// A block of the mapping itself (extent node, indirect block).
+    Meta {
+        /// The block.
+        pblk: u64,
+        /// For block maps: 1 indirect, 2 double, 3 triple; 0 for extent nodes.
+        level: u8,
+    },
+}
+
+/// Limit on problems reported for one inode's mapping (e2fsck asks "too
+/// many illegal blocks" after about a dozen).
+pub const MAX_PROBLEMS: usize = 12;
+
+/// Walk state shared by the two mapping formats.
+pub struct Walker<'f, 'a, 'v> {
+    /// The image.
+    pub fs: &'f RawFs<'a>,
+    /// The inode walked.
+    pub ino: u32,
+    /// Per-inode checksum seed.
+    pub csum_seed: u32,
+    /// Problems found (at most [`MAX_PROBLEMS`]; the rest are counted).
+    pub problems: Vec<Finding>,
+    /// Problems beyond the limit.
+    pub extra_problems: usize,
+    visited: HashSet<u64>,
+    visit: &'v mut dyn FnMut(Event),
+}
+
+impl<'f, 'a, 'v> Walker<'f, 'a, 'v> {
+    /// A walker for inode `ino` that calls `visit` for each event.
+    pub fn new(fs: &'f RawFs<'a>, ino: u32, inode: &RawInode, visit: &'v mut dyn FnMut(Event)) -> Self {
+        Self {
+            fs,
+            ino,
+            csum_seed: inode.csum_seed(fs.seed, ino),
+            problems: Vec::new(),
+            extra_problems: 0,
+            visited: HashSet::new(),
+            visit,
+        }
+    }
+
+    /// Records a problem.
+    pub fn problem(&mut self, f: Finding) {
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(f.ino(self.ino));
+        } else {
+            self.extra_problems += 1;
+        }
+    }
+
+    /// Emits an event.
+    pub fn emit(&mut self, e: Event) {
+        (self.visit)(e);
+    }
+
+    /// Marks a mapping block visited; false if it was already (a loop or a
+    /// shared subtree).
+    pub fn first_visit(&mut self, blk: u64) -> bool {
+        self.visited.insert(blk)
+    }
+
+    /// Walks `inode`'s mapping: extents when `extents`, else the block map.
+    pub fn walk(&mut self, inode: &RawInode, extents: bool) {
+        if extents {
+            crate::extents::walk(self, &inode.i_block);
+        } else {
+            crate::blockmap::walk(self, &inode.i_block);
+        }
+    }
+}
