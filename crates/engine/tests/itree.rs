@@ -311,6 +311,10 @@ fn tune_converts_kernel_built_directories_both_ways() {
     let report = tune_image(&img, &itree_edit(true)).unwrap();
     let said = |r: &ext4kit_engine::tune::TuneReport, what: &str| r.notes.iter().any(|n| n.contains(what));
     assert!(said(&report, "1 directories given an itree (3000 names)"), "{report:?}");
+    assert!(
+        backup_features(&img).contains("FEATURE_R31"),
+        "the backups name the itree too"
+    );
     let refused = tune_image(&img, &features_edit("^metadata_csum")).unwrap_err();
     assert!(refused.to_string().contains("^itree first"), "{refused}");
     let label = TuneRequest {
@@ -333,6 +337,33 @@ fn tune_converts_kernel_built_directories_both_ways() {
     );
     assert_fsck_clean(&img);
     assert!(debugfs(&img, "stats").unwrap().contains("inode-order"));
+    let backup = backup_features(&img);
+    assert!(
+        backup.contains("metadata_csum") && !backup.contains("FEATURE_R31"),
+        "the backup in group 1 after -O ^itree: {backup}"
+    );
+}
+
+/// The feature line of the backup superblock in group 1 (block 8193 with
+/// 1 KiB blocks), as dumpe2fs reads it.
+fn backup_features(img: &Path) -> String {
+    let out = ext4kit_testkit::tools::run(
+        "dumpe2fs",
+        &[
+            "-h",
+            "-o",
+            "superblock=8193",
+            "-o",
+            "blocksize=1024",
+            img.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    out.combined()
+        .lines()
+        .find(|l| l.starts_with("Filesystem features:"))
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn features_edit(item: &str) -> TuneRequest {

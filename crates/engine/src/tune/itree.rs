@@ -63,6 +63,7 @@ pub(crate) fn run(fs: Filesystem, enable: bool) -> Result<TuneReport> {
     } else {
         fs.itree_remove_all()?
     };
+    let backups = carry_to_backups(&fs)?;
     fs.unmount()?;
     let mut notes = Vec::new();
     if had == enable && conv.directories == 0 {
@@ -80,8 +81,26 @@ pub(crate) fn run(fs: Filesystem, enable: bool) -> Result<TuneReport> {
         ));
     }
     Ok(TuneReport {
-        blocks_changed: 0,
+        blocks_changed: backups,
         journaled,
         notes,
     })
+}
+
+/// Gives the backup superblocks the feature set the conversion left in the
+/// primary, as every other `tune` change does: e2fsck falls back to a
+/// backup when the primary is lost, and a backup still naming the itree
+/// bit after `-O ^itree` would have it refuse the image (one lacking it
+/// after `-O itree` would let the trees go stale). The conversion's own
+/// transactions change the primary only; this is one more, after the
+/// session is closed so the log is empty. Returns the blocks written.
+fn carry_to_backups(fs: &Filesystem) -> Result<usize> {
+    fs.close()?;
+    let plan = super::features::plan(fs, &TuneRequest::default())?;
+    let mut rw = super::rewrite::Rewrite::new(fs);
+    super::superblock::stage(&mut rw, &plan)?;
+    let changed = rw.changed();
+    let n = changed.len();
+    super::commit::commit(fs, changed, &[], &plan.old, &plan.new)?;
+    Ok(n)
 }
