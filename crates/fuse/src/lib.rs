@@ -24,5 +24,5 @@ mod space;
 pub mod sync_request;
 
 pub use adapter::Ext4Fuse;
-pub use options::{AtimeMode, CpuLatencyMode, IdMap, MountConfig, OnError};
+pub use options::{AtimeMode, CpuLatencyMode, IdMap, MountConfig, OnError, PreCheck};
 pub use session::{resolve_mount_point, serve, server_lock_path};

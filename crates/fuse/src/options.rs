@@ -48,6 +48,21 @@ pub enum CpuLatencyMode {
     Off,
 }
 
+/// Whether the image is checked (`ext4kit fsck`) before it is served
+/// (`-o check`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PreCheck {
+    /// Not checked (default, as the kernel's mount).
+    #[default]
+    Off,
+    /// Checked when the superblock asks for it (not clean, errors
+    /// recorded, mount count or check interval due), as `fsck -p` at boot:
+    /// `check=auto`.
+    Auto,
+    /// Always fully checked (`fsck -f`): `check` or `check=force`.
+    Full,
+}
+
 /// A uid or gid mapping between the image and this machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdMap {
@@ -131,6 +146,8 @@ pub struct MountConfig {
     pub exec: bool,
     /// Read even when metadata checksums do not match (`nochecksums`).
     pub ignore_checksums: bool,
+    /// Check the image before serving it (`check`, `check=auto`).
+    pub check: PreCheck,
     /// Source name shown in /proc/mounts (`fsname=`).
     pub fsname: Option<String>,
     /// How the journal is written: `data=ordered|writeback|journal`,
@@ -175,6 +192,7 @@ impl Default for MountConfig {
             suid: false,
             exec: true,
             ignore_checksums: false,
+            check: PreCheck::Off,
             fsname: None,
             journal: JournalOptions::default(),
             commit: DEFAULT_COMMIT,
@@ -378,6 +396,15 @@ impl MountConfig {
             "suid" | "nosuid" => flag(value).map(|()| self.suid = key == "suid"),
             "exec" | "noexec" => flag(value).map(|()| self.exec = key == "exec"),
             "nochecksums" => flag(value).map(|()| self.ignore_checksums = true),
+            "check" => {
+                self.check = match value {
+                    None | Some("force") => PreCheck::Full,
+                    Some("auto") => PreCheck::Auto,
+                    Some("none") => PreCheck::Off,
+                    _ => return Err("expects auto, force or none".into()),
+                };
+                Ok(())
+            }
             "data" => {
                 self.journal.data = match value {
                     Some("ordered") => DataMode::Ordered,

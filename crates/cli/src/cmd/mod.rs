@@ -13,6 +13,7 @@ pub mod layout;
 pub mod ls;
 pub mod mkfs;
 pub mod mount;
+pub mod precheck;
 pub mod stat;
 pub mod sync;
 pub mod tune;

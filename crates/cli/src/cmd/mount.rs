@@ -85,6 +85,7 @@ pub fn run(a: Args) -> Result<()> {
 /// Opens the image (claiming it for writing unless `ro`) and serves it;
 /// `mounted` runs once the kernel accepted the mount.
 fn open_and_serve(a: &Args, cfg: MountConfig, mounted: impl FnOnce()) -> Result<()> {
+    super::precheck::run(&a.image, &cfg)?;
     let fs = open(&a.image, &cfg)?;
     let source = cfg.fsname.clone().unwrap_or_else(|| {
         std::fs::canonicalize(&a.image)

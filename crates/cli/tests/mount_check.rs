@@ -1,0 +1,99 @@
+//! `ext4kit mount -o check`: the image is checked (`ext4kit fsck`) before
+//! it is served. A clean image mounts; one with a wrong link count is
+//! refused read-write with the problem named, and served with `ro`. Needs
+//! root and /dev/fuse; skips loudly otherwise (and fails under CI).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
+use ext4kit_testkit::tools::{e2fsck_fn, require_tool};
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ext4kit"))
+}
+
+fn ready() -> bool {
+    for check in [can_fuse_mount(), require_tool("debugfs").map(|_| ())] {
+        if let Err(why) = check {
+            eprintln!("SKIPPED: {why}");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI runs as root with /dev/fuse and e2fsprogs: {why}"
+            );
+            return false;
+        }
+    }
+    true
+}
+
+/// A 64 MiB image holding `/f` ("hello\n").
+fn image_with_a_file(dir: &Path) -> PathBuf {
+    let img = dir.join("img.ext4");
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), "hello\n").unwrap();
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-d"])
+        .arg(&src)
+        .arg(&img)
+        .arg("64M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    img
+}
+
+#[test]
+fn a_clean_image_is_checked_and_served() {
+    if !ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image_with_a_file(tmp.path());
+    for opts in ["check", "check=auto"] {
+        let m = FuseMount::start(exe(), &img, opts).unwrap_or_else(|e| panic!("-o {opts}: {e}"));
+        assert_eq!(std::fs::read_to_string(m.path().join("f")).unwrap(), "hello\n");
+        std::fs::write(m.path().join(format!("written-{}", opts.len())), "x").unwrap();
+        assert!(m.unmount().unwrap().success());
+    }
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "{}", fsck.output);
+}
+
+#[test]
+fn an_image_with_errors_is_refused_read_write_and_served_read_only() {
+    if !ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image_with_a_file(tmp.path());
+    let out = Command::new("debugfs")
+        .args(["-w", "-R", "sif /f links_count 3"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!e2fsck_fn(&img).unwrap().is_clean(), "the link count should be wrong");
+    let before = std::fs::read(&img).unwrap();
+    let err = FuseMount::start(exe(), &img, "check").unwrap_err().to_string();
+    assert!(
+        err.contains("1 problem found, not mounted read-write") && err.contains("e2fsck -fy"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read(&img).unwrap() == before,
+        "a refused mount changed the image"
+    );
+    let m = FuseMount::start(exe(), &img, "check,ro").expect("served read-only");
+    assert_eq!(std::fs::read_to_string(m.path().join("f")).unwrap(), "hello\n");
+    assert!(m.unmount().unwrap().success());
+    assert!(
+        std::fs::read(&img).unwrap() == before,
+        "a read-only mount changed the image"
+    );
+    let bad = FuseMount::start(exe(), &img, "check=sometimes")
+        .unwrap_err()
+        .to_string();
+    assert!(bad.contains("expects auto, force or none"), "{bad}");
+}
