@@ -194,6 +194,8 @@ impl Txn<'_> {
         let params = self.dx_params();
         let version = HashVersion::from_code(code).unwrap_or(HashVersion::HalfMd4);
         let mut root = DxRoot::new(dir.ino, parent, version, l1 as u32, &params);
+        root.header.dot.file_type = self.entry_ft(root.header.dot.file_type);
+        root.header.dotdot.file_type = self.entry_ft(root.header.dotdot.file_type);
         root.entries.push(DxEntry {
             hash: split,
             block: l2 as u32,

@@ -63,6 +63,7 @@ impl Txn<'_> {
     /// replace and exchange, and a moved directory's "..". An indexed
     /// directory is searched through its index, as for a removal.
     pub(crate) fn set_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        let ft = self.entry_ft(ft);
         let blocks = match self.leaf_of(dir, name)? {
             Some((leaf, _)) => vec![leaf],
             None => self.dir_blocks(dir)?,
@@ -164,6 +165,7 @@ impl Txn<'_> {
         ft: u8,
         spot: Option<super::htree_insert::HtreeSpot>,
     ) -> Result<()> {
+        let ft = self.entry_ft(ft);
         if dir.raw.has_flag(flags::INDEX) {
             return self.htree_add(dir, name, ino, ft, spot);
         }
@@ -229,10 +231,26 @@ impl Txn<'_> {
         } else {
             bs
         };
+        let ft = self.entry_ft(2);
         let buf = self.new_block(block);
-        encode_entry(buf, 0, dir.ino, 12, 2, b".", bs);
-        encode_entry(buf, 12, parent, used - 12, 2, b"..", bs);
+        encode_entry(buf, 0, dir.ino, 12, ft, b".", bs);
+        encode_entry(buf, 12, parent, used - 12, ft, b"..", bs);
         self.seal_dir_block(dir, block)
+    }
+
+    /// The file-type byte a new entry carries: `ft` with the `filetype`
+    /// feature, else 0. Without the feature that byte is the high half of
+    /// a 16-bit `name_len` (`ext2_dir_entry`, before `ext2_dir_entry_2`):
+    /// any other value makes the name 256 bytes longer to every reader,
+    /// and e2fsck reports the entry ("has filetype set").
+    pub(crate) fn entry_ft(&self, ft: u8) -> u8 {
+        let filetype = self
+            .fs
+            .geo
+            .features
+            .incompat
+            .contains(ext4kit_format::features::IncompatFeatures::FILETYPE);
+        if filetype { ft } else { 0 }
     }
 
     /// Removes `name` from `dir`; returns the inode it named.

@@ -107,6 +107,7 @@ impl Txn<'_> {
         ft: u8,
         place: Placement,
     ) -> Result<()> {
+        let ft = self.entry_ft(ft);
         let block = match place {
             Placement::Looked(spot) => return self.add_entry_at(dir, name, ino, ft, spot),
             Placement::Linear(block) => block,

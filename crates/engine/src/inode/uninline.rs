@@ -109,7 +109,7 @@ impl Txn<'_> {
             if off + rec > used {
                 return Err(Error::inconsistent(at, "inline directory does not fit one block"));
             }
-            encode_entry(&mut buf, off, *ino, rec, *ft, name, bs);
+            encode_entry(&mut buf, off, *ino, rec, self.entry_ft(*ft), name, bs);
             off += rec;
         }
         if csum {
