@@ -8,6 +8,9 @@ use crate::error::{Error, Location, Result};
 use crate::inode::Inode;
 use crate::txn::Txn;
 
+/// Largest `i_size` without `large_file` (2 GiB - 1).
+const LARGE_FILE_SIZE: u64 = 0x7FFF_FFFF;
+
 /// What a new inode starts as.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NewInode {
@@ -27,6 +30,9 @@ impl Txn<'_> {
 
     /// Stores `inode` (its `raw` fields over its record) with a fresh checksum.
     pub(crate) fn write_inode(&mut self, inode: &mut Inode) -> Result<()> {
+        if inode.raw.size() > LARGE_FILE_SIZE {
+            self.need_large_file();
+        }
         inode.raw.encode_into(&mut inode.record);
         if self.fs.geo.features.metadata_csum() {
             set_inode_checksum(&mut inode.record, self.fs.csum_seed, inode.ino)
@@ -38,6 +44,26 @@ impl Txn<'_> {
         buf[slot.offset..slot.offset + isz].copy_from_slice(&inode.record);
         self.inode_written(inode.ino);
         Ok(())
+    }
+
+    /// Turns `large_file` on, as the kernel does when it writes an inode
+    /// of 2 GiB or more (`ext4_do_update_inode`): without the feature,
+    /// e2fsck reports such an inode and older readers ignore `i_size_high`.
+    /// A revision 0 superblock, which has no feature fields, is first made
+    /// dynamic as `ext4_update_dynamic_rev` does.
+    fn need_large_file(&mut self) {
+        let large = ext4kit_format::features::RoCompatFeatures::LARGE_FILE.0;
+        let sb = self.superblock();
+        if sb.s_feature_ro_compat.get() & large != 0 && sb.s_rev_level.get() > 0 {
+            return;
+        }
+        let sb = self.sb_mut();
+        if sb.s_rev_level.get() == 0 {
+            sb.s_rev_level.set(1);
+            sb.s_first_ino.set(11);
+            sb.s_inode_size.set(128);
+        }
+        sb.s_feature_ro_compat.set(sb.s_feature_ro_compat.get() | large);
     }
 
     /// A fresh in-memory inode `ino` (not yet written): mode, owner, all

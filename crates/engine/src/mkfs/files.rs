@@ -201,10 +201,10 @@ impl Files {
                 extents,
                 (0, 0),
             )),
-            RESIZE_INO => self.resize.as_ref().map(|f| {
-                let apb = bs / 4;
-                (f, mode::S_IFREG | 0o600, 1, (apb * apb + apb + 12) * bs, false, (0, 0))
-            }),
+            RESIZE_INO => self
+                .resize
+                .as_ref()
+                .map(|f| (f, mode::S_IFREG | 0o600, 1, b.plan.resize_inode_size(), false, (0, 0))),
             JOURNAL_INO => self.journal.as_ref().map(|f| {
                 let size = f.runs.iter().map(|r| r.1).sum::<u64>() * bs;
                 (f, mode::S_IFREG | 0o600, 1, size, extents, (0, 0))

@@ -273,6 +273,19 @@ impl Plan {
             self.features.compat.0 &= !CompatFeatures::RESIZE_INODE.0;
             self.reserved_gdt = 0;
         }
+        // A resize inode of 2 GiB or more (4 KiB blocks and up) is a large
+        // file: mke2fs turns large_file on for it whatever -O said
+        // (`ext2fs_inode_size_set`).
+        if self.features.compat.contains(CompatFeatures::RESIZE_INODE) && self.resize_inode_size() > 0x7FFF_FFFF {
+            self.features.ro_compat.0 |= RoCompatFeatures::LARGE_FILE.0;
+        }
+    }
+
+    /// `i_size` of the resize inode: every block its double-indirect map
+    /// could address (`ext2fs_create_resize_inode`).
+    pub fn resize_inode_size(&self) -> u64 {
+        let apb = u64::from(self.addr_per_block());
+        (apb * apb + apb + 12) * u64::from(self.block_size)
     }
 
     /// `ext2fs_default_journal_size` (in blocks, whatever the block size).
