@@ -60,8 +60,10 @@ impl Filesystem {
     ///   logged block outside the file system. Nothing is written then.
     pub fn open(dev: Box<dyn BlockDevice>, opts: OpenOptions) -> Result<Self> {
         let sb = read_superblock(dev.as_ref(), &opts)?;
-        let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
+        // Features first: bigalloc and journal devices give the geometry
+        // fields other meanings, which would read as corruption.
         let mut read_only_reason = check_features(&sb)?;
+        let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
         check_device_size(dev.as_ref(), &geo)?;
         if dev.read_only() && read_only_reason.is_none() {
             read_only_reason = Some("the device is read-only".into());
@@ -166,8 +168,10 @@ impl Filesystem {
         let mut buf = [0u8; SUPERBLOCK_SIZE];
         self.read_bytes(SUPERBLOCK_OFFSET, &mut buf)?;
         let sb = parse_superblock(&buf, &self.opts)?;
-        let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
+        // Features first: bigalloc and journal devices give the geometry
+        // fields other meanings, which would read as corruption.
         let mut read_only_reason = check_features(&sb)?;
+        let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
         check_device_size(self.dev.as_ref(), &geo)?;
         if self.dev.read_only() && read_only_reason.is_none() {
             read_only_reason = Some("the device is read-only".into());
@@ -291,6 +295,16 @@ fn parse_superblock(buf: &[u8], opts: &OpenOptions) -> Result<RawSuperblock> {
 /// Refuses what cannot be read; returns why writing must be refused, if so.
 fn check_features(sb: &RawSuperblock) -> Result<Option<String>> {
     let f = sb.features();
+    if f.incompat.contains(IncompatFeatures::JOURNAL_DEV) {
+        return Err(Error::Unsupported(
+            "an external journal device (incompat feature journal_dev), not a file system: it holds the journal of another image".into(),
+        ));
+    }
+    if f.ro_compat.contains(RoCompatFeatures::BIGALLOC) {
+        return Err(Error::Unsupported(
+            "ro_compat feature bigalloc (blocks allocated in clusters): not supported yet".into(),
+        ));
+    }
     let bad = IncompatFeatures(f.incompat.0 & !READABLE_INCOMPAT.0);
     if bad.0 != 0 {
         return Err(Error::Unsupported(format!(

@@ -34,6 +34,33 @@ fn casefold_is_refused_by_name() {
     assert!(matches!(&err, Error::Unsupported(s) if s.contains("casefold")), "{err}");
 }
 
+/// Bigalloc images and external journal devices give the geometry fields
+/// other meanings: the refusal names the feature instead of calling a
+/// field corrupt ("s_blocks_per_group invalid value 131072").
+#[test]
+fn bigalloc_and_journal_devices_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-O", "bigalloc"], "256M") else {
+        return;
+    };
+    let err = open(&img, OpenOptions::default()).unwrap_err();
+    assert!(matches!(&err, Error::Unsupported(s) if s.contains("bigalloc")), "{err}");
+    assert_eq!(err.errno(), libc::EOPNOTSUPP);
+    let jd = dir.path().join("journal.dev");
+    std::fs::File::create(&jd).unwrap().set_len(16 << 20).unwrap();
+    let out = std::process::Command::new("mke2fs")
+        .args(["-q", "-F", "-O", "journal_dev"])
+        .arg(&jd)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = open(&jd, OpenOptions::default()).unwrap_err();
+    assert!(
+        matches!(&err, Error::Unsupported(s) if s.contains("journal_dev") && s.contains("not a file system")),
+        "{err}"
+    );
+}
+
 #[test]
 fn unknown_ro_compat_feature_means_read_only() {
     let dir = tempfile::tempdir().unwrap();
