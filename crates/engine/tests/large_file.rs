@@ -55,3 +55,68 @@ fn a_file_past_2_gib_turns_large_file_on() {
         assert!(fsck.is_clean(), "{kind:?}: e2fsck -fn:\n{}", fsck.output);
     }
 }
+
+/// The largest file size agrees with the kernel's for each mapping and
+/// feature set: the engine accepts a truncate to it and refuses one byte
+/// more (and a write there) with EFBIG; a kernel loop mount of the same
+/// image does the same to a file of its own, and stats the engine's at
+/// that size (the kernel refuses to load an inode past it).
+#[test]
+fn the_largest_file_is_the_kernels() {
+    use ext4kit_engine::Error;
+    for (label, args) in [
+        (
+            "ext4 4k ^huge_file",
+            &["-t", "ext4", "-b", "4096", "-O", "^huge_file"][..],
+        ),
+        ("ext4 1k", &["-t", "ext4", "-b", "1024"][..]),
+        ("ext2 4k", &["-t", "ext2", "-b", "4096"][..]),
+        ("ext3 1k", &["-t", "ext3", "-b", "1024"][..]),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let Some(img) = mkfs(tmp.path(), None, args, "64M") else {
+            return;
+        };
+        let limit = {
+            let fs = open_rw(&img);
+            let f = fs.create(ROOT_INO, b"f", NodeKind::Regular, ATTR).unwrap().ino;
+            let limit = fs.max_file_size(&fs.inode(f).unwrap());
+            fs.truncate(f, limit)
+                .unwrap_or_else(|e| panic!("{label}: truncate to {limit}: {e}"));
+            let err = fs.truncate(f, limit + 1).unwrap_err();
+            assert!(matches!(err, Error::FileTooBig), "{label}: {err}");
+            assert_eq!(err.errno(), libc::EFBIG);
+            assert!(matches!(fs.write(f, limit, b"x"), Err(Error::FileTooBig)), "{label}");
+            fs.write(f, limit - 1, b"x").unwrap();
+            fs.unmount().unwrap();
+            limit
+        };
+        let fsck = e2fsck_fn(&img).unwrap();
+        assert!(fsck.is_clean(), "{label}: e2fsck -fn:\n{}", fsck.output);
+        if let Err(why) = ext4kit_testkit::mount::can_loop_mount() {
+            eprintln!("SKIPPED: {label}: the kernel's limit ({why})");
+            assert!(std::env::var_os("CI").is_none(), "CI can loop-mount");
+            continue;
+        }
+        let m = ext4kit_testkit::mount::LoopMount::rw(&img, &[]).unwrap();
+        assert_eq!(std::fs::metadata(m.path().join("f")).unwrap().len(), limit, "{label}");
+        let g = std::fs::File::create(m.path().join("g")).unwrap();
+        g.set_len(limit)
+            .unwrap_or_else(|e| panic!("{label}: the kernel refuses {limit}: {e}"));
+        let e = g.set_len(limit + 1).unwrap_err();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EFBIG),
+            "{label}: the kernel takes {}",
+            limit + 1
+        );
+        drop(g);
+        m.unmount().unwrap();
+        let fsck = e2fsck_fn(&img).unwrap();
+        assert!(
+            fsck.is_clean(),
+            "{label}: e2fsck -fn after the kernel:\n{}",
+            fsck.output
+        );
+    }
+}

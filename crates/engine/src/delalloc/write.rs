@@ -70,9 +70,7 @@ impl Filesystem {
             end_block: end.div_ceil(bs),
             end,
         };
-        if plan.end_block > crate::inode::map::MAX_LOGICAL {
-            return Err(Error::FileTooBig);
-        }
+        self.check_file_end(&seen, end)?;
         let mapped = self.map_range(&inode, plan.first, plan.end_block - plan.first)?;
         if mapped.is_empty() {
             let r = self.reserve_retrying(&mut inode, &plan)?;

@@ -11,6 +11,7 @@ pub(crate) mod extent_write;
 pub(crate) mod extents;
 pub(crate) mod inline;
 pub mod map;
+pub(crate) mod max_size;
 pub(crate) mod read;
 mod uninline;
 pub(crate) mod write;

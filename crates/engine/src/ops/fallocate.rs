@@ -125,15 +125,14 @@ impl Filesystem {
             return Err(Error::InvalidArgument("fallocate of zero bytes".into()));
         }
         let end = offset.checked_add(len).ok_or(Error::FileTooBig)?;
-        if end.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
-            return Err(Error::FileTooBig);
-        }
         let _file = self.inode_locks.write(ino);
         self.flush_locked(ino)?;
         let mut txn = Txn::begin(self)?;
         txn.under_inode_lock();
         let mut inode = txn.inode(ino)?;
         inode.require_regular()?;
+        // vfs_fallocate: EFBIG past the largest file, whatever the mode.
+        self.check_file_end(&inode, end)?;
         // vfs_fallocate: nothing on an immutable file, only plain
         // allocation on an append-only one.
         match mode {

@@ -36,9 +36,7 @@ impl Filesystem {
         let seen = self.inode_on_disk(ino)?;
         seen.require_regular()?;
         super::flags::require_changeable(&seen)?;
-        if size.div_ceil(u64::from(self.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
-            return Err(Error::FileTooBig);
-        }
+        self.check_file_end(&seen, size)?;
         self.truncate_held(ino, size)?;
         if size == 0 {
             self.delalloc.truncated_to_zero(ino);
@@ -58,9 +56,7 @@ impl Txn<'_> {
         inode.require_regular()?;
         super::flags::require_changeable(&inode)?;
         let bs = u64::from(self.fs.geo.block_size);
-        if size.div_ceil(bs) > crate::inode::map::MAX_LOGICAL {
-            return Err(Error::FileTooBig);
-        }
+        self.fs.check_file_end(&inode, size)?;
         if size < inode.size() {
             if inode.has_inline_data() {
                 self.uninline(&mut inode)?;

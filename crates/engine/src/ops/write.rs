@@ -88,9 +88,7 @@ impl Txn<'_> {
         inode.require_regular()?;
         super::flags::check_write(&inode, offset)?;
         let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
-        if end.div_ceil(u64::from(self.fs.geo.block_size)) > crate::inode::map::MAX_LOGICAL {
-            return Err(Error::FileTooBig);
-        }
+        self.fs.check_file_end(&inode, end)?;
         self.write_range(&mut inode, offset, data)?;
         if end > inode.size() {
             inode.raw.set_size(end);
