@@ -76,7 +76,9 @@ impl Filesystem {
             .features
             .ro_compat
             .contains(ext4kit_format::features::RoCompatFeatures::HUGE_FILE);
-        if inode.uses_extents() || inode.has_inline_data() {
+        // As the kernel's write checks: any inode without EXTENTS_FL (block
+        // maps, and inline data not yet moved out) has the block-map limit.
+        if inode.uses_extents() {
             extent_limit(bits, huge)
         } else {
             block_map_limit(bits, huge)
