@@ -163,6 +163,13 @@ fn a_kernel_mount_refuses_every_ext4kit_writer() {
         "ls warns: {}",
         stderr(&ls)
     );
+    let fsck = ext4kit(&["fsck".as_ref(), "-fn".as_ref(), img.as_os_str()], b"");
+    assert!(
+        matches!(fsck.status.code(), Some(0 | 4)) && stderr(&fsck).contains("mounted by the kernel"),
+        "fsck -fn checks and warns: {:?} {}",
+        fsck.status,
+        stderr(&fsck)
+    );
 
     k.unmount().unwrap();
     assert_clean(&img);
@@ -240,6 +247,13 @@ fn an_ext4kit_mount_refuses_every_other_writer() {
         ls.status.success() && stderr(&ls).contains(&holder),
         "ls: {}",
         stderr(&ls)
+    );
+    let fsck = ext4kit(&["fsck".as_ref(), "-fn".as_ref(), img.as_os_str()], b"");
+    assert!(
+        matches!(fsck.status.code(), Some(0 | 4)) && stderr(&fsck).contains(&holder),
+        "fsck -fn checks and warns: {:?} {}",
+        fsck.status,
+        stderr(&fsck)
     );
 
     assert!(m.unmount().unwrap().success());

@@ -83,13 +83,21 @@ fn check(a: &Args) -> Result<i32> {
     if !a.no {
         eprintln!("ext4kit fsck: only check-only runs (-n) are implemented; checking read-only");
     }
-    let dev = match FileDevice::open_unlocked(&a.image, false) {
+    let dev = match FileDevice::open(&a.image, false) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("ext4kit fsck: cannot open {}: {e}", a.image.display());
             return Ok(fsck::EXIT_OPERATIONAL);
         }
     };
+    // As e2fsck's "is mounted" warning: a check-only run goes on, but
+    // what a live writer has not written back reads as damage.
+    if let Some(who) = dev.in_use() {
+        eprintln!(
+            "ext4kit fsck: warning: {} is {who}: checking what is on disk, which may be out of date (findings may be spurious)",
+            a.image.display()
+        );
+    }
     let cancel = Arc::new(AtomicBool::new(false));
     let _sig = signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone())?;
     let now = std::time::SystemTime::now()
