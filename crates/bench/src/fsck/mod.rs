@@ -118,11 +118,12 @@ fn measure(cfg: &Config, image: &Path, layout: &str) -> Result<report::Layout> {
         "{layout}: e2fsck -fn does not find the image clean:\n{}",
         fsck.output
     );
+    let gnu_time = find_tool("time").filter(|t| is_gnu_time(t));
     let mut runs: Vec<(Checker, Run)> = Vec::new();
     for round in 1..=cfg.runs {
         for &c in &cfg.checkers {
             crate::log(&format!("{layout}: {} -fn, run {round} of {}", c.name(), cfg.runs));
-            runs.push((c, timed(cfg, c, image)?));
+            runs.push((c, timed(cfg, c, image, gnu_time.as_deref())?));
         }
     }
     let checkers = cfg
@@ -146,8 +147,8 @@ fn measure(cfg: &Config, image: &Path, layout: &str) -> Result<report::Layout> {
 }
 
 /// One cold run of `checker` on `image`: caches dropped, wall time around
-/// the process, peak RSS from GNU `time` when it is installed.
-fn timed(cfg: &Config, checker: Checker, image: &Path) -> Result<Run> {
+/// the process, peak RSS from GNU `time` (`gnu_time`) when it is installed.
+fn timed(cfg: &Config, checker: Checker, image: &Path, gnu_time: Option<&Path>) -> Result<Run> {
     let program = match checker {
         Checker::Ext4kit => cfg.ext4kit_exe.clone(),
         Checker::E2fsck => tool("e2fsck")?,
@@ -158,9 +159,8 @@ fn timed(cfg: &Config, checker: Checker, image: &Path) -> Result<Run> {
     }
     args.push("-fn".into());
     args.push(image.into());
-    let gnu_time = find_tool("time").filter(|t| is_gnu_time(t));
     let rss_file = tempfile::NamedTempFile::new()?;
-    let mut cmd = match &gnu_time {
+    let mut cmd = match gnu_time {
         Some(t) => {
             let mut c = Command::new(t);
             c.arg("-f").arg("%M").arg("-o").arg(rss_file.path()).arg(&program);

@@ -105,13 +105,7 @@ impl Txn<'_> {
     /// says the name is absent. A directory with an itree must have a
     /// walkable index, since the itree must change with it.
     fn leaf_of(&self, dir: &Inode, name: &[u8]) -> Result<Option<(DirBlock, u32)>> {
-        let indexed = dir.raw.has_flag(flags::INDEX)
-            && self
-                .fs
-                .geo
-                .features
-                .compat
-                .contains(ext4kit_format::features::CompatFeatures::DIR_INDEX);
+        let indexed = self.fs.indexed(dir);
         let itree = super::itree::has_itree(dir);
         if !(indexed || itree) || name == b"." || name == b".." {
             return Ok(None);

@@ -5,9 +5,8 @@
 //! usually follows, so a create walks the index once.
 
 use ext4kit_format::dir_entry::{self, DirEntryIter};
-use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
+use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::htree::DxNode;
-use ext4kit_format::inode::flags;
 
 use super::htree_insert::{Frame, HtreeSpot};
 use crate::error::{Error, Location, Result};
@@ -44,7 +43,7 @@ impl Txn<'_> {
             let block = self.phys_of(dir, 0)?;
             return Ok((Some(self.dotdot(dir, block)?), None));
         }
-        let indexed = dir.raw.has_flag(flags::INDEX) && self.fs.geo.features.compat.contains(CompatFeatures::DIR_INDEX);
+        let indexed = self.fs.indexed(dir);
         // An index this code cannot walk (unknown hash, bad root) is
         // scanned instead, as the read path does.
         if indexed && let Ok(spot) = self.descend(dir, name) {
