@@ -174,12 +174,15 @@ fn interface_follows_e2fsck() {
     let r = ext4kit_fsck(&["-n"], &img, LIMIT);
     assert_eq!(r.code, Some(0));
     assert!(r.stdout.contains("clean"), "{}", r.stdout);
-    // Repairs are refused with exit 8; usage errors are 16.
-    for flag in ["-p", "-y"] {
-        let r = ext4kit_fsck(&[flag], &img, LIMIT);
-        assert_eq!(r.code, Some(8), "{flag}");
-        assert!(r.stderr.contains("not implemented"), "{flag}: {}", r.stderr);
+    // A repair of a clean image changes nothing, byte for byte, forced or
+    // not; usage errors are 16.
+    let before = std::fs::read(&img).unwrap();
+    for flags in [&["-p"][..], &["-y"], &["-fp"], &["-fy"]] {
+        let r = ext4kit_fsck(flags, &img, LIMIT);
+        assert_eq!(r.code, Some(0), "{flags:?}: {}{}", r.stdout, r.stderr);
+        assert!(std::fs::read(&img).unwrap() == before, "{flags:?} changed a clean image");
     }
+    assert_eq!(ext4kit_fsck(&["-n", "-y"], &img, LIMIT).code, Some(16));
     assert_eq!(ext4kit_fsck(&["-n", "-E", "bogus"], &img, LIMIT).code, Some(16));
     assert_eq!(ext4kit_fsck(&["-n", "--no-such-flag"], &img, LIMIT).code, Some(16));
     // Not a file system: operational error.

@@ -37,6 +37,28 @@ impl Bitmap {
         *w |= 1 << (i % 64);
         old
     }
+    /// Clears bit `i`; ignores bits past the end.
+    pub fn clear(&mut self, i: u64) {
+        if i < self.len {
+            self.words[(i / 64) as usize] &= !(1 << (i % 64));
+        }
+    }
+    /// The first clear bit in `[start, end)`, skipping full words.
+    pub fn next_clear(&self, start: u64, end: u64) -> Option<u64> {
+        let end = end.min(self.len);
+        let mut i = start;
+        while i < end {
+            if i.is_multiple_of(64) && self.words[(i / 64) as usize] == u64::MAX {
+                i += 64;
+                continue;
+            }
+            if !self.get(i) {
+                return Some(i);
+            }
+            i += 1;
+        }
+        None
+    }
     /// Number of set bits in `[start, end)`.
     pub fn count_range(&self, start: u64, end: u64) -> u64 {
         (start..end.min(self.len)).filter(|&i| self.get(i)).count() as u64

@@ -28,6 +28,12 @@ pub struct RawFs<'a> {
     pub seed: u32,
     /// Group descriptors (empty until loaded).
     pub groups: Vec<RawGroupDesc>,
+    /// A repair changed [`RawFs::sb`]: write the primary at the end of the run.
+    pub dirty_sb: bool,
+    /// A repair changed [`RawFs::groups`]: write the primary table.
+    pub dirty_groups: bool,
+    /// Write every backup superblock and descriptor table too.
+    pub dirty_backups: bool,
 }
 
 impl RawFs<'_> {

@@ -1,5 +1,7 @@
-//! `ext4kit-fsck`: checks an ext2/3/4 image as e2fsck does. This first step
-//! only detects (e2fsck `-n`); it repairs nothing.
+//! `ext4kit-fsck`: checks and repairs an ext2/3/4 image as e2fsck does.
+//! [`check`] runs the passes once on a device; [`repair::repair`] runs them
+//! with repairs on an in-memory overlay of the image until a run finds
+//! nothing more to repair, then writes the result in a crash-safe order.
 //!
 //! The checker reads raw metadata through a [`BlockDevice`] and the format
 //! crate's parsers, never through `Filesystem::open`, so it works on images
@@ -14,6 +16,7 @@
 //! per-inode arrays; nothing else per block. Every count read from the
 //! image is capped by the geometry.
 
+pub mod alloc;
 pub mod bitmap;
 pub mod blockmap;
 pub mod extents;
@@ -30,12 +33,14 @@ pub mod pass3;
 pub mod pass4;
 pub mod pass5;
 pub mod problem;
+pub mod repair;
 pub mod report;
 pub mod resize;
 pub mod state;
 pub mod superblock;
 pub mod symlink;
 pub mod walk;
+pub mod write;
 pub mod xattr;
 
 use std::sync::atomic::AtomicBool;
@@ -45,9 +50,12 @@ use ext4kit_format::features::RoCompatFeatures;
 
 pub use problem::{Code, Finding, Severity};
 pub use report::Report;
+pub use state::Mode;
 
 /// e2fsck's exit status: no errors.
 pub const EXIT_OK: i32 = 0;
+/// Errors were corrected (the image changed).
+pub const EXIT_FIXED: i32 = 1;
 /// Errors were found and left uncorrected.
 pub const EXIT_UNCORRECTED: i32 = 4;
 /// Operational error (unreadable image, unusable superblock, unknown features).
@@ -68,6 +76,9 @@ pub struct Options<'a> {
     pub cancel: Option<&'a AtomicBool>,
     /// Current time, seconds since the epoch (for the check interval).
     pub now: u64,
+    /// Check only, preen or repair everything. [`check`] makes the repairs
+    /// on the device it is given; [`repair::repair`] gives it an overlay.
+    pub mode: Mode,
 }
 
 /// Where the check is, for a progress display.
@@ -103,7 +114,7 @@ impl std::fmt::Display for Fatal {
     }
 }
 
-/// The exit status e2fsck would give this outcome.
+/// The exit status e2fsck would give a check-only outcome.
 pub fn exit_code(r: &Result<Report, Fatal>) -> i32 {
     match r {
         Ok(rep) if rep.errors() > 0 => EXIT_UNCORRECTED,
@@ -141,9 +152,10 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     groups::check(&fs, &mut report);
     let mut ctx = state::Ctx::new(fs, report);
     ctx.cancel = opts.cancel;
+    ctx.mode = opts.mode;
     journal::check(&mut ctx);
     if opts.journal_only {
-        return Ok(ctx.report);
+        return finish(ctx);
     }
     let steps: [(&str, Pass); 6] = [
         ("1", pass1::run),
@@ -167,6 +179,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
         }
         ctx.report.passes.push(name.into());
         step(&mut ctx, progress);
+        ctx.blocks_known |= name == "1";
     }
     if ctx.cancelled() {
         return Err(Fatal::Cancelled(Box::new(ctx.report)));
@@ -174,5 +187,17 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     let ino_used = ctx.kind.iter().skip(1).filter(|&&k| k != state::KIND_FREE).count() as u64;
     ctx.report.inodes_used = ino_used;
     ctx.report.blocks_used = ctx.used.count_range(0, ctx.fs.geo.blocks_count);
+    finish(ctx)
+}
+
+/// Ends a run: what repairs changed in the superblock and descriptors is
+/// written, and the report says whether preen stopped.
+fn finish(mut ctx: state::Ctx) -> Result<Report, Fatal> {
+    ctx.report.halted = ctx.halted;
+    if ctx.mode != Mode::Check {
+        ctx.fs
+            .flush_meta()
+            .map_err(|e| Fatal::Io(format!("writing the superblock and group descriptors: {e}")))?;
+    }
     Ok(ctx.report)
 }

@@ -31,6 +31,8 @@ pub struct Report {
     pub passes: Vec<String>,
     /// The check stopped after the superblock: it says the image is clean.
     pub skipped_clean: bool,
+    /// Preen met a problem it may not repair and stopped repairing.
+    pub halted: bool,
 }
 
 impl Report {
@@ -45,6 +47,18 @@ impl Report {
     /// Records a note.
     pub fn note(&mut self, s: impl Into<String>) {
         self.notes.push(s.into());
+    }
+    /// Findings repaired.
+    pub fn fixed(&self) -> u64 {
+        self.findings.iter().filter(|f| f.fixed).count() as u64
+    }
+    /// Errors found and not repaired (warnings excluded), including dropped ones.
+    pub fn unfixed_errors(&self) -> u64 {
+        self.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error && !f.fixed)
+            .count() as u64
+            + self.dropped
     }
     /// Errors found (warnings excluded), including dropped ones.
     pub fn errors(&self) -> u64 {

@@ -8,6 +8,18 @@ use crate::fs::RawFs;
 use crate::problem::Finding;
 use crate::report::Report;
 
+/// How a run answers e2fsck's questions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// `-n`: repair nothing; the image is opened read-only.
+    #[default]
+    Check,
+    /// `-p`: repair what is safe without asking, stop repairing at anything else.
+    Preen,
+    /// `-y`: repair everything.
+    Yes,
+}
+
 /// `kind` value of an inode not in use.
 pub const KIND_FREE: u8 = 0;
 /// `kind` value of an inode in use whose mode has no valid type.
@@ -80,6 +92,13 @@ pub struct Ctx<'a> {
     pub claim_budget: u64,
     /// Stop requested (SIGINT).
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
+    /// Check only, preen or repair everything.
+    pub mode: Mode,
+    /// Preen met a problem it may not repair: no further repairs this run
+    /// (e2fsck's "UNEXPECTED INCONSISTENCY; RUN fsck MANUALLY").
+    pub halted: bool,
+    /// Pass 1 has claimed every block in use: [`Ctx::alloc_block`] may run.
+    pub blocks_known: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -102,15 +121,54 @@ impl<'a> Ctx<'a> {
             scanned: vec![0; fs.geo.group_count as usize],
             lost_found: None,
             cancel: None,
+            mode: Mode::Check,
+            halted: false,
+            blocks_known: false,
             claim_budget: nb.saturating_mul(4).max(1 << 20),
             fs,
             report,
         }
     }
 
-    /// Records a finding.
+    /// Records a finding that is not repaired (none exists for it yet, or
+    /// it needs no repair).
     pub fn add(&mut self, f: Finding) {
         self.report.add(f);
+    }
+
+    /// Records `f` and says whether to repair it now, as e2fsck's
+    /// `fix_problem` answers: never in a check-only run; with `-y` always;
+    /// in preen only problems preen may repair ([`crate::Code::preen_ok`]).
+    /// Any other problem stops preen's repairs for the rest of the run.
+    /// The caller makes the repair when this returns true, and calls
+    /// [`Ctx::not_fixed`] if it then cannot.
+    pub fn fix(&mut self, mut f: Finding) -> bool {
+        let yes = match self.mode {
+            Mode::Check => false,
+            Mode::Yes => true,
+            Mode::Preen if f.code.preen_ok() && !self.halted => true,
+            Mode::Preen => {
+                self.halted = true;
+                false
+            }
+        };
+        f.fixed = yes;
+        self.report.add(f);
+        yes
+    }
+
+    /// The repair [`Ctx::fix`] allowed could not be made: the last finding
+    /// is left unrepaired, with why.
+    pub fn not_fixed(&mut self, why: impl std::fmt::Display) {
+        if let Some(f) = self.report.findings.last_mut() {
+            f.fixed = false;
+            f.message = format!("{} (not repaired: {why})", f.message);
+        }
+    }
+
+    /// True when repairs may be made (a repair run not halted by preen).
+    pub fn repairing(&self) -> bool {
+        self.mode != Mode::Check && !self.halted
     }
 
     /// Claims `blk` for an owner; a second claim marks it duplicate.

@@ -84,6 +84,9 @@ pub fn load<'a>(dev: &'a dyn BlockDevice, report: &mut Report) -> Result<RawFs<'
         geo,
         seed,
         groups: Vec::new(),
+        dirty_sb: false,
+        dirty_groups: false,
+        dirty_backups: false,
     })
 }
 

@@ -1,0 +1,160 @@
+//! `ext4kit fsck [-n|-p|-y] [-f] [-C fd] [--json] [-E journal_only] IMAGE`:
+//! checks an image as `e2fsck -n` does, or repairs it as `e2fsck -p` and
+//! `e2fsck -y` do, with e2fsck's exit codes. All checking and repairing is
+//! `ext4kit-fsck`'s; this module parses options ([`mod@self`]), renders
+//! progress ([`progress`]) and the report ([`print`]).
+
+mod print;
+mod progress;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::Result;
+use ext4kit_engine::BlockDevice;
+use ext4kit_engine::device::FileDevice;
+use ext4kit_fsck::{self as fsck, Mode, Options};
+
+use progress::ProgressOut;
+
+/// Arguments of `fsck`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The image file (or block device).
+    pub image: PathBuf,
+    /// Check only: open read-only, answer "no" to every question.
+    #[arg(short = 'n')]
+    pub no: bool,
+    /// Preen: repair what is safe without asking; stop repairing (exit 4)
+    /// at anything else.
+    #[arg(short = 'p', short_alias = 'a')]
+    pub preen: bool,
+    /// Repair everything.
+    #[arg(short = 'y')]
+    pub yes: bool,
+    /// Check even if the file system seems clean.
+    #[arg(short = 'f')]
+    pub force: bool,
+    /// Progress: 0 draws a bar on stdout; N > 0 writes "pass done total
+    /// device" lines to file descriptor N (as e2fsck -C).
+    #[arg(short = 'C')]
+    pub progress_fd: Option<u32>,
+    /// Extended options, comma separated: journal_only.
+    #[arg(short = 'E')]
+    pub extended: Option<String>,
+    /// Findings as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const PASS_NAMES: [&str; 6] = [
+    "Pass 0: Checking the superblock, group descriptors and journal",
+    "Pass 1: Checking inodes, blocks, and sizes",
+    "Pass 2: Checking directory structure",
+    "Pass 3: Checking directory connectivity",
+    "Pass 4: Checking reference counts",
+    "Pass 5: Checking group summary information",
+];
+
+/// Runs the command; exits the process with e2fsck's status.
+pub fn run(a: Args) -> Result<()> {
+    let code = match check(&a) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ext4kit fsck: {e:#}");
+            fsck::EXIT_OPERATIONAL
+        }
+    };
+    std::io::stdout().flush().ok();
+    std::process::exit(code)
+}
+
+fn mode(a: &Args) -> Option<Mode> {
+    match (a.no, a.preen, a.yes) {
+        (_, false, false) => Some(Mode::Check),
+        (false, true, false) => Some(Mode::Preen),
+        (false, false, true) => Some(Mode::Yes),
+        _ => None,
+    }
+}
+
+fn check(a: &Args) -> Result<i32> {
+    let Some(mode) = mode(a) else {
+        eprintln!("ext4kit fsck: only one of -n, -p and -y may be given");
+        return Ok(fsck::EXIT_USAGE);
+    };
+    let mut journal_only = false;
+    for opt in a.extended.iter().flat_map(|e| e.split(',')) {
+        match opt {
+            "journal_only" => journal_only = true,
+            "" => {}
+            other => {
+                eprintln!("ext4kit fsck: unknown extended option: {other}");
+                return Ok(fsck::EXIT_USAGE);
+            }
+        }
+    }
+    if mode == Mode::Check && !a.no {
+        eprintln!("ext4kit fsck: no -p or -y: checking only (questions are not asked interactively)");
+    }
+    let Some(dev) = open(a, mode) else {
+        return Ok(fsck::EXIT_OPERATIONAL);
+    };
+    let cancel = Arc::new(AtomicBool::new(false));
+    let _sig = signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone())?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let opts = Options {
+        force: a.force,
+        journal_only,
+        cancel: Some(&cancel),
+        now,
+        mode,
+    };
+    let mut bar = ProgressOut::new(a.progress_fd, &a.image);
+    if mode == Mode::Check {
+        let result = fsck::check(dev.as_ref(), &opts, &mut |p| bar.update(p));
+        bar.finish();
+        let code = fsck::exit_code(&result);
+        return print::check_result(a, &result, code).map(|()| code);
+    }
+    let result = fsck::repair::repair(&dev, &opts, &mut |p| bar.update(p));
+    bar.finish();
+    let code = match &result {
+        Ok(o) => o.exit_code(),
+        Err(fsck::Fatal::Cancelled(_)) => fsck::EXIT_CANCELLED,
+        Err(_) => fsck::EXIT_OPERATIONAL,
+    };
+    print::repair_result(a, &result, code).map(|()| code)
+}
+
+/// The image: read-only for a check, which warns when the image is in use
+/// (as e2fsck's "is mounted" warning: what a live writer has not written
+/// back reads as damage); writable for a repair, which refuses an image in
+/// use, as e2fsck refuses to repair a mounted file system.
+fn open(a: &Args, mode: Mode) -> Option<Arc<dyn BlockDevice>> {
+    let dev = match FileDevice::open(&a.image, mode != Mode::Check) {
+        Ok(d) => d,
+        Err(e) if mode != Mode::Check => {
+            eprintln!(
+                "ext4kit fsck: cannot open {} for repair: {e}\n(unmount it, or stop the program writing to it, first; -n checks without writing)",
+                a.image.display()
+            );
+            return None;
+        }
+        Err(e) => {
+            eprintln!("ext4kit fsck: cannot open {}: {e}", a.image.display());
+            return None;
+        }
+    };
+    if let Some(who) = dev.in_use() {
+        eprintln!(
+            "ext4kit fsck: warning: {} is {who}: checking what is on disk, which may be out of date (findings may be spurious)",
+            a.image.display()
+        );
+    }
+    Some(Arc::new(dev))
+}

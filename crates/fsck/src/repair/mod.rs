@@ -1,0 +1,181 @@
+//! Repair runs (`fsck -p`, `fsck -y`): the journal replayed first, then the
+//! passes run with repairs on an [`overlay::Overlay`] of the image, again
+//! and again until a run finds nothing more to repair (a repair can expose
+//! the next problem: a cleared inode leaves a directory entry pointing at
+//! nothing, a cleared entry leaves an inode unattached), then the verdict
+//! of the last run, and only then the writes, in [`commit`]'s order.
+//!
+//! Nothing is written when nothing was repaired, so a clean image is left
+//! byte for byte as it was.
+
+pub mod commit;
+pub mod overlay;
+
+use std::sync::Arc;
+
+use ext4kit_engine::{BlockDevice, Filesystem, OpenOptions};
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
+use ext4kit_format::superblock::{RawSuperblock, STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+
+use crate::report::Report;
+use crate::{Fatal, Mode, Options, Progress, check};
+use commit::Written;
+use overlay::Overlay;
+
+/// Runs after which a repair stops even if the last one still repaired
+/// something (e2fsck restarts at most a few times; a repair that keeps
+/// finding work is a bug, and the verdict then says what is left).
+pub const MAX_RUNS: usize = 8;
+
+/// What a repair did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// How the journal was handled before checking.
+    pub journal: Option<String>,
+    /// Every run that repaired something, in order.
+    pub runs: Vec<Report>,
+    /// The last run: what is left (nothing, when the repair succeeded).
+    pub verdict: Report,
+    /// What was written to the image.
+    pub written: Written,
+}
+
+impl Outcome {
+    /// e2fsck's exit status: 1 when the image was changed, plus 4 when
+    /// errors are left; 0 when it was clean and left untouched.
+    pub fn exit_code(&self) -> i32 {
+        let changed = self.written.pages > 0 || self.journal.as_deref().is_some_and(|j| j.starts_with("replayed"));
+        let mut code = 0;
+        if changed {
+            code |= crate::EXIT_FIXED;
+        }
+        if self.verdict.unfixed_errors() > 0 {
+            code |= crate::EXIT_UNCORRECTED;
+        }
+        code
+    }
+
+    /// Findings repaired over all runs.
+    pub fn fixed(&self) -> u64 {
+        self.runs.iter().map(Report::fixed).sum::<u64>() + self.verdict.fixed()
+    }
+}
+
+/// Checks and repairs the image on `dev`, as `e2fsck -p` (`opts.mode` =
+/// [`Mode::Preen`]) or `e2fsck -y` ([`Mode::Yes`]).
+///
+/// # Errors
+/// [`Fatal`] when the image cannot be checked, or cannot be written.
+pub fn repair(
+    dev: &Arc<dyn BlockDevice>,
+    opts: &Options,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Outcome, Fatal> {
+    if opts.mode == Mode::Check || dev.read_only() {
+        return Err(Fatal::Io("a repair needs a writable image".into()));
+    }
+    let mut out = Outcome {
+        journal: replay_journal(dev),
+        ..Outcome::default()
+    };
+    let overlay = Overlay::new(dev.as_ref());
+    let mut run_opts = Options {
+        force: opts.force || out.journal.is_some(),
+        journal_only: opts.journal_only,
+        cancel: opts.cancel,
+        now: opts.now,
+        mode: opts.mode,
+    };
+    for _ in 0..MAX_RUNS {
+        let rep = check(&overlay, &run_opts, progress)?;
+        run_opts.force = true;
+        if rep.fixed() == 0 || rep.halted || rep.skipped_clean {
+            out.verdict = rep;
+            break;
+        }
+        out.runs.push(rep);
+    }
+    if out.verdict.passes.is_empty() && !out.verdict.skipped_clean {
+        run_opts.mode = Mode::Check;
+        out.verdict = check(&overlay, &run_opts, progress)?;
+    }
+    if overlay.dirty_pages() > 0 {
+        settle_superblock(&overlay, opts.now, out.verdict.unfixed_errors() == 0)
+            .map_err(|e| Fatal::Io(format!("writing the superblock: {e}")))?;
+    }
+    out.written = commit::commit(&overlay).map_err(|e| Fatal::Io(format!("writing the repair: {e}")))?;
+    Ok(out)
+}
+
+/// Replays a journal that needs recovery with the engine's recovery (the
+/// same code the mount uses), as e2fsck replays before checking. `None`
+/// when there was nothing to replay; otherwise what happened, for the
+/// report. A journal that cannot be replayed is left to the passes, which
+/// report it.
+fn replay_journal(dev: &Arc<dyn BlockDevice>) -> Option<String> {
+    let mut buf = [0u8; SUPERBLOCK_SIZE];
+    dev.read_at(SUPERBLOCK_OFFSET, &mut buf).ok()?;
+    let sb = RawSuperblock::parse(&buf).ok()?;
+    let f = sb.features();
+    if !f.compat.contains(CompatFeatures::HAS_JOURNAL)
+        || !f.incompat.contains(IncompatFeatures::RECOVER)
+        || sb.s_journal_inum.get() == 0
+    {
+        return None;
+    }
+    let opts = OpenOptions {
+        count_mount: false,
+        ..OpenOptions::default()
+    };
+    let fs = match Filesystem::open(Box::new(dev.clone()), opts) {
+        Ok(fs) => fs,
+        Err(e) => return Some(format!("not replayed: {e}")),
+    };
+    match fs.unmount() {
+        Ok(()) => Some("replayed".into()),
+        Err(e) => Some(format!("not replayed: {e}")),
+    }
+}
+
+/// The superblock of a repaired image says it was checked: valid when
+/// nothing is left, with errors otherwise; `s_lastcheck` now, the mount
+/// count reset and the recorded error cleared, as e2fsck leaves it.
+fn settle_superblock(o: &Overlay, now: u64, clean: bool) -> std::io::Result<()> {
+    let mut buf = [0u8; SUPERBLOCK_SIZE];
+    o.read_at(SUPERBLOCK_OFFSET, &mut buf)?;
+    let Ok(mut sb) = RawSuperblock::parse(&buf) else {
+        return Ok(());
+    };
+    let state = sb.s_state.get() & !(STATE_VALID | STATE_ERROR);
+    sb.s_state.set(state | if clean { STATE_VALID } else { STATE_ERROR });
+    sb.s_lastcheck.set(now as u32);
+    sb.s_lastcheck_hi = (now >> 32) as u8;
+    sb.s_mnt_count.set(0);
+    if clean {
+        clear_error_record(&mut sb);
+    }
+    if sb.features().metadata_csum() {
+        sb.set_checksum();
+    }
+    o.write_at(SUPERBLOCK_OFFSET, &sb.encode())
+}
+
+/// Zeroes the superblock's record of the first and last error
+/// (`s_error_count` through `s_last_error_func`).
+fn clear_error_record(sb: &mut RawSuperblock) {
+    sb.s_error_count.set(0);
+    sb.s_first_error_time.set(0);
+    sb.s_first_error_ino.set(0);
+    sb.s_first_error_block.set(0);
+    sb.s_first_error_func = [0; 32];
+    sb.s_first_error_line.set(0);
+    sb.s_last_error_time.set(0);
+    sb.s_last_error_ino.set(0);
+    sb.s_last_error_line.set(0);
+    sb.s_last_error_block.set(0);
+    sb.s_last_error_func = [0; 32];
+    sb.s_first_error_time_hi = 0;
+    sb.s_last_error_time_hi = 0;
+    sb.s_first_error_errcode = 0;
+    sb.s_last_error_errcode = 0;
+}
