@@ -180,7 +180,10 @@ fn interface_follows_e2fsck() {
     for flags in [&["-p"][..], &["-y"], &["-fp"], &["-fy"]] {
         let r = ext4kit_fsck(flags, &img, LIMIT);
         assert_eq!(r.code, Some(0), "{flags:?}: {}{}", r.stdout, r.stderr);
-        assert!(std::fs::read(&img).unwrap() == before, "{flags:?} changed a clean image");
+        assert!(
+            std::fs::read(&img).unwrap() == before,
+            "{flags:?} changed a clean image"
+        );
     }
     assert_eq!(ext4kit_fsck(&["-n", "-y"], &img, LIMIT).code, Some(16));
     assert_eq!(ext4kit_fsck(&["-n", "-E", "bogus"], &img, LIMIT).code, Some(16));

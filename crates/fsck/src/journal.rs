@@ -1,9 +1,7 @@
 //! Pass 0, journal (`journal.rst`): find the journal inode's superblock,
 //! check it, and say whether the journal needs recovery. A check-only run
 //! never replays: like `e2fsck -n`, it says recovery is skipped and checks
-//! the file system as found. Also the classic orphan list's shape.
-
-use std::collections::HashSet;
+//! the file system as found.
 
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
 use ext4kit_format::inode::mode;
@@ -18,10 +16,10 @@ use crate::walk::{Event, Walker};
 /// checksum v2 and v3, fast commit).
 const JBD2_KNOWN_INCOMPAT: u32 = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20;
 
-/// Checks the journal and the orphan list head.
+/// Checks the journal, then the orphan list ([`crate::orphans`]).
 pub fn check(ctx: &mut Ctx) {
     journal(ctx);
-    orphan_list(ctx);
+    crate::orphans::check(ctx);
 }
 
 fn journal(ctx: &mut Ctx) {
@@ -138,48 +136,5 @@ fn journal_superblock(ctx: &mut Ctx, jino: u32) -> Option<RawJournalSuperblock> 
             ctx.add(Finding::new(code, format!("journal superblock is corrupt: {e}"), "clear the journal").blk(blk));
             None
         }
-    }
-}
-
-/// The classic orphan list: `s_last_orphan`, then each inode's `i_dtime`.
-/// Only its shape is checked; a read-only check does not release orphans.
-fn orphan_list(ctx: &mut Ctx) {
-    let mut ino = ctx.fs.sb.s_last_orphan.get();
-    let mut seen = HashSet::new();
-    let mut first = true;
-    while ino != 0 {
-        if ino > ctx.fs.geo.inodes_count || (ino < ctx.fs.geo.first_ino && ino != 0) || !seen.insert(ino) {
-            let code = if first {
-                p::P0_ORPHAN_ILLEGAL_HEAD_INODE
-            } else {
-                p::P0_ORPHAN_ILLEGAL_INODE
-            };
-            ctx.add(
-                Finding::new(
-                    code,
-                    format!("illegal inode {ino} in the orphan list"),
-                    "clear the orphan list",
-                )
-                .ino(ino),
-            );
-            return;
-        }
-        first = false;
-        if seen.len() <= 1000 {
-            let f = Finding::new(
-                p::P0_ORPHAN_CLEAR_INODE,
-                format!("orphaned inode {ino} (a repair would release it)"),
-                "release it",
-            );
-            ctx.add(f.ino(ino).warning());
-        }
-        let Ok(rec) = ctx.fs.inode_record(ino) else { return };
-        ino = decode(&rec).i_dtime.get();
-    }
-    if !seen.is_empty() {
-        ctx.report.note(format!(
-            "{} inode(s) on the orphan list (not released by a read-only check)",
-            seen.len()
-        ));
     }
 }

@@ -26,6 +26,7 @@ pub mod htree;
 pub mod inode_fields;
 pub mod itree;
 pub mod journal;
+pub mod orphans;
 pub mod pass1;
 pub mod pass1b;
 pub mod pass2;
