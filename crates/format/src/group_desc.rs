@@ -121,6 +121,31 @@ impl RawGroupDesc {
         self.bg_block_bitmap_csum_hi.set((c >> 16) as u16);
     }
 
+    /// Sets the free block count (the high half is dropped by a 32-byte
+    /// descriptor's encoding, where counts fit in 16 bits).
+    pub fn set_free_blocks(&mut self, n: u32) {
+        self.bg_free_blocks_count_lo.set(n as u16);
+        self.bg_free_blocks_count_hi.set((n >> 16) as u16);
+    }
+
+    /// Sets the free inode count.
+    pub fn set_free_inodes(&mut self, n: u32) {
+        self.bg_free_inodes_count_lo.set(n as u16);
+        self.bg_free_inodes_count_hi.set((n >> 16) as u16);
+    }
+
+    /// Sets the directory count.
+    pub fn set_used_dirs(&mut self, n: u32) {
+        self.bg_used_dirs_count_lo.set(n as u16);
+        self.bg_used_dirs_count_hi.set((n >> 16) as u16);
+    }
+
+    /// Sets the count of never-used inodes at the end of the table.
+    pub fn set_itable_unused(&mut self, n: u32) {
+        self.bg_itable_unused_lo.set(n as u16);
+        self.bg_itable_unused_hi.set((n >> 16) as u16);
+    }
+
     /// Stores an inode-bitmap checksum from [`bitmap_checksum`].
     pub fn set_inode_bitmap_csum(&mut self, c: u32) {
         self.bg_inode_bitmap_csum_lo.set(c as u16);

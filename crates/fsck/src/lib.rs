@@ -158,6 +158,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     if opts.journal_only {
         return finish(ctx);
     }
+    hold_repairs_on_bad_layout(&mut ctx);
     let steps: [(&str, Pass); 6] = [
         ("1", pass1::run),
         ("1B", pass1b::run),
@@ -189,6 +190,24 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     ctx.report.inodes_used = ino_used;
     ctx.report.blocks_used = ctx.used.count_range(0, ctx.fs.geo.blocks_count);
     finish(ctx)
+}
+
+/// A superblock, descriptor or journal problem left unrepaired means the
+/// layout the later passes read may be wrong (a bad `s_first_meta_bg`
+/// moves every descriptor): repairs made on it could damage sound data.
+/// The run goes on checking, but repairs nothing more.
+fn hold_repairs_on_bad_layout(ctx: &mut state::Ctx) {
+    let left = ctx
+        .report
+        .findings
+        .iter()
+        .any(|f| f.pass == 0 && f.severity == Severity::Error && !f.fixed);
+    if ctx.repairing() && left {
+        ctx.halted = true;
+        ctx.report.note(
+            "superblock, descriptor or journal problems are left unrepaired: later problems are reported, not repaired",
+        );
+    }
 }
 
 /// Ends a run: what repairs changed in the superblock and descriptors is

@@ -94,8 +94,9 @@ pub struct Ctx<'a> {
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
     /// Check only, preen or repair everything.
     pub mode: Mode,
-    /// Preen met a problem it may not repair: no further repairs this run
-    /// (e2fsck's "UNEXPECTED INCONSISTENCY; RUN fsck MANUALLY").
+    /// No further repairs this run: preen met a problem it may not repair
+    /// (e2fsck's "UNEXPECTED INCONSISTENCY; RUN fsck MANUALLY"), or the
+    /// layout itself is in doubt.
     pub halted: bool,
     /// Pass 1 has claimed every block in use: [`Ctx::alloc_block`] may run.
     pub blocks_known: bool,
@@ -145,8 +146,9 @@ impl<'a> Ctx<'a> {
     pub fn fix(&mut self, mut f: Finding) -> bool {
         let yes = match self.mode {
             Mode::Check => false,
+            _ if self.halted => false,
             Mode::Yes => true,
-            Mode::Preen if f.code.preen_ok() && !self.halted => true,
+            Mode::Preen if f.code.preen_ok() => true,
             Mode::Preen => {
                 self.halted = true;
                 false

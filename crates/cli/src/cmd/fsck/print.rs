@@ -145,7 +145,7 @@ fn repair_text(a: &Args, r: &Result<Outcome, Fatal>) -> Result<()> {
     }
     print_findings(v)?;
     summary(&name, v)?;
-    if v.halted {
+    if v.halted && a.preen {
         outln!("{name}: UNEXPECTED INCONSISTENCY; RUN fsck MANUALLY (without -p): preen repairs only what is safe");
     }
     if o.written.pages > 0 {
