@@ -75,6 +75,6 @@ mod tests {
     #[test]
     fn padding_is_set_and_bits_follow_the_map() {
         let b = bitmap_block(4, &[true, false, true, false, false, false, false, false, false, true]);
-        assert_eq!(b, [0b1111_0101, 0b1111_1110, 0xFF, 0xFF]);
+        assert_eq!(b, [0b0000_0101, 0b1111_1110, 0xFF, 0xFF]);
     }
 }
