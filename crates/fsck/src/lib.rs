@@ -80,6 +80,8 @@ pub struct Options<'a> {
     /// Check only, preen or repair everything. [`check`] makes the repairs
     /// on the device it is given; [`repair::repair`] gives it an overlay.
     pub mode: Mode,
+    /// Where a repair saves what it overwrites, for `e2undo` (`-z FILE`).
+    pub undo: Option<&'a std::path::Path>,
 }
 
 /// Where the check is, for a progress display.

@@ -133,7 +133,12 @@ impl<'a> Ctx<'a> {
 
     /// Records a finding that is not repaired (none exists for it yet, or
     /// it needs no repair).
+    /// In preen, an error preen may not repair stops later repairs, as
+    /// e2fsck's preen stops at the first question it may not answer.
     pub fn add(&mut self, f: Finding) {
+        if self.mode == Mode::Preen && f.severity == crate::Severity::Error && !f.code.preen_ok() {
+            self.halted = true;
+        }
         self.report.add(f);
     }
 

@@ -32,7 +32,7 @@ pub fn run(image: &Path, cfg: &MountConfig) -> Result<()> {
         journal_only: false,
         cancel: None,
         now,
-        mode: Default::default(),
+        ..Options::default()
     };
     let report = ext4kit_fsck::check(&dev, &opts, &mut |_| {})
         .map_err(|e| anyhow::anyhow!("{}: the check before mounting could not run: {e}", image.display()))?;

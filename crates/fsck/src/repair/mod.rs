@@ -10,6 +10,7 @@
 
 pub mod commit;
 pub mod overlay;
+pub mod undo;
 
 use std::sync::Arc;
 
@@ -38,6 +39,8 @@ pub struct Outcome {
     pub verdict: Report,
     /// What was written to the image.
     pub written: Written,
+    /// What the undo file (`-z`) saved.
+    pub undo: Option<undo::Saved>,
 }
 
 impl Outcome {
@@ -85,6 +88,7 @@ pub fn repair(
         cancel: opts.cancel,
         now: opts.now,
         mode: opts.mode,
+        undo: None,
     };
     for _ in 0..MAX_RUNS {
         let rep = check(&overlay, &run_opts, progress)?;
@@ -99,9 +103,18 @@ pub fn repair(
         run_opts.mode = Mode::Check;
         out.verdict = check(&overlay, &run_opts, progress)?;
     }
-    if overlay.dirty_pages() > 0 {
-        settle_superblock(&overlay, opts.now, out.verdict.unfixed_errors() == 0)
-            .map_err(|e| Fatal::Io(format!("writing the superblock: {e}")))?;
+    let clean = out.verdict.unfixed_errors() == 0;
+    if overlay.dirty_pages() > 0 || (clean && !out.verdict.skipped_clean && !marked_valid(&overlay)) {
+        settle_superblock(&overlay, opts.now, clean).map_err(|e| Fatal::Io(format!("writing the superblock: {e}")))?;
+    }
+    if let Some(path) = opts.undo {
+        let saved = undo::write(path, &overlay).map_err(|e| {
+            Fatal::Io(format!(
+                "writing the undo file {}: {e} (the image was not changed)",
+                path.display()
+            ))
+        })?;
+        out.undo = Some(saved);
     }
     out.written = commit::commit(&overlay).map_err(|e| Fatal::Io(format!("writing the repair: {e}")))?;
     Ok(out)
@@ -135,6 +148,15 @@ fn replay_journal(dev: &Arc<dyn BlockDevice>) -> Option<String> {
         Ok(()) => Some("replayed".into()),
         Err(e) => Some(format!("not replayed: {e}")),
     }
+}
+
+/// True when the primary superblock says valid with no errors. A repair
+/// cut short leaves it not valid (see [`commit`]); the run that finds
+/// nothing left to repair still has to say the image is sound.
+fn marked_valid(o: &Overlay) -> bool {
+    let mut buf = [0u8; SUPERBLOCK_SIZE];
+    o.read_at(SUPERBLOCK_OFFSET, &mut buf).is_ok()
+        && RawSuperblock::parse(&buf).is_ok_and(|sb| sb.s_state.get() & (STATE_VALID | STATE_ERROR) == STATE_VALID)
 }
 
 /// The superblock of a repaired image says it was checked: valid when

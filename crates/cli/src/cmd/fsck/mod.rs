@@ -1,4 +1,4 @@
-//! `ext4kit fsck [-n|-p|-y] [-f] [-C fd] [--json] [-E journal_only] IMAGE`:
+//! `ext4kit fsck [-n|-p|-y] [-f] [-z undo] [-C fd] [--json] [-E journal_only] IMAGE`:
 //! checks an image as `e2fsck -n` does, or repairs it as `e2fsck -p` and
 //! `e2fsck -y` do, with e2fsck's exit codes. All checking and repairing is
 //! `ext4kit-fsck`'s; this module parses options ([`mod@self`]), renders
@@ -44,6 +44,10 @@ pub struct Args {
     /// Extended options, comma separated: journal_only.
     #[arg(short = 'E')]
     pub extended: Option<String>,
+    /// Before a repair writes, save what it overwrites in FILE (replaced
+    /// if it exists), which e2fsprogs' `e2undo FILE IMAGE` replays.
+    #[arg(short = 'z', value_name = "FILE")]
+    pub undo: Option<PathBuf>,
     /// Findings as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -96,6 +100,10 @@ fn check(a: &Args) -> Result<i32> {
             }
         }
     }
+    if mode == Mode::Check && a.undo.is_some() {
+        eprintln!("ext4kit fsck: -z saves what a repair overwrites: it needs -p or -y");
+        return Ok(fsck::EXIT_USAGE);
+    }
     if mode == Mode::Check && !a.no {
         eprintln!("ext4kit fsck: no -p or -y: checking only (questions are not asked interactively)");
     }
@@ -113,6 +121,7 @@ fn check(a: &Args) -> Result<i32> {
         cancel: Some(&cancel),
         now,
         mode,
+        undo: a.undo.as_deref(),
     };
     let mut bar = ProgressOut::new(a.progress_fd, &a.image);
     if mode == Mode::Check {

@@ -68,6 +68,7 @@ fn repair_json(a: &Args, r: &Result<Outcome, Fatal>, code: i32) -> Result<()> {
             "verdict": o.verdict,
             "fixed": o.fixed(),
             "written": {"pages": o.written.pages, "bytes": o.written.bytes},
+            "undo": o.undo.map(|u| json!({"blocks": u.blocks, "keys": u.keys})),
         }),
         Err(Fatal::Cancelled(rep)) => json!({
             "image": image, "exit_code": code, "check_only": false, "cancelled": true,
@@ -147,6 +148,14 @@ fn repair_text(a: &Args, r: &Result<Outcome, Fatal>) -> Result<()> {
     summary(&name, v)?;
     if v.halted && a.preen {
         outln!("{name}: UNEXPECTED INCONSISTENCY; RUN fsck MANUALLY (without -p): preen repairs only what is safe");
+    }
+    if let (Some(u), Some(path)) = (o.undo, &a.undo) {
+        outln!(
+            "{name}: {} blocks saved in {} (e2undo {} {name} restores them)",
+            u.blocks,
+            path.display(),
+            path.display()
+        );
     }
     if o.written.pages > 0 {
         outln!(
