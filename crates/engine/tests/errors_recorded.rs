@@ -216,3 +216,67 @@ fn an_error_found_inside_a_write_is_counted_once() {
     );
     assert_checked_and_repairable(&img);
 }
+
+/// Lists `dir` through a directory stream, as the mount's readdir does.
+fn list(fs: &Filesystem, dir: &ext4kit_engine::Inode) -> ext4kit_engine::Result<Vec<Vec<u8>>> {
+    let mut stream = fs.dir_stream(dir)?;
+    let mut names = Vec::new();
+    fs.read_dir_from(dir, &mut stream, 0, |e, _| {
+        names.push(e.name.clone());
+        Ok(true)
+    })?;
+    Ok(names)
+}
+
+#[test]
+fn a_directory_whose_first_block_is_a_hole_is_corrupt_not_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    // The only extent of /d now starts at logical block 1 (i_block[3] is
+    // the first extent's ee_block): block 0, where "." and ".." live, is a hole.
+    let Some((img, ino)) = damaged_image(dir.path(), "sif /d block[3] 1", "/d") else {
+        return;
+    };
+    let fs = open(&img, true);
+    let d = fs.resolve(b"/d").unwrap();
+    let e = list(&fs, &d).unwrap_err();
+    assert_eq!(e.errno(), libc::EUCLEAN, "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("block 0") && msg.contains("hole"), "{e}");
+    let root = fs.resolve(b"/").unwrap();
+    assert!(
+        list(&fs, &root).unwrap().contains(&b"g".to_vec()),
+        "the rest still lists"
+    );
+    fs.unmount().unwrap();
+    assert_eq!(
+        dumpe2fs_field(&img, "First error inode #").as_deref(),
+        Some(&*ino.to_string())
+    );
+    assert_checked_and_repairable(&img);
+}
+
+#[test]
+fn flags_the_file_system_lacks_make_the_inode_corrupt() {
+    // CASEFOLD | EXTENTS, then INLINE_DATA | EXTENTS: neither feature is on.
+    for flags in ["0x40080000", "0x10080000"] {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((img, ino)) = damaged_image(dir.path(), &format!("sif /g flags {flags}"), "/g") else {
+            return;
+        };
+        let fs = open(&img, true);
+        let e = fs.resolve(b"/g").unwrap_err();
+        assert_eq!(e.errno(), libc::EUCLEAN, "{flags}: {e}");
+        assert!(e.to_string().contains(&format!("inode {ino}")), "{flags}: {e}");
+        assert_eq!(
+            fs.read_all(&fs.resolve(b"/f").unwrap(), 12288).unwrap(),
+            vec![7u8; 12288]
+        );
+        fs.unmount().unwrap();
+        assert_eq!(
+            dumpe2fs_field(&img, "First error inode #").as_deref(),
+            Some(&*ino.to_string()),
+            "{flags}"
+        );
+        assert_checked_and_repairable(&img);
+    }
+}

@@ -255,6 +255,26 @@ impl RawInode {
     pub fn has_flag(&self, flag: u32) -> bool {
         self.i_flags.get() & flag != 0
     }
+    /// Why these flags cannot belong to an inode of a file system with
+    /// `features`, where the kernel refuses the inode at `__ext4_iget`
+    /// ("casefold flag without casefold feature", "inode has both inline
+    /// data and extents flags") or e2fsck clears it (inline data without
+    /// the feature, whose `i_block` would otherwise be read as a mapping).
+    /// `None` when they are consistent.
+    pub fn flag_conflict(&self, features: &crate::features::Features) -> Option<&'static str> {
+        use crate::features::IncompatFeatures;
+        let fl = self.flags();
+        if fl & flags::CASEFOLD != 0 && !features.incompat.contains(IncompatFeatures::CASEFOLD) {
+            return Some("casefold flag without the casefold feature");
+        }
+        if fl & flags::INLINE_DATA != 0 && !features.incompat.contains(IncompatFeatures::INLINE_DATA) {
+            return Some("inline data flag without the inline_data feature");
+        }
+        if fl & flags::INLINE_DATA != 0 && fl & flags::EXTENTS != 0 {
+            return Some("both the inline data and the extents flags");
+        }
+        None
+    }
     /// Block holding external xattrs (`i_file_acl`), 0 for none.
     pub fn file_acl(&self) -> u64 {
         hilo64(self.i_file_acl_high.get().into(), self.i_file_acl_lo.get())

@@ -78,7 +78,7 @@ impl Filesystem {
         let Some(r) = run.first() else {
             return Err(Error::inconsistent(
                 Location::Inode(dir.ino),
-                format!("htree points at unmapped directory block {logical}"),
+                format!("directory block {logical} is unmapped: a hole, or past its end"),
             ));
         };
         Ok((r.physical, self.meta_block(r.physical, dir.ino)?))

@@ -193,6 +193,11 @@ impl Filesystem {
             let r = verify_inode_checksum(record, self.csum_seed, ino);
             self.check(Location::Inode(ino), r)?;
         }
+        if raw.links() != 0
+            && let Some(why) = raw.flag_conflict(&self.geo.features)
+        {
+            return Err(Error::inconsistent(Location::Inode(ino), why));
+        }
         self.directory_size_rule(&mut raw);
         Ok(Inode {
             ino,

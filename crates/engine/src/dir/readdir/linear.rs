@@ -9,7 +9,7 @@
 
 use super::{fill, scratch};
 use crate::dir::DirEntry;
-use crate::error::{Location, Result};
+use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
 
@@ -28,7 +28,12 @@ impl Filesystem {
         let blocks = dir.size().div_ceil(bs);
         let first = pos / bs;
         let mut entry = scratch();
+        let mut next = first;
         for run in self.map_range(dir, first, blocks.saturating_sub(first))? {
+            if run.logical > next {
+                return Err(hole(dir, next));
+            }
+            next = run.logical + run.len;
             for i in 0..run.len {
                 let logical = run.logical + i;
                 let skip = if logical == first { pos % bs } else { 0 };
@@ -37,6 +42,9 @@ impl Filesystem {
                     return Ok(());
                 }
             }
+        }
+        if next < blocks {
+            return Err(hole(dir, next));
         }
         Ok(())
     }
@@ -87,4 +95,17 @@ impl Filesystem {
             f(&e, n)
         })
     }
+}
+
+/// A directory never has holes: the kernel's `ext4_readdir` reports
+/// "directory contains a hole at lblk N", and block 0 is where `.` and
+/// `..` must be. Listing on past one would hide the damage.
+fn hole(dir: &Inode, logical: u64) -> Error {
+    Error::inconsistent(
+        Location::Inode(dir.ino),
+        format!(
+            "directory contains a hole at block {logical} (its size says it has {} bytes)",
+            dir.size()
+        ),
+    )
 }
