@@ -2,8 +2,12 @@
 //! case (superblock, group descriptors, bitmaps, inode table, extent tree
 //! block, directory blocks, journal superblock), then `e2fsck -fn` and `ext4kit fsck -fn`.
 //! Whatever e2fsck flags as not clean, ext4kit should flag too; it must
-//! never panic or hang. A fixed seed list keeps the test deterministic;
-//! the figures go to stderr and `$CARGO_TARGET_TMPDIR/fsck-faults.md`.
+//! never panic or hang. Then `ext4kit fsck -fy` on each damaged image:
+//! afterwards `e2fsck -fn` must find it clean as often as after e2fsck's
+//! own `-fy` (the floor below is what it reaches today), and an image
+//! e2fsck found clean must stay clean. A fixed seed list keeps the test
+//! deterministic; the figures go to stderr and
+//! `$CARGO_TARGET_TMPDIR/fsck-faults.md`.
 
 mod fsck_common;
 
@@ -19,6 +23,9 @@ const SEEDS: std::ops::Range<u64> = 1..241;
 /// Share (percent) of e2fsck's non-clean verdicts ext4kit must match:
 /// the floor at what it reaches today.
 const MIN_AGREE_PERCENT: usize = 95;
+/// Damaged images `ext4kit fsck -fy` brings to e2fsck-clean: the floor at
+/// what it reaches today.
+const MIN_REPAIRED: usize = 32;
 
 /// Where a fault may go in one base image.
 struct Base {
@@ -110,6 +117,11 @@ struct Case {
     e2fsck: Option<i32>,
     ext4kit: Option<i32>,
     timed_out: bool,
+    /// After `ext4kit fsck -fy`: e2fsck -fn's verdict (None: not run).
+    ours_after: Option<i32>,
+    /// After `e2fsck -fy` on a second copy: e2fsck -fn's verdict.
+    theirs_after: Option<i32>,
+    repair_failed: bool,
 }
 
 fn inject(base: &Base, seed: u64, scratch: &Path) -> Case {
@@ -136,6 +148,7 @@ fn inject(base: &Base, seed: u64, scratch: &Path) -> Case {
     {
         let _ = std::fs::copy(&img, Path::new(&keep).join(format!("case{seed}.img")));
     }
+    let (ours_after, theirs_after, repair_failed) = repair_both(&img, &bytes);
     let _ = std::fs::remove_file(&img);
     Case {
         seed,
@@ -143,7 +156,25 @@ fn inject(base: &Base, seed: u64, scratch: &Path) -> Case {
         e2fsck: if e.timed_out { None } else { e.code },
         ext4kit: k.code,
         timed_out: k.timed_out || !matches!(k.code, Some(0 | 4 | 8)),
+        ours_after,
+        theirs_after,
+        repair_failed,
     }
+}
+
+/// `ext4kit fsck -fy` on `img`, `e2fsck -fy` on a copy of `bytes`; each
+/// judged by `e2fsck -fn` afterwards. The third value: our repair
+/// panicked, hung or exited with a status e2fsck never gives.
+fn repair_both(img: &Path, bytes: &[u8]) -> (Option<i32>, Option<i32>, bool) {
+    let r = ext4kit_fsck(&["-fy"], img, LIMIT);
+    let failed = r.timed_out || !matches!(r.code, Some(0 | 1 | 4 | 5 | 8));
+    let ours = e2fsck_fn(img, LIMIT);
+    let copy = img.with_extension("e2fsck.img");
+    std::fs::write(&copy, bytes).unwrap();
+    let fy = run_timed("e2fsck", &["-fy", copy.to_str().unwrap()], LIMIT);
+    let theirs = (!fy.timed_out).then(|| e2fsck_fn(&copy, LIMIT).code).flatten();
+    let _ = std::fs::remove_file(&copy);
+    (if ours.timed_out { None } else { ours.code }, theirs, failed)
 }
 
 #[test]
@@ -163,17 +194,23 @@ fn whatever_e2fsck_flags_in_a_corrupted_image_ext4kit_flags_too() {
         .iter()
         .filter(|c| c.e2fsck == Some(0) && c.ext4kit.is_some_and(|x| x != 0))
         .count();
+    let repaired = flagged.iter().filter(|c| c.ours_after == Some(0)).count();
+    let theirs = flagged.iter().filter(|c| c.theirs_after == Some(0)).count();
     let mut report = format!(
         "# ext4kit fsck -fn against e2fsck -fn on {} seeded corruptions\n\n\
-         e2fsck flags {}; ext4kit flags {agree} of them; ext4kit alone flags {extra}.\n\n",
+         e2fsck flags {}; ext4kit flags {agree} of them; ext4kit alone flags {extra}.\n\n\
+         Repairs of the {} damaged images: after ext4kit fsck -fy, e2fsck -fn finds {repaired} clean; \
+         after e2fsck -fy, {theirs}.\n\n",
         cases.len(),
+        flagged.len(),
         flagged.len()
     );
     for c in &cases {
-        if c.e2fsck.is_some_and(|x| x != 0) != c.ext4kit.is_some_and(|x| x != 0) || c.timed_out {
+        let unrepaired = c.e2fsck.is_some_and(|x| x != 0) && c.ours_after != Some(0);
+        if c.e2fsck.is_some_and(|x| x != 0) != c.ext4kit.is_some_and(|x| x != 0) || c.timed_out || unrepaired {
             report.push_str(&format!(
-                "- seed {}: {}: e2fsck {:?}, ext4kit {:?}\n",
-                c.seed, c.what, c.e2fsck, c.ext4kit
+                "- seed {}: {}: e2fsck {:?}, ext4kit {:?}; e2fsck -fn after our -fy {:?}, after its own {:?}\n",
+                c.seed, c.what, c.e2fsck, c.ext4kit, c.ours_after, c.theirs_after
             ));
         }
     }
@@ -185,6 +222,27 @@ fn whatever_e2fsck_flags_in_a_corrupted_image_ext4kit_flags_too() {
         .map(|c| format!("seed {}: {}", c.seed, c.what))
         .collect();
     assert!(bad.is_empty(), "ext4kit fsck panicked or hung:\n{}", bad.join("\n"));
+    let failed: Vec<String> = cases
+        .iter()
+        .filter(|c| c.repair_failed)
+        .map(|c| format!("seed {}: {}", c.seed, c.what))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "ext4kit fsck -fy panicked or hung:\n{}",
+        failed.join("\n")
+    );
+    let harmed: Vec<String> = cases
+        .iter()
+        .filter(|c| c.e2fsck == Some(0) && c.ours_after != Some(0))
+        .map(|c| format!("seed {}: {}", c.seed, c.what))
+        .collect();
+    assert!(
+        harmed.is_empty(),
+        "clean images made unclean by ext4kit fsck -fy:\n{}",
+        harmed.join("\n")
+    );
+    assert!(repaired >= MIN_REPAIRED, "ext4kit fsck -fy repaired only {repaired}");
     assert!(
         flagged.len() >= 30,
         "too few corruptions e2fsck notices ({}) to measure anything",
