@@ -13,8 +13,10 @@ use ext4kit_format::group_desc::BG_INODE_UNINIT;
 use ext4kit_format::inode::{RawInode, flags, mode, verify_inode_checksum};
 use zerocopy::FromBytes;
 
+use crate::inode_edit::{self, Claims, InodeEdit};
+use crate::map_fix::Fixer;
 use crate::problem::{self as p, Finding};
-use crate::state::{Ctx, DirBlock, DirInfo, KIND_BAD, KIND_RESERVED};
+use crate::state::{Ctx, DirBlock, DirInfo, KIND_BAD, KIND_RESERVED, Mode};
 use crate::walk::{Event, Walker};
 use crate::xattr::{self, EaBlocks};
 use crate::{Progress, inode_fields};
@@ -150,89 +152,126 @@ pub fn decode(rec: &[u8]) -> RawInode {
 }
 
 fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
-    let raw = decode(rec);
+    let mut ed = InodeEdit::new(ino, rec);
+    let csum_bad =
+        !all_zero(rec) && ctx.fs.geo.features.metadata_csum() && verify_inode_checksum(rec, ctx.fs.seed, ino).is_err();
     if ino < ctx.fs.geo.first_ino && ino != ROOT_INO {
-        if !all_zero(rec)
-            && ctx.fs.geo.features.metadata_csum()
-            && verify_inode_checksum(rec, ctx.fs.seed, ino).is_err()
-        {
-            ctx.add(
-                Finding::new(
-                    p::P1_INODE_ONLY_CSUM_INVALID,
-                    "inode checksum does not match",
-                    "recompute it",
-                )
-                .ino(ino),
-            );
-        }
+        let raw = ed.raw;
         reserved_inode(ctx, ino, &raw);
+        finish(ctx, &mut ed, csum_bad);
         return;
     }
-    low_dtime(ctx, ino, &raw);
-    if raw.links() == 0 {
-        let zero = all_zero(rec);
-        if !zero && ctx.fs.geo.features.metadata_csum() && verify_inode_checksum(rec, ctx.fs.seed, ino).is_err() {
-            ctx.add(
-                Finding::new(
-                    p::P1_INODE_ONLY_CSUM_INVALID,
-                    "inode checksum does not match",
-                    "recompute it",
-                )
-                .ino(ino),
-            );
+    low_dtime(ctx, &mut ed);
+    if ed.raw.links() == 0 {
+        if ed.raw.i_mode.get() != 0 && ed.raw.i_dtime.get() == 0 && !all_zero(rec) {
+            let f = Finding::new(p::P1_ZERO_DTIME, "deleted inode has zero dtime", "set dtime");
+            if ctx.fix(f.ino(ino)) {
+                ed.raw.i_dtime.set(inode_edit::dtime_now(ctx));
+                ed.dirty = true;
+            }
         }
-        if raw.i_mode.get() != 0 && raw.i_dtime.get() == 0 && !zero {
-            ctx.add(Finding::new(p::P1_ZERO_DTIME, "deleted inode has zero dtime", "set dtime").ino(ino));
-        }
+        finish(ctx, &mut ed, csum_bad);
         return;
     }
-    let kind = raw.file_type().map_or(KIND_BAD, |t| t.dirent_code());
+    check_live(ctx, ea, &mut ed);
+    if !ed.cleared {
+        finish(ctx, &mut ed, csum_bad);
+    }
+}
+
+/// Writes the inode when a repair changed it; otherwise, when its only
+/// fault is its checksum, rewrites it with the right one (e2fsck's
+/// `finish_processing_inode`: a rewrite sets the checksum anyway).
+fn finish(ctx: &mut Ctx, ed: &mut InodeEdit, csum_bad: bool) {
+    if !ed.dirty {
+        let f = Finding::new(
+            p::P1_INODE_ONLY_CSUM_INVALID,
+            "inode checksum does not match",
+            "recompute it",
+        );
+        if !csum_bad || !ctx.fix(f.ino(ed.ino)) {
+            return;
+        }
+    }
+    if !ed.write(ctx) {
+        ctx.not_fixed("the inode could not be written");
+    }
+}
+
+/// An inode in use: fields, xattrs, mapping, sizes.
+fn check_live(ctx: &mut Ctx, ea: &mut EaBlocks, ed: &mut InodeEdit) {
+    let ino = ed.ino;
+    let kind = ed.raw.file_type().map_or(KIND_BAD, |t| t.dirent_code());
     ctx.kind[ino as usize] = kind;
-    ctx.links[ino as usize] = raw.links();
-    if raw.has_flag(flags::EA_INODE) {
+    ctx.links[ino as usize] = ed.raw.links();
+    if ed.raw.has_flag(flags::EA_INODE) {
         ctx.ea_inode.set(u64::from(ino));
     }
-    let extra_ok = inode_fields::check(ctx, ino, &raw, rec);
-    let (inline_len, mut sectors) = if extra_ok && rec.len() > 128 {
-        xattr::check_ibody(ctx, ino, rec, raw.i_extra_isize.get())
+    let extra_ok = inode_fields::check(ctx, ed);
+    if ed.cleared {
+        return;
+    }
+    let (inline_len, mut sectors) = if extra_ok && ed.rec.len() > 128 {
+        xattr::check_ibody(ctx, ed)
     } else {
         (None, 0)
     };
-    let acl = raw.file_acl();
+    let acl = ed.raw.file_acl();
     if acl != 0 {
-        sectors += xattr::check_block(ctx, ea, ino, acl).unwrap_or(0);
+        sectors += xattr::check_block(ctx, ea, ed, acl).unwrap_or(0);
     }
     if kind == KIND_BAD {
         return;
     }
-    let tally = map_blocks(ctx, ino, &raw, inline_len, kind == 2);
+    let raw = ed.raw;
+    let mut tally = map_blocks(ctx, ino, &raw, inline_len, kind == 2);
+    if let Some(root) = tally.root.take() {
+        ed.raw.i_block = root;
+        ed.dirty = true;
+    }
+    if tally.clear {
+        tally.claims.undo(ctx);
+        inode_edit::clear(ctx, ed);
+        return;
+    }
     let sectors = sectors + tally.blocks * u64::from(ctx.fs.geo.block_size / 512);
-    inode_fields::check_sizes(ctx, ino, &raw, &tally, sectors);
+    inode_fields::check_sizes(ctx, ed, &tally, sectors);
+    let raw = ed.raw;
     if tally.blocks == 0 && raw.size() == 0 && inline_len.unwrap_or(0) == 0 {
         ctx.empty.set(u64::from(ino));
     }
     if kind == 2 {
-        let htree = raw.has_flag(flags::INDEX) && ctx.fs.geo.features.compat.contains(CompatFeatures::DIR_INDEX);
-        let inline = raw.has_flag(flags::INLINE_DATA);
-        let csum_seed = raw.csum_seed(ctx.fs.seed, ino);
-        let itree = raw.has_flag(ext4kit_format::itree::ITREE_FL)
-            && ctx
-                .fs
-                .geo
-                .features
-                .ro_compat
-                .contains(ext4kit_format::features::RoCompatFeatures::ITREE);
-        let info = DirInfo {
-            size: raw.size(),
-            htree,
-            inline,
-            itree,
-            csum_seed,
-            ..DirInfo::default()
-        };
-        ctx.dirs.insert(ino, info);
-        if tally.blocks == 0 && !inline {
-            ctx.add(Finding::new(p::P1_ZERO_LENGTH_DIR, "directory has no blocks", "clear the inode").ino(ino));
+        directory(ctx, ed, &tally);
+    }
+}
+
+/// Records a directory for pass 2; one without blocks is cleared.
+fn directory(ctx: &mut Ctx, ed: &mut InodeEdit, tally: &Tally) {
+    let (ino, raw) = (ed.ino, ed.raw);
+    let htree = raw.has_flag(flags::INDEX) && ctx.fs.geo.features.compat.contains(CompatFeatures::DIR_INDEX);
+    let inline = raw.has_flag(flags::INLINE_DATA);
+    let csum_seed = raw.csum_seed(ctx.fs.seed, ino);
+    let itree = raw.has_flag(ext4kit_format::itree::ITREE_FL)
+        && ctx
+            .fs
+            .geo
+            .features
+            .ro_compat
+            .contains(ext4kit_format::features::RoCompatFeatures::ITREE);
+    let info = DirInfo {
+        size: raw.size(),
+        htree,
+        inline,
+        itree,
+        csum_seed,
+        ..DirInfo::default()
+    };
+    ctx.dirs.insert(ino, info);
+    if tally.blocks == 0 && !inline {
+        let f = Finding::new(p::P1_ZERO_LENGTH_DIR, "directory has no blocks", "clear the inode");
+        if ctx.fix(f.ino(ino)) {
+            tally.claims.undo(ctx);
+            inode_edit::clear(ctx, ed);
         }
     }
 }
@@ -241,22 +280,29 @@ fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
 /// orphan list (which chains through `i_dtime`); e2fsck asks about it
 /// before anything else, unless the clock or a pending journal make
 /// times unreliable.
-fn low_dtime(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
+fn low_dtime(ctx: &mut Ctx, ed: &mut InodeEdit) {
     let sb = &ctx.fs.sb;
     let n = ctx.fs.geo.inodes_count;
     let busted = ctx.fs.geo.features.incompat.contains(IncompatFeatures::RECOVER)
         || sb.s_mtime.get() < n
         || (sb.s_mkfs_time.get() != 0 && sb.s_mkfs_time.get() < n);
-    let dtime = raw.i_dtime.get();
+    let dtime = ed.raw.i_dtime.get();
     if !busted && dtime != 0 && dtime < n {
-        ctx.add(
-            Finding::new(
-                p::P1_LOW_DTIME,
-                "inode was part of the orphaned inode list",
-                "clear dtime",
-            )
-            .ino(ino),
+        let f = Finding::new(
+            p::P1_LOW_DTIME,
+            "inode was part of the orphaned inode list",
+            "clear dtime",
         );
+        if ctx.fix(f.ino(ed.ino)) {
+            // A live inode keeps no dtime; a deleted one gets a real one.
+            let t = if ed.raw.links() != 0 {
+                0
+            } else {
+                inode_edit::dtime_now(ctx)
+            };
+            ed.raw.i_dtime.set(t);
+            ed.dirty = true;
+        }
     }
 }
 
@@ -398,6 +444,12 @@ pub struct Tally {
     pub last_init: Option<u64>,
     /// The mapping was walked (not inline, not a fast symlink or device).
     pub walked: bool,
+    /// The blocks this walk claimed, to give back if the inode is cleared.
+    pub claims: Claims,
+    /// `i_block` as the walk's repairs left it, when they changed it.
+    pub root: Option<[u8; 60]>,
+    /// The walk's repairs ask for the inode to be cleared.
+    pub clear: bool,
 }
 
 /// Whether `i_block` maps blocks (e2fsck's `ext2fs_inode_has_valid_blocks2`):
@@ -410,7 +462,10 @@ fn has_block_mapping(raw: &RawInode, inline: bool) -> bool {
     }
     if m == mode::S_IFLNK {
         if raw.file_acl() == 0 {
-            return raw.i_blocks_lo.get() != 0 || raw.i_blocks_high.get() != 0;
+            // i_blocks may count an ea_inode value; a fast symlink
+            // (`ext2fs_is_fast_symlink`: size 1..59) still has no blocks.
+            let fast = raw.size() != 0 && raw.size() < 60;
+            return raw.i_blocks_lo.get() != 0 && !fast;
         }
         let b1 = u32::from_le_bytes([raw.i_block[4], raw.i_block[5], raw.i_block[6], raw.i_block[7]]);
         return raw.size() >= 60 || (raw.size() > 4 && b1 == 0);
@@ -419,31 +474,68 @@ fn has_block_mapping(raw: &RawInode, inline: bool) -> bool {
 }
 
 /// Walks the mapping of `ino`, claiming its blocks and (for directories)
-/// recording them for pass 2.
+/// recording them for pass 2. Inodes in use outside the reserved range are
+/// repaired as the walk goes when the run repairs ([`crate::map_fix`]).
 fn map_blocks(ctx: &mut Ctx, ino: u32, raw: &RawInode, inline: Option<usize>, is_dir: bool) -> Tally {
     let inline_fl = raw.has_flag(flags::INLINE_DATA);
     let _ = inline;
-    if (ino >= ctx.fs.geo.first_ino || ino == ROOT_INO) && !has_block_mapping(raw, inline_fl) {
+    let ordinary = ino >= ctx.fs.geo.first_ino || ino == ROOT_INO;
+    if ordinary && !has_block_mapping(raw, inline_fl) {
         return Tally::default();
     }
     let extents = raw.has_flag(flags::EXTENTS);
     if extents && !ctx.fs.geo.features.incompat.contains(IncompatFeatures::EXTENTS) {
         return Tally::default();
     }
+    let fixer = (ordinary && ctx.mode != Mode::Check).then(|| Fixer::new(ctx.mode, ctx.halted, raw.i_block));
+    let mut t = Tally {
+        walked: true,
+        ..Tally::default()
+    };
+    let (problems, fixer) = walk_claiming(ctx, ino, raw, extents, is_dir, fixer, &mut t);
+    match fixer {
+        None => problems.into_iter().for_each(|f| ctx.add(f)),
+        Some(fx) => {
+            for mut f in problems {
+                let applied = std::mem::take(&mut f.fixed);
+                if ctx.fix(f) && !applied {
+                    ctx.not_fixed("no repair for this mapping problem");
+                }
+            }
+            t.root = fx.root_dirty.then_some(fx.root);
+            t.clear = fx.clear;
+        }
+    }
+    t
+}
+
+/// The walk itself: claims blocks into `t`, returns the problems met and
+/// the fixer as the walk left it.
+fn walk_claiming(
+    ctx: &mut Ctx,
+    ino: u32,
+    raw: &RawInode,
+    extents: bool,
+    is_dir: bool,
+    fixer: Option<Fixer>,
+    t: &mut Tally,
+) -> (Vec<Finding>, Option<Fixer>) {
     let cap = ctx.fs.geo.blocks_count as usize;
     let Ctx {
         fs,
         used,
         dup,
         dblocks,
-        report,
         claim_budget,
         ..
     } = ctx;
-    let mut t = Tally {
-        walked: true,
-        ..Tally::default()
-    };
+    let Tally {
+        blocks,
+        last,
+        last_init,
+        claims,
+        ..
+    } = t;
     let mut visit = |e: Event| match e {
         Event::Data {
             lblk,
@@ -457,8 +549,8 @@ fn map_blocks(ctx: &mut Ctx, ino: u32, raw: &RawInode, inline: Option<usize>, is
             let mark = *claim_budget >= u64::from(len);
             *claim_budget = claim_budget.saturating_sub(u64::from(len));
             for i in 0..u64::from(len) {
-                if mark && used.set(pblk + i) {
-                    dup.set(pblk + i);
+                if mark {
+                    claims.claim(used, dup, pblk + i);
                 }
                 if is_dir && dblocks.len() < cap {
                     dblocks.push(DirBlock {
@@ -468,26 +560,20 @@ fn map_blocks(ctx: &mut Ctx, ino: u32, raw: &RawInode, inline: Option<usize>, is
                     });
                 }
             }
-            t.blocks += u64::from(len);
+            *blocks += u64::from(len);
             let end = lblk + u64::from(len) - 1;
-            t.last = t.last.max(Some(end));
+            *last = (*last).max(Some(end));
             if !unwritten {
-                t.last_init = t.last_init.max(Some(end));
+                *last_init = (*last_init).max(Some(end));
             }
         }
         Event::Meta { pblk, .. } => {
-            if used.set(pblk) {
-                dup.set(pblk);
-            }
-            t.blocks += 1;
+            claims.claim(used, dup, pblk);
+            *blocks += 1;
         }
     };
     let mut w = Walker::new(fs, ino, raw, &mut visit);
+    w.fixer = fixer;
     w.walk(raw, extents);
-    let problems = std::mem::take(&mut w.problems);
-    drop(w);
-    for f in problems {
-        report.add(f);
-    }
-    t
+    (std::mem::take(&mut w.problems), w.fixer.take())
 }

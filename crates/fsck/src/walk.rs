@@ -54,6 +54,8 @@ pub struct Walker<'f, 'a, 'v> {
     pub problems: Vec<Finding>,
     /// Problems beyond the limit.
     pub extra_problems: usize,
+    /// Pass 1's repairs during the walk (`None`: the walk only reads).
+    pub fixer: Option<crate::map_fix::Fixer>,
     visited: HashSet<u64>,
     visit: &'v mut dyn FnMut(Event),
 }
@@ -67,6 +69,7 @@ impl<'f, 'a, 'v> Walker<'f, 'a, 'v> {
             csum_seed: inode.csum_seed(fs.seed, ino),
             problems: Vec::new(),
             extra_problems: 0,
+            fixer: None,
             visited: HashSet::new(),
             visit,
         }
@@ -79,6 +82,16 @@ impl<'f, 'a, 'v> Walker<'f, 'a, 'v> {
         } else {
             self.extra_problems += 1;
         }
+    }
+
+    /// Whether to repair a problem of `code` now (never without a fixer).
+    pub fn fixing(&mut self, code: crate::problem::Code) -> bool {
+        self.fixer.as_mut().is_some_and(|f| f.decide(code))
+    }
+
+    /// The fixer asked to clear the inode: the walk stops.
+    pub fn stopped(&self) -> bool {
+        self.fixer.as_ref().is_some_and(|f| f.clear)
     }
 
     /// Emits an event.

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use ext4kit_format::features::CompatFeatures;
 use ext4kit_format::xattr::{self as fx, XattrEntry, XattrValue};
 
+use crate::inode_edit::InodeEdit;
 use crate::problem::{self as p, Code, Finding};
 use crate::state::Ctx;
 
@@ -32,28 +33,46 @@ fn code_for(field: &str) -> Code {
 
 /// 512-byte sectors charged for the `ea_inode` values among `entries`:
 /// e2fsck charges each value's size rounded up to whole blocks.
+/// Only a value whose entry hash matches its inode's is charged (an old
+/// Lustre-style reference, with another hash, is not).
 fn ea_inode_sectors(ctx: &Ctx, entries: &[XattrEntry]) -> u64 {
     let bs = u64::from(ctx.fs.geo.block_size);
     entries
         .iter()
         .map(|e| match e.value {
-            XattrValue::EaInode { size, .. } => u64::from(size).div_ceil(bs) * (bs / 512),
-            XattrValue::Inline(_) => 0,
+            XattrValue::EaInode { size, inum } if hash_matches(ctx, e, inum) => {
+                u64::from(size).div_ceil(bs) * (bs / 512)
+            }
+            _ => 0,
         })
         .sum()
 }
 
+/// The entry's `e_hash` is the one its value inode gives (its own hash is
+/// kept in `i_atime`), with either name-byte signedness.
+fn hash_matches(ctx: &Ctx, e: &XattrEntry, inum: u32) -> bool {
+    let Ok(rec) = ctx.fs.inode_record(inum) else {
+        return false;
+    };
+    let own = crate::pass1::decode(&rec).i_atime.get();
+    let stored = e.raw.e_hash.get();
+    [false, true]
+        .into_iter()
+        .any(|signed| fx::entry_hash_ea_inode(e.name, own, signed) == stored)
+}
+
 /// Each `ea_inode` value must name an inode in use, a regular file carrying
 /// EA_INODE_FL (e2fsck's `check_large_ea_inode`).
-fn check_ea_inodes(ctx: &mut Ctx, ino: u32, entries: &[XattrEntry]) {
+/// Returns the problems found.
+fn check_ea_inodes(ctx: &Ctx, ino: u32, entries: &[XattrEntry]) -> Vec<Finding> {
+    let mut out = Vec::new();
     for e in entries {
         let XattrValue::EaInode { inum, .. } = e.value else {
             continue;
         };
-        let bad = |ctx: &mut Ctx, code, msg: String| ctx.add(Finding::new(code, msg, "clear the attribute").ino(ino));
+        let mut bad = |code, msg: String| out.push(Finding::new(code, msg, "clear the attribute").ino(ino));
         if inum < ctx.fs.geo.first_ino || inum > ctx.fs.geo.inodes_count {
             bad(
-                ctx,
                 p::P1_ATTR_VALUE_EA_INODE,
                 format!("illegal extended attribute value inode {inum}"),
             );
@@ -64,68 +83,90 @@ fn check_ea_inodes(ctx: &mut Ctx, ino: u32, entries: &[XattrEntry]) {
         let regular = raw.i_mode.get() & ext4kit_format::inode::mode::S_IFMT == ext4kit_format::inode::mode::S_IFREG;
         if raw.links() == 0 || !regular {
             bad(
-                ctx,
                 p::P1_ATTR_VALUE_EA_INODE,
                 format!("illegal extended attribute value inode {inum}"),
             );
         } else if !raw.has_flag(ext4kit_format::inode::flags::EA_INODE) {
-            bad(
-                ctx,
-                p::P1_ATTR_SET_EA_INODE_FL,
-                format!("EA inode {inum} lacks EA_INODE_FL"),
-            );
+            bad(p::P1_ATTR_SET_EA_INODE_FL, format!("EA inode {inum} lacks EA_INODE_FL"));
         }
     }
+    out
 }
 
-/// Checks the in-inode xattr area of `rec` (a whole inode record whose
-/// `i_extra_isize` is known valid). Returns the `system.data` value's
-/// length when there is one (inline data), and the sectors of `ea_inode`
-/// values.
-pub fn check_ibody(ctx: &mut Ctx, ino: u32, rec: &[u8], extra: u16) -> (Option<usize>, u64) {
-    let Ok(region) = fx::ibody_region(rec, extra) else {
+/// Checks the in-inode xattr area of `ed` (whose `i_extra_isize` is known
+/// valid). Returns the `system.data` value's length when there is one
+/// (inline data), and the sectors of `ea_inode` values. A corrupt area is
+/// emptied, as e2fsck's `check_ea_in_inode` does (its magic is zeroed).
+pub fn check_ibody(ctx: &mut Ctx, ed: &mut InodeEdit) -> (Option<usize>, u64) {
+    let extra = ed.raw.i_extra_isize.get();
+    let ino = ed.ino;
+    let Ok(region) = fx::ibody_region(&ed.rec, extra) else {
         return (None, 0);
     };
-    let entries = match fx::parse_ibody(region) {
-        Ok(e) => e,
+    let (found, result) = match fx::parse_ibody(region) {
+        Ok(entries) => {
+            let mut found = Vec::new();
+            let bad_hash = entries.iter().any(|e| {
+                matches!(e.value, XattrValue::Inline(_)) && e.raw.e_hash.get() != 0 && e.verify_hash().is_err()
+            });
+            if bad_hash {
+                let f = Finding::new(
+                    p::P1_ATTR_HASH,
+                    "in-inode extended attribute has a bad hash",
+                    "clear it",
+                );
+                found.push(f.ino(ino));
+            }
+            found.extend(check_ea_inodes(ctx, ino, &entries));
+            let q = ea_inode_sectors(ctx, &entries);
+            (
+                found,
+                (ext4kit_format::inline::system_data(&entries).map(<[u8]>::len), q),
+            )
+        }
         Err(e) => {
             let f = Finding::new(
                 code_for(e.field),
                 format!("in-inode extended attribute is corrupt: {e}"),
                 "clear them",
             );
-            ctx.add(f.ino(ino));
-            return (None, 0);
+            (vec![f.ino(ino)], (None, 0))
         }
     };
-    let bad_hash = entries
-        .iter()
-        .any(|e| matches!(e.value, XattrValue::Inline(_)) && e.raw.e_hash.get() != 0 && e.verify_hash().is_err());
-    if bad_hash {
-        ctx.add(
-            Finding::new(
-                p::P1_ATTR_HASH,
-                "in-inode extended attribute has a bad hash",
-                "clear it",
-            )
-            .ino(ino),
-        );
+    for f in found {
+        if ctx.fix(f) {
+            let at = 128 + usize::from(extra);
+            ed.rec[at..at + 4].fill(0);
+            ed.dirty = true;
+            return (None, 0);
+        }
     }
-    check_ea_inodes(ctx, ino, &entries);
-    let q = ea_inode_sectors(ctx, &entries);
-    (ext4kit_format::inline::system_data(&entries).map(<[u8]>::len), q)
+    result
 }
 
-/// Checks the external xattr block `blk` of `ino`. Returns the sectors it
+/// Forgets the inode's xattr block (e2fsck's `clear_extattr`) when `f` is
+/// to be repaired.
+fn drop_acl(ctx: &mut Ctx, ed: &mut InodeEdit, f: Finding) {
+    if ctx.fix(f) {
+        ed.raw.i_file_acl_lo.set(0);
+        ed.raw.i_file_acl_high.set(0);
+        ed.dirty = true;
+    }
+}
+
+/// Checks the external xattr block `blk` of `ed`. Returns the sectors it
 /// charges to the inode (the block and its `ea_inode` values) when valid.
-pub fn check_block(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, blk: u64) -> Option<u64> {
+/// An unusable block is dropped from the inode; one whose only fault is
+/// its checksum is rewritten.
+pub fn check_block(ctx: &mut Ctx, ea: &mut EaBlocks, ed: &mut InodeEdit, blk: u64) -> Option<u64> {
+    let ino = ed.ino;
     if !ctx.fs.valid_block(blk) {
         let f = Finding::new(
             p::P2_FILE_ACL_BAD,
             format!("i_file_acl {blk} is not a valid block"),
             "clear i_file_acl",
         );
-        ctx.add(f.ino(ino).blk(blk));
+        drop_acl(ctx, ed, f.ino(ino).blk(blk));
         return None;
     }
     if !ctx.fs.geo.features.compat.contains(CompatFeatures::EXT_ATTR) {
@@ -134,7 +175,7 @@ pub fn check_block(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, blk: u64) -> Opti
             format!("i_file_acl is {blk} without ext_attr"),
             "clear i_file_acl",
         );
-        ctx.add(f.ino(ino).blk(blk));
+        drop_acl(ctx, ed, f.ino(ino).blk(blk));
         return None;
     }
     let bs512 = u64::from(ctx.fs.geo.block_size / 512);
@@ -142,12 +183,12 @@ pub fn check_block(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, blk: u64) -> Opti
         e.1 += 1;
         return (e.0 != u32::MAX).then_some(bs512 + e.2);
     }
-    let fail = |ctx: &mut Ctx, ea: &mut EaBlocks, code, msg: String| {
-        ctx.add(Finding::new(code, msg, "clear i_file_acl").ino(ino).blk(blk));
+    let mut fail = |ctx: &mut Ctx, ea: &mut EaBlocks, code, msg: String| {
+        drop_acl(ctx, ed, Finding::new(code, msg, "clear i_file_acl").ino(ino).blk(blk));
         ea.seen.insert(blk, (u32::MAX, 1, 0));
         None
     };
-    let buf = match ctx.fs.read_block(blk) {
+    let mut buf = match ctx.fs.read_block(blk) {
         Ok(b) => b,
         Err(e) => {
             return fail(
@@ -160,7 +201,9 @@ pub fn check_block(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, blk: u64) -> Opti
     };
     let (refcount, quota) = match fx::parse_block(&buf) {
         Ok(b) => {
-            check_ea_inodes(ctx, ino, &b.entries);
+            for f in check_ea_inodes(ctx, ino, &b.entries) {
+                ctx.add(f);
+            }
             (b.header.h_refcount.get(), ea_inode_sectors(ctx, &b.entries))
         }
         Err(e) => {
@@ -174,11 +217,14 @@ pub fn check_block(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, blk: u64) -> Opti
     };
     if ctx.fs.geo.features.metadata_csum() && fx::verify_block_checksum(ctx.fs.seed, blk, &buf).is_err() {
         let msg = format!("extended attribute block {blk} checksum does not match");
-        ctx.add(
-            Finding::new(p::P1_EA_BLOCK_ONLY_CSUM_INVALID, msg, "recompute it")
-                .ino(ino)
-                .blk(blk),
-        );
+        let f = Finding::new(p::P1_EA_BLOCK_ONLY_CSUM_INVALID, msg, "recompute it");
+        if ctx.fix(f.ino(ino).blk(blk)) {
+            let ok =
+                fx::set_block_checksum(ctx.fs.seed, blk, &mut buf).is_ok() && ctx.fs.write_block(blk, &buf).is_ok();
+            if !ok {
+                ctx.not_fixed("the block could not be written");
+            }
+        }
     }
     ctx.claim(blk);
     ea.seen.insert(blk, (refcount, 1, quota));
