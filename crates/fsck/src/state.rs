@@ -87,6 +87,9 @@ pub struct Ctx<'a> {
     pub scanned: Vec<u32>,
     /// `/lost+found`'s inode, when pass 2 met it.
     pub lost_found: Option<u32>,
+    /// `/lost+found` could not be found or made this run: reconnecting
+    /// stops asking (e2fsck's `bad_lost_and_found`).
+    pub lost_found_bad: bool,
     /// Data blocks pass 1 may still mark (a multiple of the block count:
     /// a consistent file system needs at most one).
     pub claim_budget: u64,
@@ -121,6 +124,7 @@ impl<'a> Ctx<'a> {
             dblocks: Vec::new(),
             scanned: vec![0; fs.geo.group_count as usize],
             lost_found: None,
+            lost_found_bad: false,
             cancel: None,
             mode: Mode::Check,
             halted: false,
