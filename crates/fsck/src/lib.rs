@@ -19,6 +19,8 @@
 pub mod alloc;
 pub mod bitmap;
 pub mod blockmap;
+pub mod dir_block;
+pub mod dirent;
 pub mod extents;
 pub mod fs;
 pub mod groups;
