@@ -20,6 +20,7 @@ pub mod alloc;
 pub mod bitmap;
 pub mod blockmap;
 pub mod dir_block;
+pub mod dir_hole;
 pub mod dirent;
 pub mod extents;
 pub mod fs;

@@ -47,21 +47,7 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
 }
 
 fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
-    let mut expect = 0u32;
-    for b in blocks {
-        if b.lblk > expect {
-            ctx.add(
-                Finding::new(
-                    p::P2_DIRECTORY_HOLE,
-                    format!("directory has a hole at logical block {expect}"),
-                    "allocate the block",
-                )
-                .ino(ino),
-            );
-            break;
-        }
-        expect = expect.max(b.lblk.saturating_add(1));
-    }
+    holes(ctx, ino, info.csum_seed, blocks);
     if blocks.first().is_some_and(|b| b.lblk != 0) {
         ctx.add(
             Finding::new(
@@ -121,6 +107,28 @@ fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
     }
     if let (Some(keys), Some(root)) = (dir.keys, root) {
         crate::itree::check(ctx, ino, info.csum_seed, &root, keys);
+    }
+}
+
+/// Logical blocks missing between the directory's blocks (at most 64 a
+/// run); each is filled with an empty directory block when repairing.
+fn holes(ctx: &mut Ctx, ino: u32, seed: u32, blocks: &[DirBlock]) {
+    let (mut expect, mut found, mut goal) = (0u32, 0, 0u64);
+    for b in blocks {
+        while b.lblk > expect && found < 64 {
+            found += 1;
+            let f = Finding::new(
+                p::P2_DIRECTORY_HOLE,
+                format!("directory has a hole at logical block {expect}"),
+                "allocate the block",
+            );
+            if !ctx.fix(f.ino(ino)) || !crate::dir_hole::fill(ctx, ino, seed, expect, goal + 1) {
+                return;
+            }
+            expect += 1;
+        }
+        expect = expect.max(b.lblk.saturating_add(1));
+        goal = b.pblk;
     }
 }
 
