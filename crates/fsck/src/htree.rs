@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::hash::{HashVersion, seed_from_bytes};
 use ext4kit_format::htree::{DxEntry, DxNode, DxParams, DxRoot, verify_dx_checksum};
+use ext4kit_format::inode::flags::INDEX;
 
 use crate::problem::{self as p, Code, Finding};
 use crate::state::{Ctx, DirBlock};
@@ -48,33 +49,53 @@ struct Walk<'b, 'a> {
 }
 
 /// Checks the index of directory `ino` whose blocks are `blocks` (sorted by
-/// logical block). `None` when the root is unusable (reported): pass 2 then
-/// reads the directory as linear, as e2fsck does after clearing the index.
-pub fn check(ctx: &mut Ctx, ino: u32, csum_seed: u32, blocks: &[DirBlock]) -> Option<Index> {
+/// logical block). The index is `None` when the root is unusable
+/// (reported): pass 2 then reads the directory as linear, as e2fsck does
+/// after clearing the index. The flag says a problem was found whose
+/// repair is to drop the index ([`clear_index`]).
+pub fn check(ctx: &mut Ctx, ino: u32, csum_seed: u32, blocks: &[DirBlock]) -> (Option<Index>, bool) {
+    match check_index(ctx, ino, csum_seed, blocks) {
+        Ok((idx, problems)) => {
+            let mut bad = false;
+            for f in problems {
+                bad |= ctx.fix(f);
+            }
+            (Some(idx), bad)
+        }
+        Err(Some(f)) => (None, ctx.fix(f)),
+        Err(None) => (None, false),
+    }
+}
+
+/// The walk of [`check`]: the index and its problems, or the problem that
+/// makes the root unusable (`None` when the directory has no block 0 or an
+/// unknown hash, which pass 2 reports otherwise).
+fn check_index(
+    ctx: &Ctx,
+    ino: u32,
+    csum_seed: u32,
+    blocks: &[DirBlock],
+) -> Result<(Index, Vec<Finding>), Option<Finding>> {
     let f = ctx.fs.geo.features;
     let params = DxParams {
         block_size: ctx.fs.geo.block_size,
         metadata_csum: f.metadata_csum(),
         large_dir: f.incompat.contains(IncompatFeatures::LARGEDIR),
     };
-    let root_blk = blocks.first().filter(|b| b.lblk == 0)?;
-    let buf = ctx.fs.read_block(root_blk.pblk).ok()?;
-    let root = match DxRoot::parse(&buf, &params) {
-        Ok(r) => r,
-        Err(e) => {
-            ctx.add(
-                Finding::new(
-                    root_code(e.field),
-                    format!("htree root is invalid: {e}"),
-                    "clear the index",
-                )
-                .ino(ino)
-                .blk(root_blk.pblk),
-            );
-            return None;
-        }
-    };
-    let version = HashVersion::effective(root.header.info.hash_version, ctx.fs.sb.s_flags.get())?;
+    let root_blk = blocks.first().filter(|b| b.lblk == 0).ok_or(None)?;
+    let buf = ctx.fs.read_block(root_blk.pblk).map_err(|_| None)?;
+    let root = DxRoot::parse(&buf, &params).map_err(|e| {
+        Some(
+            Finding::new(
+                root_code(e.field),
+                format!("htree root is invalid: {e}"),
+                "clear the index",
+            )
+            .ino(ino)
+            .blk(root_blk.pblk),
+        )
+    })?;
+    let version = HashVersion::effective(root.header.info.hash_version, ctx.fs.sb.s_flags.get()).ok_or(None)?;
     let seed_bytes: Vec<u8> = ctx
         .fs
         .sb
@@ -112,11 +133,74 @@ pub fn check(ctx: &mut Ctx, ino: u32, csum_seed: u32, blocks: &[DirBlock]) -> Op
     let levels = root.indirect_levels();
     w.entries(&root.entries, levels, 0, u32::MAX);
     w.unreferenced();
-    let (problems, idx) = (w.problems, w.idx);
-    for f in problems {
-        ctx.add(f);
+    Ok((w.idx, w.problems))
+}
+
+/// Drops the index of directory `ino` (e2fsck's `clear_htree`): INDEX_FL
+/// and the itree's ITREE_FL (whose link lives in the root) come off the
+/// inode, and the index blocks become what a linear directory holds — the
+/// root keeps `.` and `..` with the rest of the block free, interior nodes
+/// become empty blocks — with dirent checksum tails under metadata_csum.
+/// e2fsck rebuilds an index later (its pass 3A); without one the
+/// directory is linear and complete.
+pub fn clear_index(ctx: &mut Ctx, ino: u32, seed: u32, blocks: &[DirBlock], index: Option<&Index>) {
+    let Ok(mut rec) = ctx.fs.inode_record(ino) else {
+        return ctx.not_fixed("cannot read the directory inode");
+    };
+    let fl = u32::from_le_bytes([rec[0x20], rec[0x21], rec[0x22], rec[0x23]]);
+    let fl = fl & !(INDEX | ext4kit_format::itree::ITREE_FL);
+    rec[0x20..0x24].copy_from_slice(&fl.to_le_bytes());
+    if let Err(e) = ctx.fs.write_inode_record(ino, &mut rec) {
+        return ctx.not_fixed(format!("writing inode {ino}: {e}"));
     }
-    Some(idx)
+    if let Some(d) = ctx.dirs.get_mut(&ino) {
+        d.htree = false;
+        d.itree = false;
+    }
+    let mc = ctx.fs.geo.features.metadata_csum();
+    let bs = ctx.fs.bs();
+    for b in blocks {
+        let node = b.lblk == 0 || index.is_some_and(|x| x.nodes.contains(&b.lblk));
+        let Ok(old) = ctx
+            .fs
+            .read_block(b.pblk)
+            .map_err(|_| ())
+            .and_then(|o| if node { Ok(o) } else { Err(()) })
+        else {
+            continue;
+        };
+        let mut new = crate::dir_block::empty_block(bs, mc, seed);
+        if b.lblk == 0 {
+            linear_root(&mut new, &old, ino, mc, seed);
+        }
+        if let Err(e) = ctx.fs.write_block(b.pblk, &new) {
+            return ctx.not_fixed(format!("writing directory block {}: {e}", b.lblk));
+        }
+    }
+}
+
+/// Block 0 of a directory whose index was dropped: `.`, and `..` as the
+/// old root had it, over the whole block.
+fn linear_root(new: &mut [u8], old: &[u8], ino: u32, mc: bool, seed: u32) {
+    let bs = new.len();
+    let end = if mc {
+        bs - ext4kit_format::dir_entry::TAIL_SIZE
+    } else {
+        bs
+    };
+    let mut d = crate::dir_block::DirBuf {
+        buf: new.to_vec(),
+        dirty: false,
+        filetype: true,
+    };
+    let ft = old.get(7).copied().unwrap_or(2);
+    let parent = u32::from_le_bytes([old[12], old[13], old[14], old[15]]);
+    d.put(0, ino, 12, ft, b".");
+    d.put(12, parent, end - 12, ft, b"..");
+    if mc {
+        ext4kit_format::dir_entry::set_block_checksum(&mut d.buf, seed);
+    }
+    new.copy_from_slice(&d.buf);
 }
 
 impl Walk<'_, '_> {

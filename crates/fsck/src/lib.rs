@@ -19,8 +19,11 @@
 pub mod alloc;
 pub mod bitmap;
 pub mod blockmap;
+pub mod dir_block;
 pub mod dir_expand;
+pub mod dir_hole;
 pub mod dir_link;
+pub mod dirent;
 pub mod extents;
 pub mod fs;
 pub mod groups;
