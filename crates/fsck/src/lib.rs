@@ -19,6 +19,7 @@
 pub mod alloc;
 pub mod bitmap;
 pub mod blockmap;
+pub mod clone;
 pub mod extents;
 pub mod fs;
 pub mod groups;
