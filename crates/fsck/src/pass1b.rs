@@ -52,6 +52,7 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
             break;
         }
     }
+    bad_blocks_on_metadata(ctx, &mut owners, &shares);
     let mut by_block: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
     for (&ino, blocks) in &owners {
         for &b in blocks {
@@ -72,6 +73,33 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
     }
     for (&ino, blocks) in &owners {
         reconcile(ctx, &mut shares, &by_block, ino, blocks);
+    }
+}
+
+/// An inode table block on the bad-block list is not claimed twice: the
+/// bad-blocks inode is meant to list it, and e2fsck's pass 1 expects it
+/// there (the inodes in it are dealt with by pass 2). Other metadata on
+/// the list is another problem (e2fsck's "primary superblock is on the bad
+/// block list"), left reported.
+fn bad_blocks_on_metadata(ctx: &mut Ctx, owners: &mut BTreeMap<u32, Vec<u64>>, shares: &Shares) {
+    let Some(list) = owners.get_mut(&BAD_INO) else {
+        return;
+    };
+    let itb = u64::from(ctx.fs.geo.inode_table_blocks);
+    let in_itable = |b: u64| {
+        ctx.fs.groups.iter().any(|gd| {
+            let it = gd.inode_table();
+            it != 0 && b >= it && b < it + itb
+        })
+    };
+    let alone = |b: &u64| ctx.meta.get(*b) && shares.get(b) == Some(&1) && in_itable(*b);
+    let gone: Vec<u64> = list.iter().copied().filter(alone).collect();
+    list.retain(|b| !gone.contains(b));
+    if list.is_empty() {
+        owners.remove(&BAD_INO);
+    }
+    for b in gone {
+        ctx.dup.clear(b);
     }
 }
 

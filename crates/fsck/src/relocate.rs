@@ -63,11 +63,13 @@ impl Table {
     }
 }
 
-/// Gives every forgotten table (location 0) a new home. Runs after pass 1.
+/// Gives every forgotten table (location 0) a new home, and moves a bitmap
+/// the bad-blocks inode lists. Runs after pass 1.
 pub fn relocate(ctx: &mut Ctx) {
     if !ctx.repairing() || !ctx.blocks_known {
         return;
     }
+    bad_bitmaps(ctx);
     for g in 0..ctx.fs.geo.group_count {
         for t in [Table::BlockBitmap, Table::InodeBitmap, Table::InodeTable] {
             if t.get(&ctx.fs.groups[g as usize]) == 0 {
@@ -77,7 +79,59 @@ pub fn relocate(ctx: &mut Ctx) {
     }
 }
 
-fn relocate_one(ctx: &mut Ctx, g: u32, t: Table) {
+/// A bitmap on the bad-block list (inode 1's blocks) is moved, its
+/// content copied, as e2fsck's pass 1 offers ("block bitmap is bad,
+/// relocate?"); the bad block is then the bad-blocks inode's alone.
+fn bad_bitmaps(ctx: &mut Ctx) {
+    let bad = bad_blocks(ctx);
+    if bad.is_empty() {
+        return;
+    }
+    for g in 0..ctx.fs.geo.group_count {
+        for (t, code) in [
+            (Table::BlockBitmap, p::P1_BB_BAD_BLOCK),
+            (Table::InodeBitmap, p::P1_IB_BAD_BLOCK),
+        ] {
+            let old = t.get(&ctx.fs.groups[g as usize]);
+            if old == 0 || !bad.contains(&old) {
+                continue;
+            }
+            let msg = format!("the {} of group {g} ({old}) is on the bad block list", t.name());
+            if ctx.fix(Finding::new(code, msg, "relocate it").grp(g).blk(old)) && relocate_one(ctx, g, t) {
+                if let Ok(data) = ctx.fs.read_block(old) {
+                    let new = t.get(&ctx.fs.groups[g as usize]);
+                    let _ = ctx.fs.write_block(new, &data);
+                }
+                ctx.meta.clear(old);
+                ctx.dup.clear(old);
+            }
+        }
+    }
+}
+
+/// The blocks the bad-blocks inode lists (at most a million).
+fn bad_blocks(ctx: &Ctx) -> std::collections::HashSet<u64> {
+    let mut out = std::collections::HashSet::new();
+    let Ok(rec) = ctx.fs.inode_record(1) else {
+        return out;
+    };
+    let raw = crate::pass1::decode(&rec);
+    let mut visit = |e: crate::walk::Event| {
+        if let crate::walk::Event::Data { pblk, len, .. } = e
+            && out.len() < 1 << 20
+        {
+            out.extend(pblk..pblk + u64::from(len));
+        }
+    };
+    let mut w = crate::walk::Walker::new(&ctx.fs, 1, &raw, &mut visit);
+    w.walk(&raw, false);
+    drop(w);
+    out
+}
+
+/// Gives group `g`'s table `t` a new, zeroed home; false when there is
+/// no room.
+fn relocate_one(ctx: &mut Ctx, g: u32, t: Table) -> bool {
     let n = if t == Table::InodeTable {
         u64::from(ctx.fs.geo.inode_table_blocks)
     } else {
@@ -86,7 +140,7 @@ fn relocate_one(ctx: &mut Ctx, g: u32, t: Table) {
     let Some(at) = find_home(ctx, g, n) else {
         let msg = format!("no room for a new {} of group {g} ({n} blocks)", t.name());
         ctx.add(Finding::new(p::P1_RELOC_BLOCK_ALLOCATE, msg, "free some space and check again").grp(g));
-        return;
+        return false;
     };
     let zero = vec![0u8; ctx.fs.bs()];
     for b in at..at + n {
@@ -101,6 +155,7 @@ fn relocate_one(ctx: &mut Ctx, g: u32, t: Table) {
     ctx.fs.dirty_backups = true;
     ctx.report
         .note(format!("relocated the {} of group {g} to block {at}", t.name()));
+    true
 }
 
 /// Free blocks for `n` contiguous blocks of group `g`'s metadata: in the
