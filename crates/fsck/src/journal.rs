@@ -6,6 +6,7 @@
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
 use ext4kit_format::inode::mode;
 use ext4kit_format::journal::superblock::RawJournalSuperblock;
+use zerocopy::FromBytes;
 
 use crate::pass1::decode;
 use crate::problem::{self as p, Finding};
@@ -26,12 +27,9 @@ fn journal(ctx: &mut Ctx) {
     let f = ctx.fs.geo.features;
     let recover = f.incompat.contains(IncompatFeatures::RECOVER);
     if !f.compat.contains(CompatFeatures::HAS_JOURNAL) {
-        if recover {
-            ctx.add(Finding::new(
-                p::P0_JOURNAL_RECOVER_SET,
-                "needs_recovery is set but there is no journal",
-                "clear needs_recovery",
-            ));
+        let msg = "needs_recovery is set but there is no journal";
+        if recover && ctx.fix(Finding::new(p::P0_JOURNAL_RECOVER_SET, msg, "clear needs_recovery")) {
+            clear_recover(ctx);
         }
         return;
     }
@@ -40,7 +38,7 @@ fn journal(ctx: &mut Ctx) {
         ctx.report.note("external journal: not checked");
         return;
     }
-    let Some(jsb) = journal_superblock(ctx, jino) else {
+    let Some((jsb, jblk)) = journal_superblock(ctx, jino) else {
         return;
     };
     let incompat = jsb.s_feature_incompat.get();
@@ -56,11 +54,22 @@ fn journal(ctx: &mut Ctx) {
     }
     let start = jsb.s_start.get();
     if start != 0 && !recover {
-        ctx.add(Finding::new(
-            p::P0_JOURNAL_RECOVERY_CLEAR,
-            "needs_recovery is clear but the journal has data",
-            "clear the journal",
-        ));
+        let msg = "needs_recovery is clear but the journal has data";
+        if ctx.fix(Finding::new(p::P0_JOURNAL_RECOVERY_CLEAR, msg, "clear the journal")) {
+            reset_start(ctx, jsb, jblk);
+        }
+    }
+    if recover && ctx.repairing() {
+        // A repair run replays first (`repair::replay_journal`); a journal
+        // still marked for recovery is one the replay could not use. Its
+        // transactions must not be replayed later over the repaired file
+        // system, so it is emptied, as e2fsck does when recovery fails.
+        let msg = "the journal needs recovery but could not be replayed";
+        if ctx.fix(Finding::new(p::P0_JOURNAL_RESET_JOURNAL, msg, "empty the journal")) {
+            reset_start(ctx, jsb, jblk);
+            clear_recover(ctx);
+        }
+        return;
     }
     if recover {
         ctx.report.note("the journal needs recovery: skipping journal recovery because this is a read-only check; checking the file system as found");
@@ -77,17 +86,17 @@ fn journal(ctx: &mut Ctx) {
     ));
 }
 
-/// Reads the journal superblock through the journal inode's block 0.
-fn journal_superblock(ctx: &mut Ctx, jino: u32) -> Option<RawJournalSuperblock> {
-    let bad =
-        |ctx: &mut Ctx, why: String| ctx.add(Finding::new(p::P0_JOURNAL_BAD_INODE, why, "clear the journal").ino(jino));
+/// Reads the journal superblock through the journal inode's block 0, and
+/// with its block number. An unusable journal inode is cleared, a corrupt
+/// journal superblock reset, as e2fsck does.
+fn journal_superblock(ctx: &mut Ctx, jino: u32) -> Option<(RawJournalSuperblock, u64)> {
     let Ok(rec) = ctx.fs.inode_record(jino) else {
-        bad(ctx, format!("journal inode {jino} cannot be read"));
+        bad_inode(ctx, jino, format!("journal inode {jino} cannot be read"));
         return None;
     };
     let raw = decode(&rec);
     if raw.i_mode.get() & mode::S_IFMT != mode::S_IFREG || raw.links() == 0 {
-        bad(ctx, "journal inode is not in use or not a regular file".into());
+        bad_inode(ctx, jino, "journal inode is not in use or not a regular file".into());
         return None;
     }
     let mut first = None;
@@ -102,39 +111,126 @@ fn journal_superblock(ctx: &mut Ctx, jino: u32) -> Option<RawJournalSuperblock> 
     let broken = !w.problems.is_empty();
     drop(w);
     if broken {
-        bad(ctx, "the journal inode's block map is invalid".into());
+        bad_inode(ctx, jino, "the journal inode's block map is invalid".into());
         return None;
     }
     let Some(blk) = first else {
-        bad(ctx, "journal inode has no block 0".into());
+        bad_inode(ctx, jino, "journal inode has no block 0".into());
         return None;
     };
     let buf = match ctx.fs.read_block(blk) {
         Ok(b) => b,
         Err(e) => {
-            bad(ctx, format!("cannot read the journal superblock: {e}"));
+            bad_inode(ctx, jino, format!("cannot read the journal superblock: {e}"));
             return None;
         }
     };
+    let maxlen = (raw.size() / ctx.fs.geo.block_size as u64) as u32;
     match RawJournalSuperblock::parse(&buf) {
         Ok(j) if j.verify_checksum().is_err() => {
-            let f = Finding::new(
-                p::P0_JOURNAL_BAD_SUPER,
-                "journal superblock checksum does not match",
-                "clear the journal",
-            );
-            ctx.add(f.blk(blk));
-            Some(j)
+            let msg = "journal superblock checksum does not match";
+            if ctx.fix(Finding::new(p::P0_JOURNAL_BAD_SUPER, msg, "reset the journal").blk(blk)) {
+                return reset_super(ctx, blk, maxlen).map(|j| (j, blk));
+            }
+            Some((j, blk))
         }
-        Ok(j) => Some(j),
+        Ok(j) => Some((j, blk)),
+        Err(e) if e.field == "h_blocktype" => {
+            let msg = format!("journal superblock is corrupt: {e}");
+            ctx.add(Finding::new(p::P0_JOURNAL_UNSUPP_SUPER, msg, "abort").blk(blk));
+            None
+        }
         Err(e) => {
-            let code = if e.field == "h_blocktype" {
-                p::P0_JOURNAL_UNSUPP_SUPER
-            } else {
-                p::P0_JOURNAL_BAD_SUPER
-            };
-            ctx.add(Finding::new(code, format!("journal superblock is corrupt: {e}"), "clear the journal").blk(blk));
+            let msg = format!("journal superblock is corrupt: {e}");
+            if ctx.fix(Finding::new(p::P0_JOURNAL_BAD_SUPER, msg, "reset the journal").blk(blk)) {
+                return reset_super(ctx, blk, maxlen).map(|j| (j, blk));
+            }
             None
         }
     }
+}
+
+/// The journal inode cannot hold a journal: e2fsck deletes the journal —
+/// has_journal, needs_recovery, `s_journal_inum` and the inode backup in
+/// `s_jnl_blocks` are cleared in every superblock copy, and the inode is
+/// zeroed, so pass 1 claims none of its blocks (pass 5 frees them).
+fn bad_inode(ctx: &mut Ctx, jino: u32, why: String) {
+    if !ctx.fix(Finding::new(p::P0_JOURNAL_BAD_INODE, why, "clear the journal").ino(jino)) {
+        return;
+    }
+    let sb = &mut ctx.fs.sb;
+    sb.s_feature_compat
+        .set(sb.s_feature_compat.get() & !CompatFeatures::HAS_JOURNAL.0);
+    sb.s_journal_inum.set(0);
+    for w in &mut sb.s_jnl_blocks {
+        w.set(0);
+    }
+    sb.s_jnl_backup_type = 0;
+    clear_recover(ctx);
+    ctx.fs.dirty_backups = true;
+    if jino < ctx.fs.geo.first_ino || jino == 8 {
+        let mut rec = vec![0u8; usize::from(ctx.fs.geo.inode_size)];
+        if let Err(e) = ctx.fs.write_inode_record(jino, &mut rec) {
+            ctx.not_fixed(format!("cannot clear inode {jino}: {e}"));
+        }
+    }
+    ctx.report.note("the journal has been deleted");
+}
+
+/// Clears needs_recovery (the superblock then says the file system needs
+/// a full check, which this run is).
+fn clear_recover(ctx: &mut Ctx) {
+    let sb = &mut ctx.fs.sb;
+    sb.s_feature_incompat
+        .set(sb.s_feature_incompat.get() & !IncompatFeatures::RECOVER.0);
+    ctx.fs.geo.features = ctx.fs.sb.features();
+    ctx.fs.dirty_sb = true;
+}
+
+/// Marks the journal empty (`s_start` 0): what it holds is never replayed.
+fn reset_start(ctx: &mut Ctx, mut jsb: RawJournalSuperblock, blk: u64) {
+    jsb.s_start.set(0);
+    // jbd2 checksum v2 or v3: the superblock carries a checksum.
+    if jsb.incompat() & (0x8 | 0x10) != 0 {
+        jsb.set_checksum();
+    }
+    if let Err(e) = write_jsb(ctx, &jsb, blk) {
+        ctx.not_fixed(e);
+    }
+}
+
+/// Writes a new, empty version-2 journal superblock over a corrupt one
+/// (e2fsck's `e2fsck_journal_reset_super`): no features, the journal's
+/// length from the inode's size, and a sequence number nothing in the old
+/// log can continue.
+fn reset_super(ctx: &mut Ctx, blk: u64, maxlen: u32) -> Option<RawJournalSuperblock> {
+    let mut buf = vec![0u8; ctx.fs.bs()];
+    let mut jsb = RawJournalSuperblock::read_from_prefix(&buf).ok()?.0;
+    jsb.s_header.h_magic.set(ext4kit_format::journal::JBD2_MAGIC);
+    jsb.s_header.h_blocktype.set(4);
+    jsb.s_blocksize.set(ctx.fs.geo.block_size);
+    jsb.s_maxlen.set(maxlen);
+    jsb.s_first.set(1);
+    let u = ext4kit_engine::tune::time_uuid();
+    let seq = u
+        .chunks(4)
+        .fold(0u32, |a, c| a ^ u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+    jsb.s_sequence.set(seq);
+    buf[..1024].copy_from_slice(&jsb.encode());
+    if let Err(e) = ctx.fs.write_block(blk, &buf) {
+        ctx.not_fixed(format!("writing the journal superblock: {e}"));
+        return None;
+    }
+    if ctx.fs.geo.features.incompat.contains(IncompatFeatures::RECOVER) {
+        clear_recover(ctx);
+    }
+    Some(jsb)
+}
+
+fn write_jsb(ctx: &Ctx, jsb: &RawJournalSuperblock, blk: u64) -> Result<(), String> {
+    let mut buf = ctx.fs.read_block(blk).map_err(|e| e.to_string())?;
+    buf[..1024].copy_from_slice(&jsb.encode());
+    ctx.fs
+        .write_block(blk, &buf)
+        .map_err(|e| format!("writing the journal superblock: {e}"))
 }

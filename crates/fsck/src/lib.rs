@@ -19,6 +19,7 @@
 pub mod alloc;
 pub mod bitmap;
 pub mod blockmap;
+pub mod clone;
 pub mod dir_block;
 pub mod dir_expand;
 pub mod dir_hole;
@@ -42,9 +43,11 @@ pub mod pass3;
 pub mod pass4;
 pub mod pass5;
 pub mod problem;
+pub mod relocate;
 pub mod repair;
 pub mod report;
 pub mod resize;
+pub mod sb_fields;
 pub mod state;
 pub mod superblock;
 pub mod symlink;
@@ -160,11 +163,11 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
             Some(why) => report.note(format!("file system {why}, check forced")),
         }
     }
-    superblock::check(&fs, &mut report);
-    groups::check(&fs, &mut report);
     let mut ctx = state::Ctx::new(fs, report);
     ctx.cancel = opts.cancel;
     ctx.mode = opts.mode;
+    superblock::check(&mut ctx);
+    groups::check(&mut ctx);
     journal::check(&mut ctx);
     if opts.journal_only {
         return finish(ctx);
@@ -193,6 +196,9 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
         ctx.report.passes.push(name.into());
         step(&mut ctx, progress);
         ctx.blocks_known |= name == "1";
+        if name == "1" {
+            groups::relocate(&mut ctx);
+        }
     }
     if ctx.cancelled() {
         return Err(Fatal::Cancelled(Box::new(ctx.report)));

@@ -64,7 +64,7 @@ fn mark_metadata(ctx: &mut Ctx) {
             (gd.inode_bitmap(), 1, p::P1_IB_CONFLICT),
             (gd.inode_table(), itb, p::P1_ITABLE_CONFLICT),
         ] {
-            if !ctx.fs.valid_block(start) || start + n > ctx.fs.geo.blocks_count {
+            if start == 0 || !ctx.fs.valid_block(start) || start + n > ctx.fs.geo.blocks_count {
                 continue;
             }
             let clash = (start..start + n).any(|b| ctx.meta.get(b));

@@ -6,10 +6,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::Progress;
+use crate::clone::{self, Shares};
 use crate::pass1::decode;
 use crate::problem::{self as p, Finding};
 use crate::state::{Ctx, KIND_FREE};
 use crate::walk::{Event, Walker};
+
+/// The bad-blocks inode.
+const BAD_INO: u32 = 1;
 
 /// Inodes with shared blocks listed at most (each with up to 10,000 blocks).
 const MAX_OWNERS: usize = 10_000;
@@ -18,6 +22,7 @@ const MAX_OWNERS: usize = 10_000;
 pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
     let n = ctx.fs.geo.inodes_count;
     let mut owners: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    let mut shares = Shares::new();
     for ino in 1..=n {
         if ino % 4096 == 0 {
             if ctx.cancelled() {
@@ -32,7 +37,11 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
         if ctx.kind[ino as usize] == KIND_FREE || ino == 7 {
             continue;
         }
-        let dups = dup_blocks_of(ctx, ino);
+        let mut dups = dup_blocks_of(ctx, ino);
+        for &b in &dups {
+            *shares.entry(b).or_insert(0) += 1;
+        }
+        dups.dedup();
         if !dups.is_empty() {
             owners.insert(ino, dups);
         }
@@ -43,6 +52,7 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
             break;
         }
     }
+    bad_blocks_on_metadata(ctx, &mut owners, &shares);
     let mut by_block: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
     for (&ino, blocks) in &owners {
         for &b in blocks {
@@ -60,35 +70,96 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
             .ino(ino)
             .blk(blocks[0]),
         );
-        let mut sharers: BTreeSet<u32> = blocks.iter().flat_map(|b| by_block[b].iter().copied()).collect();
-        sharers.remove(&ino);
-        let meta = blocks.iter().any(|&b| ctx.meta.get(b));
-        ctx.add(
-            Finding::new(
-                p::P1D_DUP_FILE,
-                format!(
-                    "inode {ino} has {} multiply-claimed block(s), shared with {} file(s)",
-                    blocks.len(),
-                    sharers.len()
-                ),
-                "clone the shared blocks",
-            )
-            .ino(ino),
-        );
-        if meta {
-            ctx.add(
-                Finding::new(
-                    p::P1D_SHARE_METADATA,
-                    format!("inode {ino} shares blocks with file-system metadata"),
-                    "clone the shared blocks",
-                )
-                .ino(ino),
-            );
+    }
+    for (&ino, blocks) in &owners {
+        reconcile(ctx, &mut shares, &by_block, ino, blocks);
+    }
+}
+
+/// An inode table block on the bad-block list is not claimed twice: the
+/// bad-blocks inode is meant to list it, and e2fsck's pass 1 expects it
+/// there (the inodes in it are dealt with by pass 2). Other metadata on
+/// the list is another problem (e2fsck's "primary superblock is on the bad
+/// block list"), left reported.
+fn bad_blocks_on_metadata(ctx: &mut Ctx, owners: &mut BTreeMap<u32, Vec<u64>>, shares: &Shares) {
+    let Some(list) = owners.get_mut(&BAD_INO) else {
+        return;
+    };
+    let itb = u64::from(ctx.fs.geo.inode_table_blocks);
+    let in_itable = |b: u64| {
+        ctx.fs.groups.iter().any(|gd| {
+            let it = gd.inode_table();
+            it != 0 && b >= it && b < it + itb
+        })
+    };
+    let alone = |b: &u64| ctx.meta.get(*b) && shares.get(b) == Some(&1) && in_itable(*b);
+    let gone: Vec<u64> = list.iter().copied().filter(alone).collect();
+    list.retain(|b| !gone.contains(b));
+    if list.is_empty() {
+        owners.remove(&BAD_INO);
+    }
+    for b in gone {
+        ctx.dup.clear(b);
+    }
+}
+
+/// Pass 1D for one inode: says whom it shares with, and unless every block
+/// it shared is now its own, clones them (or, failing that, deletes it).
+/// The bad-blocks inode keeps its blocks: the files give them up.
+fn reconcile(ctx: &mut Ctx, shares: &mut Shares, by_block: &BTreeMap<u64, BTreeSet<u32>>, ino: u32, blocks: &[u64]) {
+    if ino == BAD_INO {
+        return;
+    }
+    let mut sharers: BTreeSet<u32> = blocks.iter().flat_map(|b| by_block[b].iter().copied()).collect();
+    sharers.remove(&ino);
+    let meta = blocks.iter().any(|&b| ctx.meta.get(b));
+    let msg = format!(
+        "inode {ino} has {} multiply-claimed block(s), shared with {} file(s)",
+        blocks.len(),
+        sharers.len() + usize::from(meta)
+    );
+    ctx.add(Finding::new(p::P1D_DUP_FILE, msg, "clone the shared blocks").ino(ino));
+    if meta {
+        let msg = format!("inode {ino} shares blocks with file-system metadata");
+        ctx.add(Finding::new(p::P1D_SHARE_METADATA, msg, "clone the shared blocks").ino(ino));
+    }
+    let still_shared = blocks
+        .iter()
+        .any(|&b| ctx.dup.get(b) && (ctx.meta.get(b) || shares.get(&b).copied().unwrap_or(0) > 1));
+    if !still_shared {
+        ctx.report
+            .note(format!("inode {ino}: its shared blocks were dealt with"));
+        return;
+    }
+    let f = Finding::new(
+        p::P1D_CLONE_QUESTION,
+        format!("inode {ino} shares blocks"),
+        "clone them",
+    );
+    if !ctx.fix(f.ino(ino)) {
+        return;
+    }
+    let Err(why) = clone::clone_inode(ctx, shares, ino) else {
+        return;
+    };
+    ctx.not_fixed(&why);
+    let f = Finding::new(
+        p::P1D_DELETE_QUESTION,
+        format!("inode {ino}: cannot clone ({why})"),
+        "delete the file",
+    );
+    if ctx.fix(f.ino(ino)) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as u32);
+        if let Err(e) = clone::delete_inode(ctx, shares, ino, now) {
+            ctx.not_fixed(e);
         }
     }
 }
 
-/// The blocks of `ino` that pass 1 saw claimed twice (at most 10,000 kept).
+/// The blocks of `ino` that pass 1 saw claimed twice (at most 10,000 kept),
+/// sorted, once per reference (a block the inode maps twice comes twice).
 fn dup_blocks_of(ctx: &Ctx, ino: u32) -> Vec<u64> {
     let Ok(rec) = ctx.fs.inode_record(ino) else {
         return Vec::new();
@@ -121,7 +192,6 @@ fn dup_blocks_of(ctx: &Ctx, ino: u32) -> Vec<u64> {
         // when something else than xattrs claims it too.
     }
     out.sort_unstable();
-    out.dedup();
     out
 }
 

@@ -3,7 +3,7 @@
 //! understand, and check the superblock's own fields (`super.rst`).
 
 use ext4kit_engine::BlockDevice;
-use ext4kit_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
+use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::superblock::{
     EXT4_SUPER_MAGIC, Geometry, RawSuperblock, STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE,
 };
@@ -12,6 +12,7 @@ use crate::Fatal;
 use crate::fs::RawFs;
 use crate::problem::{self as p, Finding};
 use crate::report::Report;
+use crate::state::Ctx;
 
 /// Reads and validates the superblock at byte `off`: magic, geometry, and
 /// with `metadata_csum` the checksum.
@@ -132,115 +133,17 @@ fn refuse_unknown(sb: &RawSuperblock) -> Result<(), Fatal> {
     Ok(())
 }
 
+/// The superblock's own consistency, after loading (e2fsck's
+/// `check_super_block`): the fields [`crate::sb_fields`] checks and
+/// repairs, then the counts and the image size.
+pub fn check(ctx: &mut Ctx) {
+    crate::sb_fields::check(ctx);
+    check_counts(&ctx.fs, &mut ctx.report);
+    check_size(&ctx.fs, &mut ctx.report);
+}
+
 /// Free counts beyond the totals are recounted in memory by e2fsck (pass 5
 /// then judges the recount), so they are warnings here.
-///
-/// The superblock's own consistency, after loading (e2fsck's `check_super_block`).
-pub fn check(fs: &RawFs, report: &mut Report) {
-    let sb = &fs.sb;
-    let f = fs.geo.features;
-    let add = |r: &mut Report, c, m: String, w| r.add(Finding::new(c, m, w));
-    if sb.s_rev_level.get() == 0 && (f.compat.0 | f.incompat.0 | f.ro_compat.0) != 0 {
-        add(
-            report,
-            p::P0_FS_REV_LEVEL,
-            "revision 0 file system with feature flags".into(),
-            "raise the revision",
-        );
-    }
-    if f.ro_compat.contains(RoCompatFeatures::METADATA_CSUM) && f.ro_compat.contains(RoCompatFeatures::GDT_CSUM) {
-        add(
-            report,
-            p::P0_META_AND_GDT_CSUM_SET,
-            "both metadata_csum and uninit_bg are set".into(),
-            "clear uninit_bg",
-        );
-    }
-    if f.incompat.contains(IncompatFeatures::CSUM_SEED) && !f.metadata_csum() {
-        add(
-            report,
-            p::P0_CSUM_SEED_WITHOUT_META_CSUM,
-            "metadata_csum_seed without metadata_csum".into(),
-            "clear metadata_csum_seed",
-        );
-    }
-    if f.incompat.contains(IncompatFeatures::BIT64) && !f.incompat.contains(IncompatFeatures::EXTENTS) {
-        add(
-            report,
-            p::P0_64BIT_WITHOUT_EXTENTS,
-            "64bit without extents".into(),
-            "set extents",
-        );
-    }
-    let rsv = sb.s_reserved_gdt_blocks.get();
-    if rsv != 0 && !f.compat.contains(CompatFeatures::RESIZE_INODE) {
-        add(
-            report,
-            p::P0_NONZERO_RESERVED_GDT_BLOCKS,
-            format!("s_reserved_gdt_blocks is {rsv} without resize_inode"),
-            "set it to zero",
-        );
-    }
-    if f.incompat.contains(IncompatFeatures::META_BG) && u64::from(sb.s_first_meta_bg.get()) > fs.gdt_blocks() {
-        add(
-            report,
-            p::P0_FIRST_META_BG_TOO_BIG,
-            format!("s_first_meta_bg {} is too big", sb.s_first_meta_bg.get()),
-            "lower it",
-        );
-    }
-    check_extra_isize(fs, report);
-    check_quota_inodes(fs, report);
-    check_counts(fs, report);
-    check_size(fs, report);
-}
-
-fn check_extra_isize(fs: &RawFs, report: &mut Report) {
-    let isz = fs.geo.inode_size;
-    if isz <= 128 {
-        return;
-    }
-    let max = isz - 128;
-    for (v, code, field) in [
-        (
-            fs.sb.s_min_extra_isize.get(),
-            p::P0_BAD_MIN_EXTRA_ISIZE,
-            "s_min_extra_isize",
-        ),
-        (
-            fs.sb.s_want_extra_isize.get(),
-            p::P0_BAD_WANT_EXTRA_ISIZE,
-            "s_want_extra_isize",
-        ),
-    ] {
-        if v != 0 && (v < 4 || v > max || v % 4 != 0) {
-            // e2fsck -n answers no and leaves the exit status clean.
-            report.add(Finding::new(code, format!("{field} is {v}"), "set it to the default").warning());
-        }
-    }
-}
-
-/// Quota inode numbers must name inodes that exist.
-fn check_quota_inodes(fs: &RawFs, report: &mut Report) {
-    if !fs.geo.features.ro_compat.contains(RoCompatFeatures::QUOTA) {
-        return;
-    }
-    let sb = &fs.sb;
-    for (what, ino) in [
-        ("user", sb.s_usr_quota_inum.get()),
-        ("group", sb.s_grp_quota_inum.get()),
-        ("project", sb.s_prj_quota_inum.get()),
-    ] {
-        if ino != 0 && (ino > fs.geo.inodes_count || ino == 1 || ino == 2) {
-            report.add(Finding::new(
-                p::P0_INVALID_QUOTA_INO,
-                format!("invalid {what} quota inode {ino}"),
-                "clear it",
-            ));
-        }
-    }
-}
-
 fn check_counts(fs: &RawFs, report: &mut Report) {
     let sb = &fs.sb;
     let bit64 = fs.geo.features.incompat.contains(IncompatFeatures::BIT64);
