@@ -208,6 +208,11 @@ fn target(ctx: &mut Ctx, dir: u32, d: &mut DirBuf, e: &Ent, name: &[u8]) -> bool
         clear(ctx, dir, d, e, code, msg);
         return false;
     }
+    if crate::bad_blocks::inode_in(ctx, &ctx.bad_itable, inode) {
+        let msg = format!("entry '{show}' points to inode {inode} located in a bad block");
+        clear(ctx, dir, d, e, p::P2_BB_INODE, msg);
+        return false;
+    }
     if !scanned(ctx, dir, inode, &show) {
         return false;
     }

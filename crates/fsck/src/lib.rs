@@ -17,6 +17,7 @@
 //! image is capped by the geometry.
 
 pub mod alloc;
+pub mod bad_blocks;
 pub mod bitmap;
 pub mod blockmap;
 pub mod clone;

@@ -22,6 +22,9 @@ use crate::state::{Ctx, DirBlock, DirInfo, Mode};
 /// Runs pass 2.
 pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
     let blocks = std::mem::take(&mut ctx.dblocks);
+    ctx.bad_itable = crate::bad_blocks::itable_blocks(ctx);
+    let bad = ctx.bad_itable.clone();
+    crate::bad_blocks::reserve_inodes(ctx, &bad);
     let dirs: Vec<(u32, DirInfo)> = ctx.dirs.iter().map(|(&i, d)| (i, d.clone())).collect();
     let total = dirs.len() as u64;
     for (n, (ino, info)) in dirs.into_iter().enumerate() {

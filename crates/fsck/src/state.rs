@@ -103,6 +103,9 @@ pub struct Ctx<'a> {
     pub halted: bool,
     /// Pass 1 has claimed every block in use: [`Ctx::alloc_block`] may run.
     pub blocks_known: bool,
+    /// Inode-table blocks the bad-blocks inode lists (pass 2 clears
+    /// entries naming inodes in them).
+    pub bad_itable: std::collections::BTreeSet<u64>,
 }
 
 impl<'a> Ctx<'a> {
@@ -129,6 +132,7 @@ impl<'a> Ctx<'a> {
             mode: Mode::Check,
             halted: false,
             blocks_known: false,
+            bad_itable: std::collections::BTreeSet::new(),
             claim_budget: nb.saturating_mul(4).max(1 << 20),
             fs,
             report,
