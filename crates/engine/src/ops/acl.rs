@@ -13,6 +13,7 @@ use crate::inode::write::touch_ctime;
 use crate::txn::Txn;
 
 use super::XattrSet;
+use super::xattr::Val;
 
 /// `e_name_index` of `system.posix_acl_access` and `system.posix_acl_default`.
 pub(crate) const ACCESS: u8 = 2;
@@ -56,7 +57,7 @@ impl Txn<'_> {
         }
         if let Some(e) = keep {
             let disk = acl::to_disk(&e).map_err(|e| Error::InvalidArgument(format!("bad POSIX ACL: {e}")))?;
-            ibody.push((index, Vec::new(), disk));
+            ibody.push((index, Vec::new(), Val::Bytes(disk)));
         }
         self.place_xattrs(&mut inode, ibody, block)?;
         touch_ctime(&mut inode.raw, clock::now());
@@ -85,10 +86,10 @@ impl Txn<'_> {
             |e: &[acl::AclEntry]| acl::to_disk(e).map_err(|e| Error::format(crate::error::Location::Inode(dir.ino), e));
         let mut ibody = Vec::new();
         if !equivalent {
-            ibody.push((ACCESS, Vec::new(), to_disk(&access)?));
+            ibody.push((ACCESS, Vec::new(), Val::Bytes(to_disk(&access)?)));
         }
         if inode.is_dir() {
-            ibody.push((DEFAULT, Vec::new(), to_disk(&default)?));
+            ibody.push((DEFAULT, Vec::new(), Val::Bytes(to_disk(&default)?)));
         }
         if !ibody.is_empty() {
             self.place_xattrs(inode, ibody, Vec::new())?;
@@ -101,25 +102,18 @@ impl Txn<'_> {
         if dir.record.len() <= 128 && dir.raw.file_acl() == 0 {
             return Ok(None);
         }
-        let (ibody, block) = match self.stored_xattrs(dir) {
-            Ok(lists) => lists,
+        let (ibody, block) = self.stored_xattrs(dir)?;
+        match ibody.into_iter().chain(block).find(|(i, _, _)| *i == DEFAULT) {
+            None => Ok(None),
+            Some((_, _, Val::Bytes(v))) => Ok(Some(v)),
             // A value in an EA inode: read the attribute as stored.
-            Err(Error::Unsupported(_)) => {
-                return match self.fs.xattr(dir, b"system.posix_acl_default") {
-                    Ok(v) => acl::vfs_to_disk(&v)
-                        .map(Some)
-                        .map_err(|e| Error::format(crate::error::Location::Inode(dir.ino), e)),
-                    Err(Error::NoAttribute(_)) => Ok(None),
-                    Err(e) => Err(e),
-                };
+            Some((_, _, Val::EaInode { .. })) => {
+                let v = self.fs.xattr(dir, b"system.posix_acl_default")?;
+                acl::vfs_to_disk(&v)
+                    .map(Some)
+                    .map_err(|e| Error::format(crate::error::Location::Inode(dir.ino), e))
             }
-            Err(e) => return Err(e),
-        };
-        Ok(ibody
-            .into_iter()
-            .chain(block)
-            .find(|(i, _, _)| *i == DEFAULT)
-            .map(|(_, _, v)| v))
+        }
     }
     /// Keeps an access ACL in step with a `chmod` of `inode` (ext4's
     /// `ext4_setattr` → `posix_acl_chmod`).
@@ -128,8 +122,8 @@ impl Txn<'_> {
         let perm = inode.raw.permissions();
         let at = crate::error::Location::Inode(inode.ino);
         let mut changed = false;
-        for (index, _, value) in ibody.iter_mut().chain(block.iter_mut()) {
-            if *index == ACCESS {
+        for (index, _, val) in ibody.iter_mut().chain(block.iter_mut()) {
+            if let (&mut ACCESS, Val::Bytes(value)) = (index, val) {
                 let mut e = acl::from_disk(value).map_err(|e| Error::format(at, e))?;
                 acl::chmod_masq(&mut e, perm);
                 *value = acl::to_disk(&e).map_err(|e| Error::format(at, e))?;

@@ -9,6 +9,7 @@ mod acl;
 mod attr;
 pub(crate) mod create;
 mod defrag;
+mod ea_inode;
 mod fallocate;
 pub(crate) mod flags;
 mod open;

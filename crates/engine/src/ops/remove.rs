@@ -106,6 +106,7 @@ pub(crate) fn release(txn: &mut Txn<'_>, inode: &mut Inode) -> Result<()> {
     {
         txn.free_body(inode)?;
     }
+    txn.release_value_inodes(inode)?;
     if inode.raw.file_acl() != 0 {
         txn.release_xattr_block(inode)?;
     }

@@ -3,7 +3,13 @@
 //! `i_extra_isize`) while they fit, the rest in one block. A block shared by
 //! several inodes (`h_refcount` > 1) is never changed in place: the inode
 //! takes a private copy and the shared block's count drops by one.
+//!
+//! With `ea_inode`, a value too large for a block goes to a value inode of
+//! its own ([`super::ea_inode`]); entries naming one keep it referenced as
+//! they move between the inode body and the block, and release it when
+//! they are removed or their file is.
 
+use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::xattr::encode::{NewValue, NewXattr, encode_block, encode_ibody, sort_for_block};
 use ext4kit_format::xattr::{self, XattrValue};
 
@@ -28,15 +34,49 @@ pub enum XattrSet {
 }
 
 /// An attribute as stored: name index, suffix, on-disk value.
-pub(crate) type Stored = (u8, Vec<u8>, Vec<u8>);
+pub(crate) type Stored = (u8, Vec<u8>, Val);
+
+/// Where an attribute's value is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Val {
+    /// In the entry's region (inode body or block).
+    Bytes(Vec<u8>),
+    /// In value inode `inum` (`size` bytes, value hash `hash`).
+    EaInode {
+        /// `e_value_inum`.
+        inum: u32,
+        /// `e_value_size`.
+        size: u32,
+        /// The value inode's `i_atime`.
+        hash: u32,
+    },
+}
+
+impl Val {
+    /// The bytes, when they are stored in the entry's region.
+    pub(crate) fn bytes(&self) -> Option<&Vec<u8>> {
+        match self {
+            Self::Bytes(b) => Some(b),
+            Self::EaInode { .. } => None,
+        }
+    }
+}
+
+/// Values larger than this go to a value inode when the file system has
+/// `ea_inode` (`EXT4_XATTR_MIN_LARGE_EA_SIZE`: a block less the rounding,
+/// one entry and the end marker).
+fn large_value(bs: u32) -> usize {
+    bs as usize - 3 - 16 - 4
+}
 
 impl Filesystem {
     /// Sets attribute `name` of `ino` to `value` (POSIX ACLs in the VFS form).
     ///
     /// # Errors
     /// [`Error::Exists`] / [`Error::NoAttribute`] per `how`,
-    /// [`Error::Unsupported`] for an unknown name prefix or `ea_inode` values,
-    /// [`Error::NoSpace`] when the attributes fit neither inode nor block,
+    /// [`Error::Unsupported`] for an unknown name prefix,
+    /// [`Error::NoSpace`] when the attributes fit neither inode nor block
+    /// (with `ea_inode`, a large value goes to a value inode instead),
     /// [`Error::NotPermitted`] for an immutable or append-only inode.
     pub fn set_xattr(&self, ino: u32, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         let (index, _) = split(name)?;
@@ -65,46 +105,110 @@ impl Txn<'_> {
         if index == super::acl::ACCESS || index == super::acl::DEFAULT {
             return self.set_acl(ino, index, name, value, how);
         }
-        self.change_xattrs(ino, |ibody, block| {
-            let existed = remove_from(ibody, index, suffix) | remove_from(block, index, suffix);
+        let ea = self.fs.geo.features.incompat.contains(IncompatFeatures::EA_INODE);
+        let outside = ea && value.len().next_multiple_of(4) > large_value(self.fs.geo.block_size);
+        match self.set_xattr_as(ino, index, suffix, value, how, outside) {
+            Err(Error::NoSpace) if ea && !outside => self.set_xattr_as(ino, index, suffix, value, how, true),
+            r => r,
+        }
+    }
+
+    /// Sets one attribute, its value in a value inode when `outside`.
+    fn set_xattr_as(
+        &mut self,
+        ino: u32,
+        index: u8,
+        suffix: &[u8],
+        value: &[u8],
+        how: XattrSet,
+        outside: bool,
+    ) -> Result<()> {
+        let shown = || String::from_utf8_lossy(suffix).into_owned();
+        self.change_xattrs(ino, |txn, inode, ibody, block| {
+            let mut gone = remove_from(ibody, index, suffix);
+            gone.extend(remove_from(block, index, suffix));
             match how {
-                XattrSet::Create if existed => return Err(Error::Exists(String::from_utf8_lossy(name).into_owned())),
-                XattrSet::Replace if !existed => {
-                    return Err(Error::NoAttribute(String::from_utf8_lossy(name).into_owned()));
-                }
+                XattrSet::Create if !gone.is_empty() => return Err(Error::Exists(shown())),
+                XattrSet::Replace if gone.is_empty() => return Err(Error::NoAttribute(shown())),
                 _ => {}
             }
-            ibody.push((index, suffix.to_vec(), value.to_vec()));
-            Ok(())
+            let val = if outside {
+                let (inum, hash) = txn.create_ea_inode(inode, value)?;
+                Val::EaInode {
+                    inum,
+                    size: value.len() as u32,
+                    hash,
+                }
+            } else {
+                Val::Bytes(value.to_vec())
+            };
+            ibody.push((index, suffix.to_vec(), val));
+            Ok(gone)
         })
     }
 
     /// The body of [`Filesystem::remove_xattr`] inside this transaction.
     pub(crate) fn remove_xattr(&mut self, ino: u32, name: &[u8]) -> Result<()> {
         let (index, suffix) = split(name)?;
-        self.change_xattrs(ino, |ibody, block| {
-            if remove_from(ibody, index, suffix) | remove_from(block, index, suffix) {
-                Ok(())
-            } else {
-                Err(Error::NoAttribute(String::from_utf8_lossy(name).into_owned()))
+        self.change_xattrs(ino, |_, _, ibody, block| {
+            let mut gone = remove_from(ibody, index, suffix);
+            gone.extend(remove_from(block, index, suffix));
+            if gone.is_empty() {
+                return Err(Error::NoAttribute(String::from_utf8_lossy(name).into_owned()));
             }
+            Ok(gone)
         })
     }
 
+    /// Edits the attribute lists of `ino`; `edit` returns the entries it
+    /// removed, whose value inodes lose the reference once the lists are
+    /// stored.
     fn change_xattrs(
         &mut self,
         ino: u32,
-        edit: impl FnOnce(&mut Vec<Stored>, &mut Vec<Stored>) -> Result<()>,
+        edit: impl FnOnce(&mut Self, &Inode, &mut Vec<Stored>, &mut Vec<Stored>) -> Result<Vec<Stored>>,
     ) -> Result<()> {
         let mut inode = self.inode(ino)?;
         // xattr_permission: no attribute changes on immutable or
         // append-only inodes.
         super::flags::require_changeable(&inode)?;
         let (mut ibody, mut block) = self.stored_xattrs(&inode)?;
-        edit(&mut ibody, &mut block)?;
+        let bs = self.fs.geo.block_size;
+        let before = value_blocks(&ibody, bs) + value_blocks(&block, bs);
+        let gone = edit(self, &inode, &mut ibody, &mut block)?;
+        let after = value_blocks(&ibody, bs) + value_blocks(&block, bs);
+        // The owner is charged for its values' blocks, as the kernel's
+        // quota charge (`ext4_xattr_inode_alloc_quota`) adds them to i_blocks.
+        charge_blocks(&mut inode.raw, after - before, bs);
         self.place_xattrs(&mut inode, ibody, block)?;
         touch_ctime(&mut inode.raw, clock::now());
-        self.write_inode(&mut inode)
+        self.write_inode(&mut inode)?;
+        self.drop_value_inodes(ino, &gone)
+    }
+
+    /// Releases the value inodes `entries` referenced.
+    pub(crate) fn drop_value_inodes(&mut self, owner: u32, entries: &[Stored]) -> Result<()> {
+        for (_, _, v) in entries {
+            if let Val::EaInode { inum, .. } = v {
+                self.ea_inode_ref(owner, *inum, -1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Before `inode` is freed: the value inodes its body's entries
+    /// reference, and its block's when this is the block's last user.
+    pub(crate) fn release_value_inodes(&mut self, inode: &Inode) -> Result<()> {
+        if !self.fs.geo.features.incompat.contains(IncompatFeatures::EA_INODE) {
+            return Ok(());
+        }
+        let (ibody, block) = self.stored_xattrs(inode)?;
+        self.drop_value_inodes(inode.ino, &ibody)?;
+        let blk = inode.raw.file_acl();
+        if blk != 0 && self.xattr_refcount(inode, blk)? <= 1 {
+            self.drop_value_inodes(inode.ino, &block)?;
+        }
+        Ok(())
     }
 }
 
@@ -118,10 +222,23 @@ fn split(name: &[u8]) -> Result<(u8, &[u8])> {
     }
 }
 
-fn remove_from(list: &mut Vec<Stored>, index: u8, name: &[u8]) -> bool {
-    let before = list.len();
-    list.retain(|(i, n, _)| !(*i == index && n == name));
-    list.len() != before
+/// Blocks the values in value inodes take, whole blocks per value.
+fn value_blocks(list: &[Stored], bs: u32) -> i64 {
+    list.iter()
+        .map(|(_, _, v)| match v {
+            Val::EaInode { size, .. } => i64::from(size.div_ceil(bs)),
+            Val::Bytes(_) => 0,
+        })
+        .sum()
+}
+
+/// Takes the entries named `index`/`name` out of `list`.
+fn remove_from(list: &mut Vec<Stored>, index: u8, name: &[u8]) -> Vec<Stored> {
+    let (gone, kept) = std::mem::take(list)
+        .into_iter()
+        .partition(|(i, n, _)| *i == index && n == name);
+    *list = kept;
+    gone
 }
 
 fn as_new(list: &[Stored]) -> Vec<NewXattr<'_>> {
@@ -129,7 +246,14 @@ fn as_new(list: &[Stored]) -> Vec<NewXattr<'_>> {
         .map(|(i, n, v)| NewXattr {
             index: *i,
             name: n,
-            value: NewValue::Bytes(v),
+            value: match v {
+                Val::Bytes(b) => NewValue::Bytes(b),
+                &Val::EaInode { inum, size, hash } => NewValue::EaInode {
+                    inum,
+                    size,
+                    value_hash: hash,
+                },
+            },
         })
         .collect()
 }
@@ -142,9 +266,10 @@ impl Txn<'_> {
             entries
                 .iter()
                 .map(|e| match e.value {
-                    XattrValue::Inline(v) => Ok((e.index(), e.name.to_vec(), v.to_vec())),
-                    XattrValue::EaInode { .. } => {
-                        Err(Error::Unsupported("changing attributes stored in EA inodes".into()))
+                    XattrValue::Inline(v) => Ok((e.index(), e.name.to_vec(), Val::Bytes(v.to_vec()))),
+                    XattrValue::EaInode { inum, size } => {
+                        let hash = self.ea_inode_hash(inode.ino, inum)?;
+                        Ok((e.index(), e.name.to_vec(), Val::EaInode { inum, size, hash }))
                     }
                 })
                 .collect()
@@ -177,7 +302,7 @@ impl Txn<'_> {
             .into_iter()
             .chain(block)
             .find(|(i, n, _)| *i == 7 && n == b"data")
-            .map(|(_, _, v)| v)
+            .and_then(|(_, _, v)| v.bytes().cloned())
             .unwrap_or_default())
     }
 
@@ -231,6 +356,12 @@ impl Txn<'_> {
             old
         } else {
             if old != 0 {
+                // The shared block keeps its own references.
+                for (_, _, v) in &attrs {
+                    if let Val::EaInode { inum, .. } = v {
+                        self.ea_inode_ref(inode.ino, *inum, 1)?;
+                    }
+                }
                 self.release_xattr_block(inode)?;
             }
             let goal = self

@@ -1,0 +1,152 @@
+//! `ea_inode` values written, replaced, removed and released through the
+//! engine, and values libext2fs wrote read and released: after each step
+//! `e2fsck -fn` finds the image clean (no value inode leaked, no reference
+//! count or hash wrong) and `debugfs` reads what the engine wrote.
+
+mod common;
+
+use std::path::Path;
+
+use common::{mkfs, open_rw, run};
+use ext4kit_engine::{Attr, NodeKind, ROOT_INO, XattrSet};
+use ext4kit_testkit::tools::e2fsck_fn;
+
+const ATTR: Attr = Attr {
+    perm: 0o644,
+    uid: 0,
+    gid: 0,
+};
+
+fn value(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn assert_clean(img: &Path, what: &str) {
+    let r = e2fsck_fn(img).expect("e2fsck");
+    assert!(r.is_clean(), "{what}: {}", r.output);
+}
+
+/// Inodes in use, from the superblock's count (`dumpe2fs -h`).
+fn inodes_in_use(img: &Path) -> u64 {
+    let out = run("dumpe2fs", &["-h", img.to_str().unwrap()]);
+    let field = |k: &str| -> u64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.trim_start_matches(':').trim().parse().ok())
+            .unwrap()
+    };
+    field("Inode count") - field("Free inodes")
+}
+
+/// The kernel, which checks the value inode's hash as it reads
+/// (`ext4_xattr_inode_verify_hashes`), returns the same bytes.
+fn kernel_reads(img: &Path, file: &str, name: &str, want: &[u8]) {
+    if let Err(why) = ext4kit_testkit::mount::can_loop_mount() {
+        eprintln!("SKIPPED: kernel read of the value: {why}");
+        assert!(std::env::var_os("CI").is_none(), "CI must run the kernel check: {why}");
+        return;
+    }
+    let m = ext4kit_testkit::mount::LoopMount::ro(img).expect("loop mount");
+    let got = xattr::get(m.path().join(file), name)
+        .expect("getxattr")
+        .expect("the attribute");
+    assert!(
+        got == want,
+        "the kernel reads {} bytes, not the {} written",
+        got.len(),
+        want.len()
+    );
+}
+
+#[test]
+fn values_larger_than_a_block_live_in_value_inodes_and_are_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-b", "4096", "-O", "ea_inode"], "64M") else {
+        return;
+    };
+    let base = inodes_in_use(&img);
+    let fs = open_rw(&img);
+    let f = fs.create(ROOT_INO, b"f", NodeKind::Regular, ATTR).unwrap().ino;
+    let big = value(10_000, 1);
+    fs.set_xattr(f, b"user.big", &big, XattrSet::Create).unwrap();
+    let small = value(100, 2);
+    fs.set_xattr(f, b"user.small", &small, XattrSet::Create).unwrap();
+    let inode = fs.inode(f).unwrap();
+    assert!(fs.xattr(&inode, b"user.big").unwrap() == big, "the value reads back");
+    fs.unmount().unwrap();
+    assert_clean(&img, "a 10,000-byte value");
+    assert_eq!(inodes_in_use(&img), base + 2, "the file and one value inode");
+    let got = run("debugfs", &["-R", "ea_get /f user.big", img.to_str().unwrap()]);
+    assert!(
+        got.len() > 10_000,
+        "debugfs reads the value: {} bytes of output",
+        got.len()
+    );
+    kernel_reads(&img, "f", "user.big", &big);
+
+    // Replaced by another large value: the old value inode goes.
+    let fs = open_rw(&img);
+    let bigger = value(30_000, 3);
+    fs.set_xattr(f, b"user.big", &bigger, XattrSet::Replace).unwrap();
+    assert!(
+        fs.xattr(&fs.inode(f).unwrap(), b"user.big").unwrap() == bigger,
+        "the new value reads back"
+    );
+    fs.unmount().unwrap();
+    assert_clean(&img, "replaced");
+    assert_eq!(inodes_in_use(&img), base + 2);
+
+    // Removed: so is its value inode.
+    let fs = open_rw(&img);
+    fs.remove_xattr(f, b"user.big").unwrap();
+    fs.set_xattr(f, b"user.again", &value(9_000, 4), XattrSet::Create)
+        .unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&img, "removed, then another");
+    assert_eq!(inodes_in_use(&img), base + 2);
+
+    // The file deleted: nothing left behind.
+    let fs = open_rw(&img);
+    fs.unlink(ROOT_INO, b"f").unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&img, "the file deleted");
+    assert_eq!(inodes_in_use(&img), base, "no value inode leaked");
+}
+
+#[test]
+fn values_libext2fs_wrote_are_read_and_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("g"), b"data").unwrap();
+    let Some(img) = mkfs(dir.path(), Some(&src), &["-b", "4096", "-O", "ea_inode"], "64M") else {
+        return;
+    };
+    // debugfs 1.47.0 takes at most one block from the file.
+    let big = value(4096, 7);
+    let vfile = dir.path().join("value");
+    std::fs::write(&vfile, &big).unwrap();
+    let cmd = format!("ea_set -f {} /g user.big", vfile.display());
+    run("debugfs", &["-w", "-R", &cmd, img.to_str().unwrap()]);
+    // debugfs 1.47.0 leaves the owner's i_blocks without the value's
+    // blocks, which e2fsck then adds: let it, so the image starts clean.
+    let _ = std::process::Command::new("e2fsck").arg("-fy").arg(&img).output();
+    assert_clean(&img, "as debugfs wrote it, repaired");
+    let base = inodes_in_use(&img);
+    let fs = open_rw(&img);
+    let g = fs.resolve(b"/g").unwrap();
+    let got = fs.xattr(&g, b"user.big").unwrap();
+    assert!(
+        got == big,
+        "read {} bytes, want the {} debugfs wrote",
+        got.len(),
+        big.len()
+    );
+    fs.set_xattr(g.ino, b"user.other", b"x", XattrSet::Create).unwrap();
+    fs.unlink(ROOT_INO, b"g").unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&img, "deleted through the engine");
+    assert_eq!(inodes_in_use(&img), base - 2, "the file and its value inode are gone");
+}
