@@ -307,7 +307,9 @@ const SUPPORTED: Features = Features {
             | CompatFeatures::EXT_ATTR.0
             | CompatFeatures::RESIZE_INODE.0
             | CompatFeatures::DIR_INDEX.0
-            | CompatFeatures::ORPHAN_FILE.0,
+            | CompatFeatures::ORPHAN_FILE.0
+            | CompatFeatures::SPARSE_SUPER2.0
+            | CompatFeatures::STABLE_INODES.0,
     ),
     incompat: IncompatFeatures(
         IncompatFeatures::FILETYPE.0

@@ -333,12 +333,32 @@ impl Plan {
     }
 
     /// Whether `group` holds a superblock backup (all of them without
-    /// sparse_super; else 0, 1 and powers of 3, 5, 7).
+    /// sparse_super; else 0, 1 and powers of 3, 5, 7; with sparse_super2
+    /// only the two groups of [`Plan::backup_bgs`]).
     pub fn has_super(&self, group: u32) -> bool {
+        if self.features.compat.contains(CompatFeatures::SPARSE_SUPER2) {
+            return group == 0 || self.backup_bgs().contains(&group);
+        }
         if group <= 1 || !self.features.ro_compat.contains(RoCompatFeatures::SPARSE_SUPER) {
             return true;
         }
         !group.is_multiple_of(2) && [3u32, 5, 7].iter().any(|&b| is_power_of(group, b))
+    }
+
+    /// `s_backup_bgs` with sparse_super2: mke2fs's default of two backups,
+    /// in group 1 and the last group, clamped to the groups there are, a
+    /// repeat dropped to 0 and the pair in ascending order; `[0, 0]`
+    /// without the feature.
+    pub fn backup_bgs(&self) -> [u32; 2] {
+        if !self.features.compat.contains(CompatFeatures::SPARSE_SUPER2) {
+            return [0, 0];
+        }
+        let last = self.group_count.saturating_sub(1);
+        let (a, mut b) = (1.min(last), last);
+        if a == b {
+            b = 0;
+        }
+        [a.min(b), a.max(b)]
     }
 
     /// True with `uninit_bg` or `metadata_csum`: groups carry flags and checksums.

@@ -292,6 +292,9 @@ fn superblock(b: &Build, files: &Files, free_blocks: u64) -> RawSuperblock {
     }
     sb.s_default_mount_opts.set(0x0004 | 0x0008); // user_xattr, acl
     sb.s_first_meta_bg.set(p.first_meta_bg);
+    let bgs = p.backup_bgs();
+    sb.s_backup_bgs[0].set(bgs[0]);
+    sb.s_backup_bgs[1].set(bgs[1]);
     sb.s_mkfs_time.set(b.now);
     if p.inode_size > 128 {
         sb.s_min_extra_isize.set(32);
