@@ -234,6 +234,11 @@ fn matches_mke2fs() {
         ("64M", &["-t", "ext4", "-O", "orphan_file,metadata_csum_seed"][..]),
         ("64M", &["-t", "ext3", "-O", "orphan_file"][..]),
         ("64M", &["-t", "ext4", "-O", "sparse_super2,stable_inodes"][..]),
+        ("64M", &["-t", "ext4", "-O", "inline_data"][..]),
+        (
+            "64M",
+            &["-t", "ext4", "-b", "4096", "-O", "inline_data,^metadata_csum"][..],
+        ),
         ("64M", &["-t", "ext4", "-b", "4096", "-O", "sparse_super2"][..]),
         ("1G", &["-t", "ext4", "-O", "sparse_super2"][..]),
         ("1G", &["-t", "ext4"][..]),
@@ -311,8 +316,8 @@ fn refusals_are_clear() {
     assert!(err(&[], "8M").contains("contains a ext4 file system"), "no -F");
     make(&img, "8M", &["-F", "-t", "ext2"]);
     assert!(err(&["-F", "-d", "/nonexistent-source"], "8M").contains("nonexistent-source"));
-    let e = err(&["-F", "-O", "bigalloc,inline_data"], "8M");
-    assert!(e.contains("bigalloc") && e.contains("inline_data"), "{e}");
+    let e = err(&["-F", "-O", "bigalloc,quota"], "8M");
+    assert!(e.contains("bigalloc") && e.contains("quota"), "{e}");
     assert!(err(&["-F"], "16K").contains("too small"));
     assert!(err(&["-F", "-O", "meta_bg"], "8M").contains("resize_inode"));
     assert!(err(&["-F", "-t", "ext2", "-O", "orphan_file"], "8M").contains("journal"));

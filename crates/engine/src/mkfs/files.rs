@@ -81,7 +81,11 @@ impl Files {
         let extents = b.plan.features.incompat.contains(IncompatFeatures::EXTENTS);
         let first = u64::from(b.plan.first_data_block);
         let root = alloc_file(b, first, 1, extents)?;
-        let lpf_blocks = (16384 / u64::from(b.plan.block_size)).clamp(2, 12);
+        // mke2fs grows lost+found a block at a time to 16 KiB (at least two
+        // blocks, at most twelve); with inline_data it starts inline, and
+        // its first growth only moves it to a block: one block fewer.
+        let inline = b.plan.features.incompat.contains(IncompatFeatures::INLINE_DATA);
+        let lpf_blocks = (16384 / u64::from(b.plan.block_size)).clamp(2, 12) - u64::from(inline);
         let lpf = alloc_file(b, first, lpf_blocks, extents)?;
         let resize = if b.plan.features.compat.contains(CompatFeatures::RESIZE_INODE) {
             Some(resize_map(b)?)
@@ -130,11 +134,14 @@ impl Files {
             ft,
         );
         w.write_block(b, self.root.runs[0].0, &root_blk)?;
+        let inline = self.lpf_was_inline(b);
         for (i, blk) in data_blocks(&self.lpf).enumerate() {
-            let entries: &[(&[u8], u32)] = if i == 0 {
-                &[(b".", LPF_INO), (b"..", ROOT_INO)]
-            } else {
-                &[]
+            // A lost+found that began inline keeps the empty record its
+            // move to a block left after "..".
+            let entries: &[(&[u8], u32)] = match (i, inline) {
+                (0, false) => &[(b".", LPF_INO), (b"..", ROOT_INO)],
+                (0, true) => &[(b".", LPF_INO), (b"..", ROOT_INO), (b"", 0)],
+                _ => &[],
             };
             w.write_block(b, blk, &dir_block(b, LPF_INO, entries, ft))?;
         }
@@ -178,6 +185,12 @@ impl Files {
         let nblocks = table.len().div_ceil(bs);
         table.resize(nblocks * bs, 0);
         w.write_at_block(b.tables[0].inode_table, &table, bs)
+    }
+
+    /// With inline_data mke2fs makes lost+found inline, then grows it
+    /// into blocks.
+    fn lpf_was_inline(&self, b: &Build) -> bool {
+        b.plan.features.incompat.contains(IncompatFeatures::INLINE_DATA)
     }
 
     fn inode_record(&self, b: &Build, ino: u32) -> Vec<u8> {
@@ -243,6 +256,11 @@ impl Files {
         }
         let mut rec = vec![0u8; usize::from(b.plan.inode_size)];
         raw.encode_into(&mut rec);
+        if ino == LPF_INO && self.lpf_was_inline(b) && rec.len() >= 164 {
+            // The in-inode xattr header its `system.data` once had stays,
+            // empty, as `ext2fs_inline_data_dir_expand` leaves it.
+            rec[160..164].copy_from_slice(&XATTR_MAGIC.to_le_bytes());
+        }
         if b.plan.features.metadata_csum() {
             set_inode_checksum(&mut rec, b.csum_seed, ino).expect("inode sizes are powers of two");
         }
@@ -307,6 +325,7 @@ fn dir_block(b: &Build, ino: u32, entries: &[(&[u8], u32)], ft: u8) -> Vec<u8> {
     let mut off = 0;
     for (i, (name, target)) in entries.iter().enumerate() {
         let len = if i + 1 == entries.len() { end - off } else { 12 };
+        let ft = if *target == 0 { 0 } else { ft };
         encode_entry(&mut buf, off, *target, len, ft, name, bs);
         off += len;
     }
@@ -315,6 +334,9 @@ fn dir_block(b: &Build, ino: u32, entries: &[(&[u8], u32)], ft: u8) -> Vec<u8> {
     }
     buf
 }
+
+/// `h_magic` of an in-inode xattr area (`EXT4_XATTR_MAGIC`).
+const XATTR_MAGIC: u32 = 0xEA02_0000;
 
 /// The checksum seed of inode `ino` (generation 0).
 fn inode_seed(b: &Build, ino: u32) -> u32 {
