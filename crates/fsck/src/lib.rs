@@ -26,6 +26,8 @@ pub mod dir_expand;
 pub mod dir_hole;
 pub mod dir_link;
 pub mod dirent;
+pub mod ea_refs;
+pub mod ea_walk;
 pub mod extents;
 pub mod fs;
 pub mod groups;
@@ -44,6 +46,7 @@ pub mod pass3;
 pub mod pass4;
 pub mod pass5;
 pub mod problem;
+pub mod quota;
 pub mod relocate;
 pub mod repair;
 pub mod report;
@@ -204,6 +207,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     if ctx.cancelled() {
         return Err(Fatal::Cancelled(Box::new(ctx.report)));
     }
+    quota::run(&mut ctx);
     let ino_used = ctx.kind.iter().skip(1).filter(|&&k| k != state::KIND_FREE).count() as u64;
     ctx.report.inodes_used = ino_used;
     ctx.report.blocks_used = ctx.used.count_range(0, ctx.fs.geo.blocks_count);

@@ -204,22 +204,23 @@ fn check_live(ctx: &mut Ctx, ea: &mut EaBlocks, ed: &mut InodeEdit) {
     let kind = ed.raw.file_type().map_or(KIND_BAD, |t| t.dirent_code());
     ctx.kind[ino as usize] = kind;
     ctx.links[ino as usize] = ed.raw.links();
-    if ed.raw.has_flag(flags::EA_INODE) {
-        ctx.ea_inode.set(u64::from(ino));
-    }
+    xattr::note_ea_inode_flag(ctx, ed);
     let extra_ok = inode_fields::check(ctx, ed);
     if ed.cleared {
         return;
     }
-    let (inline_len, mut sectors) = if extra_ok && ed.rec.len() > 128 {
+    let (inline_len, ibody) = if extra_ok && ed.rec.len() > 128 {
         xattr::check_ibody(ctx, ed)
     } else {
-        (None, 0)
+        (None, xattr::Charge::default())
     };
     let acl = ed.raw.file_acl();
-    if acl != 0 {
-        sectors += xattr::check_block(ctx, ea, ed, acl).unwrap_or(0);
-    }
+    let block = (acl != 0)
+        .then(|| xattr::check_block(ctx, ea, ed, acl, !xattr::inline_symlink(&ed.raw, inline_len)))
+        .flatten()
+        .unwrap_or_default();
+    let sectors = ibody.sectors + block.sectors;
+    ctx.ea.set_owned(ino, ibody.ea_inodes + block.ea_inodes);
     if kind == KIND_BAD {
         return;
     }
@@ -237,6 +238,10 @@ fn check_live(ctx: &mut Ctx, ea: &mut EaBlocks, ed: &mut InodeEdit) {
     let sectors = sectors + tally.blocks * u64::from(ctx.fs.geo.block_size / 512);
     inode_fields::check_sizes(ctx, ed, &tally, sectors);
     let raw = ed.raw;
+    if !xattr::inline_symlink(&raw, inline_len) {
+        let owned = ctx.ea.owned(ino);
+        crate::quota::charge(ctx, ino, &raw, ed.rec.len(), sectors, owned);
+    }
     if tally.blocks == 0 && raw.size() == 0 && inline_len.unwrap_or(0) == 0 {
         ctx.empty.set(u64::from(ino));
     }

@@ -33,12 +33,13 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
             });
         }
         let k = ctx.kind[ino as usize];
-        if k == KIND_FREE || k == KIND_RESERVED || ctx.ea_inode.get(u64::from(ino)) {
+        if k == KIND_FREE || k == KIND_RESERVED {
             continue;
         }
-        if ino == ctx.fs.sb.s_orphan_file_inum.get() {
+        if ino == ctx.fs.sb.s_orphan_file_inum.get() || crate::quota::is_quota_file(ctx, ino) {
             continue;
         }
+        crate::ea_refs::pass4(ctx, ino);
         if ctx.refs[ino as usize] == 0 && !unattached(ctx, ino) {
             continue;
         }

@@ -79,6 +79,10 @@ pub struct Ctx<'a> {
     pub empty: Bitmap,
     /// Per inode: an `ea_inode` (referenced from xattrs, not directories).
     pub ea_inode: Bitmap,
+    /// References to `ea_inode`s and the value inodes each inode holds.
+    pub ea: crate::ea_refs::EaState,
+    /// Quota usage pass 1 counted, per type and id.
+    pub quota: crate::quota::Usage,
     /// Directories.
     pub dirs: BTreeMap<u32, DirInfo>,
     /// Directory blocks, sorted by (inode, logical block) after pass 1.
@@ -123,6 +127,8 @@ impl<'a> Ctx<'a> {
             refs: vec![0; n],
             empty: Bitmap::new(ni),
             ea_inode: Bitmap::new(ni),
+            ea: crate::ea_refs::EaState::default(),
+            quota: crate::quota::Usage::default(),
             dirs: BTreeMap::new(),
             dblocks: Vec::new(),
             scanned: vec![0; fs.geo.group_count as usize],
