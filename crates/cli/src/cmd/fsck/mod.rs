@@ -53,13 +53,14 @@ pub struct Args {
     pub json: bool,
 }
 
-const PASS_NAMES: [&str; 6] = [
+const PASS_NAMES: [&str; 7] = [
     "Pass 0: Checking the superblock, group descriptors and journal",
     "Pass 1: Checking inodes, blocks, and sizes",
     "Pass 2: Checking directory structure",
     "Pass 3: Checking directory connectivity",
     "Pass 4: Checking reference counts",
     "Pass 5: Checking group summary information",
+    "After pass 5: quota usage and final updates",
 ];
 
 /// Runs the command; exits the process with e2fsck's status.
