@@ -135,3 +135,28 @@ fn a_wrong_xattr_block_refcount_is_set() {
     assert!(ea.contains("hello"), "{ea}");
     assert_files_intact(&fixed);
 }
+
+/// The checker and e2fsck agree that the value inodes the engine writes
+/// (hash, reference count, the owner's block charge) are sound.
+#[test]
+fn ea_inode_values_the_engine_writes_check_clean() {
+    use ext4kit_engine::{Filesystem, OpenOptions, XattrSet};
+    let dev = Arc::new(MemDevice::new(mke2fs(&["-O", "ea_inode"])));
+    let fs = Filesystem::open(Box::new(dev.clone() as Arc<dyn BlockDevice>), OpenOptions::default()).unwrap();
+    let f1 = fs.resolve(b"/f1").unwrap().ino;
+    fs.set_xattr(f1, b"user.big", &[7u8; 5000], XattrSet::Create).unwrap();
+    fs.set_xattr(f1, b"user.two", &[8u8; 3000], XattrSet::Create).unwrap();
+    let f2 = fs.resolve(b"/f2").unwrap().ino;
+    fs.set_xattr(f2, b"user.big", &[9u8; 2000], XattrSet::Create).unwrap();
+    fs.remove_xattr(f1, b"user.two").unwrap();
+    fs.unmount().unwrap();
+    let bytes = dev.snapshot();
+    let opts = Options {
+        force: true,
+        ..Default::default()
+    };
+    let r = ext4kit_fsck::check(&MemDevice::read_only(bytes.clone()), &opts, &mut |_| {}).unwrap();
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    let (code, text) = e2fsck_n(&bytes);
+    assert_eq!(code, Some(0), "e2fsck -fn: {text}");
+}
