@@ -286,3 +286,34 @@ fn rm_r_of_a_directory_loop_removes_nothing() {
     debugfs("unlink /a/b/loop");
     assert_fsck_clean(&img);
 }
+
+/// `stat` of a fast symlink (issue 19's false alarm) shows its target and
+/// no mapping: the text in `i_block` is not read as block numbers.
+#[test]
+fn stat_of_a_fast_symlink_reads_no_block_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::os::unix::fs::symlink("target-name", src.join("link")).unwrap();
+    std::os::unix::fs::symlink("a", src.join("short")).unwrap();
+    let img = dir.path().join("s.img");
+    let Some(mkfs) = skip_unless(require_tool("mkfs.ext4")) else {
+        return;
+    };
+    let out = Command::new(mkfs)
+        .args(["-q", "-F", "-d"])
+        .arg(&src)
+        .arg(&img)
+        .arg("16M")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    for (path, target) in [("/link", "target-name"), ("/short", "a")] {
+        let out = try_ext4kit(&img, &["stat", path], None);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{path}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains(&format!("Link target: {target}")), "{text}");
+        assert!(text.contains("Fast symlink") && !text.contains("Block map"), "{text}");
+    }
+    assert_fsck_clean(&img);
+}

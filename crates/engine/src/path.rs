@@ -87,7 +87,11 @@ impl Filesystem {
 
     /// Fast symlinks keep the target in `i_block`: no data blocks (beyond an
     /// xattr block), no inline-data flag, and a target shorter than 60 bytes.
-    fn is_fast_symlink(&self, inode: &Inode) -> bool {
+    /// Their `i_block` is text, not a mapping: nothing may walk it.
+    pub fn is_fast_symlink(&self, inode: &Inode) -> bool {
+        if inode.file_type().ok() != Some(ext4kit_format::inode::FileType::Symlink) {
+            return false;
+        }
         if inode.has_inline_data() || inode.size() >= 60 {
             return false;
         }

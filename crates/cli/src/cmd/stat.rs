@@ -119,6 +119,10 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 fn print_body(fs: &Filesystem, inode: &Inode) -> Result<()> {
+    if fs.is_fast_symlink(inode) {
+        outln!("Fast symlink: the target is stored in the inode (i_block), no blocks");
+        return Ok(());
+    }
     if inode.has_inline_data() {
         outln!("Inline data: {} bytes", inode.size());
         return Ok(());
