@@ -481,3 +481,30 @@ fn no_large_file_is_overridden_as_mke2fs_does() {
         std::fs::remove_file(&theirs).ok();
     }
 }
+
+/// A bare size counts KiB, or blocks of `-b`, as mke2fs reads it (issue
+/// 19: `ext4kit mkfs a.img 65536` made a 64 KiB image).
+#[test]
+fn a_bare_size_counts_kib_or_blocks_as_mke2fs() {
+    let Some(dir) = setup() else { return };
+    for (args, size, blocks, bs) in [
+        (&[][..], "65536", 65536u64, 1024u64),
+        (&["-b", "4096"][..], "16384", 16384, 4096),
+        (&["-b", "1024"][..], "8192", 8192, 1024),
+    ] {
+        let ours = dir.path().join("bare.img");
+        std::fs::remove_file(&ours).ok();
+        make(&ours, size, args);
+        assert_eq!(std::fs::metadata(&ours).unwrap().len(), blocks * bs, "{args:?} {size}");
+        let theirs = dir.path().join("bare-mke2fs.img");
+        run_mke2fs(&theirs, blocks * bs, args);
+        let count = |img: &Path| {
+            dumpe2fs(img)
+                .lines()
+                .find(|l| l.starts_with("Block count:"))
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(count(&ours), count(&theirs), "{args:?} {size}");
+    }
+}

@@ -13,7 +13,8 @@ use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
 pub struct Args {
     /// The image file (created sparse when absent) or block device.
     image: PathBuf,
-    /// File-system size (e.g. 64M, 1G, 16T); default: the whole image.
+    /// File-system size (e.g. 64M, 1G, 16T); a bare number counts KiB, or
+    /// blocks of `-b` when given, as mke2fs reads it; default: the whole image.
     size: Option<String>,
     /// File-system type: ext2, ext3 or ext4.
     #[arg(short = 't', default_value = "ext4")]
@@ -81,7 +82,7 @@ fn make(a: &Args) -> Result<()> {
     {
         bail!("-d {}: not a directory", src.display());
     }
-    let size = a.size.as_deref().map(parse_size).transpose()?;
+    let size = a.size.as_deref().map(|s| fs_size(s, a.block_size)).transpose()?;
     opts.size_bytes = size;
     // Sizes and counts mkfs cannot lay out are refused before an
     // existing image is touched.
@@ -245,4 +246,17 @@ fn populate(image: &Path, src: &Path) -> Result<()> {
     let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;
     super::import::import(&fs, src, "/", true).with_context(|| format!("populating from {}", src.display()))?;
     fs.unmount().with_context(|| format!("closing {}", image.display()))
+}
+
+/// mke2fs's `fs-size`: with a unit suffix, bytes; a bare number counts
+/// blocks of `-b`, or KiB when no block size is given.
+fn fs_size(s: &str, block_size: Option<u32>) -> ext4kit_engine::Result<u64> {
+    let t = s.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        let unit = u64::from(block_size.unwrap_or(1024));
+        return parse_size(t)?
+            .checked_mul(unit)
+            .ok_or_else(|| ext4kit_engine::Error::InvalidArgument(format!("size {s} is too large")));
+    }
+    parse_size(t)
 }
