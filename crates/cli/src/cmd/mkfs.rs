@@ -176,6 +176,12 @@ fn options(a: &Args) -> Result<MkfsOptions> {
 /// truncated to zero and extended sparse, so it reads as zeros, which
 /// mkfs is told.
 fn prepare(path: &Path, size: Option<u64>, force: bool) -> Result<(FileDevice, bool)> {
+    if path.is_dir() {
+        bail!(
+            "{} is a directory: mkfs makes a file system in an image file or on a block device",
+            path.display()
+        );
+    }
     let exists = path.exists();
     if exists
         && !force

@@ -66,7 +66,20 @@ pub fn run(a: Args) -> Result<()> {
             "{}: a FUSE mount whose server is gone (killed?); detach it with `umount -l {0}` and mount again",
             a.mountpoint.display()
         ),
-        _ => bail!("{}: mount point is not a directory", a.mountpoint.display()),
+        Ok(_) => bail!("{}: mount point is not a directory", a.mountpoint.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!(
+                "{}: mount point does not exist (mkdir it first)",
+                a.mountpoint.display()
+            )
+        }
+        Err(e) => bail!("{}: mount point: {e}", a.mountpoint.display()),
+    }
+    if a.create.is_none() && !a.image.exists() {
+        bail!(
+            "{}: no such image (--create SIZE makes a new one, e.g. --create 1G)",
+            a.image.display()
+        );
     }
     let created = match &a.create {
         Some(size) => create_image(&a.image, size)?,
