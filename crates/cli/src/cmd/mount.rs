@@ -57,9 +57,6 @@ pub fn run(a: Args) -> Result<()> {
         cfg.apply(o).map_err(anyhow::Error::msg)?;
     }
     cfg.check().map_err(anyhow::Error::msg)?;
-    if a.daemon && std::env::var_os(DAEMON_CHILD).is_none() {
-        return spawn_daemon(&a);
-    }
     match std::fs::metadata(&a.mountpoint) {
         Ok(m) if m.is_dir() => {}
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
@@ -80,6 +77,9 @@ pub fn run(a: Args) -> Result<()> {
             "{}: no such image (--create SIZE makes a new one, e.g. --create 1G)",
             a.image.display()
         );
+    }
+    if a.daemon && std::env::var_os(DAEMON_CHILD).is_none() {
+        return spawn_daemon(&a);
     }
     let created = match &a.create {
         Some(size) => create_image(&a.image, size)?,
