@@ -148,3 +148,67 @@ fn a_repair_cut_short_at_any_write_is_finished_by_the_next() {
     }
     assert!(cases >= 9, "only {cases} crash images");
 }
+
+/// e2fsprogs' own damaged images whose repairs span the passes: clones of
+/// shared blocks (f_dup, f_dupsuper), a rebuilt root and lost+found
+/// (f_badroot), salvaged and hole-filled directories (f_baddir, f_holedir),
+/// entries and links cleared (f_dirlink, f_dup_de). Each repair is cut at
+/// every write (none, all, or a torn and reordered subset of the unflushed
+/// writes surviving); a second repair always ends clean.
+#[test]
+fn corpus_repairs_cut_at_any_write_are_finished_by_the_next() {
+    let wanted = [
+        "f_dup",
+        "f_dupsuper",
+        "f_badroot",
+        "f_baddir",
+        "f_holedir",
+        "f_dirlink",
+        "f_dup_de",
+    ];
+    let images: Vec<_> = ext4kit_testkit::peer::e2fsprogs_images()
+        .into_iter()
+        .filter(|i| wanted.contains(&i.test.as_str()))
+        .collect();
+    if images.len() < wanted.len() {
+        eprintln!("SKIPPED: the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not all present");
+        assert!(std::env::var_os("CI").is_none(), "CI must have the e2fsprogs corpus");
+        return;
+    }
+    for img in images {
+        let bytes = std::fs::read(&img.path).unwrap();
+        let crash = Arc::new(CrashDevice::new(bytes));
+        let as_dyn: Arc<dyn BlockDevice> = crash.clone();
+        let first = repair(&as_dyn, &opts(), &mut |_| {}).expect("repair runs");
+        assert_eq!(
+            first.verdict.unfixed_errors(),
+            0,
+            "{}: {:?}",
+            img.test,
+            first.verdict.findings
+        );
+        e2fsck_clean(&crash.current(), &img.test);
+        let writes = crash.writes();
+        for point in 0..=writes {
+            for s in [
+                Survivors::None,
+                Survivors::All,
+                Survivors::Random {
+                    seed: point as u64 * 7 + 1,
+                    torn: true,
+                    reorder: true,
+                },
+            ] {
+                let (second, after) = run_repair(crash.crash_image(point, s));
+                let what = format!("{}: crash at write {point} of {writes} ({s:?})", img.test);
+                assert_eq!(
+                    second.verdict.unfixed_errors(),
+                    0,
+                    "{what}: {:?}",
+                    second.verdict.findings
+                );
+                e2fsck_clean(&after, &what);
+            }
+        }
+    }
+}
