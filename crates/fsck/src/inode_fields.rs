@@ -344,7 +344,11 @@ pub fn check_sizes(ctx: &mut Ctx, ed: &mut InodeEdit, t: &Tally, sectors: u64) {
         if ctx.fix(f) {
             ed.raw.set_size(t.last.map_or(0, |l| l + 1) * bs);
             ed.dirty = true;
+            crate::sb_fields::size_set(ctx, m == mode::S_IFDIR, ed.raw.size());
         }
+    }
+    if m == mode::S_IFREG && crate::sb_fields::needs_large_file(ed.raw.size()) {
+        ctx.large_files = ctx.large_files.saturating_add(1);
     }
     if !t.walked && sectors == 0 && raw.i_blocks_lo.get() == 0 {
         return;

@@ -47,6 +47,7 @@ pub mod problem;
 pub mod relocate;
 pub mod repair;
 pub mod report;
+pub mod reserved;
 pub mod resize;
 pub mod sb_fields;
 pub mod state;

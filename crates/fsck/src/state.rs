@@ -106,6 +106,8 @@ pub struct Ctx<'a> {
     /// Inode-table blocks the bad-blocks inode lists (pass 2 clears
     /// entries naming inodes in them).
     pub bad_itable: std::collections::BTreeSet<u64>,
+    /// Regular files of 2 GiB or more that pass 1 kept (e2fsck's `large_files`).
+    pub large_files: u32,
 }
 
 impl<'a> Ctx<'a> {
@@ -133,6 +135,7 @@ impl<'a> Ctx<'a> {
             halted: false,
             blocks_known: false,
             bad_itable: std::collections::BTreeSet::new(),
+            large_files: 0,
             claim_budget: nb.saturating_mul(4).max(1 << 20),
             fs,
             report,
