@@ -70,15 +70,11 @@ fn mark_metadata(ctx: &mut Ctx) {
             }
             let clash = (start..start + n).any(|b| ctx.meta.get(b));
             if clash {
-                ctx.add(
-                    Finding::new(
-                        code,
-                        format!("group {g} metadata at block {start} conflicts with other metadata"),
-                        "relocate it",
-                    )
-                    .grp(g)
-                    .blk(start),
-                );
+                let msg = format!("group {g} metadata at block {start} conflicts with other metadata");
+                if ctx.fix(Finding::new(code, msg, "relocate it").grp(g).blk(start)) {
+                    crate::relocate::later(ctx, g, code);
+                    continue;
+                }
             }
             for b in start..start + n {
                 ctx.meta.set(b);

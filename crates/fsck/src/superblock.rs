@@ -139,6 +139,7 @@ fn refuse_unknown(sb: &RawSuperblock) -> Result<(), Fatal> {
 /// repairs, then the counts and the image size.
 pub fn check(ctx: &mut Ctx) {
     from_backup(ctx);
+    crate::resize_inode::check(ctx);
     crate::sb_fields::check(ctx);
     check_counts(&ctx.fs, &mut ctx.report);
     check_size(&ctx.fs, &mut ctx.report);
