@@ -8,6 +8,7 @@ use std::sync::Arc;
 use ext4kit_engine::device::MemDevice;
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
 use ext4kit_engine::{Attr, BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::group_desc::RawGroupDesc;
 use ext4kit_format::inode::set_inode_checksum;
 use ext4kit_format::superblock::{Geometry, RawSuperblock};
@@ -26,12 +27,18 @@ const FREE_BLK: u32 = 16_300;
 
 /// A 1 KiB-block image with one file; returns it and the file's inode.
 fn build() -> (Vec<u8>, u32) {
+    build_with(&[])
+}
+
+/// [`build`] with mkfs feature edits (name, on).
+fn build_with(edits: &[(&str, bool)]) -> (Vec<u8>, u32) {
     let dev = Arc::new(MemDevice::new(vec![0; 16 << 20]));
     let opts = MkfsOptions {
         uuid: Some([7; 16]),
         timestamp: Some(1_700_000_000),
         device_zeroed: true,
         block_size: Some(1024),
+        feature_edits: edits.iter().map(|&(n, on)| (n.to_string(), on)).collect(),
         ..MkfsOptions::default()
     };
     mkfs(dev.as_ref(), &opts).expect("mkfs");
@@ -169,5 +176,64 @@ fn a_reserved_inode_loses_the_casefold_flag() {
         "{:?}",
         fixed_codes(&out)
     );
+    assert_repaired(&out, &after, file);
+}
+
+/// Rewrites the primary superblock through `edit`, with its checksum.
+fn edit_super(bytes: &mut [u8], edit: impl FnOnce(&mut RawSuperblock)) {
+    let mut sb = RawSuperblock::parse(&bytes[1024..2048]).unwrap();
+    edit(&mut sb);
+    if sb.features().metadata_csum() {
+        sb.set_checksum();
+    }
+    bytes[1024..2048].copy_from_slice(&sb.encode());
+}
+
+/// Rewrites group `g`'s primary descriptor through `edit`, with its checksum.
+fn edit_desc(bytes: &mut [u8], g: u32, edit: impl FnOnce(&mut RawGroupDesc)) {
+    let sb = RawSuperblock::parse(&bytes[1024..2048]).unwrap();
+    let geo = Geometry::from_superblock(&sb).unwrap();
+    let ds = usize::from(geo.desc_size);
+    let at = (geo.first_data_block as usize + 1) * geo.block_size as usize + g as usize * ds;
+    let mut gd = RawGroupDesc::parse(&bytes[at..at + ds], ds).unwrap();
+    edit(&mut gd);
+    let c = gd.compute_checksum(&geo.features, sb.csum_seed(), &sb.s_uuid, g, ds);
+    gd.bg_checksum.set(c);
+    gd.encode_into(&mut bytes[at..at + ds]);
+}
+
+#[test]
+fn a_sound_extent_file_turns_the_extents_feature_back_on() {
+    let (mut bytes, file) = build_with(&[("64bit", false)]);
+    edit_super(&mut bytes, |sb| {
+        assert_eq!(
+            sb.s_feature_incompat.get() & IncompatFeatures::BIT64.0,
+            0,
+            "built without 64bit"
+        );
+        let v = sb.s_feature_incompat.get() & !IncompatFeatures::EXTENTS.0;
+        sb.s_feature_incompat.set(v);
+    });
+    let (out, after) = fix(&bytes);
+    assert!(
+        fixed_codes(&out).contains(&"P1_EXTENT_FEATURE"),
+        "{:?}",
+        fixed_codes(&out)
+    );
+    let sb = RawSuperblock::parse(&after[1024..2048]).unwrap();
+    assert_ne!(sb.s_feature_incompat.get() & IncompatFeatures::EXTENTS.0, 0);
+    assert_repaired(&out, &after, file);
+}
+
+#[test]
+fn an_inode_bitmap_on_the_block_bitmap_is_moved() {
+    let (mut bytes, file) = build();
+    edit_desc(&mut bytes, 1, |gd| {
+        let bb = gd.block_bitmap();
+        gd.bg_inode_bitmap_lo.set(bb as u32);
+        gd.bg_inode_bitmap_hi.set((bb >> 32) as u32);
+    });
+    let (out, after) = fix(&bytes);
+    assert!(fixed_codes(&out).contains(&"P1_IB_CONFLICT"), "{:?}", fixed_codes(&out));
     assert_repaired(&out, &after, file);
 }
