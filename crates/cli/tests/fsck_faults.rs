@@ -25,7 +25,7 @@ const SEEDS: std::ops::Range<u64> = 1..241;
 const MIN_AGREE_PERCENT: usize = 95;
 /// Damaged images `ext4kit fsck -fy` brings to e2fsck-clean: the floor at
 /// what it reaches today.
-const MIN_REPAIRED: usize = 149;
+const MIN_REPAIRED: usize = 150;
 
 /// Where a fault may go in one base image.
 struct Base {

@@ -109,14 +109,17 @@ fn feature_flags(ctx: &mut Ctx, ed: &mut InodeEdit, m: u16) {
     if fl & flags::EXTENTS != 0 && !f.incompat.contains(IncompatFeatures::EXTENTS) {
         // e2fsck offers to turn the feature on when the root header is
         // sound (not done here), and otherwise clears the inode.
-        let sound = u16::from_le_bytes([ed.raw.i_block[0], ed.raw.i_block[1]]) == 0xF30A;
+        let sound = crate::extent_feature::root_ok(&ed.raw.i_block);
         let msg = "EXTENTS_FL set without the extent feature";
-        if sound {
+        if sound && crate::extent_feature::enable(ctx, ed.ino) {
+            // the feature is on now
+        } else if sound && !ctx.repairing() {
             ctx.add(Finding::new(p::P1_EXTENTS_SET, msg, "clear the inode").ino(ed.ino));
         } else if ask(ctx, ed, p::P1_EXTENTS_SET, msg, "clear the inode") {
             return inode_edit::clear(ctx, ed);
         }
     }
+    crate::extent_feature::missing_flag(ctx, ed);
     if fl & flags::INLINE_DATA != 0 && !f.incompat.contains(IncompatFeatures::INLINE_DATA) {
         let msg = "INLINE_DATA_FL set without inline_data";
         if has_system_data(ed) {
@@ -344,7 +347,11 @@ pub fn check_sizes(ctx: &mut Ctx, ed: &mut InodeEdit, t: &Tally, sectors: u64) {
         if ctx.fix(f) {
             ed.raw.set_size(t.last.map_or(0, |l| l + 1) * bs);
             ed.dirty = true;
+            crate::sb_fields::size_set(ctx, m == mode::S_IFDIR, ed.raw.size());
         }
+    }
+    if m == mode::S_IFREG && crate::sb_fields::needs_large_file(ed.raw.size()) {
+        ctx.large_files = ctx.large_files.saturating_add(1);
     }
     if !t.walked && sectors == 0 && raw.i_blocks_lo.get() == 0 {
         return;

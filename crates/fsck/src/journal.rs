@@ -17,6 +17,13 @@ use crate::walk::{Event, Walker};
 /// checksum v2 and v3, fast commit).
 const JBD2_KNOWN_INCOMPAT: u32 = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20;
 
+/// The fewest blocks a journal may have (`JBD2_MIN_JOURNAL_BLOCKS`).
+const JBD2_MIN_JOURNAL_BLOCKS: u64 = 1024;
+
+/// Bytes of a version-1 journal superblock (header through `s_start`);
+/// the rest of the block is version 2's.
+const V1_SB_SIZE: usize = 0x24;
+
 /// Checks the journal, then the orphan list ([`crate::orphans`]).
 pub fn check(ctx: &mut Ctx) {
     journal(ctx);
@@ -100,9 +107,15 @@ fn journal_superblock(ctx: &mut Ctx, jino: u32) -> Option<(RawJournalSuperblock,
         return None;
     }
     let mut first = None;
+    // Blocks mapped from 0 without a hole: e2fsck stops reading the
+    // journal's map at the first hole.
+    let mut next = Some(0u64);
     let mut visit = |e: Event| {
-        if let Event::Data { lblk: 0, pblk, .. } = e {
-            first = Some(pblk);
+        if let Event::Data { lblk, pblk, len, .. } = e {
+            if lblk == 0 {
+                first = Some(pblk);
+            }
+            next = next.and_then(|n| (lblk == n).then_some(n + u64::from(len)));
         }
     };
     let extents = raw.has_flag(ext4kit_format::inode::flags::EXTENTS);
@@ -112,6 +125,11 @@ fn journal_superblock(ctx: &mut Ctx, jino: u32) -> Option<(RawJournalSuperblock,
     drop(w);
     if broken {
         bad_inode(ctx, jino, "the journal inode's block map is invalid".into());
+        return None;
+    }
+    let bs = u64::from(ctx.fs.geo.block_size);
+    if raw.size() / bs < JBD2_MIN_JOURNAL_BLOCKS || next.unwrap_or(0).saturating_mul(bs) < raw.size() {
+        bad_inode(ctx, jino, "the journal inode is too small or has holes".into());
         return None;
     }
     let Some(blk) = first else {
@@ -134,7 +152,7 @@ fn journal_superblock(ctx: &mut Ctx, jino: u32) -> Option<(RawJournalSuperblock,
             }
             Some((j, blk))
         }
-        Ok(j) => Some((j, blk)),
+        Ok(j) => Some((v1_fields(ctx, j, blk), blk)),
         Err(e) if e.field == "h_blocktype" => {
             let msg = format!("journal superblock is corrupt: {e}");
             ctx.add(Finding::new(p::P0_JOURNAL_UNSUPP_SUPER, msg, "abort").blk(blk));
@@ -233,4 +251,34 @@ fn write_jsb(ctx: &Ctx, jsb: &RawJournalSuperblock, blk: u64) -> Result<(), Stri
     ctx.fs
         .write_block(blk, &buf)
         .map_err(|e| format!("writing the journal superblock: {e}"))
+}
+
+/// A version-1 journal superblock with version-2 fields set (features or
+/// users), or a version-2 one claiming several users of an internal
+/// journal: e2fsck clears everything past the version-1 fields
+/// (`PR_0_CLEAR_V2_JOURNAL`), which a kernel would otherwise read.
+fn v1_fields(ctx: &mut Ctx, jsb: RawJournalSuperblock, blk: u64) -> RawJournalSuperblock {
+    let v2_set = jsb.s_feature_compat.get() != 0
+        || jsb.s_feature_incompat.get() != 0
+        || jsb.s_feature_ro_compat.get() != 0
+        || jsb.s_nr_users.get() != 0;
+    let bad = if jsb.is_v2() {
+        jsb.s_nr_users.get() > 1 && ctx.fs.sb.s_journal_uuid == [0; 16]
+    } else {
+        v2_set
+    };
+    let msg = "invalid version-2 journal superblock fields";
+    if !bad || !ctx.fix(Finding::new(p::P0_CLEAR_V2_JOURNAL, msg, "clear them").blk(blk)) {
+        return jsb;
+    }
+    let Ok(mut buf) = ctx.fs.read_block(blk) else {
+        ctx.not_fixed("the journal superblock could not be read");
+        return jsb;
+    };
+    buf[V1_SB_SIZE..].fill(0);
+    if let Err(e) = ctx.fs.write_block(blk, &buf) {
+        ctx.not_fixed(e);
+        return jsb;
+    }
+    RawJournalSuperblock::parse(&buf).unwrap_or(jsb)
 }

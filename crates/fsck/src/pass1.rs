@@ -30,6 +30,7 @@ const ROOT_INO: u32 = 2;
 /// Runs pass 1.
 pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
     mark_metadata(ctx);
+    crate::bad_blocks::start_pass1(ctx);
     let mut ea = EaBlocks::default();
     let groups = ctx.fs.geo.group_count;
     for g in 0..groups {
@@ -69,15 +70,11 @@ fn mark_metadata(ctx: &mut Ctx) {
             }
             let clash = (start..start + n).any(|b| ctx.meta.get(b));
             if clash {
-                ctx.add(
-                    Finding::new(
-                        code,
-                        format!("group {g} metadata at block {start} conflicts with other metadata"),
-                        "relocate it",
-                    )
-                    .grp(g)
-                    .blk(start),
-                );
+                let msg = format!("group {g} metadata at block {start} conflicts with other metadata");
+                if ctx.fix(Finding::new(code, msg, "relocate it").grp(g).blk(start)) {
+                    crate::relocate::later(ctx, g, code);
+                    continue;
+                }
             }
             for b in start..start + n {
                 ctx.meta.set(b);
@@ -120,6 +117,9 @@ fn scan_group(ctx: &mut Ctx, ea: &mut EaBlocks, g: u32) {
     let nblocks = (limit as usize).div_ceil(per_block);
     for bi in 0..nblocks {
         let blk = gd.inode_table() + bi as u64;
+        if ctx.bad_itable.contains(&blk) {
+            continue; // inodes in a bad block are not examined (e2fsck's inode_bb_map)
+        }
         let buf = match ctx.fs.read_block(blk) {
             Ok(b) => b,
             Err(e) => {
@@ -155,7 +155,11 @@ fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
     let mut ed = InodeEdit::new(ino, rec);
     let csum_bad =
         !all_zero(rec) && ctx.fs.geo.features.metadata_csum() && verify_inode_checksum(rec, ctx.fs.seed, ino).is_err();
+    if ino == BAD_INO {
+        return crate::bad_blocks::check_inode(ctx, rec, csum_bad);
+    }
     if ino < ctx.fs.geo.first_ino && ino != ROOT_INO {
+        crate::reserved::check(ctx, &mut ed);
         let raw = ed.raw;
         reserved_inode(ctx, ino, &raw);
         finish(ctx, &mut ed, csum_bad);

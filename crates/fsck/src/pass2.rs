@@ -47,6 +47,7 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
         check_dir(ctx, ino, &info, &blocks[a..z]);
     }
     ctx.dblocks = blocks;
+    crate::sb_fields::large_files(ctx);
 }
 
 fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {

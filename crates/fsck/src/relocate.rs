@@ -70,6 +70,14 @@ pub fn relocate(ctx: &mut Ctx) {
         return;
     }
     bad_bitmaps(ctx);
+    for (g, t) in std::mem::take(&mut ctx.conflicts) {
+        let old = t.get(&ctx.fs.groups[g as usize]);
+        if relocate_one(ctx, g, t) {
+            copy_table(ctx, g, t, old);
+        } else {
+            ctx.not_fixed("no room to relocate it");
+        }
+    }
     for g in 0..ctx.fs.geo.group_count {
         for t in [Table::BlockBitmap, Table::InodeBitmap, Table::InodeTable] {
             if t.get(&ctx.fs.groups[g as usize]) == 0 {
@@ -105,6 +113,39 @@ fn bad_bitmaps(ctx: &mut Ctx) {
                 ctx.meta.clear(old);
                 ctx.dup.clear(old);
             }
+        }
+    }
+}
+
+/// Pass 1 found group `g`'s table (named by the conflict `code`) on
+/// blocks other metadata holds: it is moved, with its content, after pass 1
+/// (e2fsck's "conflicts with some other fs block. Relocate?").
+pub fn later(ctx: &mut Ctx, g: u32, code: p::Code) {
+    let t = if code == p::P1_BB_CONFLICT {
+        Table::BlockBitmap
+    } else if code == p::P1_IB_CONFLICT {
+        Table::InodeBitmap
+    } else {
+        Table::InodeTable
+    };
+    ctx.conflicts.push((g, t));
+}
+
+/// Copies group `g`'s table `t` from its old home `old` to the new one,
+/// as e2fsck's `new_table_block` does (bitmaps are rewritten by pass 5
+/// anyway; an inode table keeps its inodes).
+fn copy_table(ctx: &mut Ctx, g: u32, t: Table, old: u64) {
+    let n = if t == Table::InodeTable {
+        u64::from(ctx.fs.geo.inode_table_blocks)
+    } else {
+        1
+    };
+    let new = t.get(&ctx.fs.groups[g as usize]);
+    for i in 0..n {
+        if let Ok(data) = ctx.fs.read_block(old + i)
+            && ctx.fs.write_block(new + i, &data).is_err()
+        {
+            ctx.report.note(format!("copying block {} to {}", old + i, new + i));
         }
     }
 }

@@ -178,7 +178,9 @@ fn uuid(ctx: &mut Ctx) {
     if ctx.fs.sb.s_uuid != [0; 16] || ctx.fs.geo.features.metadata_csum() {
         return;
     }
-    let f = Finding::new(p::P0_ADD_UUID, "the file system has no UUID", "generate one");
+    // e2fsck generates one without asking and does not count it against
+    // the image (its -n run exits 0): a warning.
+    let f = Finding::new(p::P0_ADD_UUID, "the file system has no UUID", "generate one").warning();
     if ctx.fix(f) {
         ctx.fs.sb.s_uuid = ext4kit_engine::tune::time_uuid();
         features_changed(ctx, true);
@@ -202,5 +204,66 @@ fn rev_level(ctx: &mut Ctx) {
         sb.s_inode_size.set(128);
         ctx.fs.dirty_sb = true;
         ctx.fs.dirty_backups = true;
+    }
+}
+
+/// `ext2fs_needs_large_file_feature`: a size of 2 GiB or more needs
+/// large_file (regular files) or large_dir (directories).
+pub fn needs_large_file(size: u64) -> bool {
+    size >= 0x8000_0000
+}
+
+/// What `ext2fs_inode_size_set` does when a repair gives an inode a size
+/// that needs large_file (or large_dir for a directory): the feature is
+/// set without asking and a revision 0 superblock is raised to 1.
+pub fn size_set(ctx: &mut Ctx, dir: bool, size: u64) {
+    if !needs_large_file(size) {
+        return;
+    }
+    let (word, bit) = if dir {
+        (&mut ctx.fs.sb.s_feature_incompat, IncompatFeatures::LARGEDIR.0)
+    } else {
+        (&mut ctx.fs.sb.s_feature_ro_compat, RoCompatFeatures::LARGE_FILE.0)
+    };
+    if word.get() & bit != 0 {
+        return;
+    }
+    word.set(word.get() | bit);
+    raise_rev(ctx);
+    features_changed(ctx, true);
+}
+
+/// `ext2fs_update_dynamic_rev`: revision 1 with the values revision 0 implies.
+fn raise_rev(ctx: &mut Ctx) {
+    let sb = &mut ctx.fs.sb;
+    if sb.s_rev_level.get() == 0 {
+        sb.s_rev_level.set(1);
+        sb.s_first_ino.set(11);
+        sb.s_inode_size.set(128);
+    }
+}
+
+/// End of pass 2: regular files of 2 GiB or more (counted by pass 1 in
+/// [`Ctx::large_files`]) need large_file (e2fsck's
+/// `PR_2_FEATURE_LARGE_FILES`), and a revision 0 file system is then
+/// raised to revision 1 (`PR_1_FS_REV_LEVEL`).
+pub fn large_files(ctx: &mut Ctx) {
+    if ctx.large_files == 0 {
+        return;
+    }
+    if !ctx.fs.geo.features.ro_compat.contains(RoCompatFeatures::LARGE_FILE) {
+        let msg = format!("{} large files, but no large_file feature", ctx.large_files);
+        if ctx.fix(Finding::new(p::P2_FEATURE_LARGE_FILES, msg, "set large_file")) {
+            let v = ctx.fs.sb.s_feature_ro_compat.get() | RoCompatFeatures::LARGE_FILE.0;
+            ctx.fs.sb.s_feature_ro_compat.set(v);
+            features_changed(ctx, true);
+        }
+    }
+    if ctx.fs.sb.s_rev_level.get() == 0 {
+        let msg = "revision 0 file system with large files";
+        if ctx.fix(Finding::new(p::P1_FS_REV_LEVEL, msg, "raise the revision")) {
+            raise_rev(ctx);
+            features_changed(ctx, true);
+        }
     }
 }

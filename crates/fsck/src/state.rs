@@ -110,6 +110,11 @@ pub struct Ctx<'a> {
     /// Inode-table blocks the bad-blocks inode lists (pass 2 clears
     /// entries naming inodes in them).
     pub bad_itable: std::collections::BTreeSet<u64>,
+    /// Regular files of 2 GiB or more that pass 1 kept (e2fsck's `large_files`).
+    pub large_files: u32,
+    /// Tables pass 1 found overlapping other metadata, to be moved with
+    /// their content once the free blocks are known ([`crate::relocate`]).
+    pub conflicts: Vec<(u32, crate::relocate::Table)>,
 }
 
 impl<'a> Ctx<'a> {
@@ -139,6 +144,8 @@ impl<'a> Ctx<'a> {
             halted: false,
             blocks_known: false,
             bad_itable: std::collections::BTreeSet::new(),
+            large_files: 0,
+            conflicts: Vec::new(),
             claim_budget: nb.saturating_mul(4).max(1 << 20),
             fs,
             report,

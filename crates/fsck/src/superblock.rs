@@ -4,6 +4,7 @@
 
 use ext4kit_engine::BlockDevice;
 use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ext4kit_format::superblock::{
     EXT4_SUPER_MAGIC, Geometry, RawSuperblock, STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE,
 };
@@ -137,9 +138,45 @@ fn refuse_unknown(sb: &RawSuperblock) -> Result<(), Fatal> {
 /// `check_super_block`): the fields [`crate::sb_fields`] checks and
 /// repairs, then the counts and the image size.
 pub fn check(ctx: &mut Ctx) {
+    from_backup(ctx);
+    crate::resize_inode::check(ctx);
     crate::sb_fields::check(ctx);
     check_counts(&ctx.fs, &mut ctx.report);
     check_size(&ctx.fs, &mut ctx.report);
+}
+
+/// A run on a backup superblock trusts no group's uninit flags (the
+/// backup's descriptors may be older than the groups): as e2fsck's open
+/// from a backup, every group is marked initialized with no unused inodes
+/// and a fresh descriptor checksum, in memory even for a check. A repair
+/// then writes the superblock and descriptors to every copy, the primary
+/// included (the finding [`load`] made is the repair's record).
+fn from_backup(ctx: &mut Ctx) {
+    if ctx.fs.sb_group_block == 0 {
+        return;
+    }
+    let f = ctx.fs.geo.features;
+    if f.has_group_csum() {
+        let ds = usize::from(ctx.fs.geo.desc_size);
+        let (seed, uuid) = (ctx.fs.seed, ctx.fs.sb.s_uuid);
+        for (g, gd) in ctx.fs.groups.iter_mut().enumerate() {
+            gd.bg_flags.set(gd.flags() & !(BG_INODE_UNINIT | BG_BLOCK_UNINIT));
+            gd.bg_itable_unused_lo.set(0);
+            gd.bg_itable_unused_hi.set(0);
+            let c = gd.compute_checksum(&f, seed, &uuid, g as u32, ds);
+            gd.bg_checksum.set(c);
+        }
+    }
+    if !ctx.repairing() {
+        return;
+    }
+    let sb_corrupt = ctx.report.findings.iter_mut().find(|x| x.code == p::P0_SB_CORRUPT);
+    if let Some(x) = sb_corrupt {
+        x.fixed = true;
+    }
+    ctx.fs.dirty_sb = true;
+    ctx.fs.dirty_groups = true;
+    ctx.fs.dirty_backups = true;
 }
 
 /// Free counts beyond the totals are recounted in memory by e2fsck (pass 5

@@ -47,8 +47,7 @@ pub fn valid(fs: &RawFs, _ino: u32, raw: &RawInode, rec: &[u8]) -> bool {
         return false;
     }
     if raw.has_flag(flags::INLINE_DATA) {
-        let _ = rec;
-        return true;
+        return !raw.has_flag(flags::EXTENTS) && inline_size(raw, rec) == Some(size);
     }
     let fast = size < 60;
     let target: Vec<u8> = if fast {
@@ -70,4 +69,13 @@ pub fn valid(fs: &RawFs, _ino: u32, raw: &RawInode, rec: &[u8]) -> bool {
         target.iter().position(|&c| c == 0).unwrap_or(target.len())
     };
     len < target.len() && len as u64 == size
+}
+
+/// Bytes an inline symlink holds (e2fsck's `ext2fs_inline_data_size`): the
+/// 60 bytes of `i_block` plus the `system.data` value; None without one.
+fn inline_size(raw: &RawInode, rec: &[u8]) -> Option<u64> {
+    let region = ext4kit_format::xattr::ibody_region(rec, raw.i_extra_isize.get()).ok()?;
+    let entries = ext4kit_format::xattr::parse_ibody(region).ok()?;
+    let data = ext4kit_format::inline::system_data(&entries)?;
+    Some(60 + data.len() as u64)
 }
