@@ -30,6 +30,8 @@ pub mod extents;
 pub mod fs;
 pub mod groups;
 pub mod htree;
+pub mod inline_dir;
+pub mod inline_flags;
 pub mod inode_edit;
 pub mod inode_fields;
 pub mod itree;

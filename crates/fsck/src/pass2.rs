@@ -7,17 +7,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use ext4kit_format::dir_entry::{TAIL_SIZE, has_tail, rec_len_for, verify_block_checksum};
+use ext4kit_format::dir_entry::{TAIL_SIZE, has_tail, verify_block_checksum};
 use ext4kit_format::features::IncompatFeatures;
-use ext4kit_format::inline::InlineDir;
 
 use crate::Progress;
 use crate::dir_block::DirBuf;
-use crate::dirent::{self, bump};
+use crate::dirent;
 use crate::htree::{self, Index};
 use crate::pass1::decode;
 use crate::problem::{self as p, Finding};
-use crate::state::{Ctx, DirBlock, DirInfo, Mode};
+use crate::state::{Ctx, DirBlock, DirInfo};
 
 /// Runs pass 2.
 pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
@@ -39,7 +38,7 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
             });
         }
         if info.inline {
-            inline_dir(ctx, ino);
+            crate::inline_dir::check(ctx, ino);
             continue;
         }
         let a = blocks.partition_point(|b| b.ino < ino);
@@ -200,7 +199,7 @@ fn leaf(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, buf: Vec<u8>, is_node: bool) 
         );
     }
     let end = if tail { d.bs() - TAIL_SIZE } else { d.bs() };
-    records(ctx, dir, b, &mut d, end);
+    records(ctx, dir, b, &mut d, end, 0);
     if (want_tail || (d.dirty && leaf_csum)) && !has_tail(&d.buf) {
         let room = d.insert_tail(dir.seed);
         if want_tail && !room {
@@ -228,11 +227,13 @@ fn leaf(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, buf: Vec<u8>, is_node: bool) 
     d.buf
 }
 
-/// The records of a block up to `end`; a broken chain is salvaged
-/// (P2_DIR_CORRUPTED) when the run repairs, else checking stops there.
-fn records(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, d: &mut DirBuf, end: usize) {
+/// The records of a block up to `end`, the first counted as the
+/// `first_idx`-th of the block (2 for an inline directory, whose `.` and
+/// `..` are implicit); a broken chain is salvaged (P2_DIR_CORRUPTED) when
+/// the run repairs, else checking stops there.
+pub(crate) fn records(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, d: &mut DirBuf, end: usize, first_idx: usize) {
     let mut here: HashMap<Vec<u8>, u32> = HashMap::new();
-    let (mut pos, mut idx, mut prev) = (0usize, 0usize, None);
+    let (mut pos, mut idx, mut prev) = (0usize, first_idx, None);
     let mut salvages = 0;
     while pos < end {
         let e = d.ent(pos, end).filter(|e| {
@@ -259,76 +260,4 @@ fn records(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, d: &mut DirBuf, end: usize
         pos += d.ent(pos, end).map_or(e.rec_len, |e| e.rec_len.max(12));
         idx += 1;
     }
-}
-
-/// A directory stored in the inode (`inline_data`): `..` in the first four
-/// bytes of `i_block`, entries after it and in the `system.data` xattr.
-fn inline_dir(ctx: &mut Ctx, ino: u32) {
-    let Ok(rec) = ctx.fs.inode_record(ino) else { return };
-    let raw = decode(&rec);
-    let extra = raw.i_extra_isize.get();
-    let region = ext4kit_format::xattr::ibody_region(&rec, extra).ok();
-    let entries = region
-        .and_then(|r| ext4kit_format::xattr::parse_ibody(r).ok())
-        .unwrap_or_default();
-    let data = ext4kit_format::inline::system_data(&entries).unwrap_or(&[]);
-    let Ok(dir) = InlineDir::parse(&raw.i_block, data) else {
-        return;
-    };
-    bump(ctx, ino);
-    if let Some(d) = ctx.dirs.get_mut(&ino) {
-        d.dotdot = dir.parent;
-    }
-    if ctx.in_use(dir.parent) {
-        bump(ctx, dir.parent);
-    }
-    let mut found = Vec::new();
-    for e in dir.entries() {
-        match e {
-            Ok(e) => found.push((e.inode, e.name.to_vec(), e.file_type)),
-            Err(err) => {
-                ctx.add(
-                    Finding::new(
-                        p::P2_DIR_CORRUPTED,
-                        format!("inline directory is corrupt: {err}"),
-                        "salvage it",
-                    )
-                    .ino(ino),
-                );
-                break;
-            }
-        }
-    }
-    inline_entries(ctx, ino, found);
-}
-
-/// The entries of an inline directory, checked as records of a block; no
-/// repair is made to them yet (the run checks them as `-n` would).
-fn inline_entries(ctx: &mut Ctx, ino: u32, found: Vec<(u32, Vec<u8>, u8)>) {
-    let mode = std::mem::replace(&mut ctx.mode, Mode::Check);
-    let mut dir = Dir {
-        ino,
-        seed: 0,
-        index: None,
-        keys: None,
-        names: HashMap::new(),
-        clear_index: false,
-        hash_bad: HashSet::new(),
-        encrypted: Some(false),
-    };
-    let b = DirBlock { ino, lblk: 1, pblk: 0 };
-    let mut here = HashMap::new();
-    for (i, name, ft) in found {
-        let len = rec_len_for(name.len());
-        let mut d = DirBuf {
-            buf: vec![0; len],
-            dirty: false,
-            filetype: true,
-        };
-        d.put(0, i, len, ft, &name);
-        if let Some(e) = d.ent(0, len) {
-            dirent::check(ctx, &mut dir, b, &mut d, e, 2, &mut here);
-        }
-    }
-    ctx.mode = mode;
 }
