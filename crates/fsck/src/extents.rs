@@ -164,6 +164,11 @@ fn leaves(w: &mut Walker, buf: &[u8], n: u16, lo: u64, hi: u64) -> Vec<(usize, b
                 p::P1_EXTENT_ENDS_BEYOND,
                 format!("extent at logical {lblk} ends past the file system"),
             ))
+        } else if w.dir_limit.is_some_and(|m| lblk + u64::from(len) > m) {
+            Some((
+                p::P1_TOOBIG_DIR,
+                format!("extent at logical {lblk} makes the directory too big"),
+            ))
         } else {
             None
         };

@@ -572,8 +572,10 @@ fn walk_claiming(
             *blocks += 1;
         }
     };
+    let limit = crate::walk::dir_block_limit(fs, raw, is_dir);
     let mut w = Walker::new(fs, ino, raw, &mut visit);
     w.fixer = fixer;
+    w.dir_limit = limit;
     w.walk(raw, extents);
     (std::mem::take(&mut w.problems), w.fixer.take())
 }
