@@ -53,6 +53,7 @@ pub fn check(ctx: &mut Ctx, ino: u32) {
         clear_index: false,
         hash_bad: HashSet::new(),
         encrypted: None,
+        policy: None,
     };
     bump(ctx, ino);
     let mut dirty = dotdot(ctx, &mut dir, &mut rec);

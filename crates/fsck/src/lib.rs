@@ -26,6 +26,7 @@ pub mod dir_expand;
 pub mod dir_hole;
 pub mod dir_link;
 pub mod dirent;
+pub mod encryption;
 pub mod extents;
 pub mod fs;
 pub mod groups;

@@ -208,6 +208,9 @@ fn check_live(ctx: &mut Ctx, ea: &mut EaBlocks, ed: &mut InodeEdit) {
         ctx.ea_inode.set(u64::from(ino));
     }
     let extra_ok = inode_fields::check(ctx, ed);
+    if !ed.cleared {
+        crate::encryption::check_inode(ctx, ed);
+    }
     if ed.cleared {
         return;
     }

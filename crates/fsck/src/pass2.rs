@@ -49,8 +49,9 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
 }
 
 fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
-    holes(ctx, ino, info.csum_seed, blocks);
-    if blocks.first().is_some_and(|b| b.lblk != 0) {
+    if holes(ctx, ino, info.csum_seed, blocks) {
+        made_block0(ctx, ino);
+    } else if blocks.first().is_some_and(|b| b.lblk != 0) {
         ctx.add(
             Finding::new(
                 p::P2_MISSING_DOT,
@@ -74,6 +75,7 @@ fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
         index,
         hash_bad: HashSet::new(),
         encrypted: None,
+        policy: None,
     };
     let mut root = None;
     let mut last = None;
@@ -113,24 +115,52 @@ fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
 }
 
 /// Logical blocks missing between the directory's blocks (at most 64 a
-/// run); each is filled with an empty directory block when repairing.
-fn holes(ctx: &mut Ctx, ino: u32, seed: u32, blocks: &[DirBlock]) {
+/// run), and block 0 of a directory that maps no data block at all; each
+/// is filled with a new directory block when repairing. True when block 0
+/// was made (with `.` and `..`).
+fn holes(ctx: &mut Ctx, ino: u32, seed: u32, blocks: &[DirBlock]) -> bool {
     let (mut expect, mut found, mut goal) = (0u32, 0, 0u64);
-    for b in blocks {
-        while b.lblk > expect && found < 64 {
-            found += 1;
-            let f = Finding::new(
-                p::P2_DIRECTORY_HOLE,
-                format!("directory has a hole at logical block {expect}"),
-                "allocate the block",
-            );
-            if !ctx.fix(f.ino(ino)) || !crate::dir_hole::fill(ctx, ino, seed, expect, goal + 1) {
-                return;
-            }
-            expect += 1;
+    let end = blocks.last().map_or(1, |b| b.lblk);
+    let mut made0 = false;
+    let mut next = blocks.iter().map(|b| (b.lblk, b.pblk)).peekable();
+    while expect < end && found < 64 {
+        while let Some(&(l, p)) = next.peek()
+            && l <= expect
+        {
+            goal = p;
+            expect = expect.max(l.saturating_add(1));
+            next.next();
         }
-        expect = expect.max(b.lblk.saturating_add(1));
-        goal = b.pblk;
+        if expect >= end || next.peek().is_some_and(|&(l, _)| l == expect) {
+            continue;
+        }
+        found += 1;
+        let what = if expect == 0 {
+            "an unallocated block 0".to_string()
+        } else {
+            format!("a hole at logical block {expect}")
+        };
+        let f = Finding::new(
+            p::P2_DIRECTORY_HOLE,
+            format!("directory has {what}"),
+            "allocate the block",
+        );
+        if !ctx.fix(f.ino(ino)) || !crate::dir_hole::fill(ctx, ino, seed, expect, goal + 1) {
+            return made0;
+        }
+        made0 |= expect == 0;
+        expect += 1;
+    }
+    made0
+}
+
+/// Block 0 was just made: its `.` and `..` (naming the root until pass 3
+/// finds the parent) count as references.
+fn made_block0(ctx: &mut Ctx, ino: u32) {
+    dirent::bump(ctx, ino);
+    dirent::bump(ctx, crate::lost_found::ROOT);
+    if let Some(d) = ctx.dirs.get_mut(&ino) {
+        d.dotdot = crate::lost_found::ROOT;
     }
 }
 
@@ -151,6 +181,8 @@ pub struct Dir {
     /// ENCRYPT_FL (read when first needed): names are ciphertext, not
     /// checked for '/' or renamed.
     pub(crate) encrypted: Option<bool>,
+    /// The directory's encryption policy (read when first needed).
+    pub(crate) policy: Option<crate::encryption::Policy>,
 }
 
 impl Dir {
