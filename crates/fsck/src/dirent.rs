@@ -327,7 +327,13 @@ pub fn check_type(ctx: &mut Ctx, dir: u32, inode: u32, ft: u8) -> Option<u8> {
 /// Encrypted names are ciphertext, any byte allowed: their checks are
 /// [`crate::encryption::check_entry`]'s.
 fn fix_name(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, mut name: Vec<u8>) -> Vec<u8> {
-    if !name.iter().any(|&c| c == b'/' || c == 0) || dir.encrypted(ctx) {
+    if dir.encrypted(ctx) {
+        return name;
+    }
+    if dir.casefolded(ctx) {
+        return fix_encoded_name(ctx, dir, d, e, name);
+    }
+    if !name.iter().any(|&c| c == b'/' || c == 0) {
         return name;
     }
     let msg = format!(
@@ -339,6 +345,27 @@ fn fix_name(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, mut name: Vec
         for c in name.iter_mut().filter(|c| **c == b'/' || **c == 0) {
             *c = b'.';
         }
+        d.buf[e.pos + HEADER..e.pos + HEADER + name.len()].copy_from_slice(&name);
+        d.dirty = true;
+        dir.clear_index = true;
+    }
+    name
+}
+
+/// In a case-folded directory a name must be valid UTF-8 (e2fsck's
+/// `encoded_check_name`): from the first bad byte to the end of the name
+/// (or a NUL), bytes become `.`.
+fn fix_encoded_name(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, mut name: Vec<u8>) -> Vec<u8> {
+    let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+    let Err(bad) = std::str::from_utf8(&name[..end]) else {
+        return name;
+    };
+    let msg = format!(
+        "entry '{}' has illegal UTF-8 characters in its name",
+        String::from_utf8_lossy(&name)
+    );
+    if ctx.fix(Finding::new(p::P2_BAD_ENCODED_NAME, msg, "replace them with '.'").ino(dir.ino)) {
+        name[bad.valid_up_to()..end].fill(b'.');
         d.buf[e.pos + HEADER..e.pos + HEADER + name.len()].copy_from_slice(&name);
         d.dirty = true;
         dir.clear_index = true;

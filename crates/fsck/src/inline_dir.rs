@@ -54,6 +54,7 @@ pub fn check(ctx: &mut Ctx, ino: u32) {
         hash_bad: HashSet::new(),
         encrypted: None,
         policy: None,
+        casefold: None,
     };
     bump(ctx, ino);
     let mut dirty = dotdot(ctx, &mut dir, &mut rec);

@@ -47,6 +47,7 @@ pub mod pass3;
 pub mod pass4;
 pub mod pass5;
 pub mod problem;
+pub mod really_dir;
 pub mod relocate;
 pub mod repair;
 pub mod report;

@@ -201,6 +201,7 @@ fn finish(ctx: &mut Ctx, ed: &mut InodeEdit, csum_bad: bool) {
 /// An inode in use: fields, xattrs, mapping, sizes.
 fn check_live(ctx: &mut Ctx, ea: &mut EaBlocks, ed: &mut InodeEdit) {
     let ino = ed.ino;
+    crate::really_dir::check(ctx, ed);
     let kind = ed.raw.file_type().map_or(KIND_BAD, |t| t.dirent_code());
     ctx.kind[ino as usize] = kind;
     ctx.links[ino as usize] = ed.raw.links();
@@ -579,6 +580,7 @@ fn walk_claiming(
     let mut w = Walker::new(fs, ino, raw, &mut visit);
     w.fixer = fixer;
     w.dir_limit = limit;
+    w.is_dir = is_dir;
     w.walk(raw, extents);
     (std::mem::take(&mut w.problems), w.fixer.take())
 }

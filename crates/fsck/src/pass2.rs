@@ -76,6 +76,7 @@ fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
         hash_bad: HashSet::new(),
         encrypted: None,
         policy: None,
+        casefold: None,
     };
     let mut root = None;
     let mut last = None;
@@ -183,9 +184,26 @@ pub struct Dir {
     pub(crate) encrypted: Option<bool>,
     /// The directory's encryption policy (read when first needed).
     pub(crate) policy: Option<crate::encryption::Policy>,
+    /// CASEFOLD_FL on a casefold file system (read when first needed):
+    /// names must be valid UTF-8.
+    pub(crate) casefold: Option<bool>,
 }
 
 impl Dir {
+    /// True when the directory's names are case-folded UTF-8 (`i_flags`
+    /// CASEFOLD_FL with the casefold feature).
+    pub(crate) fn casefolded(&mut self, ctx: &Ctx) -> bool {
+        let ino = self.ino;
+        let feature = ctx.fs.geo.features.incompat.contains(IncompatFeatures::CASEFOLD);
+        *self.casefold.get_or_insert_with(|| {
+            feature
+                && ctx
+                    .fs
+                    .inode_record(ino)
+                    .is_ok_and(|r| decode(&r).i_flags.get() & ext4kit_format::inode::flags::CASEFOLD != 0)
+        })
+    }
+
     /// True when the directory's names are encrypted (`i_flags` ENCRYPT_FL).
     pub(crate) fn encrypted(&mut self, ctx: &Ctx) -> bool {
         let ino = self.ino;

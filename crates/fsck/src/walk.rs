@@ -59,6 +59,8 @@ pub struct Walker<'f, 'a, 'v> {
     /// For a directory, the logical block count it may not pass (see
     /// [`dir_block_limit`]); `None` for other files.
     pub dir_limit: Option<u64>,
+    /// The inode is a directory (its extents may not be uninitialized).
+    pub is_dir: bool,
     visited: HashSet<u64>,
     visit: &'v mut dyn FnMut(Event),
 }
@@ -74,6 +76,7 @@ impl<'f, 'a, 'v> Walker<'f, 'a, 'v> {
             extra_problems: 0,
             fixer: None,
             dir_limit: None,
+            is_dir: false,
             visited: HashSet::new(),
             visit,
         }
