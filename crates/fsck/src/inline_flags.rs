@@ -1,7 +1,9 @@
 //! Pass 1, the `INLINE_DATA_FL` flag of one inode (`inline_data.rst`,
-//! `inodes.rst` `i_flags`), checked in e2fsck's order and before
-//! `i_extra_isize` is repaired (a bad one hides `system.data`, which is
-//! what e2fsck reports):
+//! `inodes.rst` `i_flags`), checked in e2fsck's order. The in-inode
+//! xattrs are read with `i_extra_isize` as stored, before its repair: a
+//! bad one hides `system.data`, which is what e2fsck reports (it looks
+//! before it repairs the field); the inode is only written once the field
+//! is sound again.
 //! - the flag with `EXTENTS_FL` too: one of them is wrong. An extent
 //!   header in `i_block` keeps extents; a size that fits in the inode
 //!   keeps inline data; block numbers that all lie in the file system make
@@ -18,24 +20,24 @@ use crate::inode_edit::{self, InodeEdit};
 use crate::problem::{self as p, Code, Finding};
 use crate::state::Ctx;
 
-/// Checks `ed`'s inline-data flag; the inode may be cleared
-/// ([`InodeEdit::cleared`]).
-pub fn check(ctx: &mut Ctx, ed: &mut InodeEdit) {
+/// Checks `ed`'s inline-data flag, its xattrs read with `i_extra_isize`
+/// `extra` (the stored value); the inode may be cleared ([`InodeEdit::cleared`]).
+pub fn check(ctx: &mut Ctx, ed: &mut InodeEdit, extra: u16) {
     if !ed.raw.has_flag(flags::INLINE_DATA) || (ed.ino < ctx.fs.geo.first_ino && ed.ino != 2) {
         return;
     }
     let m = ed.raw.i_mode.get() & mode::S_IFMT;
     let special = matches!(m, mode::S_IFCHR | mode::S_IFBLK | mode::S_IFIFO | mode::S_IFSOCK);
     if ed.raw.has_flag(flags::EXTENTS) && !special {
-        conflict(ctx, ed);
+        conflict(ctx, ed, extra);
         if ed.cleared || !ed.raw.has_flag(flags::INLINE_DATA) {
             return;
         }
     }
     if !ctx.fs.geo.features.incompat.contains(IncompatFeatures::INLINE_DATA) {
-        return feature(ctx, ed);
+        return feature(ctx, ed, extra);
     }
-    if !has_system_data(ed) {
+    if !has_system_data(ed, extra) {
         let msg = "INLINE_DATA_FL set but the system.data xattr is missing";
         if ctx.fix(Finding::new(p::P1_INLINE_DATA_NO_ATTR, msg, "truncate the inode").ino(ed.ino)) {
             ed.raw.set_size(0);
@@ -47,9 +49,9 @@ pub fn check(ctx: &mut Ctx, ed: &mut InodeEdit) {
 }
 
 /// The flag on a file system without `inline_data`.
-fn feature(ctx: &mut Ctx, ed: &mut InodeEdit) {
+fn feature(ctx: &mut Ctx, ed: &mut InodeEdit, extra: u16) {
     let msg = "INLINE_DATA_FL set without inline_data";
-    if has_system_data(ed) {
+    if has_system_data(ed, extra) {
         if ctx.fix(Finding::new(p::P1_INLINE_DATA_FEATURE, msg, "set the feature").ino(ed.ino)) {
             let sb = &mut ctx.fs.sb;
             sb.s_feature_incompat
@@ -64,7 +66,7 @@ fn feature(ctx: &mut Ctx, ed: &mut InodeEdit) {
 
 /// Both `INLINE_DATA_FL` and `EXTENTS_FL` (e2fsck's
 /// `fix_inline_data_extents_file`).
-fn conflict(ctx: &mut Ctx, ed: &mut InodeEdit) {
+fn conflict(ctx: &mut Ctx, ed: &mut InodeEdit, extra: u16) {
     let f = ctx.fs.geo.features.incompat;
     if !f.contains(IncompatFeatures::EXTENTS) && !f.contains(IncompatFeatures::INLINE_DATA) {
         return;
@@ -82,10 +84,7 @@ fn conflict(ctx: &mut Ctx, ed: &mut InodeEdit) {
         }
         return;
     }
-    let room = ed
-        .rec
-        .len()
-        .saturating_sub(128 + usize::from(ed.raw.i_extra_isize.get()));
+    let room = ed.rec.len().saturating_sub(128 + usize::from(extra));
     if ed.raw.size() < (60 + room) as u64 {
         let msg = "looks like inline data but EXTENTS_FL set";
         if ask(ctx, p::P1_CLEAR_EXTENT_FOR_INLINE_DATA, msg, "clear EXTENTS_FL") {
@@ -123,9 +122,9 @@ fn extent_header_ok(i_block: &[u8; 60]) -> bool {
     magic == 0xF30A && max <= fit && max + 2 >= fit && entries <= max && depth <= 5
 }
 
-/// The inode holds a `system.data` xattr in its body.
-pub fn has_system_data(ed: &InodeEdit) -> bool {
-    let extra = ed.raw.i_extra_isize.get();
+/// The inode holds a `system.data` xattr in its body, read with
+/// `i_extra_isize` `extra`.
+pub fn has_system_data(ed: &InodeEdit, extra: u16) -> bool {
     let Ok(region) = ext4kit_format::xattr::ibody_region(&ed.rec, extra) else {
         return false;
     };

@@ -17,11 +17,12 @@ const CASEFOLD: u32 = flags::CASEFOLD;
 /// whether `i_extra_isize` is usable. May clear the inode
 /// ([`InodeEdit::cleared`]).
 pub fn check(ctx: &mut Ctx, ed: &mut InodeEdit) -> bool {
-    crate::inline_flags::check(ctx, ed);
-    if ed.cleared {
-        return false;
-    }
+    let stored_extra = ed.raw.i_extra_isize.get();
     let extra_ok = extra_isize(ctx, ed);
+    crate::inline_flags::check(ctx, ed, stored_extra);
+    if ed.cleared {
+        return extra_ok;
+    }
     let m = ed.raw.i_mode.get() & mode::S_IFMT;
     if !dtimes(ctx, ed, m == mode::S_IFDIR) {
         return extra_ok;
