@@ -40,6 +40,16 @@ fn slow_block(fs: &RawFs, raw: &RawInode) -> Option<u64> {
     fs.valid_block(blk).then_some(blk)
 }
 
+/// An inline inode's data size as e2fsck counts it
+/// (`ext2fs_inline_data_size`): all of `i_block` plus the `system.data`
+/// value; `None` without that xattr.
+fn inline_size(raw: &RawInode, rec: &[u8]) -> Option<u64> {
+    let region = ext4kit_format::xattr::ibody_region(rec, raw.i_extra_isize.get()).ok()?;
+    let entries = ext4kit_format::xattr::parse_ibody(region).ok()?;
+    let data = ext4kit_format::inline::system_data(&entries)?;
+    Some(60 + data.len() as u64)
+}
+
 /// True when the symlink inode `raw` (record `rec`) is well formed.
 pub fn valid(fs: &RawFs, _ino: u32, raw: &RawInode, rec: &[u8]) -> bool {
     let size = raw.size();
@@ -47,8 +57,7 @@ pub fn valid(fs: &RawFs, _ino: u32, raw: &RawInode, rec: &[u8]) -> bool {
         return false;
     }
     if raw.has_flag(flags::INLINE_DATA) {
-        let _ = rec;
-        return true;
+        return !raw.has_flag(flags::EXTENTS) && inline_size(raw, rec) == Some(size);
     }
     let fast = size < 60;
     let target: Vec<u8> = if fast {
