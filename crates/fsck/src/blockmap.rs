@@ -85,6 +85,14 @@ fn data(w: &mut Walker, b: u64, lblk: u64) -> bool {
         );
         return illegal(w, f.blk(b));
     }
+    if w.dir_limit.is_some_and(|m| lblk > m) {
+        let msg = format!("block {b} at logical {lblk} makes the directory too big");
+        let mut f = Finding::new(p::P1_TOOBIG_DIR, msg, "clear the pointer").blk(b);
+        f.fixed = w.fixing(f.code);
+        let zero = f.fixed;
+        w.problem(f);
+        return zero;
+    }
     w.emit(Event::Data {
         lblk,
         pblk: b,

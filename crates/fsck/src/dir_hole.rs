@@ -1,6 +1,7 @@
 //! Pass 2, a hole inside a directory (P2_DIRECTORY_HOLE): as e2fsck's
 //! `allocate_dir_block`, a new block holding one empty record (with the
-//! checksum tail under metadata_csum) is mapped at the missing logical
+//! checksum tail under metadata_csum; block 0 holds `.` and `..` naming
+//! the root instead) is mapped at the missing logical
 //! block, and `i_blocks` (and `i_size` if it ends before) grow with it.
 //! The mapping is written where the inode already has room: a slot of an
 //! extent tree held in the inode (`extents.rst`, depth 0), a direct
@@ -57,7 +58,11 @@ pub fn fill(ctx: &mut Ctx, ino: u32, seed: u32, lblk: u32, goal: u64) -> bool {
         return false;
     }
     let bs = ctx.fs.bs();
-    let block = empty_block(bs, ctx.fs.geo.features.metadata_csum(), seed);
+    let block = if lblk == 0 {
+        crate::dir_link::first_block(ctx, ino, crate::lost_found::ROOT, seed)
+    } else {
+        empty_block(bs, ctx.fs.geo.features.metadata_csum(), seed)
+    };
     let sectors = le32(&rec, I_BLOCKS).saturating_add((bs / 512) as u32);
     rec[I_BLOCKS..I_BLOCKS + 4].copy_from_slice(&sectors.to_le_bytes());
     let size = u64::from(le32(&rec, I_SIZE)) | (u64::from(le32(&rec, I_SIZE_HIGH)) << 32);

@@ -50,6 +50,9 @@ pub fn check(
     if let Some(ft) = check_type(ctx, dir.ino, e.inode, e.ft) {
         d.set_ft(e.pos, ft);
     }
+    if crate::encryption::check_entry(ctx, dir, d, &e, &name) {
+        return;
+    }
     let name = fix_name(ctx, dir, d, &e, name);
     hash_range(ctx, dir, b, e.inode, &name);
     if !link_dir(ctx, dir.ino, d, &e, &name) || !unique(ctx, dir, b, d, &e, name, here) {
@@ -67,7 +70,7 @@ pub fn bump(ctx: &mut Ctx, ino: u32) {
 
 /// Reports `code` and, when allowed, clears the record (inode 0: the
 /// record stays as free space). True when cleared.
-fn clear(ctx: &mut Ctx, dir: u32, d: &mut DirBuf, e: &Ent, code: Code, msg: String) -> bool {
+pub(crate) fn clear(ctx: &mut Ctx, dir: u32, d: &mut DirBuf, e: &Ent, code: Code, msg: String) -> bool {
     if ctx.fix(Finding::new(code, msg, "clear the entry").ino(dir)) {
         d.set_inode(e.pos, 0);
         return true;
@@ -321,10 +324,15 @@ pub fn check_type(ctx: &mut Ctx, dir: u32, inode: u32, ft: u8) -> Option<u8> {
 }
 
 /// A name with `/` or NUL gets `.` in their place (e2fsck's `check_name`).
-/// Encrypted names are ciphertext: e2fsck checks their encryption policy
-/// instead, which this checker does not yet; such a name is reported and
-/// left as it is.
+/// Encrypted names are ciphertext, any byte allowed: their checks are
+/// [`crate::encryption::check_entry`]'s.
 fn fix_name(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, mut name: Vec<u8>) -> Vec<u8> {
+    if dir.encrypted(ctx) {
+        return name;
+    }
+    if dir.casefolded(ctx) {
+        return fix_encoded_name(ctx, dir, d, e, name);
+    }
     if !name.iter().any(|&c| c == b'/' || c == 0) {
         return name;
     }
@@ -333,14 +341,31 @@ fn fix_name(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, mut name: Vec
         String::from_utf8_lossy(&name)
     );
     let f = Finding::new(p::P2_BAD_NAME, msg, "replace them with '.'").ino(dir.ino);
-    if dir.encrypted(ctx) {
-        ctx.add(f);
-        return name;
-    }
     if ctx.fix(f) {
         for c in name.iter_mut().filter(|c| **c == b'/' || **c == 0) {
             *c = b'.';
         }
+        d.buf[e.pos + HEADER..e.pos + HEADER + name.len()].copy_from_slice(&name);
+        d.dirty = true;
+        dir.clear_index = true;
+    }
+    name
+}
+
+/// In a case-folded directory a name must be valid UTF-8 (e2fsck's
+/// `encoded_check_name`): from the first bad byte to the end of the name
+/// (or a NUL), bytes become `.`.
+fn fix_encoded_name(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, mut name: Vec<u8>) -> Vec<u8> {
+    let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+    let Err(bad) = std::str::from_utf8(&name[..end]) else {
+        return name;
+    };
+    let msg = format!(
+        "entry '{}' has illegal UTF-8 characters in its name",
+        String::from_utf8_lossy(&name)
+    );
+    if ctx.fix(Finding::new(p::P2_BAD_ENCODED_NAME, msg, "replace them with '.'").ino(dir.ino)) {
+        name[bad.valid_up_to()..end].fill(b'.');
         d.buf[e.pos + HEADER..e.pos + HEADER + name.len()].copy_from_slice(&name);
         d.dirty = true;
         dir.clear_index = true;

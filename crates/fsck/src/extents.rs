@@ -126,18 +126,26 @@ fn node(w: &mut Walker, buf: &mut [u8], entries: u16, depth: u16, lo: u64, hi: u
 
 /// Leaf extents of a node covering `[lo, hi)`; returns the entries kept
 /// (index, changed in place).
-fn leaves(w: &mut Walker, buf: &[u8], n: u16, lo: u64, hi: u64) -> Vec<(usize, bool)> {
+fn leaves(w: &mut Walker, buf: &mut [u8], n: u16, lo: u64, hi: u64) -> Vec<(usize, bool)> {
     let mut keep = Vec::with_capacity(usize::from(n));
     let mut next = lo;
     for i in 0..usize::from(n) {
         let o = 12 + i * 12;
         let lblk = u64::from(le32(buf, o));
         let raw_len = le16(buf, o + 4);
-        let (len, unwritten) = if raw_len > EXT_INIT_MAX_LEN {
+        let (len, mut unwritten) = if raw_len > EXT_INIT_MAX_LEN {
             (raw_len - EXT_INIT_MAX_LEN, true)
         } else {
             (raw_len, false)
         };
+        let mut changed = false;
+        if unwritten && w.is_dir {
+            let msg = format!("directory extent at logical {lblk} is marked uninitialized");
+            if ask(w, p::P1_UNINIT_DBLOCK, msg, "clear the flag", 0) {
+                buf[o + 4..o + 6].copy_from_slice(&len.to_le_bytes());
+                (unwritten, changed) = (false, true);
+            }
+        }
         let pblk = (u64::from(le16(buf, o + 6)) << 32) | u64::from(le32(buf, o + 8));
         let bad = if !w.fs.valid_block(pblk) {
             Some((
@@ -164,6 +172,11 @@ fn leaves(w: &mut Walker, buf: &[u8], n: u16, lo: u64, hi: u64) -> Vec<(usize, b
                 p::P1_EXTENT_ENDS_BEYOND,
                 format!("extent at logical {lblk} ends past the file system"),
             ))
+        } else if w.dir_limit.is_some_and(|m| lblk + u64::from(len) > m) {
+            Some((
+                p::P1_TOOBIG_DIR,
+                format!("extent at logical {lblk} makes the directory too big"),
+            ))
         } else {
             None
         };
@@ -178,7 +191,7 @@ fn leaves(w: &mut Walker, buf: &[u8], n: u16, lo: u64, hi: u64) -> Vec<(usize, b
                 continue;
             }
         }
-        keep.push((i, false));
+        keep.push((i, changed));
         next = lblk + u64::from(len);
         w.emit(Event::Data {
             lblk,

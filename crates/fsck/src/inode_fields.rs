@@ -17,7 +17,12 @@ const CASEFOLD: u32 = flags::CASEFOLD;
 /// whether `i_extra_isize` is usable. May clear the inode
 /// ([`InodeEdit::cleared`]).
 pub fn check(ctx: &mut Ctx, ed: &mut InodeEdit) -> bool {
+    let stored_extra = ed.raw.i_extra_isize.get();
     let extra_ok = extra_isize(ctx, ed);
+    crate::inline_flags::check(ctx, ed, stored_extra);
+    if ed.cleared {
+        return extra_ok;
+    }
     let m = ed.raw.i_mode.get() & mode::S_IFMT;
     if !dtimes(ctx, ed, m == mode::S_IFDIR) {
         return extra_ok;
@@ -120,14 +125,6 @@ fn feature_flags(ctx: &mut Ctx, ed: &mut InodeEdit, m: u16) {
         }
     }
     crate::extent_feature::missing_flag(ctx, ed);
-    if fl & flags::INLINE_DATA != 0 && !f.incompat.contains(IncompatFeatures::INLINE_DATA) {
-        let msg = "INLINE_DATA_FL set without inline_data";
-        if has_system_data(ed) {
-            ctx.add(Finding::new(p::P1_INLINE_DATA_FEATURE, msg, "set the feature").ino(ed.ino));
-        } else if ask(ctx, ed, p::P1_INLINE_DATA_SET, msg, "clear the inode") {
-            return inode_edit::clear(ctx, ed);
-        }
-    }
     if fl & flags::INDEX != 0 {
         if !f.compat.contains(CompatFeatures::DIR_INDEX) {
             drop_flags(ctx, ed, p::P1_HTREE_SET, "INDEX_FL set without dir_index", flags::INDEX);
@@ -173,17 +170,6 @@ fn feature_flags(ctx: &mut Ctx, ed: &mut InodeEdit, m: u16) {
             IMAGIC_FL,
         );
     }
-}
-
-/// True when the in-inode xattrs hold a `system.data` entry.
-fn has_system_data(ed: &InodeEdit) -> bool {
-    let extra = ed.raw.i_extra_isize.get();
-    let Ok(region) = ext4kit_format::xattr::ibody_region(&ed.rec, extra) else {
-        return false;
-    };
-    ext4kit_format::xattr::parse_ibody(region)
-        .ok()
-        .is_some_and(|e| ext4kit_format::inline::system_data(&e).is_some())
 }
 
 /// Devices, fifos, sockets and symlinks (e2fsck's pass 1 type switch and

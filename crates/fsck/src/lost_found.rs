@@ -101,6 +101,10 @@ fn replace(ctx: &mut Ctx) -> Option<u32> {
     }
     match create(ctx) {
         Ok(l) => Some(l),
+        Err(e) if e == NO_INODE || e == NO_BLOCK => {
+            ctx.not_fixed(e);
+            Some(use_root(ctx))
+        }
         Err(e) => {
             ctx.not_fixed(e);
             None
@@ -108,11 +112,35 @@ fn replace(ctx: &mut Ctx) -> Option<u32> {
     }
 }
 
+/// Why [`create`] failed for lack of space.
+const NO_INODE: &str = "no free inode";
+const NO_BLOCK: &str = "no free block";
+
+/// No inode or block is left for `/lost+found`: as e2fsck does, lost
+/// files go into the root directory for this run. Both findings are
+/// warnings that stay unrepaired (the file system is short of space, not
+/// inconsistent), so a repair run that reconnects nothing more stops.
+fn use_root(ctx: &mut Ctx) -> u32 {
+    let f = |code, msg: &str, would| Finding::new(code, msg, would).warning();
+    ctx.add(f(
+        p::P3_LPF_NO_SPACE,
+        "cannot allocate space for /lost+found",
+        "place lost files in the root directory",
+    ));
+    ctx.add(f(
+        p::P3_NO_SPACE_TO_RECOVER,
+        "insufficient space to recover lost files: move data off the file system and check again",
+        "nothing",
+    ));
+    ctx.lost_found = Some(ROOT);
+    ROOT
+}
+
 fn create(ctx: &mut Ctx) -> Result<u32, String> {
     if !ctx.is_dir(ROOT) {
         return Err("no root directory".into());
     }
-    let ino = ctx.alloc_inode(FT_DIR).ok_or("no free inode")?;
+    let ino = ctx.alloc_inode(FT_DIR).ok_or(NO_INODE)?;
     if let Err(e) = make_dir(ctx, ino, ROOT, 0o700) {
         ctx.kind[ino as usize] = KIND_FREE;
         return Err(e);
@@ -133,7 +161,7 @@ fn create(ctx: &mut Ctx) -> Result<u32, String> {
 /// (its own `.` counted; the entry naming it and the link its `..` makes
 /// to the parent are the caller's).
 pub fn make_dir(ctx: &mut Ctx, ino: u32, parent: u32, perm: u16) -> Result<(), String> {
-    let blk = ctx.alloc_block(0).ok_or("no free block")?;
+    let blk = ctx.alloc_block(0).ok_or(NO_BLOCK)?;
     let mut rec = vec![0u8; usize::from(ctx.fs.geo.inode_size)];
     let mut raw = decode(&rec);
     let t = now();

@@ -205,11 +205,15 @@ fn finish(ctx: &mut Ctx, ed: &mut InodeEdit, csum_bad: bool) {
 /// An inode in use: fields, xattrs, mapping, sizes.
 fn check_live(ctx: &mut Ctx, ea: &mut EaBlocks, ed: &mut InodeEdit) {
     let ino = ed.ino;
+    crate::really_dir::check(ctx, ed);
     let kind = ed.raw.file_type().map_or(KIND_BAD, |t| t.dirent_code());
     ctx.kind[ino as usize] = kind;
     ctx.links[ino as usize] = ed.raw.links();
     xattr::note_ea_inode_flag(ctx, ed);
     let extra_ok = inode_fields::check(ctx, ed);
+    if !ed.cleared {
+        crate::encryption::check_inode(ctx, ed);
+    }
     if ed.cleared {
         return;
     }
@@ -581,8 +585,11 @@ fn walk_claiming(
             *blocks += 1;
         }
     };
+    let limit = crate::walk::dir_block_limit(fs, raw, is_dir);
     let mut w = Walker::new(fs, ino, raw, &mut visit);
     w.fixer = fixer;
+    w.dir_limit = limit;
+    w.is_dir = is_dir;
     w.walk(raw, extents);
     (std::mem::take(&mut w.problems), w.fixer.take())
 }

@@ -7,17 +7,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use ext4kit_format::dir_entry::{TAIL_SIZE, has_tail, rec_len_for, verify_block_checksum};
+use ext4kit_format::dir_entry::{TAIL_SIZE, has_tail, verify_block_checksum};
 use ext4kit_format::features::IncompatFeatures;
-use ext4kit_format::inline::InlineDir;
 
 use crate::Progress;
 use crate::dir_block::DirBuf;
-use crate::dirent::{self, bump};
+use crate::dirent;
 use crate::htree::{self, Index};
 use crate::pass1::decode;
 use crate::problem::{self as p, Finding};
-use crate::state::{Ctx, DirBlock, DirInfo, Mode};
+use crate::state::{Ctx, DirBlock, DirInfo};
 
 /// Runs pass 2.
 pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
@@ -39,7 +38,7 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
             });
         }
         if info.inline {
-            inline_dir(ctx, ino);
+            crate::inline_dir::check(ctx, ino);
             continue;
         }
         let a = blocks.partition_point(|b| b.ino < ino);
@@ -51,8 +50,9 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
 }
 
 fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
-    holes(ctx, ino, info.csum_seed, blocks);
-    if blocks.first().is_some_and(|b| b.lblk != 0) {
+    if holes(ctx, ino, info.csum_seed, blocks) {
+        made_block0(ctx, ino);
+    } else if blocks.first().is_some_and(|b| b.lblk != 0) {
         ctx.add(
             Finding::new(
                 p::P2_MISSING_DOT,
@@ -76,6 +76,8 @@ fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
         index,
         hash_bad: HashSet::new(),
         encrypted: None,
+        policy: None,
+        casefold: None,
     };
     let mut root = None;
     let mut last = None;
@@ -115,24 +117,52 @@ fn check_dir(ctx: &mut Ctx, ino: u32, info: &DirInfo, blocks: &[DirBlock]) {
 }
 
 /// Logical blocks missing between the directory's blocks (at most 64 a
-/// run); each is filled with an empty directory block when repairing.
-fn holes(ctx: &mut Ctx, ino: u32, seed: u32, blocks: &[DirBlock]) {
+/// run), and block 0 of a directory that maps no data block at all; each
+/// is filled with a new directory block when repairing. True when block 0
+/// was made (with `.` and `..`).
+fn holes(ctx: &mut Ctx, ino: u32, seed: u32, blocks: &[DirBlock]) -> bool {
     let (mut expect, mut found, mut goal) = (0u32, 0, 0u64);
-    for b in blocks {
-        while b.lblk > expect && found < 64 {
-            found += 1;
-            let f = Finding::new(
-                p::P2_DIRECTORY_HOLE,
-                format!("directory has a hole at logical block {expect}"),
-                "allocate the block",
-            );
-            if !ctx.fix(f.ino(ino)) || !crate::dir_hole::fill(ctx, ino, seed, expect, goal + 1) {
-                return;
-            }
-            expect += 1;
+    let end = blocks.last().map_or(1, |b| b.lblk);
+    let mut made0 = false;
+    let mut next = blocks.iter().map(|b| (b.lblk, b.pblk)).peekable();
+    while expect < end && found < 64 {
+        while let Some(&(l, p)) = next.peek()
+            && l <= expect
+        {
+            goal = p;
+            expect = expect.max(l.saturating_add(1));
+            next.next();
         }
-        expect = expect.max(b.lblk.saturating_add(1));
-        goal = b.pblk;
+        if expect >= end || next.peek().is_some_and(|&(l, _)| l == expect) {
+            continue;
+        }
+        found += 1;
+        let what = if expect == 0 {
+            "an unallocated block 0".to_string()
+        } else {
+            format!("a hole at logical block {expect}")
+        };
+        let f = Finding::new(
+            p::P2_DIRECTORY_HOLE,
+            format!("directory has {what}"),
+            "allocate the block",
+        );
+        if !ctx.fix(f.ino(ino)) || !crate::dir_hole::fill(ctx, ino, seed, expect, goal + 1) {
+            return made0;
+        }
+        made0 |= expect == 0;
+        expect += 1;
+    }
+    made0
+}
+
+/// Block 0 was just made: its `.` and `..` (naming the root until pass 3
+/// finds the parent) count as references.
+fn made_block0(ctx: &mut Ctx, ino: u32) {
+    dirent::bump(ctx, ino);
+    dirent::bump(ctx, crate::lost_found::ROOT);
+    if let Some(d) = ctx.dirs.get_mut(&ino) {
+        d.dotdot = crate::lost_found::ROOT;
     }
 }
 
@@ -153,9 +183,28 @@ pub struct Dir {
     /// ENCRYPT_FL (read when first needed): names are ciphertext, not
     /// checked for '/' or renamed.
     pub(crate) encrypted: Option<bool>,
+    /// The directory's encryption policy (read when first needed).
+    pub(crate) policy: Option<crate::encryption::Policy>,
+    /// CASEFOLD_FL on a casefold file system (read when first needed):
+    /// names must be valid UTF-8.
+    pub(crate) casefold: Option<bool>,
 }
 
 impl Dir {
+    /// True when the directory's names are case-folded UTF-8 (`i_flags`
+    /// CASEFOLD_FL with the casefold feature).
+    pub(crate) fn casefolded(&mut self, ctx: &Ctx) -> bool {
+        let ino = self.ino;
+        let feature = ctx.fs.geo.features.incompat.contains(IncompatFeatures::CASEFOLD);
+        *self.casefold.get_or_insert_with(|| {
+            feature
+                && ctx
+                    .fs
+                    .inode_record(ino)
+                    .is_ok_and(|r| decode(&r).i_flags.get() & ext4kit_format::inode::flags::CASEFOLD != 0)
+        })
+    }
+
     /// True when the directory's names are encrypted (`i_flags` ENCRYPT_FL).
     pub(crate) fn encrypted(&mut self, ctx: &Ctx) -> bool {
         let ino = self.ino;
@@ -201,7 +250,7 @@ fn leaf(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, buf: Vec<u8>, is_node: bool) 
         );
     }
     let end = if tail { d.bs() - TAIL_SIZE } else { d.bs() };
-    records(ctx, dir, b, &mut d, end);
+    records(ctx, dir, b, &mut d, end, 0);
     if (want_tail || (d.dirty && leaf_csum)) && !has_tail(&d.buf) {
         let room = d.insert_tail(dir.seed);
         if want_tail && !room {
@@ -229,11 +278,13 @@ fn leaf(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, buf: Vec<u8>, is_node: bool) 
     d.buf
 }
 
-/// The records of a block up to `end`; a broken chain is salvaged
-/// (P2_DIR_CORRUPTED) when the run repairs, else checking stops there.
-fn records(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, d: &mut DirBuf, end: usize) {
+/// The records of a block up to `end`, the first counted as the
+/// `first_idx`-th of the block (2 for an inline directory, whose `.` and
+/// `..` are implicit); a broken chain is salvaged (P2_DIR_CORRUPTED) when
+/// the run repairs, else checking stops there.
+pub(crate) fn records(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, d: &mut DirBuf, end: usize, first_idx: usize) {
     let mut here: HashMap<Vec<u8>, u32> = HashMap::new();
-    let (mut pos, mut idx, mut prev) = (0usize, 0usize, None);
+    let (mut pos, mut idx, mut prev) = (0usize, first_idx, None);
     let mut salvages = 0;
     while pos < end {
         let e = d.ent(pos, end).filter(|e| {
@@ -260,76 +311,4 @@ fn records(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, d: &mut DirBuf, end: usize
         pos += d.ent(pos, end).map_or(e.rec_len, |e| e.rec_len.max(12));
         idx += 1;
     }
-}
-
-/// A directory stored in the inode (`inline_data`): `..` in the first four
-/// bytes of `i_block`, entries after it and in the `system.data` xattr.
-fn inline_dir(ctx: &mut Ctx, ino: u32) {
-    let Ok(rec) = ctx.fs.inode_record(ino) else { return };
-    let raw = decode(&rec);
-    let extra = raw.i_extra_isize.get();
-    let region = ext4kit_format::xattr::ibody_region(&rec, extra).ok();
-    let entries = region
-        .and_then(|r| ext4kit_format::xattr::parse_ibody(r).ok())
-        .unwrap_or_default();
-    let data = ext4kit_format::inline::system_data(&entries).unwrap_or(&[]);
-    let Ok(dir) = InlineDir::parse(&raw.i_block, data) else {
-        return;
-    };
-    bump(ctx, ino);
-    if let Some(d) = ctx.dirs.get_mut(&ino) {
-        d.dotdot = dir.parent;
-    }
-    if ctx.in_use(dir.parent) {
-        bump(ctx, dir.parent);
-    }
-    let mut found = Vec::new();
-    for e in dir.entries() {
-        match e {
-            Ok(e) => found.push((e.inode, e.name.to_vec(), e.file_type)),
-            Err(err) => {
-                ctx.add(
-                    Finding::new(
-                        p::P2_DIR_CORRUPTED,
-                        format!("inline directory is corrupt: {err}"),
-                        "salvage it",
-                    )
-                    .ino(ino),
-                );
-                break;
-            }
-        }
-    }
-    inline_entries(ctx, ino, found);
-}
-
-/// The entries of an inline directory, checked as records of a block; no
-/// repair is made to them yet (the run checks them as `-n` would).
-fn inline_entries(ctx: &mut Ctx, ino: u32, found: Vec<(u32, Vec<u8>, u8)>) {
-    let mode = std::mem::replace(&mut ctx.mode, Mode::Check);
-    let mut dir = Dir {
-        ino,
-        seed: 0,
-        index: None,
-        keys: None,
-        names: HashMap::new(),
-        clear_index: false,
-        hash_bad: HashSet::new(),
-        encrypted: Some(false),
-    };
-    let b = DirBlock { ino, lblk: 1, pblk: 0 };
-    let mut here = HashMap::new();
-    for (i, name, ft) in found {
-        let len = rec_len_for(name.len());
-        let mut d = DirBuf {
-            buf: vec![0; len],
-            dirty: false,
-            filetype: true,
-        };
-        d.put(0, i, len, ft, &name);
-        if let Some(e) = d.ent(0, len) {
-            dirent::check(ctx, &mut dir, b, &mut d, e, 2, &mut here);
-        }
-    }
-    ctx.mode = mode;
 }

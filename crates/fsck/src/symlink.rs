@@ -40,6 +40,16 @@ fn slow_block(fs: &RawFs, raw: &RawInode) -> Option<u64> {
     fs.valid_block(blk).then_some(blk)
 }
 
+/// An inline inode's data size as e2fsck counts it
+/// (`ext2fs_inline_data_size`): all of `i_block` plus the `system.data`
+/// value; `None` without that xattr.
+fn inline_size(raw: &RawInode, rec: &[u8]) -> Option<u64> {
+    let region = ext4kit_format::xattr::ibody_region(rec, raw.i_extra_isize.get()).ok()?;
+    let entries = ext4kit_format::xattr::parse_ibody(region).ok()?;
+    let data = ext4kit_format::inline::system_data(&entries)?;
+    Some(60 + data.len() as u64)
+}
+
 /// True when the symlink inode `raw` (record `rec`) is well formed.
 pub fn valid(fs: &RawFs, _ino: u32, raw: &RawInode, rec: &[u8]) -> bool {
     let size = raw.size();
@@ -69,13 +79,4 @@ pub fn valid(fs: &RawFs, _ino: u32, raw: &RawInode, rec: &[u8]) -> bool {
         target.iter().position(|&c| c == 0).unwrap_or(target.len())
     };
     len < target.len() && len as u64 == size
-}
-
-/// Bytes an inline symlink holds (e2fsck's `ext2fs_inline_data_size`): the
-/// 60 bytes of `i_block` plus the `system.data` value; None without one.
-fn inline_size(raw: &RawInode, rec: &[u8]) -> Option<u64> {
-    let region = ext4kit_format::xattr::ibody_region(rec, raw.i_extra_isize.get()).ok()?;
-    let entries = ext4kit_format::xattr::parse_ibody(region).ok()?;
-    let data = ext4kit_format::inline::system_data(&entries)?;
-    Some(60 + data.len() as u64)
 }

@@ -56,6 +56,11 @@ pub struct Walker<'f, 'a, 'v> {
     pub extra_problems: usize,
     /// Pass 1's repairs during the walk (`None`: the walk only reads).
     pub fixer: Option<crate::map_fix::Fixer>,
+    /// For a directory, the logical block count it may not pass (see
+    /// [`dir_block_limit`]); `None` for other files.
+    pub dir_limit: Option<u64>,
+    /// The inode is a directory (its extents may not be uninitialized).
+    pub is_dir: bool,
     visited: HashSet<u64>,
     visit: &'v mut dyn FnMut(Event),
 }
@@ -70,6 +75,8 @@ impl<'f, 'a, 'v> Walker<'f, 'a, 'v> {
             problems: Vec::new(),
             extra_problems: 0,
             fixer: None,
+            dir_limit: None,
+            is_dir: false,
             visited: HashSet::new(),
             visit,
         }
@@ -113,4 +120,17 @@ impl<'f, 'a, 'v> Walker<'f, 'a, 'v> {
             crate::blockmap::walk(self, &inode.i_block);
         }
     }
+}
+
+/// The most logical blocks a directory may have (e2fsck's
+/// `PR_1_TOOBIG_DIR`): 2^31 bytes' worth without `large_dir`, unless
+/// `i_size_high` is set; `None` when there is no limit or `is_dir` is false.
+pub fn dir_block_limit(fs: &RawFs, inode: &RawInode, is_dir: bool) -> Option<u64> {
+    let large = fs
+        .geo
+        .features
+        .incompat
+        .contains(ext4kit_format::features::IncompatFeatures::LARGEDIR);
+    let log = fs.geo.block_size.trailing_zeros().saturating_sub(10);
+    (is_dir && !large && inode.i_size_high.get() == 0).then(|| 1u64 << 21u32.saturating_sub(log))
 }
