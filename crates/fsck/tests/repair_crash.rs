@@ -4,21 +4,19 @@
 //! every point, with none, all, or a random torn and reordered subset of
 //! the unflushed writes surviving.
 
+mod support;
+
+use support::*;
+
 use std::sync::Arc;
 
 use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
-use ext4kit_engine::{Attr, BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_format::group_desc::RawGroupDesc;
 use ext4kit_format::superblock::{Geometry, RawSuperblock};
 use ext4kit_fsck::repair::{Outcome, repair};
 use ext4kit_fsck::{Mode, Options};
-
-const ATTR: Attr = Attr {
-    perm: 0o644,
-    uid: 0,
-    gid: 0,
-};
 
 /// A 32 MiB image with 1 KiB blocks (four groups) holding a few files.
 fn build() -> Vec<u8> {

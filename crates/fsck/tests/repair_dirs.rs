@@ -3,25 +3,19 @@
 //! asserts that the verdict is clean, that the expected problem was
 //! repaired, that `e2fsck -fn` agrees, and that the names survive.
 
+mod support;
+
+use support::*;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 
-use ext4kit_engine::BlockDevice;
-use ext4kit_engine::device::MemDevice;
-use ext4kit_fsck::repair::{Outcome, repair};
-use ext4kit_fsck::{Mode, Options};
+use ext4kit_fsck::repair::Outcome;
 
 const BS: usize = 1024;
 /// `i_block` within an inode record.
 const I_BLOCK: usize = 0x28;
 const I_MODE: usize = 0;
-
-fn temp_image(bytes: &[u8]) -> tempfile::NamedTempFile {
-    let f = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(f.path(), bytes).unwrap();
-    f
-}
 
 /// A 4 MiB image made by mke2fs with `features` and `args`, then
 /// `script` run by `debugfs -w`.
@@ -109,15 +103,10 @@ fn e2fsck_clean(bytes: &[u8]) {
     );
 }
 
+/// The repaired image and the outcome.
 fn fix(bytes: Vec<u8>) -> (Vec<u8>, Outcome) {
-    let dev = Arc::new(MemDevice::new(bytes));
-    let opts = Options {
-        force: true,
-        mode: Mode::Yes,
-        ..Default::default()
-    };
-    let out = repair(&(dev.clone() as Arc<dyn BlockDevice>), &opts, &mut |_| {}).expect("repair runs");
-    (dev.snapshot(), out)
+    let (out, after) = repair_yes(&bytes);
+    (after, out)
 }
 
 /// Every finding of the repair runs and the verdict: (code, fixed).

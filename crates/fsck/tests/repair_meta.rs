@@ -3,23 +3,21 @@
 //! planted fault. The repair must end with a clean verdict, `e2fsck -fn`
 //! must agree, and the file's data must still read back.
 
+mod support;
+
+use support::*;
+
 use std::sync::Arc;
 
 use ext4kit_engine::device::MemDevice;
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
-use ext4kit_engine::{Attr, BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::group_desc::RawGroupDesc;
 use ext4kit_format::inode::set_inode_checksum;
 use ext4kit_format::superblock::{Geometry, RawSuperblock};
-use ext4kit_fsck::repair::{Outcome, repair};
-use ext4kit_fsck::{Mode, Options};
+use ext4kit_fsck::repair::Outcome;
 
-const ATTR: Attr = Attr {
-    perm: 0o644,
-    uid: 0,
-    gid: 0,
-};
 const DATA: u8 = 0x3c;
 const FILE_LEN: usize = 9_000;
 /// A block far past anything mkfs or the file uses (16 MiB of 1 KiB blocks).
@@ -76,18 +74,6 @@ fn plant_list(bytes: &mut [u8], blocks: &[u32]) {
     });
 }
 
-fn fix(bytes: &[u8]) -> (Outcome, Vec<u8>) {
-    let mem = Arc::new(MemDevice::new(bytes.to_vec()));
-    let dev: Arc<dyn BlockDevice> = mem.clone();
-    let opts = Options {
-        force: true,
-        mode: Mode::Yes,
-        ..Options::default()
-    };
-    let out = repair(&dev, &opts, &mut |_| {}).expect("repair runs");
-    (out, mem.snapshot())
-}
-
 fn fixed_codes(out: &Outcome) -> Vec<&'static str> {
     out.runs
         .iter()
@@ -141,7 +127,7 @@ fn assert_repaired(out: &Outcome, after: &[u8], file: u32) {
 fn illegal_and_primary_entries_leave_the_bad_block_list() {
     let (mut bytes, file) = build();
     plant_list(&mut bytes, &[FREE_BLK, 900_000, 1]);
-    let (out, after) = fix(&bytes);
+    let (out, after) = repair_yes(&bytes);
     let codes = fixed_codes(&out);
     assert!(codes.contains(&"P1_BB_ILLEGAL_BLOCK_NUM"), "{codes:?}");
     assert!(codes.contains(&"P1_BAD_PRIMARY_SUPERBLOCK"), "{codes:?}");
@@ -154,7 +140,7 @@ fn an_invalid_bad_blocks_inode_is_cleared() {
     let (mut bytes, file) = build();
     plant_list(&mut bytes, &[FREE_BLK]);
     edit_inode(&mut bytes, 1, |r| r[0..2].copy_from_slice(&0o100644u16.to_le_bytes()));
-    let (out, after) = fix(&bytes);
+    let (out, after) = repair_yes(&bytes);
     assert!(
         fixed_codes(&out).contains(&"P1_INVALID_BAD_INODE"),
         "{:?}",
@@ -170,7 +156,7 @@ fn a_reserved_inode_loses_the_casefold_flag() {
     edit_inode(&mut bytes, 9, |r| {
         r[0x20..0x24].copy_from_slice(&0x4000_0000u32.to_le_bytes())
     });
-    let (out, after) = fix(&bytes);
+    let (out, after) = repair_yes(&bytes);
     assert!(
         fixed_codes(&out).contains(&"P1_CASEFOLD_NONDIR"),
         "{:?}",
@@ -214,7 +200,7 @@ fn a_sound_extent_file_turns_the_extents_feature_back_on() {
         let v = sb.s_feature_incompat.get() & !IncompatFeatures::EXTENTS.0;
         sb.s_feature_incompat.set(v);
     });
-    let (out, after) = fix(&bytes);
+    let (out, after) = repair_yes(&bytes);
     assert!(
         fixed_codes(&out).contains(&"P1_EXTENT_FEATURE"),
         "{:?}",
@@ -233,7 +219,7 @@ fn an_inode_bitmap_on_the_block_bitmap_is_moved() {
         gd.bg_inode_bitmap_lo.set(bb as u32);
         gd.bg_inode_bitmap_hi.set((bb >> 32) as u32);
     });
-    let (out, after) = fix(&bytes);
+    let (out, after) = repair_yes(&bytes);
     assert!(fixed_codes(&out).contains(&"P1_IB_CONFLICT"), "{:?}", fixed_codes(&out));
     assert_repaired(&out, &after, file);
 }

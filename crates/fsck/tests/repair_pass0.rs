@@ -6,22 +6,20 @@
 //! Pass 5 (bitmaps and counts) is repaired elsewhere; where a repair here
 //! frees or allocates blocks, what may be left is pass 5's only.
 
+mod support;
+
+use support::*;
+
 use std::sync::Arc;
 
 use ext4kit_engine::device::MemDevice;
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
-use ext4kit_engine::{Attr, BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_format::group_desc::RawGroupDesc;
 use ext4kit_format::inode::set_inode_checksum;
 use ext4kit_format::superblock::{Geometry, RawSuperblock};
-use ext4kit_fsck::repair::{Outcome, repair};
-use ext4kit_fsck::{Mode, Options};
+use ext4kit_fsck::repair::Outcome;
 
-const ATTR: Attr = Attr {
-    perm: 0o644,
-    uid: 0,
-    gid: 0,
-};
 const DATA: u8 = 0xab;
 const LEN: usize = 20_000;
 
@@ -96,17 +94,6 @@ fn edit_inode(bytes: &mut [u8], ino: u32, edit: impl FnOnce(&mut [u8])) {
     set_inode_checksum(rec, sb.csum_seed(), ino).unwrap();
 }
 
-fn fix(bytes: &[u8]) -> (Outcome, Vec<u8>) {
-    let dev = Arc::new(MemDevice::new(bytes.to_vec()));
-    let opts = Options {
-        force: true,
-        mode: Mode::Yes,
-        ..Default::default()
-    };
-    let out = repair(&(dev.clone() as Arc<dyn BlockDevice>), &opts, &mut |_| {}).expect("repair runs");
-    (out, dev.snapshot())
-}
-
 /// `e2fsck -fn` on `bytes`: its exit status and transcript (`None` when
 /// e2fsck is not installed).
 fn e2fsck(bytes: &[u8]) -> Option<(i32, String)> {
@@ -174,7 +161,7 @@ fn bad_extra_isize_fields_are_set_to_the_default() {
         sb.s_min_extra_isize.set(3);
         sb.s_want_extra_isize.set(500);
     });
-    let (out, fixed) = fix(&b.bytes);
+    let (out, fixed) = repair_yes(&b.bytes);
     assert_clean(&out, &fixed);
     let (sb, _) = geometry(&fixed);
     assert_eq!((sb.s_min_extra_isize.get(), sb.s_want_extra_isize.get()), (32, 32));
@@ -188,7 +175,7 @@ fn sixty_four_bit_without_extents_gets_extents_back() {
         let v = sb.s_feature_incompat.get() & !0x40;
         sb.s_feature_incompat.set(v);
     });
-    let (out, fixed) = fix(&b.bytes);
+    let (out, fixed) = repair_yes(&b.bytes);
     assert_clean(&out, &fixed);
     let (sb, _) = geometry(&fixed);
     assert_ne!(sb.s_feature_incompat.get() & 0x40, 0);
@@ -200,7 +187,7 @@ fn a_bad_descriptor_checksum_is_recomputed() {
     let mut b = build("");
     let at = desc_at(&b.bytes, 1);
     b.bytes[at + 0x1E] ^= 0x55; // bg_checksum
-    let (out, fixed) = fix(&b.bytes);
+    let (out, fixed) = repair_yes(&b.bytes);
     assert!(
         out.runs[0]
             .findings
@@ -222,7 +209,7 @@ fn an_invalid_unused_inode_count_is_cleared() {
     let c = gd.compute_checksum(&geo.features, sb.csum_seed(), &sb.s_uuid, 1, ds);
     gd.bg_checksum.set(c);
     gd.encode_into(&mut b.bytes[at..at + ds]);
-    let (out, fixed) = fix(&b.bytes);
+    let (out, fixed) = repair_yes(&b.bytes);
     assert_clean_but_pass5(&out, &fixed);
     assert_eq!(desc(&fixed, 1).itable_unused(), 0);
     assert_files(&fixed, &b);
@@ -240,7 +227,7 @@ fn a_block_bitmap_outside_its_group_is_relocated() {
     let c = gd.compute_checksum(&geo.features, sb.csum_seed(), &sb.s_uuid, 1, ds);
     gd.bg_checksum.set(c);
     gd.encode_into(&mut b.bytes[at..at + ds]);
-    let (out, fixed) = fix(&b.bytes);
+    let (out, fixed) = repair_yes(&b.bytes);
     assert_clean_but_pass5(&out, &fixed);
     let new = desc(&fixed, 1).block_bitmap();
     let first = geo.first_data_block as u64 + u64::from(geo.blocks_per_group);
@@ -266,7 +253,7 @@ fn a_corrupt_journal_superblock_is_reset() {
         (u64::from(u16::from_le_bytes([e[6], e[7]])) << 32) | u64::from(u32::from_le_bytes([e[8], e[9], e[10], e[11]]));
     let jsb = start as usize * bs;
     b.bytes[jsb..jsb + 4].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
-    let (out, fixed) = fix(&b.bytes);
+    let (out, fixed) = repair_yes(&b.bytes);
     assert_clean(&out, &fixed);
     assert_eq!(&fixed[jsb..jsb + 4], &[0xc0, 0x3b, 0x39, 0x98]);
     assert_files(&fixed, &b);
@@ -279,7 +266,7 @@ fn needs_recovery_without_a_journal_is_cleared() {
         let v = sb.s_feature_incompat.get() | 0x4;
         sb.s_feature_incompat.set(v);
     });
-    let (out, fixed) = fix(&b.bytes);
+    let (out, fixed) = repair_yes(&b.bytes);
     assert_clean(&out, &fixed);
     let (sb, _) = geometry(&fixed);
     assert_eq!(sb.s_feature_incompat.get() & 0x4, 0);
@@ -299,7 +286,7 @@ fn a_file_sharing_another_files_blocks_gets_its_own_copy() {
         r[0x28 + 12 + 6..0x28 + 24].copy_from_slice(&a_start)
     });
     let _ = sb;
-    let (out, fixed) = fix(&b.bytes);
+    let (out, fixed) = repair_yes(&b.bytes);
     assert!(
         out.runs[0]
             .findings

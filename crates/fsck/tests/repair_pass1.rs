@@ -2,22 +2,19 @@
 //! fault: the repair must end with a clean verdict, `e2fsck -fn` must agree,
 //! and the file's data must still read back.
 
+mod support;
+
+use support::*;
+
 use std::sync::Arc;
 
 use ext4kit_engine::device::MemDevice;
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
-use ext4kit_engine::{Attr, BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_format::group_desc::RawGroupDesc;
 use ext4kit_format::inode::set_inode_checksum;
 use ext4kit_format::superblock::{Geometry, RawSuperblock};
-use ext4kit_fsck::repair::{Outcome, repair};
-use ext4kit_fsck::{Mode, Options};
-
-const ATTR: Attr = Attr {
-    perm: 0o644,
-    uid: 0,
-    gid: 0,
-};
+use ext4kit_fsck::repair::Outcome;
 
 const DATA: u8 = 0x5a;
 const FILE_LEN: usize = 20_000;
@@ -83,19 +80,6 @@ fn le32(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
 }
 
-/// Repairs `bytes` as `fsck -fy`; returns the outcome and the image after.
-fn fix(bytes: &[u8]) -> (Outcome, Vec<u8>) {
-    let mem = Arc::new(MemDevice::new(bytes.to_vec()));
-    let dev: Arc<dyn BlockDevice> = mem.clone();
-    let opts = Options {
-        force: true,
-        mode: Mode::Yes,
-        ..Options::default()
-    };
-    let out = repair(&dev, &opts, &mut |_| {}).expect("repair runs");
-    (out, mem.snapshot())
-}
-
 fn fixed_codes(out: &Outcome) -> Vec<&'static str> {
     out.runs
         .iter()
@@ -144,7 +128,7 @@ fn a_wrong_block_count_and_directory_size_are_set() {
     let mut b = build();
     edit_inode(&mut b.bytes, b.file, true, |r| r[0x1C] = r[0x1C].wrapping_add(2));
     edit_inode(&mut b.bytes, b.dir, true, |r| r[4] = r[4].wrapping_add(1));
-    let (out, after) = fix(&b.bytes);
+    let (out, after) = repair_yes(&b.bytes);
     let codes = fixed_codes(&out);
     assert!(
         codes.contains(&"P1_BAD_I_BLOCKS") && codes.contains(&"P1_BAD_I_SIZE"),
@@ -161,7 +145,7 @@ fn dtime_on_a_live_inode_is_cleared() {
     edit_inode(&mut b.bytes, b.file, true, |r| {
         r[0x14..0x18].copy_from_slice(&1_800_000_000u32.to_le_bytes());
     });
-    let (out, after) = fix(&b.bytes);
+    let (out, after) = repair_yes(&b.bytes);
     assert!(fixed_codes(&out).contains(&"P1_SET_DTIME"));
     let (at, _, _) = inode_at(&after, b.file);
     assert_eq!(le32(&after, at + 0x14), 0);
@@ -172,7 +156,7 @@ fn dtime_on_a_live_inode_is_cleared() {
 fn a_checksum_only_fault_is_rewritten() {
     let mut b = build();
     edit_inode(&mut b.bytes, b.file, false, |r| r[0x7C] ^= 0xff);
-    let (out, after) = fix(&b.bytes);
+    let (out, after) = repair_yes(&b.bytes);
     assert_eq!(fixed_codes(&out), ["P1_INODE_ONLY_CSUM_INVALID"]);
     assert_repaired(&out, &after, b.file);
 }
@@ -181,7 +165,7 @@ fn a_checksum_only_fault_is_rewritten() {
 fn immutable_on_a_symlink_is_dropped() {
     let mut b = build();
     edit_inode(&mut b.bytes, b.sym, true, |r| r[0x20] |= 0x10);
-    let (out, after) = fix(&b.bytes);
+    let (out, after) = repair_yes(&b.bytes);
     assert!(fixed_codes(&out).contains(&"P1_SET_IMMUTABLE"));
     let (at, _, _) = inode_at(&after, b.sym);
     assert_eq!(le32(&after, at + 0x20) & 0x30, 0);
@@ -202,7 +186,7 @@ fn an_extent_past_the_end_of_the_disk_is_removed() {
         r[e + 6..e + 8].fill(0);
         r[e + 8..e + 12].copy_from_slice(&9_000_000u32.to_le_bytes());
     });
-    let (out, after) = fix(&b.bytes);
+    let (out, after) = repair_yes(&b.bytes);
     assert!(
         fixed_codes(&out).contains(&"P1_EXTENT_BAD_START_BLK"),
         "{:?}",

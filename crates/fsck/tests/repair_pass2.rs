@@ -3,23 +3,21 @@
 //! the verdict is clean, that `e2fsck -fn` agrees, and that the names that
 //! should survive do (listed with debugfs).
 
+mod support;
+
+use support::*;
+
 use std::process::Command;
 use std::sync::Arc;
 
 use ext4kit_engine::device::MemDevice;
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
-use ext4kit_engine::{Attr, BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_format::dir_entry::{TAIL_SIZE, set_block_checksum};
 use ext4kit_format::htree::{inode_csum_seed, set_dx_checksum};
 use ext4kit_format::superblock::RawSuperblock;
-use ext4kit_fsck::repair::{Outcome, repair};
-use ext4kit_fsck::{Mode, Options};
+use ext4kit_fsck::repair::Outcome;
 
-const ATTR: Attr = Attr {
-    perm: 0o644,
-    uid: 0,
-    gid: 0,
-};
 const BS: usize = 1024;
 
 /// The image and the inodes of its directories.
@@ -58,12 +56,6 @@ fn build() -> Img {
         dir,
         big,
     }
-}
-
-fn temp_image(bytes: &[u8]) -> tempfile::NamedTempFile {
-    let f = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(f.path(), bytes).unwrap();
-    f
 }
 
 fn debugfs(bytes: &[u8], req: &str) -> String {
@@ -122,15 +114,10 @@ fn e2fsck_clean(bytes: &[u8]) {
 }
 
 /// Runs `fsck -y` on `bytes`; the repaired image and what was done.
+/// The repaired image and the outcome.
 fn fix(bytes: Vec<u8>) -> (Vec<u8>, Outcome) {
-    let dev = Arc::new(MemDevice::new(bytes));
-    let opts = Options {
-        force: true,
-        mode: Mode::Yes,
-        ..Default::default()
-    };
-    let out = repair(&(dev.clone() as Arc<dyn BlockDevice>), &opts, &mut |_| {}).expect("repair runs");
-    (dev.snapshot(), out)
+    let (out, after) = repair_yes(&bytes);
+    (after, out)
 }
 
 /// Repairs, and asserts the outcome is clean, repaired `code`, and

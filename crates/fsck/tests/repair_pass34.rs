@@ -4,21 +4,17 @@
 //! repair leaves nothing for `ext4kit` or `e2fsck -fn` to find, and what
 //! should survive does.
 
-use std::io::Write;
+mod support;
+
+use support::*;
+
 use std::process::Command;
 use std::sync::Arc;
 
 use ext4kit_engine::device::MemDevice;
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
-use ext4kit_engine::{Attr, BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
-use ext4kit_fsck::repair::{Outcome, repair};
-use ext4kit_fsck::{Mode, Options};
-
-const ATTR: Attr = Attr {
-    perm: 0o644,
-    uid: 0,
-    gid: 0,
-};
+use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_fsck::repair::Outcome;
 
 /// An image with `/file` (20000 bytes), `/dir/inner` and `/lost+found`;
 /// returns the bytes and the inodes of file and dir.
@@ -39,13 +35,6 @@ fn build() -> (Vec<u8>, u32, u32) {
     fs.create(dir, b"inner", NodeKind::Regular, ATTR).unwrap();
     fs.unmount().expect("unmount");
     (dev.snapshot(), file, dir)
-}
-
-fn temp_image(bytes: &[u8]) -> tempfile::NamedTempFile {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    f.write_all(bytes).unwrap();
-    f.flush().unwrap();
-    f
 }
 
 /// Runs debugfs `-w` requests on the image.
@@ -76,18 +65,6 @@ fn debugfs_out(bytes: &[u8], request: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Repairs with `-y`; returns the outcome and the repaired bytes.
-fn fix(bytes: &[u8]) -> (Outcome, Vec<u8>) {
-    let dev = Arc::new(MemDevice::new(bytes.to_vec()));
-    let opts = Options {
-        force: true,
-        mode: Mode::Yes,
-        ..Default::default()
-    };
-    let out = repair(&(dev.clone() as Arc<dyn BlockDevice>), &opts, &mut |_| {}).expect("repair runs");
-    (out, dev.snapshot())
-}
-
 fn codes(out: &Outcome) -> Vec<&'static str> {
     out.runs
         .iter()
@@ -111,7 +88,7 @@ fn assert_clean(out: &Outcome, bytes: &[u8]) {
 fn a_wrong_link_count_is_set_to_the_references() {
     let (bytes, file, _) = build();
     let bad = debugfs(&bytes, &[&format!("sif <{file}> links_count 7")]);
-    let (out, fixed) = fix(&bad);
+    let (out, fixed) = repair_yes(&bad);
     assert!(codes(&out).contains(&"P4_BAD_REF_COUNT"), "{:?}", codes(&out));
     assert_clean(&out, &fixed);
     assert!(debugfs_out(&fixed, &format!("stat <{file}>")).contains("Links: 1"));
@@ -121,7 +98,7 @@ fn a_wrong_link_count_is_set_to_the_references() {
 fn an_unattached_file_goes_to_lost_found() {
     let (bytes, file, _) = build();
     let bad = debugfs(&bytes, &["unlink /file"]);
-    let (out, fixed) = fix(&bad);
+    let (out, fixed) = repair_yes(&bad);
     assert!(codes(&out).contains(&"P4_UNATTACHED_INODE"), "{:?}", codes(&out));
     assert_clean(&out, &fixed);
     let ls = debugfs_out(&fixed, "ls -l /lost+found");
@@ -133,7 +110,7 @@ fn an_unattached_file_goes_to_lost_found() {
 fn an_unconnected_directory_goes_to_lost_found_with_its_dotdot() {
     let (bytes, _, dir) = build();
     let bad = debugfs(&bytes, &["unlink /dir"]);
-    let (out, fixed) = fix(&bad);
+    let (out, fixed) = repair_yes(&bad);
     let c = codes(&out);
     assert!(c.contains(&"P3_UNCONNECTED_DIR"), "{c:?}");
     assert_clean(&out, &fixed);
@@ -147,7 +124,7 @@ fn an_unconnected_directory_goes_to_lost_found_with_its_dotdot() {
 fn an_orphan_being_truncated_is_released_and_the_list_cleared() {
     let (bytes, file, _) = build();
     let bad = debugfs(&bytes, &[&format!("ssv last_orphan {file}")]);
-    let (out, fixed) = fix(&bad);
+    let (out, fixed) = repair_yes(&bad);
     assert!(codes(&out).contains(&"P0_ORPHAN_CLEAR_INODE"), "{:?}", codes(&out));
     assert_clean(&out, &fixed);
     let sb = debugfs_out(&fixed, "stats");
@@ -160,7 +137,7 @@ fn an_orphan_being_truncated_is_released_and_the_list_cleared() {
 fn a_bad_orphan_list_head_is_dropped() {
     let (bytes, _, _) = build();
     let bad = debugfs(&bytes, &["ssv last_orphan 5"]);
-    let (out, fixed) = fix(&bad);
+    let (out, fixed) = repair_yes(&bad);
     assert!(
         codes(&out).contains(&"P0_ORPHAN_ILLEGAL_HEAD_INODE"),
         "{:?}",

@@ -4,21 +4,17 @@
 //! rewritten; afterwards neither `ext4kit` nor `e2fsck -fn` finds anything,
 //! and the files are intact.
 
-use std::io::Write;
+mod support;
+
+use support::*;
+
 use std::process::Command;
 use std::sync::Arc;
 
 use ext4kit_engine::BlockDevice;
 use ext4kit_engine::device::MemDevice;
-use ext4kit_fsck::repair::{Outcome, repair};
-use ext4kit_fsck::{Mode, Options};
-
-fn temp_image(bytes: &[u8]) -> tempfile::NamedTempFile {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    f.write_all(bytes).unwrap();
-    f.flush().unwrap();
-    f
-}
+use ext4kit_fsck::Options;
+use ext4kit_fsck::repair::Outcome;
 
 /// An 8 MiB, 1 KiB-block image made by `mke2fs` with `extra` options and
 /// the files `f1`..`f3` (5000 bytes each) copied in with `-d`.
@@ -53,17 +49,6 @@ fn debugfs(bytes: &[u8], write: bool, request: &str) -> (Vec<u8>, String) {
         std::fs::read(f.path()).unwrap(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
     )
-}
-
-fn fix(bytes: &[u8]) -> (Outcome, Vec<u8>) {
-    let dev = Arc::new(MemDevice::new(bytes.to_vec()));
-    let opts = Options {
-        force: true,
-        mode: Mode::Yes,
-        ..Default::default()
-    };
-    let out = repair(&(dev.clone() as Arc<dyn BlockDevice>), &opts, &mut |_| {}).expect("repair runs");
-    (out, dev.snapshot())
 }
 
 fn codes(out: &Outcome) -> Vec<&'static str> {
@@ -106,7 +91,7 @@ fn stale_quota_usage_is_rewritten() {
     ]);
     let (code, text) = e2fsck_n(&bytes);
     assert_eq!(code, Some(4), "the image should start with stale quota: {text}");
-    let (out, fixed) = fix(&bytes);
+    let (out, fixed) = repair_yes(&bytes);
     let c = codes(&out);
     assert_eq!(c.iter().filter(|&&n| n == "P6_UPDATE_QUOTAS").count(), 3, "{c:?}");
     assert_clean(&out, &fixed);
@@ -127,7 +112,7 @@ fn a_wrong_xattr_block_refcount_is_set() {
         .expect("f1 has an xattr block");
     let mut bad = bytes.clone();
     bad[acl * 1024 + 4..acl * 1024 + 8].copy_from_slice(&5u32.to_le_bytes());
-    let (out, fixed) = fix(&bad);
+    let (out, fixed) = repair_yes(&bad);
     assert!(codes(&out).contains(&"P1_EXTATTR_REFCOUNT"), "{:?}", codes(&out));
     assert_clean(&out, &fixed);
     assert_eq!(&fixed[acl * 1024 + 4..acl * 1024 + 8], &1u32.to_le_bytes());
