@@ -88,27 +88,6 @@ fn names(bytes: &[u8], ino: u32) -> Vec<String> {
     v
 }
 
-fn e2fsck_clean(bytes: &[u8]) {
-    let f = temp_image(bytes);
-    let out = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(f.path())
-        .output()
-        .expect("e2fsck");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "e2fsck -fn after the repair:\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-}
-
-/// The repaired image and the outcome.
-fn fix(bytes: Vec<u8>) -> (Vec<u8>, Outcome) {
-    let (out, after) = repair_yes(&bytes);
-    (after, out)
-}
-
 /// Every finding of the repair runs and the verdict: (code, fixed).
 fn all(out: &Outcome) -> Vec<(&'static str, bool)> {
     out.runs

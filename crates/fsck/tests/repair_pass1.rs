@@ -89,22 +89,6 @@ fn fixed_codes(out: &Outcome) -> Vec<&'static str> {
         .collect()
 }
 
-/// `e2fsck -fn` on `bytes` exits 0 (skipped where e2fsck is missing).
-fn e2fsck_clean(bytes: &[u8]) {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("r.img");
-    std::fs::write(&p, bytes).unwrap();
-    match std::process::Command::new("e2fsck").arg("-fn").arg(&p).output() {
-        Ok(out) => assert_eq!(
-            out.status.code(),
-            Some(0),
-            "e2fsck -fn: {}",
-            String::from_utf8_lossy(&out.stdout)
-        ),
-        Err(e) => eprintln!("e2fsck not run: {e}"),
-    }
-}
-
 /// The repair ends clean, e2fsck agrees, and the file's data reads back.
 fn assert_repaired(out: &Outcome, after: &[u8], file: u32) {
     assert_eq!(

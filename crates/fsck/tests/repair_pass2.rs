@@ -16,7 +16,6 @@ use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_format::dir_entry::{TAIL_SIZE, set_block_checksum};
 use ext4kit_format::htree::{inode_csum_seed, set_dx_checksum};
 use ext4kit_format::superblock::RawSuperblock;
-use ext4kit_fsck::repair::Outcome;
 
 const BS: usize = 1024;
 
@@ -96,28 +95,6 @@ fn seed(bytes: &[u8], ino: u32) -> u32 {
     let gen_field = out.split("Generation:").nth(1).expect("generation");
     let generation: u32 = gen_field.split_whitespace().next().unwrap().parse().unwrap();
     inode_csum_seed(sb.csum_seed(), ino, generation)
-}
-
-fn e2fsck_clean(bytes: &[u8]) {
-    let f = temp_image(bytes);
-    let out = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(f.path())
-        .output()
-        .expect("e2fsck");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "e2fsck -fn after the repair:\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-}
-
-/// Runs `fsck -y` on `bytes`; the repaired image and what was done.
-/// The repaired image and the outcome.
-fn fix(bytes: Vec<u8>) -> (Vec<u8>, Outcome) {
-    let (out, after) = repair_yes(&bytes);
-    (after, out)
 }
 
 /// Repairs, and asserts the outcome is clean, repaired `code`, and

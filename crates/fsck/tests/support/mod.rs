@@ -58,3 +58,15 @@ pub fn assert_e2fsck_clean(bytes: &[u8], what: &str) {
     let (code, text) = e2fsck_fn(bytes);
     assert_eq!(code, Some(0), "{what}: e2fsck -fn\n{text}");
 }
+
+/// Asserts `e2fsck -fn` finds the repaired `bytes` clean.
+pub fn e2fsck_clean(bytes: &[u8]) {
+    assert_e2fsck_clean(bytes, "after the repair");
+}
+
+/// [`repair_yes`] taking and giving the image first: the repaired image
+/// and the outcome.
+pub fn fix(bytes: Vec<u8>) -> (Vec<u8>, Outcome) {
+    let (out, after) = repair_yes(&bytes);
+    (after, out)
+}
