@@ -325,8 +325,12 @@ fn low_dtime(ctx: &mut Ctx, ed: &mut InodeEdit) {
     }
 }
 
+/// Whether a record is all zeros. Most records of a table read with the
+/// group flags cleared are: an OR over the whole record, which the
+/// compiler vectorizes, is several times faster than stopping at the
+/// first set byte.
 fn all_zero(rec: &[u8]) -> bool {
-    rec.iter().all(|&b| b == 0)
+    rec.iter().fold(0u8, |acc, &b| acc | b) == 0
 }
 
 /// Reserved inodes below `s_first_ino` (e2fsck's special cases): the bad
