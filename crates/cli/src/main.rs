@@ -80,7 +80,7 @@ enum Command {
     Chown(cmd::edit::ChownArgs),
     /// Create a new, empty file system (like mke2fs).
     Mkfs(cmd::mkfs::Args),
-    /// Check an image as e2fsck does (check-only for now: -n).
+    /// Check (-n) or repair (-p, -y) an image as e2fsck does.
     Fsck(cmd::fsck::Args),
     /// Serve the image through FUSE at a mount point.
     Mount(cmd::mount::Args),
