@@ -11,8 +11,7 @@ use support::*;
 use std::sync::Arc;
 
 use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
-use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
-use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{BlockDevice, NodeKind, ROOT_INO};
 use ext4kit_format::group_desc::RawGroupDesc;
 use ext4kit_format::superblock::{Geometry, RawSuperblock};
 use ext4kit_fsck::repair::{Outcome, repair};
@@ -20,16 +19,7 @@ use ext4kit_fsck::{Mode, Options};
 
 /// A 32 MiB image with 1 KiB blocks (four groups) holding a few files.
 fn build() -> Vec<u8> {
-    let dev = Arc::new(MemDevice::new(vec![0; 32 << 20]));
-    let opts = MkfsOptions {
-        uuid: Some([9; 16]),
-        timestamp: Some(1_700_000_000),
-        device_zeroed: true,
-        block_size: Some(1024),
-        ..MkfsOptions::default()
-    };
-    mkfs(dev.as_ref(), &opts).expect("mkfs");
-    let fs = Filesystem::open(Box::new(dev.clone() as Arc<dyn BlockDevice>), OpenOptions::default()).expect("open");
+    let (dev, fs) = engine_fs(32 << 20, 9, |_| {});
     for i in 0..40u32 {
         let ino = fs
             .create(ROOT_INO, format!("f{i}").as_bytes(), NodeKind::Regular, ATTR)

@@ -7,11 +7,7 @@ mod support;
 
 use support::*;
 
-use std::sync::Arc;
-
-use ext4kit_engine::device::MemDevice;
-use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
-use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{NodeKind, ROOT_INO};
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::group_desc::RawGroupDesc;
 use ext4kit_format::inode::set_inode_checksum;
@@ -30,17 +26,9 @@ fn build() -> (Vec<u8>, u32) {
 
 /// [`build`] with mkfs feature edits (name, on).
 fn build_with(edits: &[(&str, bool)]) -> (Vec<u8>, u32) {
-    let dev = Arc::new(MemDevice::new(vec![0; 16 << 20]));
-    let opts = MkfsOptions {
-        uuid: Some([7; 16]),
-        timestamp: Some(1_700_000_000),
-        device_zeroed: true,
-        block_size: Some(1024),
-        feature_edits: edits.iter().map(|&(n, on)| (n.to_string(), on)).collect(),
-        ..MkfsOptions::default()
-    };
-    mkfs(dev.as_ref(), &opts).expect("mkfs");
-    let fs = Filesystem::open(Box::new(dev.clone() as Arc<dyn BlockDevice>), OpenOptions::default()).expect("open");
+    let (dev, fs) = engine_fs(16 << 20, 7, |o| {
+        o.feature_edits = edits.iter().map(|&(n, on)| (n.to_string(), on)).collect();
+    });
     let file = fs.create(ROOT_INO, b"file", NodeKind::Regular, ATTR).unwrap().ino;
     fs.write(file, 0, &vec![DATA; FILE_LEN]).unwrap();
     fs.unmount().expect("unmount");
@@ -74,15 +62,6 @@ fn plant_list(bytes: &mut [u8], blocks: &[u32]) {
     });
 }
 
-fn fixed_codes(out: &Outcome) -> Vec<&'static str> {
-    out.runs
-        .iter()
-        .flat_map(|r| r.findings.iter())
-        .filter(|f| f.fixed)
-        .map(|f| f.code.name)
-        .collect()
-}
-
 /// Inode 1's direct pointers after the repair.
 fn list_after(bytes: &[u8]) -> Vec<u32> {
     let mut out = Vec::new();
@@ -97,30 +76,8 @@ fn list_after(bytes: &[u8]) -> Vec<u32> {
 
 /// The verdict is clean, e2fsck agrees, and the file reads back.
 fn assert_repaired(out: &Outcome, after: &[u8], file: u32) {
-    assert_eq!(
-        out.verdict.unfixed_errors(),
-        0,
-        "left: {:?}",
-        out.verdict.findings.iter().map(|f| f.code.name).collect::<Vec<_>>()
-    );
-    let dev = Arc::new(MemDevice::new(after.to_vec()));
-    let fs = Filesystem::open(Box::new(dev as Arc<dyn BlockDevice>), OpenOptions::default()).expect("opens");
-    let mut buf = vec![0u8; FILE_LEN];
-    assert_eq!(fs.read_file_at(file, 0, &mut buf).expect("reads"), FILE_LEN);
-    assert!(buf.iter().all(|&b| b == DATA), "the file's data survives");
-    drop(fs);
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("r.img");
-    std::fs::write(&p, after).unwrap();
-    match std::process::Command::new("e2fsck").arg("-fn").arg(&p).output() {
-        Ok(o) => assert_eq!(
-            o.status.code(),
-            Some(0),
-            "e2fsck -fn: {}",
-            String::from_utf8_lossy(&o.stdout)
-        ),
-        Err(e) => eprintln!("e2fsck not run: {e}"),
-    }
+    assert_clean_and_file_intact(out, after, file, FILE_LEN, DATA);
+    e2fsck_clean(after);
 }
 
 #[test]

@@ -13,7 +13,6 @@ use support::*;
 use std::sync::Arc;
 
 use ext4kit_engine::device::MemDevice;
-use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
 use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_format::group_desc::RawGroupDesc;
 use ext4kit_format::inode::set_inode_checksum;
@@ -31,19 +30,11 @@ struct Built {
 }
 
 fn build(features: &str) -> Built {
-    let dev = Arc::new(MemDevice::new(vec![0; 16 << 20]));
-    let mut opts = MkfsOptions {
-        uuid: Some([7; 16]),
-        timestamp: Some(1_700_000_000),
-        device_zeroed: true,
-        block_size: Some(1024),
-        ..MkfsOptions::default()
-    };
-    if !features.is_empty() {
-        opts.add_features(features);
-    }
-    mkfs(dev.as_ref(), &opts).expect("mkfs");
-    let fs = Filesystem::open(Box::new(dev.clone() as Arc<dyn BlockDevice>), OpenOptions::default()).expect("open");
+    let (dev, fs) = engine_fs(16 << 20, 7, |o| {
+        if !features.is_empty() {
+            o.add_features(features);
+        }
+    });
     let a = fs.create(ROOT_INO, b"a", NodeKind::Regular, ATTR).unwrap().ino;
     fs.write(a, 0, &vec![DATA; LEN]).unwrap();
     let b = fs.create(ROOT_INO, b"b", NodeKind::Regular, ATTR).unwrap().ino;

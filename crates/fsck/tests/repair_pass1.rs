@@ -6,11 +6,7 @@ mod support;
 
 use support::*;
 
-use std::sync::Arc;
-
-use ext4kit_engine::device::MemDevice;
-use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
-use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{NodeKind, ROOT_INO};
 use ext4kit_format::group_desc::RawGroupDesc;
 use ext4kit_format::inode::set_inode_checksum;
 use ext4kit_format::superblock::{Geometry, RawSuperblock};
@@ -27,16 +23,7 @@ struct Built {
 }
 
 fn build() -> Built {
-    let dev = Arc::new(MemDevice::new(vec![0; 16 << 20]));
-    let opts = MkfsOptions {
-        uuid: Some([9; 16]),
-        timestamp: Some(1_700_000_000),
-        device_zeroed: true,
-        block_size: Some(1024),
-        ..MkfsOptions::default()
-    };
-    mkfs(dev.as_ref(), &opts).expect("mkfs");
-    let fs = Filesystem::open(Box::new(dev.clone() as Arc<dyn BlockDevice>), OpenOptions::default()).expect("open");
+    let (dev, fs) = engine_fs(16 << 20, 9, |_| {});
     let file = fs.create(ROOT_INO, b"file", NodeKind::Regular, ATTR).unwrap().ino;
     fs.write(file, 0, &vec![DATA; FILE_LEN]).unwrap();
     let dir = fs.create(ROOT_INO, b"dir", NodeKind::Directory, ATTR).unwrap().ino;
@@ -80,30 +67,9 @@ fn le32(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
 }
 
-fn fixed_codes(out: &Outcome) -> Vec<&'static str> {
-    out.runs
-        .iter()
-        .flat_map(|r| r.findings.iter())
-        .filter(|f| f.fixed)
-        .map(|f| f.code.name)
-        .collect()
-}
-
 /// The repair ends clean, e2fsck agrees, and the file's data reads back.
 fn assert_repaired(out: &Outcome, after: &[u8], file: u32) {
-    assert_eq!(
-        out.verdict.unfixed_errors(),
-        0,
-        "left: {:?}",
-        out.verdict.findings.iter().map(|f| f.code.name).collect::<Vec<_>>()
-    );
-    let dev = Arc::new(MemDevice::new(after.to_vec()));
-    let fs = Filesystem::open(Box::new(dev as Arc<dyn BlockDevice>), OpenOptions::default()).expect("opens");
-    let mut buf = vec![0u8; FILE_LEN];
-    let n = fs.read_file_at(file, 0, &mut buf).expect("reads");
-    assert_eq!(n, FILE_LEN);
-    assert!(buf.iter().all(|&b| b == DATA), "the file's data survives");
-    drop(fs);
+    assert_clean_and_file_intact(out, after, file, FILE_LEN, DATA);
     e2fsck_clean(after);
 }
 

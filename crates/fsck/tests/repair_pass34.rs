@@ -9,26 +9,14 @@ mod support;
 use support::*;
 
 use std::process::Command;
-use std::sync::Arc;
 
-use ext4kit_engine::device::MemDevice;
-use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
-use ext4kit_engine::{BlockDevice, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{NodeKind, ROOT_INO};
 use ext4kit_fsck::repair::Outcome;
 
 /// An image with `/file` (20000 bytes), `/dir/inner` and `/lost+found`;
 /// returns the bytes and the inodes of file and dir.
 fn build() -> (Vec<u8>, u32, u32) {
-    let dev = Arc::new(MemDevice::new(vec![0; 8 << 20]));
-    let opts = MkfsOptions {
-        uuid: Some([9; 16]),
-        timestamp: Some(1_700_000_000),
-        device_zeroed: true,
-        block_size: Some(1024),
-        ..MkfsOptions::default()
-    };
-    mkfs(dev.as_ref(), &opts).expect("mkfs");
-    let fs = Filesystem::open(Box::new(dev.clone() as Arc<dyn BlockDevice>), OpenOptions::default()).expect("open");
+    let (dev, fs) = engine_fs(8 << 20, 9, |_| {});
     let file = fs.create(ROOT_INO, b"file", NodeKind::Regular, ATTR).unwrap().ino;
     fs.write(file, 0, &vec![0xab; 20_000]).unwrap();
     let dir = fs.create(ROOT_INO, b"dir", NodeKind::Directory, ATTR).unwrap().ino;
@@ -63,13 +51,6 @@ fn debugfs_out(bytes: &[u8], request: &str) -> String {
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn codes(out: &Outcome) -> Vec<&'static str> {
-    out.runs
-        .iter()
-        .flat_map(|r| r.findings.iter().map(|f| f.code.name))
-        .collect()
 }
 
 fn assert_clean(out: &Outcome, bytes: &[u8]) {

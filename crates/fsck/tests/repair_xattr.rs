@@ -51,23 +51,9 @@ fn debugfs(bytes: &[u8], write: bool, request: &str) -> (Vec<u8>, String) {
     )
 }
 
-fn codes(out: &Outcome) -> Vec<&'static str> {
-    out.runs
-        .iter()
-        .flat_map(|r| r.findings.iter().map(|f| f.code.name))
-        .collect()
-}
-
-fn e2fsck_n(bytes: &[u8]) -> (Option<i32>, String) {
-    let f = temp_image(bytes);
-    let e2 = Command::new("e2fsck").arg("-fn").arg(f.path()).output().unwrap();
-    let text = String::from_utf8_lossy(&e2.stdout).into_owned() + &String::from_utf8_lossy(&e2.stderr);
-    (e2.status.code(), text)
-}
-
 fn assert_clean(out: &Outcome, bytes: &[u8]) {
     assert_eq!(out.verdict.unfixed_errors(), 0, "left: {:?}", out.verdict.findings);
-    let (code, text) = e2fsck_n(bytes);
+    let (code, text) = e2fsck_fn(bytes);
     assert_eq!(code, Some(0), "e2fsck -fn: {text}");
 }
 
@@ -89,7 +75,7 @@ fn stale_quota_usage_is_rewritten() {
         "-I",
         "256",
     ]);
-    let (code, text) = e2fsck_n(&bytes);
+    let (code, text) = e2fsck_fn(&bytes);
     assert_eq!(code, Some(4), "the image should start with stale quota: {text}");
     let (out, fixed) = repair_yes(&bytes);
     let c = codes(&out);
@@ -142,6 +128,6 @@ fn ea_inode_values_the_engine_writes_check_clean() {
     };
     let r = ext4kit_fsck::check(&MemDevice::read_only(bytes.clone()), &opts, &mut |_| {}).unwrap();
     assert!(r.findings.is_empty(), "{:?}", r.findings);
-    let (code, text) = e2fsck_n(&bytes);
+    let (code, text) = e2fsck_fn(&bytes);
     assert_eq!(code, Some(0), "e2fsck -fn: {text}");
 }

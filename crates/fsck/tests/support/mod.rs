@@ -9,7 +9,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use ext4kit_engine::device::MemDevice;
-use ext4kit_engine::{Attr, BlockDevice};
+use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
+use ext4kit_engine::{Attr, BlockDevice, Filesystem, OpenOptions};
 use ext4kit_fsck::repair::{Outcome, repair};
 use ext4kit_fsck::{Mode, Options};
 
@@ -69,4 +70,58 @@ pub fn e2fsck_clean(bytes: &[u8]) {
 pub fn fix(bytes: Vec<u8>) -> (Vec<u8>, Outcome) {
     let (out, after) = repair_yes(&bytes);
     (after, out)
+}
+
+/// A fresh file system of `size` bytes in memory, made with 1 KiB blocks,
+/// UUID bytes all `uuid` and a fixed time (so the layout, and the
+/// repairs' cases, stay put), with `tweak` applied to the mkfs options;
+/// open in the engine to be filled. Unmount it, then take the device's
+/// snapshot.
+pub fn engine_fs(size: usize, uuid: u8, tweak: impl FnOnce(&mut MkfsOptions)) -> (Arc<MemDevice>, Filesystem) {
+    let dev = Arc::new(MemDevice::new(vec![0; size]));
+    let mut opts = MkfsOptions {
+        uuid: Some([uuid; 16]),
+        timestamp: Some(1_700_000_000),
+        device_zeroed: true,
+        block_size: Some(1024),
+        ..MkfsOptions::default()
+    };
+    tweak(&mut opts);
+    mkfs(dev.as_ref(), &opts).expect("mkfs");
+    let fs = Filesystem::open(Box::new(dev.clone() as Arc<dyn BlockDevice>), OpenOptions::default()).expect("open");
+    (dev, fs)
+}
+
+/// The codes of the findings the repair runs repaired.
+pub fn fixed_codes(out: &Outcome) -> Vec<&'static str> {
+    out.runs
+        .iter()
+        .flat_map(|r| r.findings.iter())
+        .filter(|f| f.fixed)
+        .map(|f| f.code.name)
+        .collect()
+}
+
+/// The codes of every finding of the repair runs.
+pub fn codes(out: &Outcome) -> Vec<&'static str> {
+    out.runs
+        .iter()
+        .flat_map(|r| r.findings.iter().map(|f| f.code.name))
+        .collect()
+}
+
+/// The verdict is clean, and file `ino` of the repaired image still reads
+/// as `len` bytes of `byte`.
+pub fn assert_clean_and_file_intact(out: &Outcome, after: &[u8], ino: u32, len: usize, byte: u8) {
+    assert_eq!(
+        out.verdict.unfixed_errors(),
+        0,
+        "left: {:?}",
+        out.verdict.findings.iter().map(|f| f.code.name).collect::<Vec<_>>()
+    );
+    let dev = Arc::new(MemDevice::new(after.to_vec()));
+    let fs = Filesystem::open(Box::new(dev as Arc<dyn BlockDevice>), OpenOptions::default()).expect("opens");
+    let mut buf = vec![0u8; len];
+    assert_eq!(fs.read_file_at(ino, 0, &mut buf).expect("reads"), len);
+    assert!(buf.iter().all(|&b| b == byte), "the file's data survives");
 }
