@@ -12,12 +12,10 @@ mod fsck_common;
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ext4kit_testkit::peer::{PeerImage, e2fsprogs_images_in, peer_data_dir};
-use fsck_common::{e2fsck_fn, ext4kit_fsck};
+use ext4kit_testkit::peer::{PeerImage, peer_data_dir};
+use fsck_common::{e2fsck_fn, ext4kit_fsck, f_images, map_two_threads};
 
 const EXT4KIT_LIMIT: Duration = Duration::from_secs(20);
 /// e2fsck 1.47.0 loops on a few of these images; past this it is left out.
@@ -136,34 +134,11 @@ fn check_one(img: &PeerImage, root: &Path, plain: &HashSet<String>) -> Row {
 
 #[test]
 fn the_e2fsprogs_corpus_is_checked_like_e2fsck_does() {
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ext4kit-peer");
-    let images: Vec<PeerImage> = e2fsprogs_images_in(&cache)
-        .into_iter()
-        .filter(|i| i.test.starts_with("f_"))
-        .collect();
-    if images.is_empty() {
-        eprintln!("SKIPPED: the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not present");
-        assert!(std::env::var_os("CI").is_none(), "CI must have the e2fsprogs corpus");
-        return;
-    }
+    let Some(images) = f_images() else { return };
     let root = peer_data_dir().expect("peer data");
     let plain = plain_tests(&root);
     let start = Instant::now();
-    let next = AtomicUsize::new(0);
-    let rows = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(img) = images.get(i) else { break };
-                    let row = check_one(img, &root, &plain);
-                    rows.lock().unwrap().push(row);
-                }
-            });
-        }
-    });
-    let mut rows = rows.into_inner().unwrap();
+    let mut rows = map_two_threads(&images, |img| check_one(img, &root, &plain));
     rows.sort_by(|a, b| a.test.cmp(&b.test));
     let report = summarize(&rows, start.elapsed());
     eprintln!("{report}");

@@ -13,12 +13,10 @@ mod fsck_common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ext4kit_testkit::peer::{PeerImage, e2fsprogs_images_in};
-use fsck_common::{e2fsck_fn, ext4kit_fsck, run_timed};
+use ext4kit_testkit::peer::PeerImage;
+use fsck_common::{e2fsck_fn, ext4kit_fsck, f_images, map_two_threads, run_timed};
 
 const REPAIR_LIMIT: Duration = Duration::from_secs(60);
 const CHECK_LIMIT: Duration = Duration::from_secs(20);
@@ -109,30 +107,10 @@ fn repair_one(img: &PeerImage, dir: &Path) -> Row {
 #[test]
 fn the_e2fsprogs_corpus_is_repaired_to_clean() {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let images: Vec<PeerImage> = e2fsprogs_images_in(&tmp.join("ext4kit-peer"))
-        .into_iter()
-        .filter(|i| i.test.starts_with("f_"))
-        .collect();
-    if images.is_empty() {
-        eprintln!("SKIPPED: the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not present");
-        assert!(std::env::var_os("CI").is_none(), "CI must have the e2fsprogs corpus");
-        return;
-    }
+    let Some(images) = f_images() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let start = Instant::now();
-    let next = AtomicUsize::new(0);
-    let rows = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| {
-                while let Some(img) = images.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let row = repair_one(img, dir.path());
-                    rows.lock().unwrap().push(row);
-                }
-            });
-        }
-    });
-    let mut rows = rows.into_inner().unwrap();
+    let mut rows = map_two_threads(&images, |img| repair_one(img, dir.path()));
     rows.sort_by(|a, b| a.test.cmp(&b.test));
     let report = summarize(&rows, start.elapsed());
     eprintln!("{report}");

@@ -117,3 +117,43 @@ pub fn mkfs_d(program: &str, args: &[&str], src: &Path, image: &Path, size: &str
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The e2fsprogs `f_*` images, decompressed into this test target's cache;
+/// `None` when the corpus is absent, which is said, and fails under CI.
+pub fn f_images() -> Option<Vec<ext4kit_testkit::peer::PeerImage>> {
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ext4kit-peer");
+    let images: Vec<_> = ext4kit_testkit::peer::e2fsprogs_images_in(&cache)
+        .into_iter()
+        .filter(|i| i.test.starts_with("f_"))
+        .collect();
+    if images.is_empty() {
+        eprintln!("SKIPPED: the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not present");
+        assert!(std::env::var_os("CI").is_none(), "CI must have the e2fsprogs corpus");
+        return None;
+    }
+    Some(images)
+}
+
+/// `f` over `items` on two threads (the machine's cores), results in the
+/// items' order.
+pub fn map_two_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let out = Mutex::new(Vec::with_capacity(items.len()));
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    let r = f(item);
+                    out.lock().unwrap().push((i, r));
+                }
+            });
+        }
+    });
+    let mut out = out.into_inner().unwrap();
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
