@@ -45,11 +45,16 @@ fn assert_clean(img: &Path) {
     assert!(r.is_clean(), "e2fsck -fn: {}", r.output);
 }
 
-/// An image whose `/big` holds `n` empty files, made through the library.
+/// Files the creator thread of `ls_while_creating_repeats_no_name` may add.
+const MAX_CREATED: usize = 20_000;
+
+/// An image whose `/big` holds `n` empty files, made through the library,
+/// with inodes to spare for `MAX_CREATED` more (a fast creator ran out of
+/// inodes when only 1,000 were spare).
 fn image_with_big_dir(dir: &Path, n: usize) -> (PathBuf, u32) {
     let img = dir.join("img.ext4");
     let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-N", &(n + 1000).to_string()])
+        .args(["-q", "-F", "-N", &(n + MAX_CREATED + 1000).to_string()])
         .arg(&img)
         .arg("256M")
         .output()
@@ -142,7 +147,7 @@ fn ls_while_creating_repeats_no_name() {
     std::thread::scope(|s| {
         let creator = s.spawn(|| {
             let mut i = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 20_000 {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < MAX_CREATED {
                 std::fs::write(dir.join(format!("new-{i}-{}", "y".repeat(i % 17))), b"").unwrap();
                 i += 1;
             }
