@@ -61,6 +61,10 @@ pub enum PreCheck {
     Auto,
     /// Always fully checked (`fsck -f`): `check` or `check=force`.
     Full,
+    /// Fully checked, and before a read-write mount repaired as boot's
+    /// `fsck -p` repairs: only what e2fsck's preen mode fixes without
+    /// asking; anything else refuses the mount (`check=preen`).
+    Preen,
 }
 
 /// A uid or gid mapping between the image and this machine.
@@ -146,7 +150,8 @@ pub struct MountConfig {
     pub exec: bool,
     /// Read even when metadata checksums do not match (`nochecksums`).
     pub ignore_checksums: bool,
-    /// Check the image before serving it (`check`, `check=auto`).
+    /// Check the image before serving it (`check`, `check=auto`,
+    /// `check=preen`).
     pub check: PreCheck,
     /// Source name shown in /proc/mounts (`fsname=`).
     pub fsname: Option<String>,
@@ -401,7 +406,8 @@ impl MountConfig {
                     None | Some("force") => PreCheck::Full,
                     Some("auto") => PreCheck::Auto,
                     Some("none") => PreCheck::Off,
-                    _ => return Err("expects auto, force or none".into()),
+                    Some("preen") => PreCheck::Preen,
+                    _ => return Err("expects auto, force, preen or none".into()),
                 };
                 Ok(())
             }

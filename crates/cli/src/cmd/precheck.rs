@@ -1,18 +1,22 @@
-//! `-o check`: the mount runs `ext4kit fsck` (check only) on the image
-//! before serving it, as a boot-time `fsck -p` runs before the kernel's
-//! mount. A read-write mount of an image with errors is refused, naming
-//! them: serving it would build new changes on a broken structure. A
-//! read-only mount serves it with a warning.
+//! `-o check`: the mount runs `ext4kit fsck` on the image before serving
+//! it, as a boot-time `fsck -p` runs before the kernel's mount. A
+//! read-write mount of an image with errors is refused, naming them:
+//! serving it would build new changes on a broken structure. A read-only
+//! mount serves it with a warning. `check=preen` first repairs what
+//! e2fsck's preen mode repairs without asking, and refuses the mount only
+//! for what is left.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::{Filesystem, OpenOptions};
-use ext4kit_fsck::{Options, Severity};
+use ext4kit_engine::{BlockDevice, Filesystem, OpenOptions};
+use ext4kit_fsck::report::Report;
+use ext4kit_fsck::{Mode, Options, Severity};
 use ext4kit_fuse::{MountConfig, PreCheck};
 
-/// Findings named in the refusal; the rest are counted.
+/// Findings named in a refusal or a repair summary; the rest are counted.
 const SHOWN: usize = 5;
 
 /// Checks `image` as `cfg.check` asks; an error refuses the mount.
@@ -22,16 +26,14 @@ pub fn run(image: &Path, cfg: &MountConfig) -> Result<()> {
     }
     if !cfg.read_only {
         settle(image)?;
+        if cfg.check == PreCheck::Preen {
+            return preen(image);
+        }
     }
     let dev = FileDevice::open_unlocked(image, false).with_context(|| format!("cannot open {}", image.display()))?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
     let opts = Options {
-        force: cfg.check == PreCheck::Full,
-        journal_only: false,
-        cancel: None,
-        now,
+        force: cfg.check != PreCheck::Auto,
+        now: now(),
         ..Options::default()
     };
     let report = ext4kit_fsck::check(&dev, &opts, &mut |_| {})
@@ -43,34 +45,10 @@ pub fn run(image: &Path, cfg: &MountConfig) -> Result<()> {
         );
         return Ok(());
     }
-    let errors: Vec<String> = report
-        .findings
-        .iter()
-        .filter(|f| f.severity == Severity::Error)
-        .map(|f| f.message.clone())
-        .collect();
-    if errors.is_empty() {
+    let Some((problems, list)) = summary(&report, image, false) else {
         log::info!("ext4kit: {}: checked, clean", image.display());
         return Ok(());
-    }
-    let total = report.errors();
-    let problems = if total == 1 {
-        "1 problem".to_string()
-    } else {
-        format!("{total} problems")
     };
-    let mut list = errors
-        .iter()
-        .take(SHOWN)
-        .map(|m| format!("\n  {m}"))
-        .collect::<String>();
-    if total > SHOWN as u64 {
-        list.push_str(&format!(
-            "\n  … and {} more (ext4kit fsck -fn {} lists them)",
-            total - SHOWN as u64,
-            image.display()
-        ));
-    }
     if cfg.read_only {
         log::warn!(
             "ext4kit: {}: {problems} found; serving it read-only as it is:{list}",
@@ -79,9 +57,82 @@ pub fn run(image: &Path, cfg: &MountConfig) -> Result<()> {
         return Ok(());
     }
     bail!(
-        "{}: {problems} found, not mounted read-write:{list}\nrepair it with e2fsck -fy (ext4kit fsck cannot repair yet), or mount it with -o ro",
+        "{}: {problems} found, not mounted read-write:{list}\nrepair it with `ext4kit fsck -fy {}` (or e2fsck -fy), mount it with -o check=preen to repair what is safe to repair unattended, or mount it with -o ro",
+        image.display(),
         image.display()
     )
+}
+
+/// `check=preen` before a read-write mount: a full check that repairs, as
+/// `fsck -fp` does, then the mount goes ahead only if nothing is left.
+fn preen(image: &Path) -> Result<()> {
+    let dev: Arc<dyn BlockDevice> =
+        Arc::new(FileDevice::open(image, true).with_context(|| format!("cannot open {}", image.display()))?);
+    let opts = Options {
+        force: true,
+        mode: Mode::Preen,
+        now: now(),
+        ..Options::default()
+    };
+    let out = ext4kit_fsck::repair::repair(&dev, &opts, &mut |_| {})
+        .map_err(|e| anyhow::anyhow!("{}: the repair before mounting could not run: {e}", image.display()))?;
+    let fixed = out.fixed();
+    if fixed > 0 {
+        let mut repaired = Report::default();
+        for f in out.runs.iter().chain([&out.verdict]).flat_map(|r| &r.findings) {
+            repaired.add(f.clone());
+        }
+        if let Some((problems, list)) = summary(&repaired, image, true) {
+            log::warn!("ext4kit: {}: {problems} repaired (preen):{list}", image.display());
+        }
+    }
+    match summary(&out.verdict, image, false) {
+        None => {
+            log::info!("ext4kit: {}: checked, clean", image.display());
+            Ok(())
+        }
+        Some((problems, list)) => bail!(
+            "{}: {problems} that preening does not repair, not mounted read-write:{list}\nrepair it with `ext4kit fsck -fy {}` (or e2fsck -fy), or mount it with -o ro",
+            image.display(),
+            image.display()
+        ),
+    }
+}
+
+/// "N problems" and the first few messages, of the errors left
+/// (`fixed` false) or of those repaired (`fixed` true); `None` when there
+/// are none.
+fn summary(report: &Report, image: &Path, fixed: bool) -> Option<(String, String)> {
+    let errors: Vec<&str> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error && f.fixed == fixed)
+        .map(|f| f.message.as_str())
+        .collect();
+    let total = errors.len() as u64 + if fixed { 0 } else { report.dropped };
+    if total == 0 {
+        return None;
+    }
+    let problems = if total == 1 {
+        "1 problem".to_string()
+    } else {
+        format!("{total} problems")
+    };
+    let mut list: String = errors.iter().take(SHOWN).map(|m| format!("\n  {m}")).collect();
+    if total > SHOWN as u64 {
+        list.push_str(&format!(
+            "\n  … and {} more (ext4kit fsck -fn {} lists them)",
+            total - SHOWN as u64,
+            image.display()
+        ));
+    }
+    Some((problems, list))
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Replays a journal that needs it and finishes the orphan list, by
