@@ -94,7 +94,7 @@ fn a_16000_level_chain_exports_imports_and_removes() {
     // rm -r, on the original.
     ext4kit(&["rm", "-r", i, "/d"]);
     assert_eq!(ext4kit(&["ls", i, "/"]).trim(), "lost+found");
-    let free = |info: &str| info.lines().find(|l| l.starts_with("free blocks:")).map(str::to_string);
+    let free = |info: &str| info.lines().find(|l| l.starts_with("Free blocks:")).map(str::to_string);
     assert_eq!(free(&ext4kit(&["info", i])), free(&before));
     assert_clean(&img);
 }

@@ -223,7 +223,7 @@ fn free_counts(img: &Path) -> (String, String) {
             .unwrap_or_else(|| panic!("no {key} in info:\n{info}"))
             .to_string()
     };
-    (line("free blocks:"), line("free inodes:"))
+    (line("Free blocks:"), line("Free inodes:"))
 }
 
 /// `write` is all or nothing: more data than the image holds fails with

@@ -13,6 +13,10 @@ use crate::device::BlockDevice;
 use crate::error::{Error, Location, Result};
 use crate::fs::{DirtyJournal, Filesystem, OpenOptions};
 
+/// [`Filesystem::read_only_reason`] when nothing but the device keeps the
+/// image read-only (inspection tools open that way and need not say so).
+pub const READ_ONLY_DEVICE: &str = "the device is read-only";
+
 /// Incompat features the engine reads correctly.
 const READABLE_INCOMPAT: IncompatFeatures = IncompatFeatures(
     IncompatFeatures::FILETYPE.0
@@ -66,7 +70,7 @@ impl Filesystem {
         let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
         check_device_size(dev.as_ref(), &geo)?;
         if dev.read_only() && read_only_reason.is_none() {
-            read_only_reason = Some("the device is read-only".into());
+            read_only_reason = Some(READ_ONLY_DEVICE.into());
         }
         let read_only_reason: crate::readonly::ReadOnlyReason = read_only_reason.into();
         // Before anything is written (replay, orphans), as the kernel's
@@ -174,7 +178,7 @@ impl Filesystem {
         let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
         check_device_size(self.dev.as_ref(), &geo)?;
         if self.dev.read_only() && read_only_reason.is_none() {
-            read_only_reason = Some("the device is read-only".into());
+            read_only_reason = Some(READ_ONLY_DEVICE.into());
         }
         self.csum_seed = sb.csum_seed();
         self.session = crate::session::Session::new(sb.s_state.get());

@@ -25,6 +25,7 @@ pub mod inode;
 pub mod itree;
 pub mod journal;
 pub mod mmp;
+pub mod names;
 pub mod orphan;
 pub mod superblock;
 pub mod xattr;

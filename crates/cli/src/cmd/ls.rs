@@ -1,9 +1,10 @@
-//! `ext4kit ls IMAGE [PATH] [-l] [-a]`.
+//! `ext4kit ls IMAGE [PATH] [-l] [-a] [--time-style STYLE]`.
 
 use anyhow::Result;
 use ext4kit_format::inode::FileType;
 
-use super::util::{mode_string, ts};
+use super::dates::{self, TimeStyle};
+use super::util::mode_string;
 use crate::ImageArgs;
 use crate::open::open_ro;
 
@@ -15,17 +16,29 @@ pub struct Args {
     /// Directory (or file) inside the image.
     #[arg(default_value = "/")]
     path: String,
-    /// Long listing: mode, links, owner, group, size, mtime, inode.
+    /// Long listing: inode, mode, links, owner, group, size (or device
+    /// numbers), modification time, name (and a symlink's target).
     #[arg(short)]
     l: bool,
     /// Include `.` and `..`.
     #[arg(short)]
     a: bool,
+    /// How `-l` prints times (ls's names; `epoch` is seconds since 1970).
+    #[arg(long, value_enum, default_value_t = TimeStyle::Locale)]
+    time_style: TimeStyle,
+    /// `-l` with `--time-style full-iso`.
+    #[arg(long)]
+    full_time: bool,
 }
 
 /// Lists the directory in on-disk order.
 pub fn run(a: Args) -> Result<()> {
     let fs = open_ro(&a.image)?;
+    let (style, now) = (
+        if a.full_time { TimeStyle::FullIso } else { a.time_style },
+        dates::now(),
+    );
+    let long = a.l || a.full_time;
     let target = fs.resolve_opts(a.path.as_bytes(), true)?;
     let entries = if target.is_dir() {
         fs.read_dir(&target)?
@@ -41,7 +54,7 @@ pub fn run(a: Args) -> Result<()> {
             continue;
         }
         let name = String::from_utf8_lossy(&e.name);
-        if !a.l {
+        if !long {
             outln!("{name}");
             continue;
         }
@@ -59,7 +72,7 @@ pub fn run(a: Args) -> Result<()> {
             } else {
                 m.size.to_string()
             },
-            ts(m.mtime)
+            dates::format(m.mtime, style, now)
         );
         if m.file_type == FileType::Symlink {
             line.push_str(" -> ");

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod cat;
+pub mod dates;
 pub mod defrag;
 pub mod edit;
 pub mod export;

@@ -6,7 +6,8 @@ use ext4kit_engine::{Filesystem, Inode};
 use ext4kit_format::extent::NodeEntries;
 use ext4kit_format::inode::flags;
 
-use super::util::{mode_string, ts};
+use super::dates::{self, TimeStyle};
+use super::util::mode_string;
 use crate::ImageArgs;
 use crate::open::open_ro;
 
@@ -17,6 +18,9 @@ pub struct Args {
     image: ImageArgs,
     /// Path inside the image, or `<N>` for inode number N.
     path: String,
+    /// How times are printed (ls's names; `epoch` is seconds since 1970).
+    #[arg(long, value_enum, default_value_t = TimeStyle::FullIso)]
+    time_style: TimeStyle,
 }
 
 const FLAG_NAMES: &[(u32, &str)] = &[
@@ -88,14 +92,15 @@ pub fn run(a: Args) -> Result<()> {
         inode.raw.file_acl(),
         inode.raw.i_extra_isize.get()
     );
+    let (style, now) = (a.time_style, dates::now());
     outln!(
         " ctime: {}\n atime: {}\n mtime: {}",
-        ts(m.ctime),
-        ts(m.atime),
-        ts(m.mtime)
+        dates::format(m.ctime, style, now),
+        dates::format(m.atime, style, now),
+        dates::format(m.mtime, style, now)
     );
     if let Some(c) = m.crtime {
-        outln!("crtime: {}", ts(c));
+        outln!("crtime: {}", dates::format(c, style, now));
     }
     if matches!(
         m.file_type,

@@ -3,7 +3,7 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 
-use ext4kit_format::inode::{FileType, Timestamp};
+use ext4kit_format::inode::FileType;
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::Mode;
 
@@ -64,9 +64,4 @@ pub fn mode_string(ft: FileType, perm: u16) -> String {
         s.push(c);
     }
     s
-}
-
-/// A timestamp as `seconds.nanoseconds`.
-pub fn ts(t: Timestamp) -> String {
-    format!("{}.{:09}", t.secs, t.nsecs)
 }

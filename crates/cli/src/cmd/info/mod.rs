@@ -1,8 +1,14 @@
-//! `ext4kit info IMAGE [--json]`: the superblock and a per-group summary,
-//! with dumpe2fs's field names.
+//! `ext4kit info IMAGE [--json]`: the superblock, the journal superblock
+//! and a per-group summary, as `dumpe2fs` shows them: its field names, its
+//! names for enumerated values, its dates. `--json` carries the same
+//! fields under stable snake_case keys (times as seconds since 1970, 0 for
+//! never; docs/json.md).
+
+mod text;
 
 use anyhow::Result;
 use ext4kit_engine::Filesystem;
+use ext4kit_format::names;
 use serde_json::{Value, json};
 
 use crate::ImageArgs;
@@ -37,48 +43,104 @@ fn summary(fs: &Filesystem) -> Value {
     let sb = fs.superblock();
     let g = fs.geometry();
     let free_blocks = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32);
-    let j = fs.journal_info();
+    let reserved = u64::from(sb.s_r_blocks_count_lo.get()) | (u64::from(sb.s_r_blocks_count_hi.get()) << 32);
+    let csum = g.features.metadata_csum();
+    let time = |lo: u32, hi: u8| i64::from(lo) | (i64::from(hi) << 32);
     let mut v = json!({
         "volume_name": sb.volume_name(),
         "last_mounted": sb.last_mounted(),
         "uuid": uuid(&sb.s_uuid),
-        "magic": format!("{:#06x}", sb.s_magic.get()),
-        "revision": sb.s_rev_level.get(),
+        "magic": format!("0x{:04X}", sb.s_magic.get()),
+        "revision": names::revision(sb.s_rev_level.get()),
         "features": g.features.names(),
-        "state": if sb.s_state.get() & 1 != 0 { "clean" } else { "not clean" },
-        "errors_behaviour": sb.s_errors.get(),
+        "flags": names::fs_flags(sb.s_flags.get()),
+        "default_mount_options": names::default_mount_opts(sb.s_default_mount_opts.get()),
+        "state": names::state(sb.s_state.get()),
+        "errors_behaviour": names::errors_behaviour(sb.s_errors.get()),
+        "os_type": names::creator_os(sb.s_creator_os.get()),
         "inode_count": g.inodes_count,
         "block_count": g.blocks_count,
+        "reserved_block_count": reserved,
         "free_blocks": free_blocks,
         "free_inodes": sb.s_free_inodes_count.get(),
         "first_block": g.first_data_block,
         "block_size": g.block_size,
+        "desc_size": g.desc_size,
+        "reserved_gdt_blocks": sb.s_reserved_gdt_blocks.get(),
         "blocks_per_group": g.blocks_per_group,
         "inodes_per_group": g.inodes_per_group,
-        "inode_size": g.inode_size,
-        "desc_size": g.desc_size,
-        "group_count": g.group_count,
-        "groups_per_flex": g.groups_per_flex,
         "inode_table_blocks_per_group": g.inode_table_blocks,
-        "first_inode": g.first_ino,
-        "reserved_gdt_blocks": sb.s_reserved_gdt_blocks.get(),
-        "default_hash_version": sb.s_def_hash_version,
-        "checksum_seed": format!("{:#010x}", sb.csum_seed()),
-        "journal": {
-            "present": j.present, "inode": j.inode, "external": j.external, "needs_recovery": j.needs_recovery,
-            "block_size": j.superblock.as_ref().map(|s| s.block_size),
-            "length_blocks": j.superblock.as_ref().map(|s| s.max_len),
-            "sequence": j.superblock.as_ref().map(|s| s.sequence),
-            "start": j.superblock.as_ref().map(|s| s.start),
-            "incompat": j.superblock.as_ref().map(|s| format!("{:#x}", s.incompat)),
-            "problem": j.problem,
-        },
-        "read_only_reason": fs.read_only_reason(),
+        "groups_per_flex": g.groups_per_flex,
+        "group_count": g.group_count,
     });
+    let times = json!({
+        "created": time(sb.s_mkfs_time.get(), sb.s_mkfs_time_hi),
+        "last_mount_time": time(sb.s_mtime.get(), sb.s_mtime_hi),
+        "last_write_time": time(sb.s_wtime.get(), sb.s_wtime_hi),
+        "mount_count": sb.s_mnt_count.get(),
+        "max_mount_count": sb.s_max_mnt_count.get() as i16,
+        "last_checked": time(sb.s_lastcheck.get(), sb.s_lastcheck_hi),
+        "check_interval": sb.s_checkinterval.get(),
+        "lifetime_writes_kib": sb.s_kbytes_written.get(),
+        "reserved_blocks_uid": sb.s_def_resuid.get(),
+        "reserved_blocks_gid": sb.s_def_resgid.get(),
+        "first_inode": g.first_ino,
+        "inode_size": g.inode_size,
+        "required_extra_isize": sb.s_min_extra_isize.get(),
+        "desired_extra_isize": sb.s_want_extra_isize.get(),
+        "journal_inode": sb.s_journal_inum.get(),
+        "first_orphan_inode": sb.s_last_orphan.get(),
+        "default_hash_version": names::hash_version(sb.s_def_hash_version),
+        "hash_seed": uuid(&hash_seed(&sb)),
+        "checksum_type": csum.then(|| names::checksum_type(sb.s_checksum_type)),
+        "checksum_seed": format!("{:#010x}", sb.csum_seed()),
+        "checksum": csum.then(|| format!("{:#010x}", sb.s_checksum.get())),
+        "overhead_clusters": sb.s_overhead_clusters.get(),
+        "error_count": sb.s_error_count.get(),
+        "journal": journal(fs),
+        "read_only_reason": read_only_reason(fs),
+    });
+    if let (Value::Object(m), Value::Object(t)) = (&mut v, times) {
+        m.extend(t);
+    }
     if let Some(mmp) = fs.mmp_status() {
         v["mmp"] = mmp_summary(&mmp);
     }
     v
+}
+
+/// `s_hash_seed` as the 16 bytes dumpe2fs prints as a UUID.
+fn hash_seed(sb: &ext4kit_format::superblock::RawSuperblock) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    for (chunk, w) in b.chunks_mut(4).zip(&sb.s_hash_seed) {
+        chunk.copy_from_slice(&w.get().to_le_bytes());
+    }
+    b
+}
+
+/// The journal superblock as dumpe2fs's "Journal" section shows it.
+fn journal(fs: &Filesystem) -> Value {
+    let j = fs.journal_info();
+    let s = j.superblock.as_ref();
+    json!({
+        "present": j.present, "inode": j.inode, "external": j.external, "needs_recovery": j.needs_recovery,
+        "features": s.map(|s| names::journal_features(s.compat, s.incompat)),
+        "block_size": s.map(|s| s.block_size),
+        "length_blocks": s.map(|s| s.max_len),
+        "first": s.map(|s| s.first),
+        "sequence": s.map(|s| s.sequence),
+        "start": s.map(|s| s.start),
+        "problem": j.problem,
+    })
+}
+
+/// Why the engine would serve this image read-only, if anything but the
+/// read-only open `info` itself makes.
+fn read_only_reason(fs: &Filesystem) -> Option<String> {
+    if fs.read_only_reason() == Some(ext4kit_engine::READ_ONLY_DEVICE) {
+        return None;
+    }
+    fs.read_only_reason().map(str::to_string)
 }
 
 /// The MMP block as found (`dumpe2fs`' "MMP_block" section): who last
@@ -152,52 +214,5 @@ pub fn run(a: Args) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    print_text(&v)
-}
-
-fn print_text(v: &Value) -> Result<()> {
-    let Value::Object(m) = v else { return Ok(()) };
-    for (k, val) in m {
-        if k == "groups" {
-            continue;
-        }
-        let text = match val {
-            Value::Array(a) => a
-                .iter()
-                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
-                .collect::<Vec<_>>()
-                .join(" "),
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        outln!("{:<30} {text}", format!("{}:", k.replace('_', " ")));
-    }
-    if let Some(Value::Array(gs)) = m.get("groups") {
-        for g in gs {
-            outln!(
-                "\nGroup {}: (Blocks {}-{}){} [{}]\n  Block bitmap at {}, Inode bitmap at {}, Inode table at {}\n  {} free blocks, {} free inodes, {} directories, {} unused inodes, csum {}",
-                g["group"],
-                g["first_block"],
-                g["last_block"],
-                if g["superblock_backup"] == true {
-                    " superblock"
-                } else {
-                    ""
-                },
-                g["flags"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "))
-                    .unwrap_or_default(),
-                g["block_bitmap"],
-                g["inode_bitmap"],
-                g["inode_table"],
-                g["free_blocks"],
-                g["free_inodes"],
-                g["used_dirs"],
-                g["itable_unused"],
-                g["checksum"].as_str().unwrap_or(""),
-            );
-        }
-    }
-    Ok(())
+    text::print(&v)
 }
