@@ -57,6 +57,8 @@ const CSUM_OFFSET: usize = 0x1E;
 
 impl RawGroupDesc {
     /// Decodes a descriptor of `desc_size` bytes (32, or 64 and up) from `buf`.
+    /// Bytes past the 64 the kernel defines are not kept: every writer here
+    /// stores them as zero, and [`Self::compute_checksum`] counts them so.
     pub fn parse(buf: &[u8], desc_size: usize) -> Result<Self> {
         let mut raw = [0u8; 64];
         let take = desc_size.min(64);
@@ -67,10 +69,12 @@ impl RawGroupDesc {
         Self::read_from_bytes(&raw).map_err(|_| FormatError::truncated(STRUCT, 64, take))
     }
 
-    /// Writes the first `desc_size.min(64)` bytes into `out`.
+    /// Writes the descriptor into `out` (`desc_size` bytes), zeroing what
+    /// lies past the 64 defined bytes.
     pub fn encode_into(&self, out: &mut [u8]) {
         let n = out.len().min(64);
         out[..n].copy_from_slice(&self.as_bytes()[..n]);
+        out[n..].fill(0);
     }
 
     /// Location of the block bitmap.
@@ -155,7 +159,9 @@ impl RawGroupDesc {
     /// The descriptor checksum as the kernel computes it: with
     /// `metadata_csum`, the low 16 bits of crc32c(seed, le32 group, desc with
     /// `bg_checksum` zeroed); with `gdt_csum`, crc16 over uuid, group and the
-    /// descriptor minus the checksum field; otherwise 0.
+    /// descriptor minus the checksum field; otherwise 0. Both run over all
+    /// `desc_size` bytes, so a descriptor larger than 64 bytes adds its
+    /// (zero) tail.
     pub fn compute_checksum(
         &self,
         features: &Features,
@@ -171,6 +177,7 @@ impl RawGroupDesc {
             c = crc32c_raw(c, &bytes[..CSUM_OFFSET]);
             c = crc32c_raw(c, &[0, 0]);
             c = crc32c_raw(c, &bytes[CSUM_OFFSET + 2..]);
+            c = crc32c_raw(c, zero_tail(desc_size));
             (c & 0xFFFF) as u16
         } else if features.has_group_csum() {
             let mut c = crc16(!0, uuid);
@@ -179,7 +186,7 @@ impl RawGroupDesc {
             if bytes.len() > CSUM_OFFSET + 2 {
                 c = crc16(c, &bytes[CSUM_OFFSET + 2..]);
             }
-            c
+            crc16(c, zero_tail(desc_size))
         } else {
             0
         }
@@ -210,6 +217,13 @@ impl RawGroupDesc {
         }
         Ok(())
     }
+}
+
+/// The zero bytes a `desc_size`-byte descriptor has past the 64 defined
+/// ones (EXT4_MAX_DESC_SIZE is 1024).
+fn zero_tail(desc_size: usize) -> &'static [u8] {
+    const ZEROS: [u8; 1024 - 64] = [0; 1024 - 64];
+    &ZEROS[..desc_size.clamp(64, 1024) - 64]
 }
 
 fn join16(hi: u16, lo: u16) -> u32 {

@@ -303,9 +303,9 @@ impl Geometry {
             return Err(bad("s_inode_size", 0x58, inode_size.into()));
         }
         let desc_size = if bit64 { sb.s_desc_size.get() } else { 32 };
-        // The kernel allows larger power-of-two descriptors; no tool makes them
-        // and their checksum covers bytes this crate does not keep.
-        if desc_size != 32 && desc_size != 64 {
+        // With `64bit` the kernel and e2fsprogs take any power of two from
+        // EXT4_MIN_DESC_SIZE_64BIT (64) to EXT4_MAX_DESC_SIZE (1024).
+        if desc_size != 32 && !(desc_size.is_power_of_two() && (64..=1024).contains(&desc_size)) {
             return Err(bad("s_desc_size", 0xFE, desc_size.into()));
         }
         let data_blocks = blocks_count - u64::from(first_data_block);

@@ -285,10 +285,7 @@ pub fn clear_inode(ctx: &mut Ctx, ino: u32) {
         ctx.not_fixed("cannot read the inode");
         return;
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_secs() as u32)
-        .max(1);
+    let now = crate::inode_edit::dtime_now(ctx);
     rec[0x14..0x18].copy_from_slice(&now.to_le_bytes());
     rec[0x1A..0x1C].fill(0);
     if let Err(e) = ctx.fs.write_inode_record(ino, &mut rec) {

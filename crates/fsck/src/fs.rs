@@ -112,12 +112,16 @@ impl RawFs<'_> {
         }
         let gdt = self.gdt_blocks();
         let first_meta = if self.meta_bg() {
-            u64::from(self.sb.s_first_meta_bg.get()).min(gdt)
+            u64::from(self.sb.s_first_meta_bg.get())
         } else {
             gdt
         };
         if has {
-            let old = first_meta + u64::from(self.sb.s_reserved_gdt_blocks.get());
+            // A `s_first_meta_bg` past the table still reserves that many
+            // old-style blocks, as e2fsck counts them until its repair
+            // clears meta_bg; never more than the group.
+            let old =
+                (first_meta + u64::from(self.sb.s_reserved_gdt_blocks.get())).min(u64::from(self.geo.blocks_per_group));
             out.extend((0..old).map(|i| start + 1 + i));
         }
         if self.meta_bg() {

@@ -11,7 +11,8 @@
 //! - the flag without the `inline_data` feature: the feature is set when
 //!   the inode holds a `system.data` xattr, else the inode is cleared;
 //! - the flag without a `system.data` xattr: the inline data is gone, and
-//!   the inode is truncated to nothing (flag off, `i_block` zeroed).
+//!   the inode is truncated to nothing (flag off, `i_block` zeroed);
+//! - an inline directory's `i_size` other than what it holds.
 
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::inode::{flags, mode};
@@ -45,6 +46,36 @@ pub fn check(ctx: &mut Ctx, ed: &mut InodeEdit, extra: u16) {
             ed.raw.i_block = [0; 60];
             ed.dirty = true;
         }
+    }
+}
+
+/// An inline directory's `i_size` is all it can hold: the 60 bytes of
+/// `i_block` and the `system.data` value, `inline_len` bytes (e2fsck's
+/// `check_blocks`, `bad_size` 7, from `ext2fs_inline_data_size`). With no
+/// value to be read it holds nothing: the size becomes 0 and the flag goes.
+pub fn check_dir_size(ctx: &mut Ctx, ed: &mut InodeEdit, inline_len: Option<usize>) {
+    let raw = &ed.raw;
+    let dir = raw.i_mode.get() & mode::S_IFMT == mode::S_IFDIR;
+    if !dir || !raw.has_flag(flags::INLINE_DATA) || (ed.ino < ctx.fs.geo.first_ino && ed.ino != 2) {
+        return;
+    }
+    let want = inline_len.map_or(0, |n| 60 + n as u64);
+    let size = raw.size();
+    if size == want {
+        return;
+    }
+    let f = Finding::new(
+        p::P1_BAD_I_SIZE,
+        format!("i_size is {size}, should be {want}"),
+        "set i_size",
+    );
+    if ctx.fix(f.ino(ed.ino)) {
+        ed.raw.set_size(want);
+        if want == 0 {
+            ed.raw.i_flags.set(ed.raw.flags() & !flags::INLINE_DATA);
+            ed.raw.i_block = [0; 60];
+        }
+        ed.dirty = true;
     }
 }
 

@@ -66,10 +66,7 @@ impl InodeEdit {
 /// `s_inodes_count`, so it cannot be taken for an orphan-list link
 /// (`ext2fs_set_dtime`).
 pub fn dtime_now(ctx: &Ctx) -> u32 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32);
-    now.max(ctx.fs.geo.inodes_count)
+    ctx.now.max(ctx.fs.geo.inodes_count)
 }
 
 /// Clears the inode in `ed` (e2fsck's `e2fsck_clear_inode`) and forgets
@@ -178,12 +175,4 @@ pub fn add_blocks(fs: &RawFs, raw: &mut RawInode, blocks: i64) {
     if fs.geo.features.ro_compat.contains(RoCompatFeatures::HUGE_FILE) {
         raw.i_blocks_high.set((n >> 32) as u16);
     }
-}
-
-/// Seconds since the epoch, for the times of inodes a repair makes or
-/// deletes (e2fsck's `ctx->now`).
-pub fn now() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32)
 }

@@ -177,8 +177,11 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     let mut ctx = state::Ctx::new(fs, report);
     ctx.cancel = opts.cancel;
     ctx.mode = opts.mode;
+    ctx.now = opts.now as u32;
+    let before_sb_checks = ctx.report.findings.len();
     superblock::check(&mut ctx);
     groups::check(&mut ctx);
+    answered_before_the_passes(&mut ctx, before_sb_checks);
     journal::check(&mut ctx);
     if opts.journal_only {
         return finish(ctx);
@@ -236,6 +239,23 @@ fn hold_repairs_on_bad_layout(ctx: &mut state::Ctx) {
         ctx.report.note(
             "superblock, descriptor or journal problems are left unrepaired: later problems are reported, not repaired",
         );
+    }
+}
+
+/// e2fsck marks the file system valid after its superblock, descriptor
+/// and resize-inode checks (`check_super_block`, `check_resize_inode`),
+/// so a problem there that a check-only run leaves alone does not set its
+/// exit status: those findings, from `from` on, become warnings. An
+/// invalid quota inode stays an error: e2fsck's quota comparison at the
+/// end then fails for want of the file, and that does count.
+fn answered_before_the_passes(ctx: &mut state::Ctx, from: usize) {
+    if ctx.mode != Mode::Check {
+        return;
+    }
+    for f in ctx.report.findings.iter_mut().skip(from) {
+        if f.code != problem::P0_INVALID_QUOTA_INO {
+            f.severity = Severity::Warning;
+        }
     }
 }
 

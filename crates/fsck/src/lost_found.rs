@@ -10,7 +10,7 @@ use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::inode::{flags, mode};
 
 use crate::dir_link::{self, FT_DIR};
-use crate::inode_edit::{self, now};
+use crate::inode_edit;
 use crate::pass1::decode;
 use crate::problem::{self as p, Finding};
 use crate::state::{Ctx, DirBlock, DirInfo, KIND_FREE};
@@ -164,7 +164,7 @@ pub fn make_dir(ctx: &mut Ctx, ino: u32, parent: u32, perm: u16) -> Result<(), S
     let blk = ctx.alloc_block(0).ok_or(NO_BLOCK)?;
     let mut rec = vec![0u8; usize::from(ctx.fs.geo.inode_size)];
     let mut raw = decode(&rec);
-    let t = now();
+    let t = ctx.now;
     raw.i_mode.set(mode::S_IFDIR | perm);
     raw.i_size_lo.set(ctx.fs.geo.block_size);
     raw.i_atime.set(t);

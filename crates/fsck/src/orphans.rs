@@ -13,7 +13,7 @@ use ext4kit_format::inode::RawInode;
 use ext4kit_format::orphan;
 use ext4kit_format::superblock::STATE_ERROR;
 
-use crate::inode_edit::now;
+use crate::inode_edit::dtime_now;
 use crate::pass1::decode;
 use crate::problem::{self as p, Finding};
 use crate::state::Ctx;
@@ -136,7 +136,7 @@ fn release_one(ctx: &mut Ctx, ino: u32) -> Option<u32> {
         truncate(ctx, ino, &mut raw).map(|()| raw.i_dtime.set(0))
     } else {
         release_xattr_block(ctx, &mut raw);
-        raw.i_dtime.set(now());
+        raw.i_dtime.set(dtime_now(ctx));
         Ok(())
     };
     if let Err(e) = done {

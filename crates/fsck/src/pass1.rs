@@ -251,6 +251,7 @@ fn check_live(ctx: &mut Ctx, ea: &mut EaBlocks, ed: &mut InodeEdit) {
     }
     let sectors = sectors + tally.blocks * u64::from(ctx.fs.geo.block_size / 512);
     inode_fields::check_sizes(ctx, ed, &tally, sectors);
+    crate::inline_flags::check_dir_size(ctx, ed, inline_len);
     let raw = ed.raw;
     if !xattr::inline_symlink(&raw, inline_len) {
         let owned = ctx.ea.owned(ino);
@@ -345,11 +346,13 @@ fn reserved_inode(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
             map_blocks(ctx, ino, raw, None, false);
         }
         RESIZE_INO => {
+            // e2fsck marks the double-indirect block used with the feature
+            // or without it (pass 0 then left a stale inode alone).
+            let dind = u64::from(u32::from_le_bytes(raw.i_block[52..56].try_into().unwrap_or([0; 4])));
+            if ctx.fs.valid_block(dind) {
+                ctx.claim(dind);
+            }
             if f.compat.contains(CompatFeatures::RESIZE_INODE) {
-                let dind = u64::from(u32::from_le_bytes(raw.i_block[52..56].try_into().unwrap_or([0; 4])));
-                if ctx.fs.valid_block(dind) {
-                    ctx.claim(dind);
-                }
                 if let Err(why) = crate::resize::check(&ctx.fs, raw) {
                     ctx.add(
                         Finding::new(
@@ -361,15 +364,12 @@ fn reserved_inode(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
                     );
                 }
                 resize_blocks(ctx, ino, raw);
-            } else if raw.i_mode.get() != 0 || raw.i_block.iter().any(|&b| b != 0) {
-                ctx.add(
-                    Finding::new(
-                        p::P0_CLEAR_RESIZE_INODE,
-                        "resize_inode is off but the resize inode is not empty",
-                        "clear it",
-                    )
-                    .ino(ino),
-                );
+            }
+            // Without the feature, pass 0 ([`crate::resize_inode`]) has
+            // reported (or cleared) a resize inode that is not empty.
+            if raw.i_mode.get() != 0 && !regular {
+                let msg = format!("reserved inode {ino} has a bad mode {:#o}", raw.i_mode.get());
+                ctx.add(Finding::new(p::P1_RESERVED_BAD_MODE, msg, "fix the mode").ino(ino));
             }
         }
         _ if journal => {

@@ -149,9 +149,7 @@ fn reconcile(ctx: &mut Ctx, shares: &mut Shares, by_block: &BTreeMap<u64, BTreeS
         "delete the file",
     );
     if ctx.fix(f.ino(ino)) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as u32);
+        let now = crate::inode_edit::dtime_now(ctx);
         if let Err(e) = clone::delete_inode(ctx, shares, ino, now) {
             ctx.not_fixed(e);
         }

@@ -12,7 +12,7 @@ use ext4kit_format::features::RoCompatFeatures;
 use ext4kit_format::xattr::XATTR_MAGIC;
 
 use crate::Progress;
-use crate::inode_edit::{self, now};
+use crate::inode_edit;
 use crate::lost_found;
 use crate::pass1::decode;
 use crate::problem::{self as p, Finding};
@@ -92,9 +92,10 @@ fn zero_length(ctx: &Ctx, ino: u32) -> bool {
 /// Deletes inode `ino` as e2fsck's `e2fsck_clear_inode`: no links, dtime
 /// set; it is free from here on.
 fn clear(ctx: &mut Ctx, ino: u32) {
+    let dtime = inode_edit::dtime_now(ctx);
     let res = inode_edit::update(&ctx.fs, ino, |r| {
         r.i_links_count.set(0);
-        r.i_dtime.set(now());
+        r.i_dtime.set(dtime);
     });
     if let Err(e) = res {
         ctx.not_fixed(e);

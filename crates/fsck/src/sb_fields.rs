@@ -92,11 +92,14 @@ fn reserved_gdt(ctx: &mut Ctx) {
 
 /// `s_first_meta_bg` past the descriptor table: e2fsck clears meta_bg (the
 /// table then is old-style, which is where every block of it was read).
+/// Left alone, the layout is still readable: `e2fsck -n` keeps its exit
+/// status clean (it answers in `check_super_block`, before it marks the
+/// file system valid for the passes).
 fn first_meta_bg(ctx: &mut Ctx) {
     let first = ctx.fs.sb.s_first_meta_bg.get();
     if ctx.fs.geo.features.incompat.contains(IncompatFeatures::META_BG) && u64::from(first) > ctx.fs.gdt_blocks() {
         let msg = format!("s_first_meta_bg {first} is too big");
-        let f = Finding::new(p::P0_FIRST_META_BG_TOO_BIG, msg, "clear meta_bg");
+        let f = Finding::new(p::P0_FIRST_META_BG_TOO_BIG, msg, "clear meta_bg").warning();
         // The blocks the meta_bg layout reserved are given back by pass 5.
         if ctx.fix(f) {
             let v = ctx.fs.sb.s_feature_incompat.get() & !IncompatFeatures::META_BG.0;

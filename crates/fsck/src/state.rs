@@ -115,6 +115,9 @@ pub struct Ctx<'a> {
     /// Tables pass 1 found overlapping other metadata, to be moved with
     /// their content once the free blocks are known ([`crate::relocate`]).
     pub conflicts: Vec<(u32, crate::relocate::Table)>,
+    /// [`crate::Options::now`], low 32 bits: the time of inodes a repair
+    /// makes or deletes (e2fsck's `ctx->now`), fixed so runs reproduce.
+    pub now: u32,
 }
 
 impl<'a> Ctx<'a> {
@@ -146,6 +149,7 @@ impl<'a> Ctx<'a> {
             bad_itable: std::collections::BTreeSet::new(),
             large_files: 0,
             conflicts: Vec::new(),
+            now: 0,
             claim_budget: nb.saturating_mul(4).max(1 << 20),
             fs,
             report,
