@@ -234,6 +234,12 @@ pub struct Geometry {
     pub first_data_block: u32,
     /// Blocks per group.
     pub blocks_per_group: u32,
+    /// `log2` of blocks per allocation cluster: 0 without bigalloc, else
+    /// `s_log_cluster_size - s_log_block_size`.
+    pub cluster_bits: u32,
+    /// Clusters per group, the bits of one block bitmap
+    /// (`s_clusters_per_group`; blocks per group without bigalloc).
+    pub clusters_per_group: u32,
     /// Inodes per group.
     pub inodes_per_group: u32,
     /// Total inodes.
@@ -286,10 +292,7 @@ impl Geometry {
         if u64::from(first_data_block) >= blocks_count || first_data_block > 1 {
             return Err(bad("s_first_data_block", 0x14, first_data_block.into()));
         }
-        let blocks_per_group = sb.s_blocks_per_group.get();
-        if blocks_per_group == 0 || blocks_per_group > block_size.saturating_mul(8) {
-            return Err(bad("s_blocks_per_group", 0x20, blocks_per_group.into()));
-        }
+        let (blocks_per_group, cluster_bits, clusters_per_group) = group_size(sb, block_size)?;
         let inodes_per_group = sb.s_inodes_per_group.get();
         if inodes_per_group == 0 || inodes_per_group > block_size.saturating_mul(8) {
             return Err(bad("s_inodes_per_group", 0x28, inodes_per_group.into()));
@@ -341,6 +344,8 @@ impl Geometry {
             blocks_count,
             first_data_block,
             blocks_per_group,
+            cluster_bits,
+            clusters_per_group,
             inodes_per_group,
             inodes_count,
             group_count,
@@ -351,6 +356,22 @@ impl Geometry {
             groups_per_flex,
             features,
         })
+    }
+
+    /// Blocks per cluster (1 without bigalloc).
+    pub fn cluster_ratio(&self) -> u32 {
+        1 << self.cluster_bits
+    }
+
+    /// The cluster holding `blk`, as the block bitmaps number them.
+    pub fn cluster_of(&self, blk: u64) -> u64 {
+        blk >> self.cluster_bits
+    }
+
+    /// Clusters in `group`: the bits of its block bitmap that stand for
+    /// blocks of the file system (the last group may be short).
+    pub fn clusters_in_group(&self, group: u32) -> u32 {
+        self.blocks_in_group(group).div_ceil(self.cluster_ratio())
     }
 
     /// Group descriptors per block.
@@ -395,6 +416,37 @@ impl Geometry {
         }
         [3u32, 5, 7].iter().any(|&base| is_power_of(group, base))
     }
+}
+
+/// Blocks per group, cluster bits and clusters per group. With bigalloc
+/// (`bigalloc.rst`) the block bitmap holds one bit per cluster of
+/// `2^s_log_cluster_size` KiB, so `s_clusters_per_group` is bounded by the
+/// bitmap and `s_blocks_per_group` must be exactly that many clusters, as
+/// the kernel's `ext4_fill_super` requires.
+fn group_size(sb: &RawSuperblock, block_size: u32) -> Result<(u32, u32, u32)> {
+    let bad = |field, off, v: u64| FormatError::invalid(STRUCT, field, off, v);
+    let blocks_per_group = sb.s_blocks_per_group.get();
+    if !sb.features().ro_compat.contains(RoCompatFeatures::BIGALLOC) {
+        if blocks_per_group == 0 || blocks_per_group > block_size.saturating_mul(8) {
+            return Err(bad("s_blocks_per_group", 0x20, blocks_per_group.into()));
+        }
+        return Ok((blocks_per_group, 0, blocks_per_group));
+    }
+    let (log_block, log_cluster) = (sb.s_log_block_size.get(), sb.s_log_cluster_size.get());
+    // Clusters of up to 512 MiB, libext2fs's EXT2_MAX_CLUSTER_LOG_SIZE.
+    if log_cluster < log_block || log_cluster > 19 {
+        return Err(bad("s_log_cluster_size", 0x1C, log_cluster.into()));
+    }
+    let cluster_bits = log_cluster - log_block;
+    let clusters_per_group = sb.s_clusters_per_group.get();
+    if clusters_per_group == 0 || clusters_per_group > block_size.saturating_mul(8) {
+        return Err(bad("s_clusters_per_group", 0x24, clusters_per_group.into()));
+    }
+    let want = u64::from(clusters_per_group) << cluster_bits;
+    if u64::from(blocks_per_group) != want {
+        return Err(bad("s_blocks_per_group", 0x20, blocks_per_group.into()));
+    }
+    Ok((blocks_per_group, cluster_bits, clusters_per_group))
 }
 
 fn is_power_of(mut n: u32, base: u32) -> bool {

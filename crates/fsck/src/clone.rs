@@ -24,8 +24,22 @@ use crate::pass1::decode;
 use crate::state::Ctx;
 use crate::walk::{Event, Walker};
 
-/// Claims (by inodes, one per mapping reference) on each shared block.
+/// Claims (by inodes, one per mapping reference) on each shared cluster,
+/// keyed by [`cluster_key`].
 pub type Shares = HashMap<u64, u32>;
+
+/// The first block of `b`'s cluster: the unit blocks are shared in on a
+/// bigalloc file system (`b` itself without bigalloc).
+pub fn cluster_key(ctx: &Ctx, b: u64) -> u64 {
+    let bits = ctx.fs.geo.cluster_bits;
+    (b >> bits) << bits
+}
+
+/// True when a block of `b`'s cluster holds file-system metadata.
+fn meta_in_cluster(ctx: &Ctx, b: u64) -> bool {
+    let k = cluster_key(ctx, b);
+    ctx.meta.count_range(k, k + u64::from(ctx.fs.geo.cluster_ratio())) > 0
+}
 
 /// Indirect levels at most (triple indirect).
 const MAX_LEVEL: u8 = 3;
@@ -240,12 +254,18 @@ impl Cloner<'_, '_> {
             self.failed = Some(format!("no free run of {len} blocks for a copy"));
             return false;
         };
+        let mut last_cluster = None;
         for k in 0..len {
             match self.ctx.fs.read_block(pblk + k) {
                 Ok(d) => self.write(new + k, &d),
                 Err(e) => {
                     self.failed.get_or_insert(format!("reading block {}: {e}", pblk + k));
                 }
+            }
+            // Once per cluster, decided before the release changes it.
+            let key = cluster_key(self.ctx, pblk + k);
+            if last_cluster.replace(key) == Some(key) {
+                continue;
             }
             if self.shared(pblk + k) {
                 self.release(pblk + k);
@@ -290,34 +310,40 @@ impl Cloner<'_, '_> {
 /// An owner gives up its claim on shared block `b`: with one claim left
 /// and no file-system metadata on it, the block is no longer shared.
 fn release(ctx: &mut Ctx, shares: &mut Shares, b: u64) {
-    let n = shares.entry(b).or_insert(1);
+    let n = shares.entry(cluster_key(ctx, b)).or_insert(1);
     *n = n.saturating_sub(1);
-    if *n <= 1 && !ctx.meta.get(b) {
+    if *n <= 1 && !meta_in_cluster(ctx, b) {
         ctx.dup.clear(b);
     }
 }
 
 /// `n` free contiguous blocks, searched from `goal` then from the start,
 /// outside groups whose block bitmap is uninitialized; marked in use.
+/// With bigalloc the run lies in whole free clusters at `goal`'s offset
+/// within its cluster, so a moved extent keeps its logical blocks at
+/// their offsets in the physical clusters (`bigalloc.rst`).
 fn alloc_run(ctx: &mut Ctx, n: u64, goal: u64) -> Option<u64> {
-    if n == 1 {
+    let bits = ctx.fs.geo.cluster_bits;
+    if n == 1 && bits == 0 {
         return ctx.alloc_block(goal);
     }
     if !ctx.blocks_known {
         return None;
     }
+    let off = goal - cluster_key(ctx, goal);
+    let want = n + off;
     let end = ctx.fs.geo.blocks_count;
     let first = u64::from(ctx.fs.geo.first_data_block);
     for (lo, hi) in [(goal, end), (first, goal.saturating_add(n).min(end))] {
-        let mut from = lo;
-        while let Some(at) = ctx.free_run(from, hi, n) {
-            match (at..at + n).find(|&b| block_uninit(ctx, b)) {
+        let mut from = (lo >> bits) << bits;
+        while let Some(at) = ctx.free_run(from, hi, want) {
+            match (at..at + want).find(|&b| block_uninit(ctx, b)) {
                 Some(b) => from = b + 1,
                 None => {
-                    for b in at..at + n {
+                    for b in at..at + want {
                         ctx.used.set(b);
                     }
-                    return Some(at);
+                    return Some(at + off);
                 }
             }
         }
@@ -352,10 +378,15 @@ pub fn delete_inode(ctx: &mut Ctx, shares: &mut Shares, ino: u32, now: u32) -> R
         let mut w = Walker::new(&ctx.fs, ino, &raw, &mut visit);
         w.walk(&raw, raw.has_flag(flags::EXTENTS));
     }
-    for b in blocks {
+    let mut keys: Vec<u64> = blocks.iter().map(|&b| cluster_key(ctx, b)).collect();
+    if ctx.fs.geo.cluster_bits > 0 {
+        keys.sort_unstable();
+        keys.dedup();
+    }
+    for b in keys {
         if ctx.dup.get(b) {
             release(ctx, shares, b);
-        } else if !ctx.meta.get(b) {
+        } else if !meta_in_cluster(ctx, b) {
             ctx.free_block(b);
         }
     }

@@ -77,6 +77,19 @@ impl RawFs<'_> {
         self.geo.features.incompat.contains(IncompatFeatures::META_BG)
     }
 
+    /// Where group `g`'s superblock copy goes: its first block, except on a
+    /// 1 KiB-block bigalloc file system, whose block 0 is the boot block
+    /// and whose primary superblock is block 1 (libext2fs's
+    /// `ext2fs_super_and_bgd_loc2`).
+    pub fn group_base(&self, g: u32) -> u64 {
+        let start = self.geo.group_first_block(g);
+        if start == 0 && self.geo.block_size == 1024 {
+            1
+        } else {
+            start
+        }
+    }
+
     /// Whether `group` holds a superblock copy (sparse_super, sparse_super2).
     pub fn has_super(&self, group: u32) -> bool {
         if self.geo.features.compat.contains(CompatFeatures::SPARSE_SUPER2) {
@@ -91,11 +104,16 @@ impl RawFs<'_> {
     pub fn desc_block(&self, i: u64) -> u64 {
         let first_meta = u64::from(self.sb.s_first_meta_bg.get());
         if !self.meta_bg() || i < first_meta {
-            return self.sb_group_block.max(u64::from(self.geo.first_data_block)) + 1 + i;
+            let base = if self.sb_group_block == 0 {
+                self.group_base(0)
+            } else {
+                self.sb_group_block
+            };
+            return base + 1 + i;
         }
         let group = i * u64::from(self.geo.descs_per_block());
         let g = u32::try_from(group).unwrap_or(u32::MAX);
-        self.geo.group_first_block(g) + u64::from(self.has_super(g))
+        self.group_base(g) + u64::from(self.has_super(g))
     }
 
     /// The blocks group `g` gives to a superblock copy and descriptor blocks
@@ -103,11 +121,12 @@ impl RawFs<'_> {
     /// `ext2fs_reserve_super_and_bgd` counts them.
     pub fn super_and_gdt_blocks(&self, g: u32) -> Vec<u64> {
         let mut out = Vec::new();
-        let start = self.geo.group_first_block(g);
+        let start = self.group_base(g);
         let has = self.has_super(g);
         if g == 0 && self.geo.first_data_block == 0 {
             out.push(0);
-        } else if has {
+        }
+        if has && start != 0 {
             out.push(start);
         }
         let gdt = self.gdt_blocks();

@@ -345,7 +345,7 @@ pub fn check_sizes(ctx: &mut Ctx, ed: &mut InodeEdit, t: &Tally, sectors: u64) {
     let huge = geo.features.ro_compat.contains(RoCompatFeatures::HUGE_FILE);
     let stored = raw.blocks_512(huge, geo.block_size);
     let want = sectors;
-    if stored != want && !geo.features.ro_compat.contains(RoCompatFeatures::BIGALLOC) {
+    if stored != want {
         let f = Finding::new(
             p::P1_BAD_I_BLOCKS,
             format!("i_blocks is {stored}, should be {want}"),

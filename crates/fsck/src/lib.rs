@@ -21,6 +21,7 @@ pub mod bad_blocks;
 pub mod bitmap;
 pub mod blockmap;
 pub mod clone;
+pub mod cluster;
 pub mod dir_block;
 pub mod dir_expand;
 pub mod dir_hole;
@@ -220,7 +221,8 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     quota::run(&mut ctx);
     let ino_used = ctx.kind.iter().skip(1).filter(|&&k| k != state::KIND_FREE).count() as u64;
     ctx.report.inodes_used = ino_used;
-    ctx.report.blocks_used = ctx.used.count_range(0, ctx.fs.geo.blocks_count);
+    let clusters = ctx.used.count_range(0, ctx.fs.geo.blocks_count);
+    ctx.report.blocks_used = (clusters << ctx.fs.geo.cluster_bits).min(ctx.fs.geo.blocks_count);
     finish(ctx)
 }
 

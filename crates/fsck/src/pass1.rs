@@ -76,18 +76,24 @@ fn mark_metadata(ctx: &mut Ctx) {
                     continue;
                 }
             }
-            for b in start..start + n {
-                ctx.meta.set(b);
-                ctx.claim(b);
-            }
+            (start..start + n).for_each(|b| claim_meta(ctx, b));
         }
     }
     if ctx.fs.geo.features.incompat.contains(IncompatFeatures::MMP) {
         let b = ctx.fs.sb.s_mmp_block.get();
         if ctx.fs.valid_block(b) {
-            ctx.meta.set(b);
-            ctx.claim(b);
+            claim_meta(ctx, b);
         }
+    }
+}
+
+/// Claims metadata block `b`. With bigalloc several tables may share a
+/// cluster (mke2fs packs a flex group's bitmaps): only a block claimed
+/// twice makes its cluster a duplicate, as e2fsck marks tables in a
+/// per-block map before turning it into a cluster map.
+fn claim_meta(ctx: &mut Ctx, b: u64) {
+    if ctx.meta.set(b) || !ctx.used.get(b) {
+        ctx.claim(b);
     }
 }
 
@@ -427,7 +433,8 @@ fn reserved_inode(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
 
 /// The resize inode's `i_blocks` must count every block of its map (the
 /// reserved GDT blocks and their backups, and the map's own blocks), none
-/// of which it owns in the bitmap sense.
+/// of which it owns in the bitmap sense); with bigalloc each counts a
+/// whole cluster, as e2fsck multiplies by the cluster ratio.
 fn resize_blocks(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
     let mut n = 0u64;
     let mut visit = |e: Event| match e {
@@ -444,7 +451,7 @@ fn resize_blocks(ctx: &mut Ctx, ino: u32, raw: &RawInode) {
         .contains(ext4kit_format::features::RoCompatFeatures::HUGE_FILE);
     let (stored, want) = (
         raw.blocks_512(huge, geo.block_size),
-        n * u64::from(geo.block_size / 512),
+        (n * u64::from(geo.block_size / 512)) << geo.cluster_bits,
     );
     if stored != want {
         let f = Finding::new(
@@ -544,6 +551,8 @@ fn walk_claiming(
     t: &mut Tally,
 ) -> (Vec<Finding>, Option<Fixer>) {
     let cap = ctx.fs.geo.blocks_count as usize;
+    let bits = ctx.fs.geo.cluster_bits;
+    let mut clusters = crate::cluster::FileClusters::new(bits);
     let Ctx {
         fs,
         used,
@@ -571,10 +580,18 @@ fn walk_claiming(
             // are counted but no longer marked.
             let mark = *claim_budget >= u64::from(len);
             *claim_budget = claim_budget.saturating_sub(u64::from(len));
-            for i in 0..u64::from(len) {
+            let (first, n) = if extents {
+                clusters.extent(pblk, u64::from(len))
+            } else {
+                (pblk, u64::from(clusters.mapped(lblk, pblk)))
+            };
+            for k in 0..n {
                 if mark {
-                    claims.claim(used, dup, pblk + i);
+                    claims.claim(used, dup, first + (k << bits));
                 }
+            }
+            *blocks += n << bits;
+            for i in 0..u64::from(len) {
                 if is_dir && dblocks.len() < cap {
                     dblocks.push(DirBlock {
                         ino,
@@ -583,7 +600,6 @@ fn walk_claiming(
                     });
                 }
             }
-            *blocks += u64::from(len);
             let end = lblk + u64::from(len) - 1;
             *last = (*last).max(Some(end));
             if !unwritten {
@@ -592,7 +608,7 @@ fn walk_claiming(
         }
         Event::Meta { pblk, .. } => {
             claims.claim(used, dup, pblk);
-            *blocks += 1;
+            *blocks += 1 << bits;
         }
     };
     let limit = crate::walk::dir_block_limit(fs, raw, is_dir);

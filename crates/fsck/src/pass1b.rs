@@ -38,8 +38,8 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
             continue;
         }
         let mut dups = dup_blocks_of(ctx, ino);
-        for &b in &dups {
-            *shares.entry(b).or_insert(0) += 1;
+        for k in claimed_clusters(ctx, &dups) {
+            *shares.entry(k).or_insert(0) += 1;
         }
         dups.dedup();
         if !dups.is_empty() {
@@ -56,7 +56,7 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
     let mut by_block: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
     for (&ino, blocks) in &owners {
         for &b in blocks {
-            by_block.entry(b).or_default().insert(ino);
+            by_block.entry(clone::cluster_key(ctx, b)).or_default().insert(ino);
         }
     }
     for (&ino, blocks) in &owners {
@@ -92,7 +92,7 @@ fn bad_blocks_on_metadata(ctx: &mut Ctx, owners: &mut BTreeMap<u32, Vec<u64>>, s
             it != 0 && b >= it && b < it + itb
         })
     };
-    let alone = |b: &u64| ctx.meta.get(*b) && shares.get(b) == Some(&1) && in_itable(*b);
+    let alone = |b: &u64| ctx.meta.get(*b) && shares.get(&clone::cluster_key(ctx, *b)) == Some(&1) && in_itable(*b);
     let gone: Vec<u64> = list.iter().copied().filter(alone).collect();
     list.retain(|b| !gone.contains(b));
     if list.is_empty() {
@@ -110,12 +110,16 @@ fn reconcile(ctx: &mut Ctx, shares: &mut Shares, by_block: &BTreeMap<u64, BTreeS
     if ino == BAD_INO {
         return;
     }
-    let mut sharers: BTreeSet<u32> = blocks.iter().flat_map(|b| by_block[b].iter().copied()).collect();
+    let bits = ctx.fs.geo.cluster_bits;
+    let key = move |b: &u64| (*b >> bits) << bits;
+    let mut sharers: BTreeSet<u32> = blocks.iter().flat_map(|b| by_block[&key(b)].iter().copied()).collect();
     sharers.remove(&ino);
     let meta = blocks.iter().any(|&b| ctx.meta.get(b));
+    let mut clusters: Vec<u64> = blocks.iter().map(key).collect();
+    clusters.dedup();
     let msg = format!(
         "inode {ino} has {} multiply-claimed block(s), shared with {} file(s)",
-        blocks.len(),
+        clusters.len(),
         sharers.len() + usize::from(meta)
     );
     ctx.add(Finding::new(p::P1D_DUP_FILE, msg, "clone the shared blocks").ino(ino));
@@ -125,7 +129,7 @@ fn reconcile(ctx: &mut Ctx, shares: &mut Shares, by_block: &BTreeMap<u64, BTreeS
     }
     let still_shared = blocks
         .iter()
-        .any(|&b| ctx.dup.get(b) && (ctx.meta.get(b) || shares.get(&b).copied().unwrap_or(0) > 1));
+        .any(|&b| ctx.dup.get(b) && (ctx.meta.get(b) || shares.get(&key(&b)).copied().unwrap_or(0) > 1));
     if !still_shared {
         ctx.report
             .note(format!("inode {ino}: its shared blocks were dealt with"));
@@ -191,6 +195,18 @@ fn dup_blocks_of(ctx: &Ctx, ino: u32) -> Vec<u64> {
     }
     out.sort_unstable();
     out
+}
+
+/// The shared clusters `blocks` (sorted, once per reference) stand for,
+/// once per reference: with bigalloc an inode's blocks in one cluster are
+/// one claim on it (e2fsck's pass 1B counts a cluster once per logical
+/// cluster); without, every block reference is a claim.
+fn claimed_clusters(ctx: &Ctx, blocks: &[u64]) -> Vec<u64> {
+    let mut keys: Vec<u64> = blocks.iter().map(|&b| clone::cluster_key(ctx, b)).collect();
+    if ctx.fs.geo.cluster_bits > 0 {
+        keys.dedup();
+    }
+    keys
 }
 
 /// "25-26 30" style list of block ranges.

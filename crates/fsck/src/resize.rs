@@ -33,7 +33,7 @@ pub fn check(fs: &RawFs, raw: &RawInode) -> Result<(), String> {
     let buf = fs.read_block(dind).map_err(|e| e.to_string())?;
     let per = (fs.bs() / 4) as u64;
     let gdt = fs.gdt_blocks();
-    let first = u64::from(fs.geo.first_data_block) + 1 + gdt;
+    let first = fs.group_base(0) + 1 + gdt;
     let backups: Vec<u32> = (1..fs.geo.group_count).filter(|&g| fs.has_super(g)).collect();
     for j in 0..rsv.min(per) {
         let pblk = first + j;
@@ -43,7 +43,10 @@ pub fn check(fs: &RawFs, raw: &RawInode) -> Result<(), String> {
         }
         let ind = fs.read_block(pblk).map_err(|e| e.to_string())?;
         for (k, &g) in backups.iter().enumerate().take(per as usize) {
-            let want = fs.geo.group_first_block(g) + 1 + gdt + j;
+            // libext2fs's `ext2fs_create_resize_inode` offsets the primary's
+            // block by whole groups (one block past the backup's reserved
+            // GDT block on a 1 KiB-block bigalloc file system).
+            let want = pblk + u64::from(g) * u64::from(fs.geo.blocks_per_group);
             if word(&ind, k) != want {
                 return Err(format!("reserved GDT block {pblk} entry {k} should be {want}"));
             }

@@ -63,9 +63,10 @@ pub struct Ctx<'a> {
     pub fs: RawFs<'a>,
     /// Findings so far.
     pub report: Report,
-    /// Blocks claimed by metadata or inodes (pass 1), indexed by block number.
+    /// Blocks claimed by metadata or inodes (pass 1), indexed by block
+    /// number, one bit per cluster (bigalloc).
     pub used: Bitmap,
-    /// Blocks claimed more than once.
+    /// Blocks claimed more than once, one bit per cluster.
     pub dup: Bitmap,
     /// Blocks holding file-system metadata (superblocks, descriptors, bitmaps, inode tables).
     pub meta: Bitmap,
@@ -127,8 +128,8 @@ impl<'a> Ctx<'a> {
         let ni = u64::from(fs.geo.inodes_count) + 1;
         let n = ni as usize;
         Self {
-            used: Bitmap::new(nb),
-            dup: Bitmap::new(nb),
+            used: Bitmap::clustered(nb, fs.geo.cluster_bits),
+            dup: Bitmap::clustered(nb, fs.geo.cluster_bits),
             meta: Bitmap::new(nb),
             kind: vec![KIND_FREE; n],
             links: vec![0; n],

@@ -127,11 +127,11 @@ impl RawFs<'_> {
                 .filter(|&g| g < u64::from(self.geo.group_count))
                 .map(|g| {
                     let g = g as u32;
-                    self.geo.group_first_block(g) + u64::from(self.has_super(g))
+                    self.group_base(g) + u64::from(self.has_super(g))
                 })
                 .collect();
         }
-        let mut out = vec![u64::from(self.geo.first_data_block) + 1 + i];
+        let mut out = vec![self.group_base(0) + 1 + i];
         if backups {
             for g in 1..self.geo.group_count {
                 if self.has_super(g) {

@@ -325,7 +325,7 @@ pub fn check_block(ctx: &mut Ctx, ea: &mut EaBlocks, ed: &mut InodeEdit, blk: u6
         drop_acl(ctx, ed, f.ino(ino).blk(blk));
         return None;
     }
-    let bs512 = u64::from(ctx.fs.geo.block_size / 512);
+    let bs512 = u64::from(ctx.fs.geo.block_size / 512) << ctx.fs.geo.cluster_bits;
     if let Some(s) = ea.seen.get_mut(&blk) {
         s.users += users;
         let s = *s;

@@ -14,9 +14,14 @@ pub(super) struct Diffs {
 
 impl Diffs {
     pub(super) fn push(&mut self, code: Code, n: u64) {
+        self.push_step(code, n, 1);
+    }
+    /// A difference at `n`, continuing a run whose last member is `n - step`
+    /// (clusters of a bigalloc block bitmap are `step` blocks apart).
+    pub(super) fn push_step(&mut self, code: Code, n: u64, step: u64) {
         if let Some((c, _, end)) = &mut self.open
             && *c == code
-            && *end + 1 == n
+            && *end + step == n
         {
             *end = n;
             return;

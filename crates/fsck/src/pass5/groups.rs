@@ -12,33 +12,37 @@ use crate::bitmap::disk_bit;
 use crate::problem::{self as p, Finding};
 use crate::state::Ctx;
 
-/// Compares group `g`'s block bitmap; returns the free blocks counted.
+/// Compares group `g`'s block bitmap, one bit per cluster (one per block
+/// without bigalloc); returns the free clusters counted. A difference is
+/// reported at the first block of its cluster, as e2fsck does.
 pub(super) fn block_group(ctx: &mut Ctx, g: u32, diffs: &mut Diffs) -> u64 {
     let gd = ctx.fs.groups[g as usize];
     let start = ctx.fs.geo.group_first_block(g);
-    let n = u64::from(ctx.fs.geo.blocks_in_group(g));
+    let bits = ctx.fs.geo.cluster_bits;
+    let n = u64::from(ctx.fs.geo.clusters_in_group(g));
     let uninit = ctx.fs.geo.features.has_group_csum() && gd.flags() & BG_BLOCK_UNINIT != 0;
     let disk = if uninit {
         None
     } else {
         ctx.fs.read_block(gd.block_bitmap()).ok()
     };
-    let used = ctx.used.count_range(start, start + n);
+    let used = ctx.used.count_range(start, start + (n << bits));
     if !uninit && disk.is_none() {
         ctx.report.note(format!("cannot read the block bitmap of group {g}"));
         return n - used;
     }
     let mut differs = false;
     for i in 0..n {
-        let b = start + i;
+        let b = start + (i << bits);
         let on_disk = match &disk {
             Some(d) => disk_bit(d, i as usize),
-            None => ctx.meta.get(b),
+            None => ctx.meta.count_range(b, b + (1 << bits)) > 0,
         };
         let found = ctx.used.get(b);
         if found != on_disk {
             differs = true;
-            diffs.push(if found { p::P5_BLOCK_USED } else { p::P5_BLOCK_UNUSED }, b);
+            let code = if found { p::P5_BLOCK_USED } else { p::P5_BLOCK_UNUSED };
+            diffs.push_step(code, b, 1 << bits);
         }
     }
     if let Some(d) = &disk {
@@ -66,10 +70,10 @@ pub(super) fn block_group(ctx: &mut Ctx, g: u32, diffs: &mut Diffs) -> u64 {
     free
 }
 
-/// The last group's bits past its last block must be set.
+/// The last group's bits past its last cluster must be set.
 fn block_padding(ctx: &mut Ctx, g: u32, d: &[u8], n: u64) -> bool {
-    let bpg = ctx.fs.geo.blocks_per_group as usize;
-    if g + 1 != ctx.fs.geo.group_count || (n as usize..bpg).all(|i| disk_bit(d, i)) {
+    let cpg = ctx.fs.geo.clusters_per_group as usize;
+    if g + 1 != ctx.fs.geo.group_count || (n as usize..cpg).all(|i| disk_bit(d, i)) {
         return false;
     }
     let f = Finding::new(
@@ -85,8 +89,8 @@ fn block_csum(ctx: &mut Ctx, g: u32, d: &[u8]) -> bool {
     if !ctx.fs.geo.features.metadata_csum() {
         return false;
     }
-    let bpg = ctx.fs.geo.blocks_per_group as usize;
-    let c = bitmap_checksum(ctx.fs.seed, d, bpg / 8, ctx.fs.geo.desc_size);
+    let cpg = ctx.fs.geo.clusters_per_group as usize;
+    let c = bitmap_checksum(ctx.fs.seed, d, cpg / 8, ctx.fs.geo.desc_size);
     if c == ctx.fs.groups[g as usize].block_bitmap_csum() {
         return false;
     }

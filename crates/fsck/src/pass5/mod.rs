@@ -7,8 +7,6 @@ mod diffs;
 mod groups;
 mod rewrite;
 
-use ext4kit_format::features::RoCompatFeatures;
-
 use crate::Progress;
 use crate::problem::{self as p, Finding};
 use crate::state::Ctx;
@@ -17,11 +15,6 @@ use groups::{block_group, inode_group};
 
 /// Runs pass 5.
 pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
-    let bigalloc = ctx.fs.geo.features.ro_compat.contains(RoCompatFeatures::BIGALLOC);
-    if bigalloc {
-        ctx.report
-            .note("bigalloc: block bitmaps are per cluster; the block bitmap check is skipped");
-    }
     let (mut free_b, mut free_i) = (0u64, 0u64);
     let (mut gd_free_b, mut gd_free_i) = (0u64, 0u64);
     let groups = ctx.fs.geo.group_count;
@@ -35,14 +28,14 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
         let gd = ctx.fs.groups[g as usize];
         gd_free_b += u64::from(gd.free_blocks());
         gd_free_i += u64::from(gd.free_inodes());
-        if !bigalloc {
-            free_b += block_group(ctx, g, &mut diffs);
-        }
+        free_b += block_group(ctx, g, &mut diffs);
         free_i += inode_group(ctx, g, &mut diffs);
     }
     diffs.flush(ctx);
-    let counted = (!bigalloc).then_some(free_b);
-    totals(ctx, counted, gd_free_b, free_i, gd_free_i);
+    // Descriptors count free clusters; the superblock and e2fsck's
+    // message count blocks.
+    let bits = ctx.fs.geo.cluster_bits;
+    totals(ctx, Some(free_b << bits), gd_free_b << bits, free_i, gd_free_i);
     backups(ctx);
 }
 

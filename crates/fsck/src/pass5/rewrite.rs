@@ -9,11 +9,12 @@ use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT, bitmap_checks
 
 use crate::state::Ctx;
 
-/// Writes group `g`'s block bitmap from `ctx.used`.
+/// Writes group `g`'s block bitmap from `ctx.used`, one bit per cluster.
 pub(super) fn block_bitmap(ctx: &mut Ctx, g: u32) {
     let start = ctx.fs.geo.group_first_block(g);
-    let n = u64::from(ctx.fs.geo.blocks_in_group(g));
-    let bits: Vec<bool> = (0..n).map(|i| ctx.used.get(start + i)).collect();
+    let shift = ctx.fs.geo.cluster_bits;
+    let n = u64::from(ctx.fs.geo.clusters_in_group(g));
+    let bits: Vec<bool> = (0..n).map(|i| ctx.used.get(start + (i << shift))).collect();
     let buf = bitmap_block(ctx.fs.bs(), &bits);
     let at = ctx.fs.groups[g as usize].block_bitmap();
     if !ctx.fs.valid_block(at) {
@@ -24,8 +25,8 @@ pub(super) fn block_bitmap(ctx: &mut Ctx, g: u32) {
         ctx.not_fixed(format!("writing group {g}'s block bitmap: {e}"));
         return;
     }
-    let bpg = ctx.fs.geo.blocks_per_group as usize;
-    let csum = bitmap_checksum(ctx.fs.seed, &buf, bpg / 8, ctx.fs.geo.desc_size);
+    let cpg = ctx.fs.geo.clusters_per_group as usize;
+    let csum = bitmap_checksum(ctx.fs.seed, &buf, cpg / 8, ctx.fs.geo.desc_size);
     let gd = &mut ctx.fs.groups[g as usize];
     gd.bg_flags.set(gd.flags() & !BG_BLOCK_UNINIT);
     if ctx.fs.geo.features.metadata_csum() {
