@@ -115,6 +115,8 @@ pub struct Ctx<'a> {
     /// Tables pass 1 found overlapping other metadata, to be moved with
     /// their content once the free blocks are known ([`crate::relocate`]).
     pub conflicts: Vec<(u32, crate::relocate::Table)>,
+    /// Directories pass 3A rebuilds.
+    pub rehash: crate::rehash::Plan,
 }
 
 impl<'a> Ctx<'a> {
@@ -146,6 +148,7 @@ impl<'a> Ctx<'a> {
             bad_itable: std::collections::BTreeSet::new(),
             large_files: 0,
             conflicts: Vec::new(),
+            rehash: crate::rehash::Plan::default(),
             claim_budget: nb.saturating_mul(4).max(1 << 20),
             fs,
             report,
