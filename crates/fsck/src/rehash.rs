@@ -111,16 +111,51 @@ fn rebuild(ctx: &mut Ctx, ino: u32) -> Result<(), String> {
         filetype: ctx.fs.geo.features.incompat.contains(IncompatFeatures::FILETYPE),
         large_dir: ctx.fs.geo.features.incompat.contains(IncompatFeatures::LARGEDIR),
     };
-    let (new, indexed) = layout(ctx, ino, &shape, scan, blocks.len());
+    let (new, indexed) = layout(ctx, ino, &shape, &scan, blocks.len(), shape.htree_slack());
     let what = if indexed { "indexed" } else { "packed" };
     let msg = format!("directory rebuilt ({what}): {} blocks, was {}", new.len(), blocks.len());
     if !ctx.fix(Finding::new(p::P3A_OPTIMIZE_DIR, msg, "rebuild it").ino(ino).warning()) {
         return Ok(());
     }
-    if let Err(e) = write(ctx, ino, &new, indexed) {
+    let done = grow(ctx, ino, new.len()).and_then(|have| {
+        let (new, indexed) = if new.len() <= have {
+            (new, indexed)
+        } else {
+            ctx.report.note(format!(
+                "directory {ino} cannot grow to {} blocks: its leaves are filled full (or it stays linear)",
+                new.len()
+            ));
+            [blocks.len(), 0]
+                .into_iter()
+                .map(|n| layout(ctx, ino, &shape, &scan, n, 12))
+                .find(|l| l.0.len() <= have)
+                .ok_or("no layout fits its blocks")?
+        };
+        write(ctx, ino, &new, indexed)
+    });
+    if let Err(e) = done {
         ctx.not_fixed(&e);
     }
     Ok(())
+}
+
+/// Grows the directory by empty blocks up to `want` blocks, as far as
+/// its mapping can grow; returns the blocks it now has.
+fn grow(ctx: &mut Ctx, ino: u32, want: usize) -> Result<usize, String> {
+    let (bs, csum) = (ctx.fs.bs(), ctx.fs.geo.features.metadata_csum());
+    let seed = ctx.dirs.get(&ino).map_or(0, |d| d.csum_seed);
+    loop {
+        let have = dir_blocks(ctx, ino).len();
+        if have >= want {
+            return Ok(have);
+        }
+        let Ok((_, pblk)) = crate::dir_expand::append_block(ctx, ino) else {
+            return Ok(have);
+        };
+        ctx.fs
+            .write_block(pblk, &empty_block(bs, csum, seed))
+            .map_err(|e| e.to_string())?;
+    }
 }
 
 /// The directory's blocks, checked to be logical blocks 0, 1, 2… with
@@ -208,19 +243,21 @@ fn take(s: &mut Scan, ino: u32, inode: u32, ft: u8, name: Vec<u8>) -> Result<(),
     }
 }
 
-/// The new blocks, in logical order, and whether they are an htree.
-fn layout(ctx: &Ctx, ino: u32, s: &Shape, mut scan: Scan, nblocks: usize) -> (Vec<Vec<u8>>, bool) {
+/// The new blocks, in logical order, and whether they are an htree
+/// (whose leaves keep `slack` bytes free).
+fn layout(ctx: &Ctx, ino: u32, s: &Shape, scan: &Scan, nblocks: usize, slack: usize) -> (Vec<Vec<u8>>, bool) {
     let f = ctx.fs.geo.features;
     let version = HashVersion::effective(ctx.fs.sb.s_def_hash_version, ctx.fs.sb.s_flags.get())
         .filter(|v| *v != HashVersion::SipHash);
     let big = scan.bytes >= s.bs - 24;
     if let Some(v) = version.filter(|_| f.compat.contains(CompatFeatures::DIR_INDEX) && nblocks >= 2 && big) {
         let seed = hash_seed(ctx);
-        for n in &mut scan.names {
+        let mut names = scan.names.clone();
+        for n in &mut names {
             (n.hash, n.minor) = dx_hash(&n.name, v, &seed).map_or((0, 0), |h| (h.major, h.minor));
         }
-        scan.names.sort_unstable();
-        let (leaves, hashes) = dx_build::leaves(s, &scan.names, s.htree_slack());
+        names.sort_unstable();
+        let (leaves, hashes) = dx_build::leaves(s, &names, slack);
         let stored = HashVersion::from_code(ctx.fs.sb.s_def_hash_version).unwrap_or(v);
         if let Some((root, nodes)) = dx_build::index(s, ino, scan.dotdot.0, stored, &hashes) {
             let mut out = vec![root];
@@ -229,10 +266,10 @@ fn layout(ctx: &Ctx, ino: u32, s: &Shape, mut scan: Scan, nblocks: usize) -> (Ve
             return (out, true);
         }
     }
-    scan.names
-        .sort_unstable_by(|a, b| (a.inode, &a.name).cmp(&(b.inode, &b.name)));
     let mut all = vec![dot_name(b".", scan.dot), dot_name(b"..", scan.dotdot)];
-    all.append(&mut scan.names);
+    let at = all.len();
+    all.extend(scan.names.iter().cloned());
+    all[at..].sort_unstable_by(|a, b| (a.inode, &a.name).cmp(&(b.inode, &b.name)));
     (dx_build::leaves(s, &all, 12).0, false)
 }
 
@@ -255,21 +292,15 @@ fn hash_seed(ctx: &Ctx) -> [u32; 4] {
     seed_from_bytes(&bytes)
 }
 
-/// Puts `new` in place of the directory's blocks: grows the directory
-/// when it needs more, writes them, cuts what is left over (empties it
-/// in `/lost+found`), and sets `i_size` and INDEX_FL.
+/// Puts `new` in place of the directory's first blocks (it has at least
+/// as many), cuts what is left over (empties it in `/lost+found`), and
+/// sets `i_size` and INDEX_FL.
 fn write(ctx: &mut Ctx, ino: u32, new: &[Vec<u8>], indexed: bool) -> Result<(), String> {
     let bs = ctx.fs.bs();
     let (csum, seed) = (
         ctx.fs.geo.features.metadata_csum(),
         ctx.dirs.get(&ino).map_or(0, |d| d.csum_seed),
     );
-    while dir_blocks(ctx, ino).len() < new.len() {
-        let (_, pblk) = crate::dir_expand::append_block(ctx, ino)?;
-        ctx.fs
-            .write_block(pblk, &empty_block(bs, csum, seed))
-            .map_err(|e| e.to_string())?;
-    }
     let blocks = dir_blocks(ctx, ino);
     let keep_all = ctx.lost_found == Some(ino);
     for (i, b) in blocks.iter().enumerate() {
