@@ -153,3 +153,37 @@ fn preen_repairs_what_is_safe_and_stops_at_the_rest() {
         "still damaged, as e2fsck -p leaves it"
     );
 }
+
+/// `-D` on a clean image from `mkfs.ext4 -d` (whose 3,000-entry `/huge`
+/// is linear): every directory is rebuilt, `/huge` is indexed, e2fsck
+/// finds the result clean and ext4kit nothing more to repair; `-n` with
+/// `-D` is a usage error, as in e2fsck.
+#[test]
+fn dash_d_indexes_a_large_linear_directory() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    make_tree(&src);
+    let img = dir.path().join("c.img");
+    mkfs_d("mkfs.ext4", &[], &src, &img, "32M");
+    let r = ext4kit_fsck(&["-nD"], &img, LIMIT);
+    assert_eq!(r.code, Some(16), "-n and -D: {}", r.stderr);
+    let r = ext4kit_fsck(&["-fyD"], &img, LIMIT);
+    assert_eq!(r.code, Some(1), "rebuilt: {}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("P3A_OPTIMIZE_DIR"), "{}", r.stdout);
+    let e = e2fsck_fn(&img, LIMIT);
+    assert_eq!(e.code, Some(0), "e2fsck -fn: {}", e.stdout);
+    let dump = Command::new("debugfs")
+        .args(["-R", "htree_dump /huge"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&dump.stdout).contains("Root node dump"),
+        "/huge is indexed"
+    );
+    let again = ext4kit_fsck(&["-fy"], &img, LIMIT);
+    assert_eq!(again.code, Some(0), "nothing left: {}", again.stdout);
+}

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
 use ext4kit_format::hash::{HashVersion, seed_from_bytes};
 use ext4kit_format::htree::{DxEntry, DxNode, DxParams, DxRoot, verify_dx_checksum};
 use ext4kit_format::inode::flags::INDEX;
@@ -141,7 +141,8 @@ fn check_index(
 /// inode, and the index blocks become what a linear directory holds — the
 /// root keeps `.` and `..` with the rest of the block free, interior nodes
 /// become empty blocks — with dirent checksum tails under metadata_csum.
-/// e2fsck rebuilds an index later (its pass 3A); without one the
+/// Pass 3A ([`crate::rehash`]) then indexes it again, as e2fsck's does,
+/// when the file system has dir_index; until then, or if that fails, the
 /// directory is linear and complete.
 pub fn clear_index(ctx: &mut Ctx, ino: u32, seed: u32, blocks: &[DirBlock], index: Option<&Index>) {
     let Ok(mut rec) = ctx.fs.inode_record(ino) else {
@@ -176,6 +177,9 @@ pub fn clear_index(ctx: &mut Ctx, ino: u32, seed: u32, blocks: &[DirBlock], inde
         if let Err(e) = ctx.fs.write_block(b.pblk, &new) {
             return ctx.not_fixed(format!("writing directory block {}: {e}", b.lblk));
         }
+    }
+    if ctx.fs.geo.features.compat.contains(CompatFeatures::DIR_INDEX) {
+        ctx.rehash.dirs.insert(ino);
     }
 }
 

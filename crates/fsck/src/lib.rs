@@ -8,7 +8,8 @@
 //! the engine refuses. Passes follow e2fsck's: 0 superblock and group
 //! descriptors ([`superblock`], [`groups`], [`journal`]), 1 inode scan
 //! ([`pass1`]), 1B duplicate blocks ([`pass1b`]), 2 directories ([`pass2`],
-//! [`htree`]), 3 connectivity ([`pass3`]), 4 reference counts ([`pass4`]),
+//! [`htree`]), 3 connectivity ([`pass3`]), 3A directory rebuilds
+//! ([`rehash`]), 4 reference counts ([`pass4`]),
 //! 5 bitmaps and counters ([`pass5`]). Findings carry e2fsck's problem
 //! numbers ([`problem`]).
 //!
@@ -27,6 +28,7 @@ pub mod dir_expand;
 pub mod dir_hole;
 pub mod dir_link;
 pub mod dirent;
+pub mod dx_build;
 pub mod ea_refs;
 pub mod ea_walk;
 pub mod encryption;
@@ -53,6 +55,7 @@ pub mod pass5;
 pub mod problem;
 pub mod quota;
 pub mod really_dir;
+pub mod rehash;
 pub mod relocate;
 pub mod repair;
 pub mod report;
@@ -106,6 +109,9 @@ pub struct Options<'a> {
     pub mode: Mode,
     /// Where a repair saves what it overwrites, for `e2undo` (`-z FILE`).
     pub undo: Option<&'a std::path::Path>,
+    /// Rebuild every directory after pass 3 (`-D`), not only those whose
+    /// index a repair dropped ([`rehash`]).
+    pub rehash_all: bool,
 }
 
 /// Where the check is, for a progress display.
@@ -180,6 +186,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     ctx.mode = opts.mode;
     ctx.now = opts.now as u32;
     let before_sb_checks = ctx.report.findings.len();
+    ctx.rehash.all = opts.rehash_all;
     superblock::check(&mut ctx);
     groups::check(&mut ctx);
     answered_before_the_passes(&mut ctx, before_sb_checks);
@@ -213,6 +220,9 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
         ctx.blocks_known |= name == "1";
         if name == "1" {
             groups::relocate(&mut ctx);
+        }
+        if name == "3" {
+            rehash::run(&mut ctx);
         }
     }
     if ctx.cancelled() {

@@ -119,6 +119,8 @@ pub struct Ctx<'a> {
     /// [`crate::Options::now`], low 32 bits: the time of inodes a repair
     /// makes or deletes (e2fsck's `ctx->now`), fixed so runs reproduce.
     pub now: u32,
+    /// Directories pass 3A rebuilds.
+    pub rehash: crate::rehash::Plan,
 }
 
 impl<'a> Ctx<'a> {
@@ -151,6 +153,7 @@ impl<'a> Ctx<'a> {
             large_files: 0,
             conflicts: Vec::new(),
             now: 0,
+            rehash: crate::rehash::Plan::default(),
             claim_budget: nb.saturating_mul(4).max(1 << 20),
             fs,
             report,

@@ -89,10 +89,12 @@ pub fn repair(
         now: opts.now,
         mode: opts.mode,
         undo: None,
+        rehash_all: opts.rehash_all,
     };
     for _ in 0..MAX_RUNS {
         let rep = check(&overlay, &run_opts, progress)?;
         run_opts.force = true;
+        run_opts.rehash_all = false;
         if rep.fixed() == 0 || rep.halted || rep.skipped_clean {
             out.verdict = rep;
             break;

@@ -1,4 +1,4 @@
-//! `ext4kit fsck [-n|-p|-y] [-f] [-z undo] [-C fd] [--json] [-E journal_only] IMAGE`:
+//! `ext4kit fsck [-n|-p|-y] [-f] [-D] [-z undo] [-C fd] [--json] [-E journal_only] IMAGE`:
 //! checks an image as `e2fsck -n` does, or repairs it as `e2fsck -p` and
 //! `e2fsck -y` do, with e2fsck's exit codes. All checking and repairing is
 //! `ext4kit-fsck`'s; this module parses options ([`mod@self`]), renders
@@ -37,6 +37,10 @@ pub struct Args {
     /// Check even if the file system seems clean.
     #[arg(short = 'f')]
     pub force: bool,
+    /// Rebuild every directory (e2fsck -D): index those with dir_index and
+    /// more than a block of names, pack the others tight. Needs -p or -y.
+    #[arg(short = 'D')]
+    pub rebuild_dirs: bool,
     /// Progress: 0 draws a bar on stdout; N > 0 writes "pass done total
     /// device" lines to file descriptor N (as e2fsck -C).
     #[arg(short = 'C')]
@@ -101,6 +105,10 @@ fn check(a: &Args) -> Result<i32> {
             }
         }
     }
+    if mode == Mode::Check && a.rebuild_dirs {
+        eprintln!("ext4kit fsck: -D rebuilds directories: it needs -p or -y (as e2fsck, not with -n)");
+        return Ok(fsck::EXIT_USAGE);
+    }
     if mode == Mode::Check && a.undo.is_some() {
         eprintln!("ext4kit fsck: -z saves what a repair overwrites: it needs -p or -y");
         return Ok(fsck::EXIT_USAGE);
@@ -123,6 +131,7 @@ fn check(a: &Args) -> Result<i32> {
         now,
         mode,
         undo: a.undo.as_deref(),
+        rehash_all: a.rebuild_dirs,
     };
     let mut bar = ProgressOut::new(a.progress_fd, &a.image);
     if mode == Mode::Check {
