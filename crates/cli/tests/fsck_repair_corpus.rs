@@ -23,7 +23,7 @@ const CHECK_LIMIT: Duration = Duration::from_secs(20);
 /// e2fsck 1.47.0 loops on a few of these images; past this it is left out.
 const E2FSCK_LIMIT: Duration = Duration::from_secs(10);
 /// Floor at what the repairs reach today (measured, not hoped for).
-const MIN_REPAIRED: usize = 190;
+const MIN_REPAIRED: usize = 194;
 
 struct Row {
     test: String,
