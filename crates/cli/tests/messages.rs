@@ -34,7 +34,23 @@ fn mistakes_are_named_with_what_to_do() {
     let junk = format!("{d}/junk.img");
     std::fs::write(&junk, vec![0u8; 1 << 20]).unwrap();
     let (ok, err) = ext4kit(&["info", &junk]);
-    assert!(!ok && err.contains("not an ext2/ext3/ext4 file system"), "{err}");
+    assert!(
+        !ok && err.contains("not an ext2/ext3/ext4 file system") && err.contains("ext4kit mkfs"),
+        "zeros: {err}"
+    );
+    for (at, sig, says) in [(0, &b"XFSB"[..], "XFS"), (512, b"EFI PART", "GPT partition table")] {
+        let mut bytes = vec![0u8; 1 << 20];
+        bytes[at..at + sig.len()].copy_from_slice(sig);
+        std::fs::write(&junk, bytes).unwrap();
+        let (ok, err) = ext4kit(&["ls", &junk]);
+        assert!(!ok && err.contains(says) && !err.contains("corrupt"), "{says}: {err}");
+    }
+    let damaged = format!("{d}/damaged.img");
+    let mut bytes = std::fs::read(&img).unwrap();
+    bytes[1080..1082].fill(0);
+    std::fs::write(&damaged, bytes).unwrap();
+    let (ok, err) = ext4kit(&["ls", &damaged]);
+    assert!(!ok && err.contains("fsck -fy"), "a damaged primary superblock: {err}");
 
     // The refused mounts left the image as mkfs made it.
     let fsck = Command::new("e2fsck")

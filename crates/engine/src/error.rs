@@ -94,6 +94,10 @@ pub enum Error {
         /// The mismatch.
         detail: FormatError,
     },
+    /// The image holds no ext2/3/4 superblock (another format, zeros, or a
+    /// superblock damaged past recognition).
+    #[error("not an ext2/ext3/ext4 file system: {0}")]
+    NotExt4(String),
     /// The image uses something this engine cannot handle.
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -203,6 +207,7 @@ impl Error {
             Self::Corrupt(_) => libc::EUCLEAN,
             Self::BadChecksum { .. } => libc::EBADMSG,
             Self::Unsupported(_) => libc::EOPNOTSUPP,
+            Self::NotExt4(_) => libc::EINVAL,
             Self::NeedsRecovery => libc::EUCLEAN,
             Self::NotFound(_) => libc::ENOENT,
             Self::NotDir(_) => libc::ENOTDIR,

@@ -277,16 +277,33 @@ fn read_superblock(dev: &dyn BlockDevice, opts: &OpenOptions) -> Result<RawSuper
         offset: SUPERBLOCK_OFFSET,
         source,
     })?;
-    parse_superblock(&buf, opts)
+    parse_superblock(&buf, opts).map_err(|e| name_other_format(dev, &buf, e))
+}
+
+/// A bad magic names what the image looks like instead, when the first
+/// bytes say (an XFS image, a partitioned disk, zeros).
+fn name_other_format(dev: &dyn BlockDevice, sb: &[u8], e: Error) -> Error {
+    if sb[0x38..0x3a] == ext4kit_format::superblock::EXT4_SUPER_MAGIC.to_le_bytes() {
+        return e;
+    }
+    let len = dev.len().min(ext4kit_format::probe::PROBE_LEN as u64) as usize;
+    let mut head = vec![0u8; len];
+    match dev.read_at(0, &mut head) {
+        Ok(()) => match ext4kit_format::probe::identify(&head) {
+            Some(what) => Error::NotExt4(format!("it looks like {what}")),
+            None => e,
+        },
+        Err(_) => e,
+    }
 }
 
 fn parse_superblock(buf: &[u8], opts: &OpenOptions) -> Result<RawSuperblock> {
     let sb = RawSuperblock::parse(buf).map_err(|e| Error::format(Location::Superblock, e))?;
     if sb.s_magic.get() != ext4kit_format::superblock::EXT4_SUPER_MAGIC {
-        return Err(Error::inconsistent(
-            Location::Superblock,
-            format!("bad magic {:#06x}: not an ext2/ext3/ext4 file system", sb.s_magic.get()),
-        ));
+        return Err(Error::NotExt4(format!(
+            "no ext2/3/4 magic number (0xef53) at byte 1080 but {:#06x}; if it is a damaged ext2/3/4 image, ext4kit fsck -fy repairs it from a backup superblock",
+            sb.s_magic.get()
+        )));
     }
     if let Err(e) = sb.verify_checksum()
         && opts.verify_checksums

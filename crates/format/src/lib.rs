@@ -27,6 +27,7 @@ pub mod journal;
 pub mod mmp;
 pub mod names;
 pub mod orphan;
+pub mod probe;
 pub mod superblock;
 pub mod xattr;
 

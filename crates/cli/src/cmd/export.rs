@@ -86,7 +86,8 @@ impl Withheld {
         }
         let first = self.first.lock().ok().and_then(|f| f.clone()).unwrap_or_default();
         eprintln!(
-            "ext4kit: export: {what} of {n} files (first: {}); {flag}",
+            "ext4kit: export: {what} of {} (first: {}); {flag}",
+            super::util::count(n, "file", "files"),
             first.display()
         );
     }
@@ -254,8 +255,13 @@ pub fn run(a: Args) -> Result<()> {
     );
     if !a.quiet {
         let (files, bytes) = (shared.files.load(Relaxed), shared.bytes.load(Relaxed));
+        use super::util::count;
         eprintln!(
-            "exported {files} files, {dirs} directories, {links} hard links, {bytes} bytes in {:.2?}",
+            "exported {}, {}, {}, {} in {:.2?}",
+            count(files, "file", "files"),
+            count(dirs, "directory", "directories"),
+            count(links, "hard link", "hard links"),
+            count(bytes, "byte", "bytes"),
             t.elapsed()
         );
     }

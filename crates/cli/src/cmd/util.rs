@@ -65,3 +65,8 @@ pub fn mode_string(ft: FileType, perm: u16) -> String {
     }
     s
 }
+
+/// `1 file`, `2 files`: a count with its noun agreeing.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
