@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# fuzz/make-seed.sh — write the seed corpus of the `open_and_walk` fuzz target.
+# fuzz/make-seed.sh — write the seed corpora of the fuzz targets.
 #
-# Usage: fuzz/make-seed.sh [OUTDIR [BLOCKDIR]]
-#   OUTDIR   images, default fuzz/corpus/open_and_walk
-#   BLOCKDIR their non-zero blocks, default fuzz/corpus/format_parsers
+# Usage: fuzz/make-seed.sh [OUTDIR [BLOCKDIR [REPLAYDIR [FSCKDIR]]]]
+#   OUTDIR    images, default fuzz/corpus/open_and_walk
+#   BLOCKDIR  their non-zero blocks, default fuzz/corpus/format_parsers
+#   REPLAYDIR images with dirty journals, default fuzz/corpus/journal_replay
+#   FSCKDIR   those and damaged images, default fuzz/corpus/fsck
+#
+# Environment: E2FSPROGS_TESTS, the `tests` directory of e2fsprogs' source
+# (or the project's copy of its images; default ../shared/peer-data/
+# e2fsprogs-tests next to the repository, skipped when absent);
+# SEED_MAX_BYTES, the largest image taken from it (default 3 MiB: pass the
+# same number as -max_len, longer inputs are cut and then fail to open).
 #
 # Builds one small source tree (regular files, a sparse file, a file spanning
 # many blocks, fast and slow symlinks, a hard link, a directory big enough to
@@ -96,3 +104,108 @@ split_blocks "$out/ext4-inline" 1024
 split_blocks "$out/ext4-4k-csum" 4096
 split_blocks "$out/ext4-journal-csum" 1024
 echo "corpus: $blocks ($(ls "$blocks" | wc -l) blocks)"
+
+replay=${3:-$here/corpus/journal_replay}
+fsck=${4:-$here/corpus/fsck}
+max=${SEED_MAX_BYTES:-3145728}
+mkdir -p "$replay" "$fsck"
+
+# Dirty journals written by debugfs (its `jo`/`jw`/`jc` journal commands,
+# as e2fsprogs' j_short_* tests use them) on 3 MiB images with a 1 MiB
+# journal: the block and inode bitmaps logged as zeroes, once committed,
+# once with the commit block left out (`needs_recovery` then set by hand),
+# once revoked by a later transaction, once with journal checksums (v3);
+# the root directory's block logged with its own contents, an inode-table
+# block with zeroes.
+jseed() { # name mkfs options… -- debugfs commands (@BITMAPS@ @ROOT@ @ITABLE@ @ROOTBLK@)
+    local name=$1 mkfs=$2
+    shift 2
+    local opts=()
+    while [ "$1" != -- ]; do opts+=("$1"); shift; done
+    shift
+    local img=$work/$name.img
+    rm -f "$img"
+    if ! "$mkfs" "${seed_opts[@]}" "${opts[@]}" "$img" 3M >"$work/log" 2>&1; then
+        echo "seed $name: skipped, $mkfs ${opts[*]} failed: $(tail -n 2 "$work/log")" >&2
+        return 0
+    fi
+    local bitmaps root itable
+    bitmaps=$(dumpe2fs "$img" 2>/dev/null | sed -n 's/^.*bitmap at \([0-9]*\).*$/\1/p' | tr '\n' ',' | sed 's/,$//')
+    root=$(debugfs -R 'bmap <2> 0' "$img" 2>/dev/null)
+    itable=$(dumpe2fs "$img" 2>/dev/null | sed -n 's/^ *Inode table at \([0-9]*\).*$/\1/p' | head -n 1)
+    dd if="$img" of="$work/root.blk" bs=1024 skip="$root" count=1 status=none
+    local cmd
+    : >"$work/cmd"
+    for cmd in "$@"; do
+        cmd=${cmd//@BITMAPS@/$bitmaps}
+        cmd=${cmd//@ROOT@/$root}
+        cmd=${cmd//@ITABLE@/$itable}
+        cmd=${cmd//@ROOTBLK@/$work/root.blk}
+        echo "$cmd" >>"$work/cmd"
+    done
+    debugfs -w -f "$work/cmd" "$img" >"$work/log" 2>&1 || true
+    if dumpe2fs -h "$img" 2>/dev/null | grep -q needs_recovery; then
+        cp "$img" "$replay/$name"
+        cp "$img" "$fsck/$name"
+        echo "seed $name: $(stat -c %s "$img") bytes, dirty journal"
+    else
+        echo "seed $name: skipped, debugfs left no dirty journal: $(tail -n 2 "$work/log")" >&2
+    fi
+}
+j3=(mkfs.ext3 -b 1024 -N 64 -J size=1)
+j4=(mkfs.ext4 -b 1024 -N 64 -J size=1 -O metadata_csum)
+j4c=(mkfs.ext4 -b 1024 -N 64 -J size=1 -O 64bit,metadata_csum)
+jseed j3-zero-bitmaps "${j3[@]}" -- jo "jw -b @BITMAPS@ /dev/zero" jc
+jseed j3-uncommitted "${j3[@]}" -- jo "jw -b @BITMAPS@ -c /dev/zero" jc "feature needs_recovery"
+jseed j3-revoked "${j3[@]}" -- jo "jw -b @BITMAPS@ /dev/zero" jc jo "jw -r @BITMAPS@" jc
+jseed j3-root-itable "${j3[@]}" -- jo "jw -b @ROOT@ @ROOTBLK@" "jw -b @ITABLE@ /dev/zero" jc
+jseed j4-zero-bitmaps "${j4[@]}" -- jo "jw -b @BITMAPS@ /dev/zero" jc
+jseed j4-csum3 "${j4[@]}" -- "jo -c" "jw -b @BITMAPS@ /dev/zero" jc
+jseed j4-csum3-revoked "${j4c[@]}" -- "jo -c" "jw -b @BITMAPS@,@ROOT@ /dev/zero" jc "jo -c" "jw -r @ROOT@" jc
+jseed j4-csum3-two "${j4c[@]}" -- "jo -c" "jw -b @ROOT@ @ROOTBLK@" jc "jo -c" "jw -b @BITMAPS@ /dev/zero" jc
+
+# Dirty journals written by ext4kit: the crash images of a few writes
+# through its own journal (fuzz/examples/journal_seeds.rs), from the
+# journalled seeds above and two more bases.
+for name in ext3-journal ext4-journal-csum; do
+    [ -f "$out/$name" ] && cp "$out/$name" "$work/base-$name"
+done
+make_base() { # name mkfs options…
+    local name=$1 mkfs=$2
+    shift 2
+    "$mkfs" "${seed_opts[@]}" "$@" "$work/base-$name" 3M >/dev/null 2>&1 || rm -f "$work/base-$name"
+}
+make_base ext4-64-csum mkfs.ext4 -b 1024 -N 64 -J size=1 -O 64bit,metadata_csum
+make_base ext3-plain mkfs.ext3 -b 1024 -N 64 -J size=1
+mkdir -p "$work/crash"
+if (cd "$here" && cargo build -q --example journal_seeds); then
+    "$here/target/debug/examples/journal_seeds" "$work/crash" "$work"/base-* 2>&1 | sed 's/^/  /' || true
+else
+    echo "ext4kit's own dirty journals: skipped, the journal_seeds example did not build" >&2
+fi
+for f in "$work"/crash/*; do
+    [ -f "$f" ] || continue
+    if [ "$(stat -c %s "$f")" -le "$max" ]; then
+        cp "$f" "$replay/$(basename "$f")"
+        cp "$f" "$fsck/$(basename "$f")"
+    fi
+done
+
+# e2fsprogs' test images no larger than $max: the j_* ones (dirty or
+# damaged journals) for both targets, the f_* ones (damaged file systems)
+# for the checker.
+tests=${E2FSPROGS_TESTS:-$here/../../shared/peer-data/e2fsprogs-tests}
+if [ -d "$tests" ]; then
+    for gz in "$tests"/[jf]_*/image.gz; do
+        [ -f "$gz" ] || continue
+        t=$(basename "$(dirname "$gz")")
+        zcat "$gz" >"$work/t.img" 2>/dev/null || continue
+        [ "$(stat -c %s "$work/t.img")" -le "$max" ] || continue
+        cp "$work/t.img" "$fsck/$t"
+        case $t in j_*) cp "$work/t.img" "$replay/$t" ;; esac
+    done
+else
+    echo "e2fsprogs test images: skipped, no $tests (set E2FSPROGS_TESTS)" >&2
+fi
+echo "corpus: $replay ($(ls "$replay" | wc -l) images)"
+echo "corpus: $fsck ($(ls "$fsck" | wc -l) images)"
