@@ -7,6 +7,8 @@
 
 use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 
+use ext4kit_engine::mkfs::filemap::BlockPool;
+
 use crate::state::{Ctx, KIND_FREE};
 
 impl Ctx<'_> {
@@ -18,14 +20,34 @@ impl Ctx<'_> {
         if !self.blocks_known {
             return None;
         }
+        let found = self.free_block_from(goal)?;
+        self.used.set(found);
+        Some(found)
+    }
+
+    /// The block [`Ctx::alloc_block`] would take, left free.
+    pub fn free_block_from(&self, goal: u64) -> Option<u64> {
         let first = u64::from(self.fs.geo.first_data_block);
         let end = self.fs.geo.blocks_count;
         let goal = goal.clamp(first, end.saturating_sub(1));
-        let found = self
-            .free_block_in(goal, end)
-            .or_else(|| self.free_block_in(first, goal))?;
-        self.used.set(found);
-        Some(found)
+        self.free_block_in(goal, end)
+            .or_else(|| self.free_block_in(first, goal))
+    }
+
+    /// How many blocks from the free block `s` on are free, at most
+    /// `limit`; the run stops at a group whose bitmap is uninitialized.
+    pub fn free_run_len(&self, s: u64, limit: u64) -> u64 {
+        let geo = &self.fs.geo;
+        let end = s.saturating_add(limit).min(geo.blocks_count);
+        let mut b = s;
+        while b < end && !self.used.get(b) {
+            let g = (b.saturating_sub(u64::from(geo.first_data_block)) / u64::from(geo.blocks_per_group)) as u32;
+            if self.block_uninit(g) {
+                break;
+            }
+            b += 1;
+        }
+        b - s
     }
 
     fn free_block_in(&self, mut from: u64, end: u64) -> Option<u64> {
@@ -95,5 +117,38 @@ impl Ctx<'_> {
         self.fs.write_inode_record(ino, &mut rec).ok()?;
         self.kind[ino as usize] = kind;
         Some(ino)
+    }
+}
+
+/// Free blocks for the engine's layout code: pass 1's map, with what is
+/// taken remembered so a failed creation can give it back.
+pub struct Pool<'c, 'a> {
+    /// The checker's state.
+    pub ctx: &'c mut Ctx<'a>,
+    /// Runs marked used, in order.
+    pub taken: Vec<(u64, u64)>,
+}
+
+impl<'c, 'a> Pool<'c, 'a> {
+    /// A pool over `ctx`'s free blocks.
+    pub fn new(ctx: &'c mut Ctx<'a>) -> Self {
+        Self { ctx, taken: Vec::new() }
+    }
+}
+
+impl BlockPool for Pool<'_, '_> {
+    fn new_block(&mut self, goal: u64) -> ext4kit_engine::Result<u64> {
+        self.ctx.free_block_from(goal).ok_or(ext4kit_engine::Error::NoSpace)
+    }
+
+    fn free_run(&mut self, s: u64, limit: u64) -> u64 {
+        self.ctx.free_run_len(s, limit)
+    }
+
+    fn mark(&mut self, start: u64, len: u64) {
+        for b in start..start + len {
+            self.ctx.used.set(b);
+        }
+        self.taken.push((start, len));
     }
 }

@@ -43,6 +43,7 @@ pub mod inode_edit;
 pub mod inode_fields;
 pub mod itree;
 pub mod journal;
+pub mod journal_create;
 pub mod lost_found;
 pub mod map_fix;
 pub mod orphans;
@@ -54,6 +55,7 @@ pub mod pass4;
 pub mod pass5;
 pub mod problem;
 pub mod quota;
+pub mod quota_write;
 pub mod really_dir;
 pub mod rehash;
 pub mod relocate;
@@ -215,6 +217,10 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
                 .note("shared_blocks: blocks claimed more than once are allowed");
             continue;
         }
+        if name == "5" {
+            journal_create::run(&mut ctx);
+            quota::run(&mut ctx);
+        }
         ctx.report.passes.push(name.into());
         step(&mut ctx, progress);
         ctx.blocks_known |= name == "1";
@@ -228,7 +234,9 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     if ctx.cancelled() {
         return Err(Fatal::Cancelled(Box::new(ctx.report)));
     }
-    quota::run(&mut ctx);
+    // The final updates run before pass 5 (so its bitmaps count their
+    // blocks) but are reported after it, as e2fsck's.
+    ctx.report.findings.sort_by_key(|f| f.pass >= 6);
     let ino_used = ctx.kind.iter().skip(1).filter(|&&k| k != state::KIND_FREE).count() as u64;
     ctx.report.inodes_used = ino_used;
     let clusters = ctx.used.count_range(0, ctx.fs.geo.blocks_count);

@@ -298,6 +298,7 @@ codes! {
     P5_BLOCK_BITMAP_CSUM_INVALID = 0x05001B;
 
     P6_UPDATE_QUOTAS = 0x060002;
+    P6_RECREATE_JOURNAL = 0x060001;
 }
 
 /// ext4kit's own problems, for concepts e2fsck has no number for (the itree

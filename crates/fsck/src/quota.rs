@@ -12,9 +12,10 @@
 //! header, then 72-byte `v2r1_disk_dqblk` entries; all-zero = unused).
 //! Each stored usage is compared with the counted one and reported as
 //! e2fsck does (`[QUOTA WARNING] Usage inconsistent…`,
-//! PR_6_UPDATE_QUOTAS). The repair rewrites the usage fields of the stored
-//! entries in place, keeping their limits; an id with usage but no entry
-//! is reported and not added (that needs growing the tree).
+//! PR_6_UPDATE_QUOTAS). The repair rewrites the file from the counted
+//! usage, keeping the stored limits and grace times ([`crate::quota_write`]).
+//! It runs before pass 5, so blocks a growing file takes are in the
+//! bitmaps pass 5 writes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,12 +26,7 @@ use crate::problem::{self as p, Finding};
 use crate::state::Ctx;
 use crate::walk::{Event, Walker};
 
-/// Quota block size (`QT_BLKSIZE`).
-const QBLK: usize = 1024;
-/// Bytes of a `v2r1_disk_dqblk`.
-const DQ_SIZE: usize = 72;
-/// Bytes of a data block's header (`qt_disk_dqdbheader`).
-const DQ_HDR: usize = 16;
+use crate::quota_write::{CURINODES, CURSPACE, DQ_HDR, DQ_SIZE, Entry, QBLK};
 /// Magic of each quota type's file (`INITQMAGICS`): user, group, project.
 const MAGICS: [u32; 3] = [0xd9c0_1f11, 0xd9c0_1927, 0xd9c0_3f14];
 /// Quota blocks read at most from one file (the tree of 2^32 ids cannot
@@ -99,14 +95,13 @@ pub fn charge(ctx: &mut Ctx, ino: u32, raw: &RawInode, rec_len: usize, sectors: 
     }
 }
 
-/// One stored entry: its id, usage, and where it lies in the file.
+/// One stored entry: its id, usage, and the whole record.
 #[derive(Debug, Clone, Copy)]
 struct Stored {
     id: u32,
     space: u64,
     inodes: u64,
-    /// Quota block and byte offset in it.
-    at: (u32, usize),
+    raw: Entry,
 }
 
 /// A quota file opened for reading and patching: its block map.
@@ -215,17 +210,19 @@ fn data_block(ctx: &Ctx, qf: &QFile, q: u32, out: &mut Vec<Stored>) -> Result<()
         if e.iter().all(|&x| x == 0) {
             continue;
         }
+        let mut raw = [0u8; DQ_SIZE];
+        raw.copy_from_slice(e);
         out.push(Stored {
             id: le32(e, 0),
-            inodes: le64(e, 24),
-            space: le64(e, 48),
-            at: (q, at),
+            inodes: le64(e, CURINODES),
+            space: le64(e, CURSPACE),
+            raw,
         });
     }
     Ok(())
 }
 
-/// After pass 5: each quota file against the usage pass 1 counted. In a
+/// Before pass 5: each quota file against the usage pass 1 counted. In a
 /// repair run that already repaired something the count may be stale (a
 /// later pass cleared inodes), so the comparison waits for the next run.
 pub fn run(ctx: &mut Ctx) {
@@ -272,55 +269,41 @@ fn check_type(ctx: &mut Ctx, t: usize, ino: u32) {
             .map(|id| format!("[QUOTA WARNING] Missing quota entry ID {id}")),
     );
     if !lines.is_empty() {
-        update(ctx, t, &qf, &stored, &usage, &lines, missing.is_empty());
+        update(ctx, t, &qf, &stored, &usage, &lines);
     }
     ctx.quota.by_type[t] = usage;
 }
 
-/// PR_6_UPDATE_QUOTAS: the stored entries get the counted usage.
-fn update(
-    ctx: &mut Ctx,
-    t: usize,
-    qf: &QFile,
-    stored: &[Stored],
-    usage: &BTreeMap<u32, (u64, u64)>,
-    lines: &[String],
-    complete: bool,
-) {
+/// PR_6_UPDATE_QUOTAS: the file is rewritten with the counted usage of
+/// every id and the stored limits.
+fn update(ctx: &mut Ctx, t: usize, qf: &QFile, stored: &[Stored], usage: &BTreeMap<u32, (u64, u64)>, lines: &[String]) {
     for l in lines {
         ctx.report.note(l.clone());
     }
+    let ino = quota_ino(ctx, t);
     let f = Finding::new(
         p::P6_UPDATE_QUOTAS,
         format!("update quota info for quota type {t}"),
         "rewrite the usage",
     );
-    if !ctx.fix(f.ino(quota_ino(ctx, t))) {
+    if !ctx.fix(f.ino(ino)) {
         return;
     }
-    for s in stored {
-        let (space, inodes) = usage.get(&s.id).copied().unwrap_or_default();
-        if let Err(e) = patch(ctx, qf, s, space, inodes) {
-            ctx.not_fixed(e);
-            return;
-        }
+    let Some(head) = qf.read(ctx, 0) else {
+        ctx.not_fixed("the header block is not mapped");
+        return;
+    };
+    let old: BTreeMap<u32, &Entry> = stored.iter().map(|s| (s.id, &s.raw)).collect();
+    let ids: BTreeSet<u32> = old.keys().chain(usage.keys()).copied().collect();
+    let entries: BTreeMap<u32, Entry> = ids
+        .into_iter()
+        .filter_map(|id| {
+            let (space, inodes) = usage.get(&id).copied().unwrap_or_default();
+            crate::quota_write::entry(id, old.get(&id).copied(), space, inodes).map(|e| (id, e))
+        })
+        .collect();
+    let file = crate::quota_write::build(&head, &entries);
+    if let Err(e) = crate::quota_write::store(ctx, ino, &file, &qf.map) {
+        ctx.not_fixed(e);
     }
-    if !complete {
-        ctx.not_fixed("ids without an entry in the quota file are not added");
-    }
-}
-
-/// Writes `space` and `inodes` into the stored entry `s`.
-fn patch(ctx: &Ctx, qf: &QFile, s: &Stored, space: u64, inodes: u64) -> Result<(), String> {
-    let (q, at) = s.at;
-    let (pblk, off) = qf.locate(q).ok_or("quota block not mapped")?;
-    let mut b = ctx.fs.read_block(pblk).map_err(|e| e.to_string())?;
-    let e = &mut b[off + at..off + at + DQ_SIZE];
-    e[24..32].copy_from_slice(&inodes.to_le_bytes());
-    e[48..56].copy_from_slice(&space.to_le_bytes());
-    if e.iter().all(|&x| x == 0) {
-        // An all-zero entry reads as unused: mark it as e2fsprogs does.
-        e[64..72].copy_from_slice(&1u64.to_le_bytes());
-    }
-    ctx.fs.write_block(pblk, &b).map_err(|e| e.to_string())
 }

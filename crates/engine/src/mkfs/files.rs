@@ -10,16 +10,15 @@
 //! `ifork.rst`, `journal.rst` and `mmp.rst`.
 
 use ext4kit_format::dir_entry::{TAIL_SIZE, encode_entry, set_block_checksum};
-use ext4kit_format::extent::{
-    EXT4_EXT_MAGIC, Extent, ExtentIdx, ExtentNode, NodeEntries, RawExtentHeader, encode_node,
-};
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
-use ext4kit_format::inode::{I_BLOCK_SIZE, RawInode, flags, mode, set_inode_checksum};
+use ext4kit_format::inode::{RawInode, flags, mode, set_inode_checksum};
 use ext4kit_format::mmp::{
     EXT4_MMP_MAX_UPDATE_INTERVAL, EXT4_MMP_MIN_CHECK_INTERVAL, EXT4_MMP_UPDATE_INTERVAL, MMP_SIZE, RawMmp,
 };
 
 use super::Build;
+use super::filemap::{FileMap, FileShape, map_file, put_word};
+use super::journal::{GroupLayout, empty_superblock_block, midpoint_group};
 use super::write::Writer;
 use crate::error::{Error, Result};
 
@@ -30,39 +29,6 @@ const LPF_INO: u32 = 11;
 const ORPHAN_INO: u32 = 12;
 /// `ob_magic` of an orphan-file block tail.
 const ORPHAN_MAGIC: u32 = 0x0B10_CA04;
-const MAX_EXTENT_LEN: u64 = 32768;
-
-/// One allocated file: its `i_block`, data runs, mapping blocks, size.
-#[derive(Debug, Clone)]
-pub(crate) struct FileMap {
-    pub i_block: [u8; I_BLOCK_SIZE],
-    /// Data blocks in logical order, as (first, count) runs.
-    pub runs: Vec<(u64, u64)>,
-    /// Mapping blocks (extent leaves, indirect blocks) and their contents.
-    pub meta: Vec<(u64, Vec<u8>)>,
-}
-
-impl Default for FileMap {
-    fn default() -> Self {
-        Self {
-            i_block: [0; I_BLOCK_SIZE],
-            runs: Vec::new(),
-            meta: Vec::new(),
-        }
-    }
-}
-
-impl FileMap {
-    /// Data and mapping blocks (what `i_blocks` counts).
-    fn blocks(&self) -> u64 {
-        self.data_blocks() + self.meta.len() as u64
-    }
-
-    /// Data blocks only.
-    fn data_blocks(&self) -> u64 {
-        self.runs.iter().map(|r| r.1).sum::<u64>()
-    }
-}
 
 /// Everything allocated for the initial files.
 pub(crate) struct Files {
@@ -80,13 +46,13 @@ impl Files {
     pub fn allocate(b: &mut Build) -> Result<Self> {
         let extents = b.plan.features.incompat.contains(IncompatFeatures::EXTENTS);
         let first = u64::from(b.plan.first_data_block);
-        let root = alloc_file(b, first, 1, extents)?;
+        let root = alloc_file(b, ROOT_INO, first, 1, extents)?;
         // mke2fs grows lost+found a block at a time to 16 KiB (at least two
         // blocks, at most twelve); with inline_data it starts inline, and
         // its first growth only moves it to a block: one block fewer.
         let inline = b.plan.features.incompat.contains(IncompatFeatures::INLINE_DATA);
         let lpf_blocks = (16384 / u64::from(b.plan.block_size)).clamp(2, 12) - u64::from(inline);
-        let lpf = alloc_file(b, first, lpf_blocks, extents)?;
+        let lpf = alloc_file(b, LPF_INO, first, lpf_blocks, extents)?;
         let resize = if b.plan.features.compat.contains(CompatFeatures::RESIZE_INODE) {
             Some(resize_map(b)?)
         } else {
@@ -94,7 +60,13 @@ impl Files {
         };
         let journal = if b.plan.journal_blocks > 0 {
             let goal = if extents { journal_goal(b) } else { first };
-            Some(alloc_file(b, goal, u64::from(b.plan.journal_blocks), extents)?)
+            Some(alloc_file(
+                b,
+                JOURNAL_INO,
+                goal,
+                u64::from(b.plan.journal_blocks),
+                extents,
+            )?)
         } else {
             None
         };
@@ -104,7 +76,13 @@ impl Files {
             None
         };
         let orphan = if b.plan.features.compat.contains(CompatFeatures::ORPHAN_FILE) {
-            Some(alloc_file(b, first, orphan_blocks(b.plan.blocks_count), extents)?)
+            Some(alloc_file(
+                b,
+                ORPHAN_INO,
+                first,
+                orphan_blocks(b.plan.blocks_count),
+                extents,
+            )?)
         } else {
             None
         };
@@ -160,7 +138,8 @@ impl Files {
             }
         }
         if let Some(j) = &self.journal {
-            w.write_block(b, j.runs[0].0, &journal_superblock(b))?;
+            let jsb = empty_superblock_block(b.plan.block_size, b.plan.journal_blocks, 0, &b.uuid);
+            w.write_block(b, j.runs[0].0, &jsb)?;
             if !b.opts.device_zeroed {
                 for &(s, n) in &j.runs {
                     w.zero_blocks(b, s, n, Some(j.runs[0].0))?;
@@ -344,196 +323,14 @@ fn inode_seed(b: &Build, ino: u32) -> u32 {
     ext4kit_format::checksum::crc32c_raw(seed, &0u32.to_le_bytes())
 }
 
-/// Allocates `n` data blocks from `goal` and maps them with extents (an
-/// extent leaf block when more than four extents are needed, where
-/// `ext2fs_fallocate` places it) or with indirect blocks interleaved.
-fn alloc_file(b: &mut Build, goal: u64, n: u64, extents: bool) -> Result<FileMap> {
-    if extents {
-        alloc_extents(b, goal, n)
-    } else {
-        alloc_indirect(b, goal, n)
-    }
-}
-
-fn alloc_extents(b: &mut Build, goal: u64, n: u64) -> Result<FileMap> {
-    let bs = b.plan.block_size as usize;
-    let mut f = FileMap::default();
-    let mut runs = free_runs(b, goal, n, true);
-    let leaf = if runs.len() > 4 {
-        // As ext2fs_fallocate: the fifth extent splits the in-inode root;
-        // the leaf goes at the first free block from the one before the
-        // data, and the rest of the data follows it.
-        runs.truncate(5);
-        for &(s, len) in &runs {
-            b.map.mark(s, len);
-        }
-        let blk = b.map.new_block(runs[0].0.saturating_sub(1))?;
-        b.map.mark(blk, 1);
-        let (s, len) = runs[4];
-        let done: u64 = runs.iter().map(|r| r.1).sum();
-        runs.extend(free_runs(b, s + len, n - done, true));
-        Some(blk)
-    } else {
-        None
+/// Allocates `n` blocks for inode `ino` from `goal` ([`map_file`]).
+fn alloc_file(b: &mut Build, ino: u32, goal: u64, n: u64, extents: bool) -> Result<FileMap> {
+    let shape = FileShape {
+        block_size: b.plan.block_size,
+        extents,
+        csum_seed: b.plan.features.metadata_csum().then(|| inode_seed(b, ino)),
     };
-    for &(s, len) in &runs {
-        b.map.mark(s, len);
-    }
-    let mut logical = 0u32;
-    let exts: Vec<Extent> = runs
-        .iter()
-        .map(|&(s, len)| {
-            let e = Extent {
-                logical,
-                len: len as u16,
-                physical: s,
-                unwritten: false,
-            };
-            logical += len as u32;
-            e
-        })
-        .collect();
-    let header = |max: u16| RawExtentHeader {
-        eh_magic: EXT4_EXT_MAGIC.into(),
-        eh_entries: 0.into(),
-        eh_max: max.into(),
-        eh_depth: 0.into(),
-        eh_generation: 0.into(),
-    };
-    let root_max = 4;
-    match leaf {
-        None => {
-            let node = ExtentNode {
-                header: header(root_max),
-                depth: 0,
-                entries: NodeEntries::Leaf(exts),
-            };
-            encode_node(&node, &mut f.i_block);
-        }
-        Some(blk) => {
-            let cap = ext4kit_format::extent::node_capacity(bs, false);
-            if exts.len() > usize::from(cap) {
-                return Err(Error::Unsupported(format!("a file of {} extents", exts.len())));
-            }
-            let exts4 = exts[..4].to_vec();
-            let mut buf = vec![0u8; bs];
-            encode_node(
-                &ExtentNode {
-                    header: header(cap),
-                    depth: 0,
-                    entries: NodeEntries::Leaf(exts),
-                },
-                &mut buf,
-            );
-            if b.plan.features.metadata_csum() {
-                let seed = inode_seed(b, JOURNAL_INO);
-                ext4kit_format::extent::set_block_checksum(&mut buf, seed)
-                    .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-            }
-            let idx = ExtentIdx { logical: 0, child: blk };
-            let root = ExtentNode {
-                header: header(root_max),
-                depth: 1,
-                entries: NodeEntries::Index(vec![idx]),
-            };
-            // libext2fs splits a full root: slots 1–3 keep the first four
-            // extents' bytes behind the new index entry.
-            let first4 = ExtentNode {
-                header: header(root_max),
-                depth: 0,
-                entries: NodeEntries::Leaf(exts4),
-            };
-            encode_node(&first4, &mut f.i_block);
-            encode_node(&root, &mut f.i_block[..24]);
-            f.meta.push((blk, buf));
-        }
-    }
-    f.runs = runs;
-    Ok(f)
-}
-
-/// Free runs from `goal` covering `n` blocks, each at most one extent long.
-fn free_runs(b: &Build, goal: u64, n: u64, cap: bool) -> Vec<(u64, u64)> {
-    let mut runs = Vec::new();
-    let (mut cursor, mut left) = (goal, n);
-    while left > 0 {
-        let Ok(s) = b.map.new_block(cursor) else { break };
-        let limit = if cap { left.min(MAX_EXTENT_LEN) } else { left };
-        let len = b.map.free_run(s, limit);
-        runs.push((s, len));
-        left -= len;
-        cursor = s + len;
-    }
-    runs
-}
-
-/// Block-mapped allocation: data blocks in order with each indirect block
-/// allocated just before the first data block it maps.
-fn alloc_indirect(b: &mut Build, goal: u64, n: u64) -> Result<FileMap> {
-    let apb = u64::from(b.plan.addr_per_block());
-    let mut f = FileMap::default();
-    let mut words = [0u32; 15];
-    let mut cursor = goal;
-    let mut next = |b: &mut Build| -> Result<u64> {
-        let blk = b.map.new_block(cursor)?;
-        b.map.mark(blk, 1);
-        cursor = blk + 1;
-        Ok(blk)
-    };
-    // Index into f.meta of the current node at each height (1 = IND).
-    let mut cur = [usize::MAX; 4];
-    for i in 0..n {
-        let path = block_path(i, apb);
-        let depth = path.len() - 1;
-        for h in (1..=depth).rev() {
-            if path[depth - h + 1..].iter().any(|&x| x != 0) {
-                continue;
-            }
-            let blk = next(b)?;
-            if h == depth {
-                words[path[0] as usize] = blk as u32;
-            } else {
-                put_word(&mut f.meta[cur[h]].1, path[depth - h] as usize, blk as u32);
-            }
-            f.meta.push((blk, vec![0u8; b.plan.block_size as usize]));
-            cur[h - 1] = f.meta.len() - 1;
-        }
-        let data = next(b)?;
-        if depth == 0 {
-            words[path[0] as usize] = data as u32;
-        } else {
-            put_word(&mut f.meta[cur[0]].1, path[depth] as usize, data as u32);
-        }
-        match f.runs.last_mut() {
-            Some((s, len)) if *s + *len == data => *len += 1,
-            _ => f.runs.push((data, 1)),
-        }
-    }
-    for (i, w) in words.iter().enumerate() {
-        f.i_block[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
-    }
-    Ok(f)
-}
-
-/// `[i_block slot, index in the top node, …, index in the IND node]`.
-fn block_path(i: u64, apb: u64) -> Vec<u64> {
-    if i < 12 {
-        return vec![i];
-    }
-    let i = i - 12;
-    if i < apb {
-        return vec![12, i];
-    }
-    let i = i - apb;
-    if i < apb * apb {
-        return vec![13, i / apb, i % apb];
-    }
-    let i = i - apb * apb;
-    vec![14, i / (apb * apb), (i / apb) % apb, i % apb]
-}
-
-fn put_word(buf: &mut [u8], idx: usize, v: u32) {
-    buf[idx * 4..idx * 4 + 4].copy_from_slice(&v.to_le_bytes());
+    map_file(&mut b.map, &shape, goal, n)
 }
 
 /// The resize inode: a double-indirect block whose entries (from
@@ -575,52 +372,21 @@ fn resize_map(b: &mut Build) -> Result<FileMap> {
     Ok(f)
 }
 
-/// `get_midpoint_journal_block`: the start of the emptiest group around the
-/// middle of the file system (of its flex group with flex_bg).
+/// The journal's goal: the first block of [`midpoint_group`].
 fn journal_goal(b: &Build) -> u64 {
     let p = &b.plan;
     let free = |g: u32| {
         let (lo, hi) = (p.group_first_block(g), p.group_last_block(g) + 1);
         (hi - lo) - b.map.used_in(lo, hi)
     };
-    let mut group = p.group_of_block((p.blocks_count - u64::from(p.first_data_block)) / 2);
-    let flex = p.flex_size();
-    let start = if p.log_groups_per_flex > 0 && group > flex {
-        group &= !(flex - 1);
-        while group < p.group_count && free(group) == 0 {
-            group += 1;
-        }
-        if group == p.group_count {
-            group = 0;
-        }
-        group
-    } else {
-        group.saturating_sub(1)
+    let layout = GroupLayout {
+        blocks_count: p.blocks_count,
+        first_data_block: p.first_data_block,
+        blocks_per_group: p.blocks_per_group,
+        group_count: p.group_count,
+        log_groups_per_flex: p.log_groups_per_flex,
     };
-    let end = if group + 1 < p.group_count { group + 1 } else { group };
-    let mut best = start;
-    for g in start + 1..=end {
-        if free(g) > free(best) {
-            best = g;
-        }
-    }
-    p.group_first_block(best)
-}
-
-/// An empty jbd2 v2 superblock as mke2fs writes it: block size, length,
-/// first block 1, sequence 1, start 0 (clean), the fs UUID, one user.
-fn journal_superblock(b: &Build) -> Vec<u8> {
-    let mut buf = vec![0u8; b.plan.block_size as usize];
-    let mut put = |off: usize, v: u32| buf[off..off + 4].copy_from_slice(&v.to_be_bytes());
-    put(0x0, ext4kit_format::journal::JBD2_MAGIC);
-    put(0x4, 4); // JBD2_SUPERBLOCK_V2
-    put(0xC, b.plan.block_size);
-    put(0x10, b.plan.journal_blocks);
-    put(0x14, 1);
-    put(0x18, 1);
-    put(0x40, 1);
-    buf[0x30..0x40].copy_from_slice(&b.uuid);
-    buf
+    p.group_first_block(midpoint_group(&layout, &free))
 }
 
 /// `ext2fs_default_orphan_file_blocks`: 32 blocks below 128 Ki blocks, one

@@ -26,8 +26,10 @@
 //! # Ok(()) }
 //! ```
 
+pub mod filemap;
 mod files;
 pub mod flexsize;
+pub mod journal;
 pub mod layout;
 pub mod media;
 pub mod options;

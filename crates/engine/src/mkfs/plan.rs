@@ -293,18 +293,7 @@ impl Plan {
         if !self.features.compat.contains(CompatFeatures::HAS_JOURNAL) {
             return 0;
         }
-        let n = self.blocks_count;
-        match n {
-            _ if n < 2048 => 0,
-            _ if n < 32768 => 1024,
-            _ if n < 256 * 1024 => 4096,
-            _ if n < 512 * 1024 => 8192,
-            _ if n < 4096 * 1024 => 16384,
-            _ if n < 8192 * 1024 => 32768,
-            _ if n < 16384 * 1024 => 65536,
-            _ if n < 32768 * 1024 => 131072,
-            _ => 262144,
-        }
+        super::journal::default_journal_blocks(self.blocks_count)
     }
 
     /// Descriptors per block.
