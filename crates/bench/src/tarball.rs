@@ -158,7 +158,7 @@ mod tests {
             std::fs::read(dir.path().join("u.tar")).unwrap()
         );
         let Ok(out) = std::process::Command::new("tar").arg("-tvf").arg(&path).output() else {
-            eprintln!("SKIPPED: no tar");
+            ext4kit_testkit::skipped!("no tar");
             return;
         };
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -121,7 +121,7 @@ fn wrong_targets_and_workloads_are_named() {
 fn a_kernel_target_is_made_mounted_checked_and_removed() {
     if !nix::unistd::geteuid().is_root() {
         assert!(std::env::var_os("CI").is_none(), "CI runs as root");
-        eprintln!("SKIPPED: a_kernel_target_is_made_mounted_checked_and_removed: needs root for a loop mount");
+        ext4kit_testkit::skipped!("a_kernel_target_is_made_mounted_checked_and_removed: needs root for a loop mount");
         return;
     }
     let scratch = tempfile::tempdir().unwrap();

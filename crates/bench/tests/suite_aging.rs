@@ -109,7 +109,7 @@ fn a_kernel_ext4_runs_the_same_sequence() {
             std::env::var_os("CI").is_none(),
             "CI runs as root: the kernel peer of aging must run"
         );
-        eprintln!("SKIPPED: a_kernel_ext4_runs_the_same_sequence: needs root for a loop mount");
+        ext4kit_testkit::skipped!("a_kernel_ext4_runs_the_same_sequence: needs root for a loop mount");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

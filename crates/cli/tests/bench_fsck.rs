@@ -16,7 +16,7 @@ fn a_small_run_checks_both_layouts_clean() {
         return;
     }
     if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIPPED: bench fsck drops the page cache, which needs root");
+        ext4kit_testkit::skipped!("bench fsck drops the page cache, which needs root");
         assert!(std::env::var_os("CI").is_none(), "CI runs as root");
         return;
     }

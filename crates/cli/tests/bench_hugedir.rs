@@ -20,7 +20,7 @@ fn targets() -> Vec<&'static str> {
         match ok {
             Ok(()) => t.push(name),
             Err(why) => {
-                eprintln!("SKIPPED: target {name}: {why}");
+                ext4kit_testkit::skipped!("target {name}: {why}");
                 assert!(std::env::var_os("CI").is_none(), "CI needs target {name}: {why}");
             }
         }

@@ -31,7 +31,7 @@ fn expected_to_run(target: &str) -> bool {
 fn check_target(t: &Value) {
     let name = t["target"].as_str().expect("target name");
     if !expected_to_run(name) {
-        eprintln!("SKIPPED: target {name}: {}", t["skipped"]);
+        ext4kit_testkit::skipped!("target {name}: {}", t["skipped"]);
         assert!(t["skipped"].is_string(), "{name} neither ran nor said why: {t}");
         return;
     }

@@ -83,8 +83,8 @@ fn export_equals_the_kernel_view_across_the_feature_matrix() {
     }
     let kernel = can_loop_mount();
     if let Err(reason) = &kernel {
-        eprintln!(
-            "SKIPPED: kernel-populated images and kernel comparisons ({reason}); mkfs -d images are compared with their source"
+        ext4kit_testkit::skipped!(
+            "kernel-populated images and kernel comparisons ({reason}); mkfs -d images are compared with their source"
         );
     }
     let work = tempfile::tempdir().expect("tempdir");

@@ -408,8 +408,8 @@ fn swap_space_is_refused() {
     );
     let on = Command::new("swapon").arg(&swap).output().unwrap();
     if !on.status.success() {
-        eprintln!(
-            "SKIPPED: swapon {}: {}",
+        ext4kit_testkit::skipped!(
+            "swapon {}: {}",
             swap.display(),
             String::from_utf8_lossy(&on.stderr).trim()
         );

@@ -88,7 +88,7 @@ fn check(dir: &Path, size: &str, args: &[&str], mountable: bool) {
 fn setup() -> Option<tempfile::TempDir> {
     skip_unless(require_tools(&["e2fsck", "mke2fs", "dumpe2fs"]))?;
     if let Err(why) = can_loop_mount() {
-        eprintln!("SKIPPED (kernel round trips only): {why}");
+        ext4kit_testkit::skipped!("kernel round trips only: {why}");
     }
     Some(tempfile::tempdir().expect("tempdir"))
 }

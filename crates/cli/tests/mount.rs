@@ -589,7 +589,7 @@ fn a_busy_server_asks_for_prompt_cpu_wakeups_only_when_told() {
         return;
     }
     if !Path::new("/dev/cpu_dma_latency").exists() {
-        eprintln!("SKIPPED: a_busy_server_asks_for_prompt_cpu_wakeups…: no /dev/cpu_dma_latency");
+        ext4kit_testkit::skipped!("a_busy_server_asks_for_prompt_cpu_wakeups…: no /dev/cpu_dma_latency");
         return;
     }
     let work = tempfile::tempdir().unwrap();

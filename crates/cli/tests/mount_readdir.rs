@@ -29,7 +29,7 @@ fn exe() -> &'static Path {
 fn ready() -> bool {
     for check in [can_fuse_mount(), require_tool("mkfs.ext4").map(|_| ())] {
         if let Err(why) = check {
-            eprintln!("SKIPPED: {why}");
+            ext4kit_testkit::skipped!("{why}");
             assert!(
                 std::env::var_os("CI").is_none(),
                 "CI runs as root with /dev/fuse and e2fsprogs: {why}"

@@ -76,7 +76,7 @@ fn corrupt_e2fsprogs_images_never_panic_hang_or_blow_up() {
             .as_path(),
     );
     if images.is_empty() {
-        eprintln!("SKIPPED: the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not present");
+        ext4kit_testkit::skipped!("the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not present");
         return;
     }
     let scratch = tempfile::tempdir().expect("tempdir");

@@ -20,7 +20,7 @@ fn available(check: Result<(), String>) -> bool {
         Ok(()) => true,
         Err(why) => {
             assert!(std::env::var_os("CI").is_none(), "CI must provide it: {why}");
-            eprintln!("SKIPPED: {why}");
+            ext4kit_testkit::skipped!("{why}");
             false
         }
     }

@@ -133,7 +133,7 @@ fn mode(p: PathBuf) -> u32 {
 #[test]
 fn export_withholds_devices_and_privileges_unless_trusted() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: needs root (device nodes and capabilities in the source tree)");
+        ext4kit_testkit::skipped!("needs root (device nodes and capabilities in the source tree)");
         assert!(std::env::var_os("CI").is_none(), "CI runs as root");
         return;
     }

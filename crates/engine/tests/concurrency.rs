@@ -201,7 +201,7 @@ fn parallel_writers_and_readers() {
                 assert!(got == *model, "kernel view of f{f}");
             }
         }
-        Err(why) => eprintln!("SKIPPED: kernel read-back ({why})"),
+        Err(why) => ext4kit_testkit::skipped!("kernel read-back ({why})"),
     }
 }
 

@@ -88,7 +88,7 @@ fn kernel_check(img: &Path, count: usize) {
     match can_loop_mount() {
         Ok(()) => {}
         Err(why) => {
-            eprintln!("SKIPPED: kernel read-back ({why})");
+            ext4kit_testkit::skipped!("kernel read-back ({why})");
             assert!(std::env::var_os("CI").is_none(), "CI needs the kernel: {why}");
             return;
         }

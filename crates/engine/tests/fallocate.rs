@@ -53,7 +53,7 @@ fn mount_ok() -> bool {
     match can_loop_mount() {
         Ok(()) => true,
         Err(why) => {
-            eprintln!("SKIPPED: kernel checks ({why})");
+            ext4kit_testkit::skipped!("kernel checks ({why})");
             false
         }
     }
@@ -178,7 +178,7 @@ fn kernel_seeks(path: &Path, offsets: &[u64]) -> Option<Vec<(i64, i64)>> {
     args.extend(offsets.iter().map(u64::to_string));
     let out = std::process::Command::new("python3").args(&args).output().ok()?;
     if !out.status.success() {
-        eprintln!("SKIPPED: kernel lseek via python3");
+        ext4kit_testkit::skipped!("kernel lseek via python3");
         return None;
     }
     let text = String::from_utf8(out.stdout).unwrap();

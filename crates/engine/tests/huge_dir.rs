@@ -163,7 +163,7 @@ fn a_three_level_htree_empties_to_one_block_and_fills_again() {
 /// The kernel lists `/big` with `count` names and can add one to it.
 fn kernel_lists(img: &Path, count: usize) {
     if let Err(why) = can_loop_mount() {
-        eprintln!("SKIPPED: kernel read-back ({why})");
+        ext4kit_testkit::skipped!("kernel read-back ({why})");
         assert!(std::env::var_os("CI").is_none(), "CI needs the kernel: {why}");
         return;
     }

@@ -55,7 +55,7 @@ fn kernel_available(what: &str) -> bool {
         Ok(()) => true,
         Err(why) => {
             assert!(std::env::var_os("CI").is_none(), "{what} needs a loop mount: {why}");
-            eprintln!("SKIPPED: {what}: {why}");
+            ext4kit_testkit::skipped!("{what}: {why}");
             false
         }
     }

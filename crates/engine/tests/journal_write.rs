@@ -109,7 +109,7 @@ fn check_model(img: &Path, model: &Model) {
 /// The kernel replays `img` at mount and sees the model.
 fn replay_with_kernel(img: &Path, model: &Model) {
     if can_loop_mount().is_err() {
-        eprintln!("SKIPPED kernel replay: loop mounts unavailable");
+        ext4kit_testkit::skipped!("kernel replay: loop mounts unavailable");
         return;
     }
     let mnt = LoopMount::rw(img, &[]).expect("kernel mount replays");

@@ -257,7 +257,7 @@ fn crash_with_open_orphans_is_cleaned_by_our_open_and_by_the_kernel() {
 
         // The kernel does the same on its own copy.
         if let Err(why) = can_loop_mount() {
-            eprintln!("SKIPPED kernel half: {why}");
+            ext4kit_testkit::skipped!("kernel half: {why}");
             continue;
         }
         let m = LoopMount::rw(&kernel_copy, &[]).unwrap();
@@ -273,7 +273,7 @@ fn crash_with_open_orphans_is_cleaned_by_our_open_and_by_the_kernel() {
 /// open, frozen (journal checkpointed, list on disk) and copied.
 fn kernel_orphan_image(dir: &Path, args: &[&str]) -> Option<PathBuf> {
     if let Err(why) = can_loop_mount().and(require_tool("fsfreeze").map(|_| ())) {
-        eprintln!("SKIPPED: {why}");
+        ext4kit_testkit::skipped!("{why}");
         return None;
     }
     let img = new_image(dir, args)?;

@@ -197,7 +197,7 @@ fn htree_lookup_reads_only_the_leaf_it_needs() {
 fn htree_lookup_in_kernel_written_directories() {
     use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
     if let Err(why) = can_loop_mount() {
-        eprintln!("SKIPPED: kernel-written htree ({why})");
+        ext4kit_testkit::skipped!("kernel-written htree ({why})");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

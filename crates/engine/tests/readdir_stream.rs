@@ -53,7 +53,7 @@ fn kernel_available(what: &str) -> bool {
     match can_loop_mount() {
         Ok(()) => true,
         Err(why) => {
-            eprintln!("SKIPPED: {what} ({why})");
+            ext4kit_testkit::skipped!("{what} ({why})");
             assert!(
                 std::env::var_os("CI").is_none(),
                 "CI needs the kernel for {what}: {why}"

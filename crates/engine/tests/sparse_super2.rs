@@ -43,7 +43,7 @@ fn fill(img: &Path) {
 
 fn kernel_reads(img: &Path) {
     if let Err(why) = ext4kit_testkit::mount::can_loop_mount() {
-        eprintln!("SKIPPED: kernel read: {why}");
+        ext4kit_testkit::skipped!("kernel read: {why}");
         assert!(std::env::var_os("CI").is_none(), "CI must run the kernel check: {why}");
         return;
     }

@@ -25,7 +25,7 @@ fn have_tools() -> bool {
         Ok(()) => true,
         Err(why) => {
             assert!(std::env::var_os("CI").is_none(), "CI must have e2fsprogs: {why}");
-            eprintln!("SKIPPED: {why}");
+            ext4kit_testkit::skipped!("{why}");
             false
         }
     }
@@ -40,7 +40,7 @@ fn have_kernel() -> bool {
                 std::env::var_os("CI").is_none(),
                 "CI must run as root with loop devices: {why}"
             );
-            eprintln!("SKIPPED: {why}");
+            ext4kit_testkit::skipped!("{why}");
             false
         }
     }

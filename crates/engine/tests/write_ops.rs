@@ -277,7 +277,7 @@ fn run_case(args: &[&str]) {
     check_engine(&open(&img, OpenOptions::default()).unwrap(), &model);
     match can_loop_mount() {
         Ok(()) => check_kernel(&img, &model),
-        Err(why) => eprintln!("SKIPPED: kernel read-back ({why})"),
+        Err(why) => ext4kit_testkit::skipped!("kernel read-back ({why})"),
     }
 }
 
@@ -472,7 +472,7 @@ fn skip_unless_mount() -> bool {
     match can_loop_mount() {
         Ok(()) => true,
         Err(why) => {
-            eprintln!("SKIPPED: kernel read-back ({why})");
+            ext4kit_testkit::skipped!("kernel read-back ({why})");
             false
         }
     }

@@ -228,7 +228,7 @@ fn e2fsprogs_htree_without_metadata_csum() {
 #[test]
 fn kernel_htree_with_metadata_csum() {
     if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIPPED: kernel_htree_with_metadata_csum needs root for a loop mount");
+        ext4kit_testkit::skipped!("kernel_htree_with_metadata_csum needs root for a loop mount");
         return;
     }
     let Some(tools) = common::tools(&["mkfs.ext4", "debugfs", "mount", "umount"]) else {

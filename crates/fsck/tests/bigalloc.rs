@@ -56,7 +56,7 @@ fn bigalloc_image(bs: u32, ratio: u32, features: &str) -> Option<Vec<u8>> {
         .status();
     let Ok(status) = status else {
         assert!(std::env::var_os("CI").is_none(), "mkfs.ext4 is needed in CI");
-        eprintln!("SKIPPED: mkfs.ext4 is not installed");
+        ext4kit_testkit::skipped!("mkfs.ext4 is not installed");
         return None;
     };
     assert!(status.success(), "mkfs.ext4 -b {bs} -C {}", bs * ratio);

@@ -15,7 +15,7 @@ use ext4kit_fsck::{Mode, Options, Report};
 /// the image's bytes, or `None` (said loudly) without e2fsprogs.
 fn made(args: &[&str], size: &str, requests: &[&str]) -> Option<Vec<u8>> {
     if Command::new("mkfs.ext4").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: mkfs.ext4 is not installed (apt-get install e2fsprogs)");
+        ext4kit_testkit::skipped!("mkfs.ext4 is not installed (apt-get install e2fsprogs)");
         assert!(std::env::var_os("CI").is_none(), "CI has e2fsprogs");
         return None;
     }
@@ -164,7 +164,7 @@ fn group_flags_cleared_with_debugfs_agree_with_e2fsck() {
 #[test]
 fn a_first_meta_bg_too_big_leaves_a_check_clean() {
     let Some(dir) = ext4kit_testkit::peer::peer_data_dir() else {
-        eprintln!("SKIPPED: the e2fsprogs test images are not present");
+        ext4kit_testkit::skipped!("the e2fsprogs test images are not present");
         assert!(std::env::var_os("CI").is_none(), "CI has the peer data");
         return;
     };

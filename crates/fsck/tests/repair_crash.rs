@@ -159,7 +159,9 @@ fn corpus_repairs_cut_at_any_write_are_finished_by_the_next() {
         .filter(|i| wanted.contains(&i.test.as_str()))
         .collect();
     if images.len() < wanted.len() {
-        eprintln!("SKIPPED: the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not all present");
+        ext4kit_testkit::skipped!(
+            "the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not all present"
+        );
         assert!(std::env::var_os("CI").is_none(), "CI must have the e2fsprogs corpus");
         return;
     }

@@ -28,7 +28,7 @@ fn ext4kit() -> Option<PathBuf> {
         "{} is missing: build the workspace (cargo test --workspace)",
         exe.display()
     );
-    eprintln!("SKIPPED: {} is missing (cargo build -p ext4kit-cli)", exe.display());
+    ext4kit_testkit::skipped!("{} is missing (cargo build -p ext4kit-cli)", exe.display());
     None
 }
 

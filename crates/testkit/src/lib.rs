@@ -61,4 +61,5 @@ pub mod image;
 pub mod mount;
 pub mod peer;
 pub mod rng;
+pub mod skip;
 pub mod tools;

@@ -78,7 +78,7 @@ pub fn skip_unless<T>(check: Result<T, String>) -> Option<T> {
     match check {
         Ok(v) => Some(v),
         Err(reason) => {
-            eprintln!("SKIPPED: {reason}");
+            crate::skip::record(&reason);
             None
         }
     }

@@ -7,7 +7,7 @@ use ext4kit_testkit::peer::{e2fsprogs_images_in, peer_data_dir};
 #[test]
 fn peer_images_decompress() {
     let Some(dir) = peer_data_dir() else {
-        eprintln!("SKIPPED: no e2fsprogs peer data (set EXT4KIT_PEER_DATA)");
+        ext4kit_testkit::skipped!("no e2fsprogs peer data (set EXT4KIT_PEER_DATA)");
         return;
     };
     let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ext4kit-peer");

@@ -80,7 +80,7 @@ pub fn have_e2fsprogs() -> bool {
         .iter()
         .all(|t| Command::new(t).arg("-V").output().is_ok());
     if !ok {
-        eprintln!("SKIPPED: e2fsprogs (e2fsck, mkfs.ext4, debugfs) not installed");
+        ext4kit_testkit::skipped!("e2fsprogs (e2fsck, mkfs.ext4, debugfs) not installed");
         assert!(std::env::var_os("CI").is_none(), "CI must have e2fsprogs");
     }
     ok
@@ -127,7 +127,7 @@ pub fn f_images() -> Option<Vec<ext4kit_testkit::peer::PeerImage>> {
         .filter(|i| i.test.starts_with("f_"))
         .collect();
     if images.is_empty() {
-        eprintln!("SKIPPED: the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not present");
+        ext4kit_testkit::skipped!("the e2fsprogs test images (../shared/peer-data/e2fsprogs-tests) are not present");
         assert!(std::env::var_os("CI").is_none(), "CI must have the e2fsprogs corpus");
         return None;
     }

@@ -13,7 +13,7 @@ use ext4kit_engine::{Filesystem, OpenOptions};
 /// message) when mke2fs is not installed.
 pub fn mkfs(dir: &Path, src: Option<&Path>, args: &[&str], size: &str) -> Option<PathBuf> {
     if Command::new("mkfs.ext4").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: mkfs.ext4 is not installed (apt-get install e2fsprogs)");
+        ext4kit_testkit::skipped!("mkfs.ext4 is not installed (apt-get install e2fsprogs)");
         return None;
     }
     let img = dir.join("img");

@@ -23,7 +23,7 @@ pub fn tools(names: &[&str]) -> Option<Vec<PathBuf>> {
         match tool(name) {
             Some(p) => found.push(p),
             None => {
-                eprintln!("SKIPPED: {name} not installed");
+                ext4kit_testkit::skipped!("{name} not installed");
                 return None;
             }
         }

@@ -19,7 +19,7 @@ pub fn have_tools(test: &str, tools: &[&str]) -> bool {
             .map(|o| o.status.success())
             .unwrap_or(false);
         if !found {
-            eprintln!("SKIPPED: {test}: `{tool}` not found");
+            ext4kit_testkit::skipped!("{test}: `{tool}` not found");
             return false;
         }
     }
@@ -122,7 +122,7 @@ impl LoopMount {
     /// or the mount fails.
     pub fn new(test: &str, img: &Path) -> Option<Self> {
         if !rustix::process::geteuid().is_root() {
-            eprintln!("SKIPPED: {test}: needs root for a loop mount");
+            ext4kit_testkit::skipped!("{test}: needs root for a loop mount");
             return None;
         }
         let tmp = tempfile::tempdir().unwrap();
@@ -141,11 +141,11 @@ impl LoopMount {
             }),
             Ok(o) => {
                 let err = String::from_utf8_lossy(&o.stderr);
-                eprintln!("SKIPPED: {test}: loop mount failed: {err}");
+                ext4kit_testkit::skipped!("{test}: loop mount failed: {err}");
                 None
             }
             Err(e) => {
-                eprintln!("SKIPPED: {test}: cannot run mount: {e}");
+                ext4kit_testkit::skipped!("{test}: cannot run mount: {e}");
                 None
             }
         }

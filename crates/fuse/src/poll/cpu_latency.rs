@@ -91,7 +91,7 @@ mod tests {
         let mut held = match CpuLatency::open() {
             Ok(h) => h,
             Err(e) => {
-                eprintln!("SKIPPED: demanding_sets_the_system_limit…: cannot open {DEVICE} ({e}); needs root");
+                ext4kit_testkit::skipped!("demanding_sets_the_system_limit…: cannot open {DEVICE} ({e}); needs root");
                 return;
             }
         };

@@ -105,7 +105,7 @@ mod tests {
     fn two_threads_spinning_on_one_cpu_stall() {
         let mut p = Pressure::new();
         if p.total_stall_us().is_none() {
-            eprintln!("SKIPPED: two_threads_spinning_on_one_cpu_stall: no {CPU_PRESSURE}");
+            ext4kit_testkit::skipped!("two_threads_spinning_on_one_cpu_stall: no {CPU_PRESSURE}");
             return;
         }
         // More spinning threads than CPUs: some always wait.

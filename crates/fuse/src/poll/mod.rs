@@ -414,7 +414,7 @@ mod tests {
         let latency = match CpuLatency::open() {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("SKIPPED: a_busy_mount_holds_the_cpu_latency_demand_until_idle: {e}; needs root");
+                ext4kit_testkit::skipped!("a_busy_mount_holds_the_cpu_latency_demand_until_idle: {e}; needs root");
                 return;
             }
         };

@@ -49,7 +49,7 @@ impl Tmpfs {
     /// Mounts a 512 MiB tmpfs; `None` (after a loud skip) without root.
     pub fn mount() -> Option<Tmpfs> {
         if !nix::unistd::geteuid().is_root() {
-            eprintln!("SKIPPED: mounting a tmpfs needs root");
+            ext4kit_testkit::skipped!("mounting a tmpfs needs root");
             return None;
         }
         let dir = tempfile::Builder::new()
@@ -69,7 +69,7 @@ impl Tmpfs {
         )
         .expect("run mount");
         if !out.success() {
-            eprintln!("SKIPPED: cannot mount tmpfs: {}", out.combined());
+            ext4kit_testkit::skipped!("cannot mount tmpfs: {}", out.combined());
             return None;
         }
         Some(Tmpfs { dir })

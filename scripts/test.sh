@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The test command (README, "Tests"): says which tools the tests use are
+# missing and how to install them, runs `cargo test --workspace` (arguments
+# pass through: `scripts/test.sh -p ext4kit-fsck`), and ends with every test
+# that skipped and why. Under CI (CI set) a skip fails the run.
+# `scripts/test.sh --packages` prints the Debian packages the tests use.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# e2fsprogs: the oracles (mkfs.ext4, e2fsck, debugfs, dumpe2fs); attr:
+# setfattr/getfattr; bzip2: some e2fsprogs test images; util-linux:
+# mount/losetup/fallocate/swapon; fuse3 (fusermount3) and fuse2fs (the
+# benchmark peer) for the FUSE mount; acl (setfacl), fio and stress-ng as
+# independent checkers on it; git, make, gcc and tar for the real-program
+# tests on the mount; fonts-dejavu-core for the text of benchmark plots;
+# time (GNU) for bench fsck's peak RSS.
+PACKAGES="e2fsprogs attr bzip2 util-linux kmod fuse3 fuse2fs acl fio stress-ng fonts-dejavu-core git make gcc tar time"
+TOOLS="mkfs.ext4 e2fsck debugfs dumpe2fs setfattr bzip2 mount losetup swapon fusermount3 fuse2fs setfacl fio stress-ng git make gcc tar"
+
+if [ "${1:-}" = --packages ]; then
+    echo "$PACKAGES"
+    exit 0
+fi
+missing=""
+for tool in $TOOLS; do
+    command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
+done
+[ -x /usr/bin/time ] || missing="$missing /usr/bin/time"
+if [ -n "$missing" ]; then
+    echo "test.sh: missing:$missing; the tests that need them will skip. Install with:"
+    echo "  apt-get install $PACKAGES"
+fi
+if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ]; then
+    echo "test.sh: not root, or no /dev/fuse: the loop-mount and FUSE tests will skip"
+fi
+
+skips=$(mktemp)
+trap 'rm -f "$skips"' EXIT
+export EXT4KIT_SKIP_LOG="$skips"
+cargo test --workspace "$@"
+status=$?
+count=$(wc -l <"$skips")
+if [ "$count" -gt 0 ]; then
+    echo "test.sh: $count skipped (test: reason):"
+    sort "$skips" | sed 's/^/  /'
+    if [ -n "${CI:-}" ] && [ "$status" = 0 ]; then
+        echo "test.sh: under CI nothing may skip"
+        status=1
+    fi
+else
+    echo "test.sh: nothing skipped"
+fi
+exit "$status"
