@@ -56,6 +56,7 @@ pub mod pass4;
 pub mod pass5;
 pub mod problem;
 pub mod quota;
+pub mod readahead;
 pub mod really_dir;
 pub mod rehash;
 pub mod relocate;
