@@ -39,7 +39,10 @@ fn a_small_run_checks_both_layouts_clean() {
     );
     assert!(stdout.contains("flags cleared ÷ flags kept"), "no ratio:\n{stdout}");
     assert!(stdout.contains("e2fsck ÷ ext4kit"), "no comparison:\n{stdout}");
-    assert!(stdout.contains("ext4kit-serial ÷ ext4kit"), "no threads comparison:\n{stdout}");
+    assert!(
+        stdout.contains("ext4kit-serial ÷ ext4kit"),
+        "no threads comparison:\n{stdout}"
+    );
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r["built"]["files"].as_u64(), Some(2970), "{r}");
     assert_eq!(r["built"]["symlinks"].as_u64(), Some(30), "{r}");
