@@ -1,5 +1,6 @@
 //! `ext4kit bench fsck` end to end at a small size: the image is built, both
-//! layouts are checked cold by `ext4kit fsck` and `e2fsck`, every run finds
+//! layouts are checked cold by `ext4kit fsck` (on every core and on one
+//! thread) and `e2fsck`, every run finds
 //! the image clean, and the copy really lost its uninit flags. No time is
 //! asserted, only that the report carries the figures; the large run lives
 //! in docs/RESULTS.md.
@@ -38,6 +39,10 @@ fn a_small_run_checks_both_layouts_clean() {
     );
     assert!(stdout.contains("flags cleared ÷ flags kept"), "no ratio:\n{stdout}");
     assert!(stdout.contains("e2fsck ÷ ext4kit"), "no comparison:\n{stdout}");
+    assert!(
+        stdout.contains("ext4kit-serial ÷ ext4kit"),
+        "no threads comparison:\n{stdout}"
+    );
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r["built"]["files"].as_u64(), Some(2970), "{r}");
     assert_eq!(r["built"]["symlinks"].as_u64(), Some(30), "{r}");
@@ -57,7 +62,7 @@ fn a_small_run_checks_both_layouts_clean() {
             .iter()
             .filter_map(|m| m["checker"].as_str())
             .collect();
-        assert_eq!(checkers, ["ext4kit", "e2fsck"], "{l}");
+        assert_eq!(checkers, ["ext4kit", "ext4kit-serial", "e2fsck"], "{l}");
         for m in l["checkers"].as_array().unwrap() {
             assert_eq!(m["exit_codes"], serde_json::json!([0]), "{l}");
             assert!(m["median_seconds"].as_f64().unwrap() > 0.0, "{l}");

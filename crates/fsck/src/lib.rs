@@ -41,6 +41,7 @@ pub mod inline_dir;
 pub mod inline_flags;
 pub mod inode_edit;
 pub mod inode_fields;
+pub mod itable_scan;
 pub mod itree;
 pub mod journal;
 pub mod journal_create;
@@ -48,6 +49,7 @@ pub mod lost_found;
 pub mod map_fix;
 pub mod orphans;
 pub mod pass1;
+pub mod pass1_parallel;
 pub mod pass1b;
 pub mod pass2;
 pub mod pass3;
@@ -56,6 +58,7 @@ pub mod pass5;
 pub mod problem;
 pub mod quota;
 pub mod quota_write;
+pub mod readahead;
 pub mod really_dir;
 pub mod rehash;
 pub mod relocate;
@@ -114,6 +117,9 @@ pub struct Options<'a> {
     /// Rebuild every directory after pass 3 (`-D`), not only those whose
     /// index a repair dropped ([`rehash`]).
     pub rehash_all: bool,
+    /// Threads pass 1 reads and checksums inode tables on in a check-only
+    /// run ([`itable_scan`]); 0 means every core, 1 the serial scan.
+    pub threads: usize,
 }
 
 /// Where the check is, for a progress display.
@@ -186,6 +192,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     let mut ctx = state::Ctx::new(fs, report);
     ctx.cancel = opts.cancel;
     ctx.mode = opts.mode;
+    ctx.threads = itable_scan::threads(opts.threads);
     ctx.now = opts.now as u32;
     let before_sb_checks = ctx.report.findings.len();
     ctx.rehash.all = opts.rehash_all;

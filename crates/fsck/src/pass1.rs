@@ -10,10 +10,11 @@
 
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
 use ext4kit_format::group_desc::BG_INODE_UNINIT;
-use ext4kit_format::inode::{RawInode, flags, mode, verify_inode_checksum};
+use ext4kit_format::inode::{RawInode, flags, mode};
 use zerocopy::FromBytes;
 
 use crate::inode_edit::{self, Claims, InodeEdit};
+use crate::itable_scan::Record;
 use crate::map_fix::Fixer;
 use crate::problem::{self as p, Finding};
 use crate::state::{Ctx, DirBlock, DirInfo, KIND_BAD, KIND_RESERVED, Mode};
@@ -32,20 +33,33 @@ pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
     mark_metadata(ctx);
     crate::bad_blocks::start_pass1(ctx);
     let mut ea = EaBlocks::default();
+    let done = if ctx.mode == Mode::Check && ctx.threads > 1 {
+        crate::pass1_parallel::scan(ctx, &mut ea, progress)
+    } else {
+        scan_serial(ctx, &mut ea, progress)
+    };
+    if !done {
+        return;
+    }
+    xattr::check_refcounts(ctx, &ea);
+    ctx.dblocks.sort_unstable();
+}
+
+/// Every group's table on this thread; false when cancelled.
+fn scan_serial(ctx: &mut Ctx, ea: &mut EaBlocks, progress: &mut dyn FnMut(Progress)) -> bool {
     let groups = ctx.fs.geo.group_count;
     for g in 0..groups {
         if ctx.cancelled() {
-            return;
+            return false;
         }
         progress(Progress {
             pass: 1,
             done: u64::from(g),
             total: u64::from(groups),
         });
-        scan_group(ctx, &mut ea, g);
+        scan_group(ctx, ea, g);
     }
-    xattr::check_refcounts(ctx, &ea);
-    ctx.dblocks.sort_unstable();
+    true
 }
 
 /// Superblock copies, descriptor tables, bitmaps and inode tables belong to
@@ -98,7 +112,7 @@ fn claim_meta(ctx: &mut Ctx, b: u64) {
 }
 
 /// How many inodes of group `g` the scan reads.
-fn scan_limit(ctx: &Ctx, g: u32) -> u32 {
+pub(crate) fn scan_limit(ctx: &Ctx, g: u32) -> u32 {
     let gd = &ctx.fs.groups[g as usize];
     let ipg = ctx.fs.geo.inodes_per_group;
     if !ctx.fs.geo.features.has_group_csum() {
@@ -121,6 +135,7 @@ fn scan_group(ctx: &mut Ctx, ea: &mut EaBlocks, g: u32) {
     let per_block = ctx.fs.bs() / isz;
     let ipg = ctx.fs.geo.inodes_per_group;
     let nblocks = (limit as usize).div_ceil(per_block);
+    let csum = ctx.fs.geo.features.metadata_csum().then_some(ctx.fs.seed);
     for bi in 0..nblocks {
         let blk = gd.inode_table() + bi as u64;
         if ctx.bad_itable.contains(&blk) {
@@ -140,7 +155,8 @@ fn scan_group(ctx: &mut Ctx, ea: &mut EaBlocks, g: u32) {
                 break;
             }
             let ino = g * ipg + idx + 1;
-            check_inode(ctx, ea, ino, &buf[k * isz..(k + 1) * isz]);
+            let rec = &buf[k * isz..(k + 1) * isz];
+            check_inode(ctx, ea, ino, rec, Record::examine(rec, ino, csum));
         }
     }
 }
@@ -157,16 +173,17 @@ pub fn decode(rec: &[u8]) -> RawInode {
     raw
 }
 
-fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
+/// Checks inode `ino`, whose record `rec` is as `pre` says
+/// ([`Record::examine`], on this thread or a reader's).
+pub(crate) fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8], pre: Record) {
     // A record of zeros past the reserved inodes was never used: nothing
     // to check, no checksum to verify (most of a table, with the group
     // flags cleared), and no copy to make.
-    if ino >= ctx.fs.geo.first_ino && all_zero(rec) {
+    if ino >= ctx.fs.geo.first_ino && pre.zero {
         return;
     }
     let mut ed = InodeEdit::new(ino, rec);
-    let csum_bad =
-        !all_zero(rec) && ctx.fs.geo.features.metadata_csum() && verify_inode_checksum(rec, ctx.fs.seed, ino).is_err();
+    let csum_bad = pre.csum_bad;
     if ino == BAD_INO {
         return crate::bad_blocks::check_inode(ctx, rec, csum_bad);
     }
@@ -179,7 +196,7 @@ fn check_inode(ctx: &mut Ctx, ea: &mut EaBlocks, ino: u32, rec: &[u8]) {
     }
     low_dtime(ctx, &mut ed);
     if ed.raw.links() == 0 {
-        if ed.raw.i_mode.get() != 0 && ed.raw.i_dtime.get() == 0 && !all_zero(rec) {
+        if ed.raw.i_mode.get() != 0 && ed.raw.i_dtime.get() == 0 && !pre.zero {
             let f = Finding::new(p::P1_ZERO_DTIME, "deleted inode has zero dtime", "set dtime");
             if ctx.fix(f.ino(ino)) {
                 ed.raw.i_dtime.set(inode_edit::dtime_now(ctx));
@@ -330,14 +347,6 @@ fn low_dtime(ctx: &mut Ctx, ed: &mut InodeEdit) {
             ed.dirty = true;
         }
     }
-}
-
-/// Whether a record is all zeros. Most records of a table read with the
-/// group flags cleared are: an OR over the whole record, which the
-/// compiler vectorizes, is several times faster than stopping at the
-/// first set byte.
-fn all_zero(rec: &[u8]) -> bool {
-    rec.iter().fold(0u8, |acc, &b| acc | b) == 0
 }
 
 /// Reserved inodes below `s_first_ino` (e2fsck's special cases): the bad

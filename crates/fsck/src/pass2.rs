@@ -18,8 +18,13 @@ use crate::pass1::decode;
 use crate::problem::{self as p, Finding};
 use crate::state::{Ctx, DirBlock, DirInfo};
 
-/// Runs pass 2.
+/// Runs pass 2, its blocks and pass 5's bitmaps read ahead in a check
+/// ([`crate::readahead`]).
 pub fn run(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
+    crate::readahead::during_pass2(ctx, |ctx| check_dirs(ctx, progress));
+}
+
+fn check_dirs(ctx: &mut Ctx, progress: &mut dyn FnMut(Progress)) {
     let blocks = std::mem::take(&mut ctx.dblocks);
     ctx.bad_itable = crate::bad_blocks::itable_blocks(ctx);
     let bad = ctx.bad_itable.clone();

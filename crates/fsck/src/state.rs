@@ -121,6 +121,8 @@ pub struct Ctx<'a> {
     pub now: u32,
     /// Directories pass 3A rebuilds.
     pub rehash: crate::rehash::Plan,
+    /// Threads reading inode tables in pass 1 ([`crate::itable_scan`]).
+    pub threads: usize,
 }
 
 impl<'a> Ctx<'a> {
@@ -154,6 +156,7 @@ impl<'a> Ctx<'a> {
             conflicts: Vec::new(),
             now: 0,
             rehash: crate::rehash::Plan::default(),
+            threads: 1,
             claim_budget: nb.saturating_mul(4).max(1 << 20),
             fs,
             report,

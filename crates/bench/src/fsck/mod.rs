@@ -23,22 +23,26 @@ use crate::system::{self, find_tool, tool};
 
 /// Which checker a run measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Checker {
-    /// `ext4kit fsck -fn`.
+    /// `ext4kit fsck -fn`: pass 1 scans inode tables on every core.
     Ext4kit,
+    /// `ext4kit fsck --threads 1 -fn`: the serial scan, for comparison
+    /// in the same binary and run.
+    Ext4kitSerial,
     /// e2fsprogs' `e2fsck -fn`.
     E2fsck,
 }
 
 impl Checker {
-    /// Both, in the order each round runs them.
-    pub const ALL: [Checker; 2] = [Checker::Ext4kit, Checker::E2fsck];
+    /// Every checker, in the order each round runs them.
+    pub const ALL: [Checker; 3] = [Checker::Ext4kit, Checker::Ext4kitSerial, Checker::E2fsck];
 
     /// The name on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             Checker::Ext4kit => "ext4kit",
+            Checker::Ext4kitSerial => "ext4kit-serial",
             Checker::E2fsck => "e2fsck",
         }
     }
@@ -50,7 +54,7 @@ impl std::str::FromStr for Checker {
         Checker::ALL
             .into_iter()
             .find(|c| c.name() == s)
-            .ok_or_else(|| format!("unknown checker {s}: expected ext4kit or e2fsck"))
+            .ok_or_else(|| format!("unknown checker {s}: expected ext4kit, ext4kit-serial or e2fsck"))
     }
 }
 
@@ -69,6 +73,8 @@ pub struct Config {
     pub without_flags: bool,
     /// Where the images go.
     pub scratch: PathBuf,
+    /// Leave the images behind (both, when the flags are cleared).
+    pub keep_images: bool,
     /// The `ext4kit` executable.
     pub ext4kit_exe: PathBuf,
 }
@@ -104,8 +110,14 @@ pub fn run(cfg: &Config) -> Result<FsckBenchReport> {
         let bare = work.path().join("no-flags.ext4");
         crate::log("clearing INODE_UNINIT and bg_itable_unused in every group (a copy)");
         report.groups_cleared = Some(image::clear_group_flags(&flagged, &bare)?);
-        std::fs::remove_file(&flagged).ok();
+        if !cfg.keep_images {
+            std::fs::remove_file(&flagged).ok();
+        }
         report.layouts.push(measure(cfg, &bare, "flags cleared")?);
+    }
+    if cfg.keep_images {
+        let kept = work.keep();
+        crate::log(&format!("images kept in {}", kept.display()));
     }
     Ok(report)
 }
@@ -150,12 +162,15 @@ fn measure(cfg: &Config, image: &Path, layout: &str) -> Result<report::Layout> {
 /// the process, peak RSS from GNU `time` (`gnu_time`) when it is installed.
 fn timed(cfg: &Config, checker: Checker, image: &Path, gnu_time: Option<&Path>) -> Result<Run> {
     let program = match checker {
-        Checker::Ext4kit => cfg.ext4kit_exe.clone(),
+        Checker::Ext4kit | Checker::Ext4kitSerial => cfg.ext4kit_exe.clone(),
         Checker::E2fsck => tool("e2fsck")?,
     };
     let mut args: Vec<std::ffi::OsString> = Vec::new();
-    if checker == Checker::Ext4kit {
+    if checker != Checker::E2fsck {
         args.push("fsck".into());
+    }
+    if checker == Checker::Ext4kitSerial {
+        args.extend(["--threads".into(), "1".into()]);
     }
     args.push("-fn".into());
     args.push(image.into());

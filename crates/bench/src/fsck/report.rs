@@ -142,8 +142,13 @@ impl FsckBenchReport {
     fn ratios(&self, s: &mut String) {
         let _ = writeln!(s);
         for l in &self.layouts {
-            if let (Some(k), Some(e)) = (l.median(Checker::Ext4kit), l.median(Checker::E2fsck)) {
-                let _ = writeln!(s, "- {}: e2fsck ÷ ext4kit = {:.2}", l.name, e / k);
+            for c in [Checker::Ext4kit, Checker::Ext4kitSerial] {
+                if let (Some(k), Some(e)) = (l.median(c), l.median(Checker::E2fsck)) {
+                    let _ = writeln!(s, "- {}: e2fsck ÷ {} = {:.2}", l.name, c.name(), e / k);
+                }
+            }
+            if let (Some(par), Some(ser)) = (l.median(Checker::Ext4kit), l.median(Checker::Ext4kitSerial)) {
+                let _ = writeln!(s, "- {}: ext4kit-serial ÷ ext4kit = {:.2}", l.name, ser / par);
             }
         }
         if let [with, without] = &self.layouts[..] {

@@ -90,6 +90,7 @@ pub fn repair(
         mode: opts.mode,
         undo: None,
         rehash_all: opts.rehash_all,
+        threads: opts.threads,
     };
     for _ in 0..MAX_RUNS {
         let rep = check(&overlay, &run_opts, progress)?;

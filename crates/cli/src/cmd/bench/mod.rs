@@ -219,12 +219,17 @@ struct FsckArgs {
     /// Runs of each checker on each layout (medians are reported).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=100))]
     runs: u16,
-    /// Checkers, comma-separated: ext4kit, e2fsck.
-    #[arg(long, default_value = "ext4kit,e2fsck")]
+    /// Checkers, comma-separated: ext4kit, ext4kit-serial (pass 1 on one
+    /// thread), e2fsck.
+    #[arg(long, default_value = "ext4kit,ext4kit-serial,e2fsck")]
     checkers: String,
     /// Skip the layout with the group flags cleared.
     #[arg(long)]
     keep_flags_only: bool,
+    /// Leave the images in the scratch directory after the run (for
+    /// profiling one checker on them); their paths are logged.
+    #[arg(long)]
+    keep_images: bool,
     /// Where the images go.
     #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
     scratch: PathBuf,
@@ -414,6 +419,7 @@ fn run_fsck(a: FsckArgs) -> Result<()> {
         runs: usize::from(a.runs),
         checkers: parse_list(&a.checkers, &Checker::ALL).map_err(anyhow::Error::msg)?,
         without_flags: !a.keep_flags_only,
+        keep_images: a.keep_images,
         scratch: a.scratch,
         ext4kit_exe: std::env::current_exe().context("cannot find the ext4kit executable")?,
     };

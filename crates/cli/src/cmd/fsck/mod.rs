@@ -55,6 +55,10 @@ pub struct Args {
     /// Findings as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Threads reading and checksumming inode tables in pass 1 of a
+    /// check (-n); 0 (the default) uses every core, 1 the serial scan.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
 }
 
 const PASS_NAMES: [&str; 7] = [
@@ -132,6 +136,7 @@ fn check(a: &Args) -> Result<i32> {
         mode,
         undo: a.undo.as_deref(),
         rehash_all: a.rebuild_dirs,
+        threads: a.threads,
     };
     let mut bar = ProgressOut::new(a.progress_fd, &a.image);
     if mode == Mode::Check {
