@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README, "Tests"): says which tools the tests use are
 # missing and how to install them, runs `cargo test --workspace` (arguments
-# pass through: `scripts/test.sh -p ext4kit-fsck`), and ends with every test
-# that skipped and why. Under CI (CI set) a skip fails the run.
+# pass through; with `-p CRATE` only that crate: `scripts/test.sh -p
+# ext4kit-fsck`), and ends with every test that skipped and why. Under CI
+# (CI set) a skip fails the run.
 # `scripts/test.sh --packages` prints the Debian packages the tests use.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +38,11 @@ fi
 skips=$(mktemp)
 trap 'rm -f "$skips"' EXIT
 export EXT4KIT_SKIP_LOG="$skips"
-cargo test --workspace "$@"
+scope=--workspace
+for arg in "$@"; do
+    case "$arg" in -p | --package | --package=* | -p?*) scope= ;; esac
+done
+cargo test $scope "$@"
 status=$?
 count=$(wc -l <"$skips")
 if [ "$count" -gt 0 ]; then
