@@ -37,13 +37,16 @@ impl Filesystem {
         // (`s_dirtyclusters_counter` in `ext4_statfs`).
         let free = free.saturating_sub(self.delalloc.reserved());
         let reserved = u64::from(sb.s_r_blocks_count_lo.get()) | (u64::from(sb.s_r_blocks_count_hi.get()) << 32);
+        // Both counted in clusters by the kernel (`EXT4_C2B` in
+        // `ext4_statfs`), so whole clusters with bigalloc.
+        let ratio = u64::from(self.geo.cluster_ratio());
         let overhead = match u64::from(sb.s_overhead_clusters.get()) {
             0 => self.metadata_overhead(),
-            n => n,
+            n => n * ratio,
         };
         let extents = self.geo.features.incompat.contains(IncompatFeatures::EXTENTS);
         let resv = if extents {
-            (self.geo.blocks_count / 50).min(4096)
+            (self.geo.blocks_count / ratio / 50).min(4096) * ratio
         } else {
             0
         };
