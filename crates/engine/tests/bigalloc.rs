@@ -313,3 +313,31 @@ fn statvfs_blocks(p: &Path) -> (u64, u64, u64) {
     let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
     (v[0], v[1], v[2])
 }
+
+/// Without `s_overhead_clusters` (mke2fs before 1.46 left it 0) the kernel
+/// counts the clusters that hold metadata itself, each once; the engine's
+/// `statfs` gives the same totals as the kernel's mount.
+#[test]
+fn overhead_counted_in_clusters_when_the_superblock_has_none() {
+    if skip_unless(can_loop_mount()).is_none() {
+        return;
+    }
+    let layouts: [&[&str]; 3] = [
+        &["-b", "1024", "-O", "bigalloc", "-C", "16384"],
+        &["-b", "4096", "-O", "bigalloc", "-C", "16384"],
+        &["-b", "4096", "-O", "bigalloc,^flex_bg", "-C", "65536"],
+    ];
+    for args in layouts {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(img) = mkfs(dir.path(), None, args, "1200M") else {
+            return;
+        };
+        common::patch_sb(&img, |sb| sb.s_overhead_clusters.set(0));
+        let fs = open(&img, OpenOptions::default()).unwrap();
+        let st = fs.statfs();
+        let mnt = LoopMount::ro(&img).expect("mount ro");
+        let vfs = statvfs_blocks(mnt.path());
+        mnt.unmount().expect("unmount");
+        assert_eq!((st.blocks, st.blocks_free, st.blocks_available), vfs, "{args:?}");
+    }
+}
