@@ -304,7 +304,25 @@ fn kernel_filled_images_read_as_the_kernel_reads_them() {
         let vfs = statvfs_blocks(mnt.path());
         assert_eq!((st.blocks, st.blocks_free, st.blocks_available), vfs, "{args:?}");
         mnt.unmount().expect("unmount");
+        free_space_in_clusters(&fs, &img);
     }
+}
+
+/// `free_space` (what `ext4kit frag` prints) reads a bitmap bit as a
+/// cluster: its free blocks are the superblock's count, and it finds as
+/// many runs as dumpe2fs lists "Free blocks:" ranges (one group: no run
+/// crosses a group's end, where dumpe2fs would split it).
+fn free_space_in_clusters(fs: &Filesystem, img: &Path) {
+    let free = fs.free_space().unwrap();
+    assert_eq!(free.free_blocks, fs.statfs().blocks_free);
+    let dump = run("dumpe2fs", &[img.to_str().unwrap()]);
+    let starts: Vec<&str> = dump
+        .lines()
+        .filter_map(|l| l.strip_prefix("  Free blocks: "))
+        .flat_map(|l| l.split(", "))
+        .map(|r| r.split('-').next().unwrap())
+        .collect();
+    assert_eq!(free.free_runs, starts.len() as u64, "{starts:?}");
 }
 
 /// `statvfs` of a mount point: total, free and available blocks.
