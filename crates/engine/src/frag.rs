@@ -63,25 +63,28 @@ impl Filesystem {
     /// clears the flag of any group holding other groups' tables), so its
     /// free blocks are taken as one run at its end.
     pub fn free_space(&self) -> Result<FreeSpace> {
+        // With bigalloc a bit and a descriptor's count are clusters.
+        let ratio = u64::from(self.geo.cluster_ratio());
         let mut runs = Runs::default();
         for (g, d) in (0u32..).zip(self.group_descs()) {
             let first = self.geo.group_first_block(g);
-            let n = self.geo.blocks_in_group(g);
+            let n = u64::from(self.geo.blocks_in_group(g));
             if d.flags() & BG_BLOCK_UNINIT != 0 && self.geo.features.has_group_csum() {
-                let free = u64::from(d.free_blocks()).min(u64::from(n));
-                if free < u64::from(n) {
+                let free = (u64::from(d.free_blocks()) * ratio).min(n);
+                if free < n {
                     runs.used();
                 }
-                runs.free(first + u64::from(n) - free, free);
+                runs.free(first + n - free, free);
                 continue;
             }
             let map = self.meta_block(d.block_bitmap(), 0)?;
-            for bit in 0..n {
+            for bit in 0..self.geo.clusters_in_group(g) {
                 let used = map.get((bit / 8) as usize).is_none_or(|b| b & (1 << (bit % 8)) != 0);
+                let at = u64::from(bit) * ratio;
                 if used {
                     runs.used();
                 } else {
-                    runs.free(first + u64::from(bit), 1);
+                    runs.free(first + at, ratio.min(n - at));
                 }
             }
         }

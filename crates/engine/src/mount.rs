@@ -17,6 +17,11 @@ use crate::fs::{DirtyJournal, Filesystem, OpenOptions};
 /// image read-only (inspection tools open that way and need not say so).
 pub const READ_ONLY_DEVICE: &str = "the device is read-only";
 
+/// Why a bigalloc image opens read-only: reads map files per block, as
+/// without bigalloc, but the allocators do not work in clusters yet.
+pub const BIGALLOC_READ_ONLY: &str =
+    "ro_compat feature bigalloc (blocks allocated in clusters): writing is not supported yet, reading is";
+
 /// Incompat features the engine reads correctly.
 const READABLE_INCOMPAT: IncompatFeatures = IncompatFeatures(
     IncompatFeatures::FILETYPE.0
@@ -200,10 +205,13 @@ impl Filesystem {
     pub(crate) fn group_desc_block(&self, group: u32) -> u64 {
         let per_block = self.geo.descs_per_block();
         let desc_block = group / per_block;
-        let first = u64::from(self.geo.first_data_block);
         let meta_bg = self.geo.features.incompat.contains(IncompatFeatures::META_BG);
         if !meta_bg || desc_block < self.sb.read().s_first_meta_bg.get() {
-            return first + 1 + u64::from(desc_block);
+            // After the primary superblock's block: `s_first_data_block`
+            // save with 1 KiB blocks and bigalloc, where block 0 starts the
+            // first cluster and the superblock is block 1.
+            let sb_block = SUPERBLOCK_OFFSET / u64::from(self.geo.block_size);
+            return sb_block + 1 + u64::from(desc_block);
         }
         let meta_group_first = desc_block * per_block;
         let has_super = u64::from(self.group_has_super(meta_group_first));
@@ -321,11 +329,6 @@ fn check_features(sb: &RawSuperblock) -> Result<Option<String>> {
             "an external journal device (incompat feature journal_dev), not a file system: it holds the journal of another image".into(),
         ));
     }
-    if f.ro_compat.contains(RoCompatFeatures::BIGALLOC) {
-        return Err(Error::Unsupported(
-            "ro_compat feature bigalloc (blocks allocated in clusters): not supported yet".into(),
-        ));
-    }
     let bad = IncompatFeatures(f.incompat.0 & !READABLE_INCOMPAT.0);
     if bad.0 != 0 {
         return Err(Error::Unsupported(format!(
@@ -334,6 +337,9 @@ fn check_features(sb: &RawSuperblock) -> Result<Option<String>> {
         )));
     }
     let unknown_ro = RoCompatFeatures(f.ro_compat.0 & !KNOWN_RO_COMPAT.0);
+    if unknown_ro == RoCompatFeatures::BIGALLOC {
+        return Ok(Some(BIGALLOC_READ_ONLY.into()));
+    }
     Ok((unknown_ro.0 != 0).then(|| {
         format!(
             "ro_compat feature(s) {} are not supported for writing",

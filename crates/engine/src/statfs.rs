@@ -37,13 +37,16 @@ impl Filesystem {
         // (`s_dirtyclusters_counter` in `ext4_statfs`).
         let free = free.saturating_sub(self.delalloc.reserved());
         let reserved = u64::from(sb.s_r_blocks_count_lo.get()) | (u64::from(sb.s_r_blocks_count_hi.get()) << 32);
+        // Both counted in clusters by the kernel (`EXT4_C2B` in
+        // `ext4_statfs`), so whole clusters with bigalloc.
+        let ratio = u64::from(self.geo.cluster_ratio());
         let overhead = match u64::from(sb.s_overhead_clusters.get()) {
             0 => self.metadata_overhead(),
-            n => n,
+            n => n * ratio,
         };
         let extents = self.geo.features.incompat.contains(IncompatFeatures::EXTENTS);
         let resv = if extents {
-            (self.geo.blocks_count / 50).min(4096)
+            (self.geo.blocks_count / ratio / 50).min(4096) * ratio
         } else {
             0
         };
@@ -88,13 +91,53 @@ impl Filesystem {
             u64::from(self.geo.group_count.div_ceil(self.geo.descs_per_block()))
         };
         let per_copy = 1 + gdt_blocks + u64::from(sb.s_reserved_gdt_blocks.get());
-        let copies = (0..self.geo.group_count).filter(|&g| self.group_has_super(g)).count() as u64;
-        let tables = u64::from(self.geo.group_count) * (2 + u64::from(self.geo.inode_table_blocks));
         let journal = self
             .journal_info()
             .superblock
             .as_ref()
             .map_or(0, |j| u64::from(j.max_len));
+        if self.geo.cluster_bits > 0 {
+            // The kernel's cluster count leaves the reserved GDT blocks out.
+            return self.metadata_clusters(1 + gdt_blocks) * u64::from(self.geo.cluster_ratio())
+                + journal.next_multiple_of(u64::from(self.geo.cluster_ratio()));
+        }
+        let copies = (0..self.geo.group_count).filter(|&g| self.group_has_super(g)).count() as u64;
+        let tables = u64::from(self.geo.group_count) * (2 + u64::from(self.geo.inode_table_blocks));
         u64::from(self.geo.first_data_block) + copies * per_copy + tables + journal
+    }
+
+    /// Clusters holding static metadata with bigalloc, each counted once
+    /// however many metadata blocks share it, as `count_overhead` sets
+    /// them in a cluster bitmap: a group's superblock and descriptor copy
+    /// (`per_copy` blocks from its start), every bitmap and inode table.
+    /// Checked against the kernel's `statfs` (`bigalloc.rs`).
+    fn metadata_clusters(&self, per_copy: u64) -> u64 {
+        let geo = &self.geo;
+        let itb = u64::from(geo.inode_table_blocks);
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut add = |start: u64, len: u64| {
+            if len > 0 {
+                runs.push((geo.cluster_of(start), geo.cluster_of(start + len - 1)));
+            }
+        };
+        for (g, d) in self.groups.read().iter().enumerate() {
+            let g = g as u32;
+            if self.group_has_super(g) {
+                add(geo.group_first_block(g), per_copy);
+            }
+            add(d.block_bitmap(), 1);
+            add(d.inode_bitmap(), 1);
+            add(d.inode_table(), itb);
+        }
+        runs.sort_unstable();
+        let (mut total, mut end) = (0u64, None::<u64>);
+        for (a, b) in runs {
+            let from = end.map_or(a, |e| a.max(e + 1));
+            if b >= from {
+                total += b - from + 1;
+            }
+            end = Some(end.map_or(b, |e| e.max(b)));
+        }
+        total
     }
 }

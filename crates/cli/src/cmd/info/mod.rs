@@ -73,6 +73,10 @@ fn summary(fs: &Filesystem) -> Value {
         "groups_per_flex": g.groups_per_flex,
         "group_count": g.group_count,
     });
+    if g.cluster_bits > 0 {
+        v["cluster_size"] = json!(g.block_size << g.cluster_bits);
+        v["clusters_per_group"] = json!(g.clusters_per_group);
+    }
     let times = json!({
         "created": time(sb.s_mkfs_time.get(), sb.s_mkfs_time_hi),
         "last_mount_time": time(sb.s_mtime.get(), sb.s_mtime_hi),
@@ -175,6 +179,12 @@ fn groups(fs: &Filesystem) -> Value {
         .map(|(i, d)| {
             let i = i as u32;
             let first = g.group_first_block(i);
+            // bigalloc.rst: descriptors count free clusters.
+            let free_key = if g.cluster_bits > 0 {
+                "free_clusters"
+            } else {
+                "free_blocks"
+            };
             json!({
                 "group": i,
                 "first_block": first,
@@ -183,7 +193,7 @@ fn groups(fs: &Filesystem) -> Value {
                 "block_bitmap": d.block_bitmap(),
                 "inode_bitmap": d.inode_bitmap(),
                 "inode_table": d.inode_table(),
-                "free_blocks": d.free_blocks(),
+                free_key: d.free_blocks(),
                 "free_inodes": d.free_inodes(),
                 "used_dirs": d.used_dirs(),
                 "itable_unused": d.itable_unused(),

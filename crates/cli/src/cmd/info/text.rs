@@ -48,9 +48,11 @@ const SUPER: &[(&str, &str, Show)] = &[
     ("Free inodes", "free_inodes", Show::Plain),
     ("First block", "first_block", Show::Plain),
     ("Block size", "block_size", Show::Plain),
+    ("Cluster size", "cluster_size", Show::Plain),
     ("Group descriptor size", "desc_size", Show::Plain),
     ("Reserved GDT blocks", "reserved_gdt_blocks", Show::Plain),
     ("Blocks per group", "blocks_per_group", Show::Plain),
+    ("Clusters per group", "clusters_per_group", Show::Plain),
     ("Inodes per group", "inodes_per_group", Show::Plain),
     ("Inode blocks per group", "inode_table_blocks_per_group", Show::Plain),
     ("Flex block group size", "groups_per_flex", Show::Plain),
@@ -202,7 +204,7 @@ fn group(g: &Value) -> Result<()> {
         .filter_map(Value::as_str)
         .collect();
     outln!(
-        "\nGroup {}: (Blocks {}-{}){} [{}]\n  Block bitmap at {}, Inode bitmap at {}, Inode table at {}\n  {} free blocks, {} free inodes, {} directories, {} unused inodes, csum {}",
+        "\nGroup {}: (Blocks {}-{}){} [{}]\n  Block bitmap at {}, Inode bitmap at {}, Inode table at {}\n  {} free {}, {} free inodes, {} directories, {} unused inodes, csum {}",
         g["group"],
         g["first_block"],
         g["last_block"],
@@ -215,7 +217,16 @@ fn group(g: &Value) -> Result<()> {
         g["block_bitmap"],
         g["inode_bitmap"],
         g["inode_table"],
-        g["free_blocks"],
+        if g["free_clusters"].is_null() {
+            &g["free_blocks"]
+        } else {
+            &g["free_clusters"]
+        },
+        if g["free_clusters"].is_null() {
+            "blocks"
+        } else {
+            "clusters"
+        },
         g["free_inodes"],
         g["used_dirs"],
         g["itable_unused"],

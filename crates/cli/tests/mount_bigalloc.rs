@@ -1,0 +1,136 @@
+//! A bigalloc image the kernel filled, served read-only by `ext4kit mount`:
+//! every path, its data, xattrs, `st_blocks` (whole clusters) and `statfs`
+//! equal what the kernel's read-only loop mount shows; `ext4kit export`
+//! copies the same tree out; a read-write mount is refused naming bigalloc.
+//! Needs root, a loop device and /dev/fuse; skips loudly otherwise (and
+//! fails under CI).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+use ext4kit_testkit::compare::{CompareOptions, compare_trees, format_differences};
+use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
+use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
+use ext4kit_testkit::tools::{e2fsck_fn, require_tools};
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ext4kit"))
+}
+
+fn ready() -> bool {
+    let tools = require_tools(&["mkfs.ext4", "setfattr", "fallocate", "stat"]);
+    for check in [can_fuse_mount(), can_loop_mount(), tools] {
+        if let Err(why) = check {
+            eprintln!("SKIPPED: {why}");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI runs as root with loop devices, /dev/fuse and e2fsprogs: {why}"
+            );
+            return false;
+        }
+    }
+    true
+}
+
+/// Files ending mid-cluster, sparse and punched files, preallocation,
+/// hard and symbolic links, xattrs, a directory of 200 names.
+const WORKLOAD: &str = r#"
+set -e
+cd "$1"
+mkdir -p d/sub many
+head -c 1000 /dev/urandom > small
+head -c 3000000 /dev/urandom > big
+dd if=/dev/urandom of=sparse bs=1k seek=100 count=3 status=none
+head -c 300000 /dev/urandom > punched
+fallocate -p -o 5000 -l 100000 punched
+fallocate -l 100000 prealloc
+ln small d/hardlink
+ln -s ../small d/sym
+setfattr -n user.a -v hello small
+for i in $(seq 200); do echo "file $i" > many/f$i; done
+head -c 17000 /dev/urandom > d/sub/x
+"#;
+
+/// `stat -f`: total, free and available blocks, files and free files.
+fn statfs(p: &Path) -> String {
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%b %f %a %c %d"])
+        .arg(p)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Every path below `root` with its size and `st_blocks`.
+fn sizes(root: &Path) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            if md.is_dir() {
+                stack.push(p.clone());
+            }
+            out.push((
+                p.strip_prefix(root).unwrap().display().to_string(),
+                md.size(),
+                md.blocks(),
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn kernel_filled_bigalloc_image_is_served_read_only_as_the_kernel_sees_it() {
+    if !ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("img");
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "1024", "-O", "bigalloc", "-C", "16384"])
+        .arg(&img)
+        .arg("64M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let kernel = LoopMount::rw(&img, &[]).unwrap();
+    let run = Command::new("sh")
+        .args(["-c", WORKLOAD, "fill"])
+        .arg(kernel.path())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    kernel.unmount().unwrap();
+
+    let Err(err) = FuseMount::start(exe(), &img, "") else {
+        panic!("a read-write mount must be refused");
+    };
+    assert!(err.to_string().contains("bigalloc"), "{err}");
+
+    let ours = FuseMount::start(exe(), &img, "ro").unwrap();
+    let kernel = LoopMount::ro(&img).unwrap();
+    let diffs = compare_trees(kernel.path(), ours.path(), CompareOptions::default());
+    assert!(diffs.is_empty(), "{}", format_differences(&diffs));
+    assert_eq!(sizes(ours.path()), sizes(kernel.path()));
+    assert_eq!(statfs(ours.path()), statfs(kernel.path()));
+    let dest = tmp.path().join("export");
+    let st = Command::new(exe())
+        .args(["export", "-q"])
+        .arg(&img)
+        .arg("/")
+        .arg(&dest)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let diffs = compare_trees(kernel.path(), &dest, CompareOptions::default());
+    assert!(diffs.is_empty(), "export: {}", format_differences(&diffs));
+    assert!(ours.unmount().unwrap().success());
+    kernel.unmount().unwrap();
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "{}", fsck.output);
+}
