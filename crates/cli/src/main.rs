@@ -18,10 +18,14 @@ mod open;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// `--version`: the crate version and the source revision that `build.rs`
+/// recorded (`0.1.0 (2d398c0, 2026-11-27)`).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("EXT4KIT_REVISION"), ")");
 
 #[derive(Parser)]
-#[command(name = "ext4kit", version, about = "ext2/ext3/ext4 in user space")]
+#[command(name = "ext4kit", version = VERSION, about = "ext2/ext3/ext4 in user space")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -93,6 +97,11 @@ enum Command {
     Tune(cmd::tune::Args),
     /// Benchmarks: `bench mount` compares kernel ext4, fuse2fs and ext4kit.
     Bench(cmd::bench::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions(cmd::completions::Args),
+    /// Write a man page for every command into a directory.
+    Man(cmd::man::Args),
 }
 
 fn main() -> ExitCode {
@@ -138,6 +147,8 @@ fn main() -> ExitCode {
         Command::Sync(a) => cmd::sync::run(a),
         Command::Tune(a) => cmd::tune::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Completions(a) => cmd::completions::run(a, Cli::command()),
+        Command::Man(a) => cmd::man::run(a, Cli::command()),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

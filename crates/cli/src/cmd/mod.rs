@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod cat;
+pub mod completions;
 pub mod dates;
 pub mod defrag;
 pub mod edit;
@@ -12,6 +13,7 @@ pub mod import;
 pub mod info;
 pub mod layout;
 pub mod ls;
+pub mod man;
 pub mod mkfs;
 pub mod mount;
 pub mod precheck;
