@@ -35,9 +35,21 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-/// Runs `cmd`, failing with its output when it exits non-zero.
+/// Puts a helper (mount, umount, a FUSE server, mkfs, e2fsck) in a process
+/// group of its own. Ctrl-C signals the terminal's whole foreground group:
+/// a helper in ours would die half-way (a `mount` whose mount then exists
+/// with nobody to undo it, a FUSE server gone under its mount) while the
+/// run, which only sets its interrupted flag, goes on to clean up after
+/// it. Alone in its group, the helper finishes and the run undoes it.
+pub fn detached(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0)
+}
+
+/// Runs `cmd` ([`detached`] from Ctrl-C), failing with its output when it
+/// exits non-zero.
 pub fn run_ok(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("cannot run {cmd:?}"))?;
+    let out = detached(cmd).output().with_context(|| format!("cannot run {cmd:?}"))?;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -78,9 +90,7 @@ pub fn mkfs_with(image: &Path, bytes: u64, extra: &[&str]) -> Result<()> {
 
 /// Runs `e2fsck -fn` (forced, read-only): exit 0 means the image is clean.
 pub fn e2fsck(image: &Path) -> Result<FsckOutcome> {
-    let out = Command::new(tool("e2fsck")?)
-        .arg("-fn")
-        .arg(image)
+    let out = detached(Command::new(tool("e2fsck")?).arg("-fn").arg(image))
         .output()
         .context("cannot run e2fsck")?;
     let text = format!(

@@ -144,8 +144,23 @@ enum Kind {
 }
 
 impl Mounted {
+    /// Mounts `image` at `mnt`. When this fails, whatever got mounted is
+    /// detached: a helper can fail after its mount took effect.
     fn mount(cfg: &Config, t: Target, image: &Path, mnt: &Path, work: &Path) -> Result<Mounted> {
-        let kind = match t {
+        match Self::start(cfg, t, image, mnt, work) {
+            Ok(kind) => Ok(Mounted {
+                kind,
+                mnt: mnt.to_path_buf(),
+            }),
+            Err(e) => {
+                detach_if_mounted(mnt);
+                Err(e)
+            }
+        }
+    }
+
+    fn start(cfg: &Config, t: Target, image: &Path, mnt: &Path, work: &Path) -> Result<Kind> {
+        Ok(match t {
             Target::Kernel => {
                 run_ok(Command::new(tool("mount")?).args(["-o", "loop"]).arg(image).arg(mnt))?;
                 Kind::Kernel
@@ -155,7 +170,7 @@ impl Mounted {
                 // can wait for it to exit, i.e. to have flushed the image.
                 let log_path = work.join("fuse2fs.log");
                 let log = File::create(&log_path)?;
-                let mut child = Command::new(tool("fuse2fs")?)
+                let mut child = system::detached(&mut Command::new(tool("fuse2fs")?))
                     .arg(image)
                     .arg(mnt)
                     .args(["-f", "-o", "allow_other"])
@@ -184,10 +199,6 @@ impl Mounted {
                 system::wait_mounted(mnt, MOUNT_TIMEOUT)?;
                 Kind::Ext4kit(cfg.ext4kit_exe.clone())
             }
-        };
-        Ok(Mounted {
-            kind,
-            mnt: mnt.to_path_buf(),
         })
     }
 
@@ -227,12 +238,19 @@ impl Drop for Mounted {
         if let Kind::Gone = self.kind {
             return;
         }
-        log(&format!("detaching {} lazily", self.mnt.display()));
-        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        detach_if_mounted(&self.mnt);
         if let Kind::Fuse2fs(child) = &mut self.kind {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// Detaches the mount at `mnt` lazily (`umount -l`), if there is one.
+fn detach_if_mounted(mnt: &Path) {
+    if system::is_mounted(mnt) {
+        log(&format!("detaching {} lazily", mnt.display()));
+        let _ = system::detached(Command::new("umount").arg("-l").arg(mnt)).status();
     }
 }
 
