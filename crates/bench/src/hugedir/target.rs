@@ -101,7 +101,7 @@ impl Opened {
             });
         }
         let how = if kind == Kind::Mount {
-            let child = Command::new(exe)
+            let child = system::detached(&mut Command::new(exe))
                 .arg("mount")
                 .arg(image)
                 .arg(mnt)
