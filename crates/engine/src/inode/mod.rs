@@ -10,6 +10,7 @@ pub(crate) mod extent_edit;
 pub(crate) mod extent_write;
 pub(crate) mod extents;
 pub(crate) mod inline;
+mod inline_write;
 pub mod map;
 pub(crate) mod max_size;
 pub(crate) mod read;

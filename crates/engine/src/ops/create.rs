@@ -166,7 +166,7 @@ impl Txn<'_> {
             Placement::Looked(spot)
         };
         super::flags::require_mutable(&dir)?;
-        let mut dir = self.inode_for_change(parent)?;
+        let mut dir = self.dir_for_entry(parent, name.len())?;
         let is_dir = kind == NodeKind::Directory;
         if is_dir && dir.raw.links() >= LINK_MAX && !self.dir_nlink() {
             return Err(Error::TooManyLinks(String::from_utf8_lossy(name).into_owned()));
@@ -183,7 +183,9 @@ impl Txn<'_> {
         self.inherit_acl(&dir, &mut inode, umask)?;
         self.fill_body(&mut inode, &kind, parent)?;
         self.write_inode(&mut inode)?;
-        self.add_entry_placed(&mut dir, name, ino, ft.dirent_code(), place)?;
+        if !(dir.has_inline_data() && self.add_inline_entry(&mut dir, name, ino, ft.dirent_code())?) {
+            self.add_entry_placed(&mut dir, name, ino, ft.dirent_code(), place)?;
+        }
         if is_dir {
             let links = dir.raw.links();
             // 1 means uncounted (dir_nlink): it stays so.
@@ -194,6 +196,21 @@ impl Txn<'_> {
         set_times(&mut dir.raw, clock::now(), false);
         self.write_inode(&mut dir)?;
         Ok(inode)
+    }
+
+    /// Directory `parent` ready for a new entry of `name_len` bytes: an
+    /// inline directory stays inline while the entry fits its `i_block`
+    /// entries (mke2fs -d and the kernel keep small directories so), else it
+    /// moves to a block ([`Txn::inode_for_change`]).
+    fn dir_for_entry(&mut self, parent: u32, name_len: usize) -> Result<Inode> {
+        let dir = self.inode(parent)?;
+        if dir.has_inline_data() {
+            let mut probe = dir.clone();
+            if self.add_inline_entry(&mut probe, &vec![b'x'; name_len], parent, 0)? {
+                return Ok(dir);
+            }
+        }
+        self.inode_for_change(parent)
     }
 
     fn dir_nlink(&self) -> bool {
@@ -208,9 +225,14 @@ impl Txn<'_> {
     fn fill_body(&mut self, inode: &mut Inode, kind: &NodeKind, parent: u32) -> Result<()> {
         match kind {
             NodeKind::Directory => {
-                let block = self.first_dir_block(inode)?;
-                self.init_dir_block(inode, block, parent)?;
+                if !(self.inline_enabled() && self.start_inline_dir(inode, parent)?) {
+                    let block = self.first_dir_block(inode)?;
+                    self.init_dir_block(inode, block, parent)?;
+                }
                 inode.raw.i_links_count.set(2);
+            }
+            NodeKind::Regular if self.inline_enabled() => {
+                self.start_inline_file(inode)?;
             }
             NodeKind::Symlink(target) => self.fill_symlink(inode, target)?,
             NodeKind::CharDevice(major, minor) | NodeKind::BlockDevice(major, minor) => {
@@ -231,6 +253,14 @@ impl Txn<'_> {
             inode.raw.i_block[..target.len()].copy_from_slice(target);
             inode.raw.set_size(target.len() as u64);
             return Ok(());
+        }
+        if self.inline_enabled() {
+            inode.raw.i_flags.set(inode.raw.flags() | flags::INLINE_DATA);
+            if self.store_inline_body(inode, target)? {
+                inode.raw.set_size(target.len() as u64);
+                return Ok(());
+            }
+            inode.raw.i_flags.set(inode.raw.flags() & !flags::INLINE_DATA);
         }
         if self
             .fs

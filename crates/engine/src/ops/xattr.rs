@@ -314,6 +314,25 @@ impl Txn<'_> {
         self.place_xattrs(inode, ibody, block)
     }
 
+    /// Sets `system.data` to `value` in the inode body, the other in-inode
+    /// attributes kept there: false, nothing changed, when they do not all
+    /// fit (the inline body then has to move to blocks).
+    pub(crate) fn put_system_data(&mut self, inode: &mut Inode, value: &[u8]) -> Result<bool> {
+        let (mut ibody, _) = self.stored_xattrs(inode)?;
+        remove_from(&mut ibody, 7, b"data");
+        ibody.insert(0, (7, b"data".to_vec(), Val::Bytes(value.to_vec())));
+        let start = 128 + usize::from(inode.raw.i_extra_isize.get());
+        let region_len = inode.record.len().saturating_sub(start);
+        if region_len == 0 {
+            return Ok(false);
+        }
+        let Ok(bytes) = encode_ibody(&as_new(&ibody), region_len) else {
+            return Ok(false);
+        };
+        inode.record[start..].copy_from_slice(&bytes);
+        Ok(true)
+    }
+
     /// Stores the lists: in-inode entries while they fit, the rest in the block.
     pub(crate) fn place_xattrs(
         &mut self,
