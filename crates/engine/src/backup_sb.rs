@@ -15,7 +15,8 @@
 
 use std::io;
 
-use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, Geometry, RawSuperblock, SUPERBLOCK_SIZE};
+use ext4kit_format::features::{CompatFeatures, RoCompatFeatures};
+use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, Geometry, RawSuperblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 
 use crate::device::BlockDevice;
 use crate::error::{Error, Location, Result};
@@ -117,6 +118,14 @@ fn read_at(dev: &dyn BlockDevice, offset: u64, block_size: Option<u32>, verify: 
             "the superblock at byte {offset} records a block size of 2^(10+{log}) bytes, not {bs}"
         )));
     }
+    // A backup starts its group's first block; only the primary does not.
+    let own = 1024u64.checked_shl(log).filter(|_| log <= 6);
+    if offset != SUPERBLOCK_OFFSET && own.is_some_and(|bs| !offset.is_multiple_of(bs)) {
+        return Err(Error::InvalidArgument(format!(
+            "the superblock at byte {offset} does not start a block of its block size ({} bytes)",
+            own.unwrap_or_default()
+        )));
+    }
     if verify {
         sb.verify_checksum()
             .map_err(|e| Error::format(Location::Superblock, e))?;
@@ -158,22 +167,8 @@ pub fn find_backups(dev: &dyn BlockDevice) -> Vec<Backup> {
 }
 
 fn backups_of(dev: &dyn BlockDevice, sb: &RawSuperblock, geo: &Geometry) -> Vec<Backup> {
-    let sparse2 = sb
-        .features()
-        .compat
-        .contains(ext4kit_format::features::CompatFeatures::SPARSE_SUPER2);
-    let listed = [sb.s_backup_bgs[0].get(), sb.s_backup_bgs[1].get()];
     let mut out = Vec::new();
-    // The group walk is bounded by the few that hold backups when sparse.
-    for group in 1..geo.group_count {
-        let has = if sparse2 {
-            listed.contains(&group)
-        } else {
-            geo.group_has_super_sparse(group)
-        };
-        if !has {
-            continue;
-        }
+    for group in backup_groups(Layout::of(sb), geo.group_count) {
         let block = geo.group_first_block(group);
         let offset = block.saturating_mul(u64::from(geo.block_size));
         if read_at(dev, offset, Some(geo.block_size), true).is_ok() {
@@ -188,6 +183,56 @@ fn backups_of(dev: &dyn BlockDevice, sb: &RawSuperblock, geo: &Geometry) -> Vec<
         }
     }
     out
+}
+
+/// Most groups [`backups_of`] looks at: the superblock found may be a
+/// stale or crafted one claiming billions of groups, all with backups.
+const MAX_PROBED: usize = 64;
+
+/// Which groups hold backups: `sparse_super2`'s two (`s_backup_bgs`) or
+/// `sparse_super`'s 1 and powers of 3, 5 and 7, else every one.
+enum Layout {
+    Listed([u32; 2]),
+    Sparse,
+    Every,
+}
+
+impl Layout {
+    fn of(sb: &RawSuperblock) -> Self {
+        let f = sb.features();
+        if f.compat.contains(CompatFeatures::SPARSE_SUPER2) {
+            Self::Listed([sb.s_backup_bgs[0].get(), sb.s_backup_bgs[1].get()])
+        } else if f.ro_compat.contains(RoCompatFeatures::SPARSE_SUPER) {
+            Self::Sparse
+        } else {
+            Self::Every
+        }
+    }
+}
+
+/// The groups after 0 below `count` that hold backups, in order, at most
+/// [`MAX_PROBED`].
+fn backup_groups(layout: Layout, count: u32) -> Vec<u32> {
+    let mut groups: Vec<u32> = match layout {
+        Layout::Listed(listed) => listed.into_iter().filter(|&g| g > 0).collect(),
+        Layout::Sparse => {
+            let mut g = vec![1];
+            for base in [3u64, 5, 7] {
+                let mut p = base;
+                while p < u64::from(count) {
+                    g.push(p as u32);
+                    p *= base;
+                }
+            }
+            g
+        }
+        Layout::Every => (1..count.min(MAX_PROBED as u32 + 1)).collect(),
+    };
+    groups.retain(|&g| g < count);
+    groups.sort_unstable();
+    groups.dedup();
+    groups.truncate(MAX_PROBED);
+    groups
 }
 
 /// "intact backup superblocks at block 8193 (1024-byte blocks), 24577,
@@ -237,5 +282,20 @@ impl BlockDevice for ReadOnlyView {
     }
     fn name(&self) -> String {
         self.0.name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backup_groups_follow_the_layout_and_stay_bounded() {
+        assert_eq!(backup_groups(Layout::Sparse, 50), [1, 3, 5, 7, 9, 25, 27, 49]);
+        assert_eq!(backup_groups(Layout::Sparse, 1), [] as [u32; 0]);
+        assert_eq!(backup_groups(Layout::Listed([5, 0]), 8), [5]);
+        assert_eq!(backup_groups(Layout::Listed([9, 3]), 8), [3]);
+        assert_eq!(backup_groups(Layout::Every, u32::MAX).len(), MAX_PROBED);
+        assert!(backup_groups(Layout::Sparse, u32::MAX).len() <= MAX_PROBED);
     }
 }

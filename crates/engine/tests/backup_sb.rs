@@ -151,3 +151,28 @@ fn meta_bg_descriptors_come_from_the_backup_copies() {
     assert_eq!(read_file(&fs, "/f"), b"backup superblocks\n".repeat(500));
     assert_eq!(fs.group_descs().len(), 8);
 }
+
+/// A primary whose checksum fails is damaged too; its backups are named.
+#[test]
+fn a_checksum_mismatch_in_the_primary_names_the_backups() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-b", "1024"], "64M") else {
+        assert!(std::env::var_os("CI").is_none(), "mkfs.ext4 is needed in CI");
+        return;
+    };
+    let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+    f.write_all_at(b"X", 1024 + 0x78).unwrap(); // s_volume_name
+    let err = open(&img, OpenOptions::default()).unwrap_err();
+    assert!(primary_damaged(&err), "{err}");
+    let found = find_backups(&FileDevice::open(&img, false).unwrap());
+    assert_eq!(found.first().map(|b| b.block), Some(8193));
+    let fs = open(
+        &img,
+        at(SuperblockAt::Block {
+            block: 8193,
+            block_size: None,
+        }),
+    )
+    .unwrap();
+    assert_eq!(fs.superblock().volume_name(), "");
+}
