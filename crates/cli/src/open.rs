@@ -81,8 +81,8 @@ pub fn parse_block_size(s: &str) -> std::result::Result<u32, String> {
     }
 }
 
-/// When `e` says the primary superblock is damaged, names the intact
-/// backups ("; the primary superblock is damaged: intact backup
+/// When `e` says the primary superblock or descriptors are damaged, names
+/// the intact backups ("; the primary superblock is damaged: intact backup
 /// superblocks at block 32768 (4096-byte blocks), 98304: read with -b
 /// 32768 -B 4096, or repair with ext4kit fsck -fy"); `use_it` says how
 /// the command at hand reads the first one.
@@ -91,14 +91,12 @@ pub fn backup_hint(
     e: &ext4kit_engine::Error,
     use_it: impl Fn(&backup_sb::Backup) -> String,
 ) -> Option<String> {
-    if !backup_sb::primary_damaged(e) {
-        return None;
-    }
+    let damaged = backup_sb::primary_damaged(e)?;
     let dev = FileDevice::open(image, false).ok()?;
     let found = backup_sb::find_backups(&dev);
     let named = backup_sb::describe_backups(&found)?;
     Some(format!(
-        "; the primary superblock is damaged: {named}: {}, or repair with ext4kit fsck -fy",
+        "; {damaged} damaged: {named}: {}, or repair with ext4kit fsck -fy",
         use_it(&found[0])
     ))
 }

@@ -187,3 +187,25 @@ fn mount_refused(img: &Path, options: &str) -> String {
         Err(e) => e.to_string(),
     }
 }
+
+/// Damaged primary descriptors (the superblock intact) are named too: a
+/// backup's descriptor copy reads the image.
+#[test]
+fn damaged_primary_descriptors_name_the_backups() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = damaged_image(dir.path(), 1024) else {
+        assert!(std::env::var_os("CI").is_none(), "mkfs.ext4 is needed in CI");
+        return;
+    };
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&img).unwrap();
+    let mut backup = [0u8; 1024];
+    f.read_exact_at(&mut backup, 8193 * 1024).unwrap();
+    f.write_all_at(&backup, 1024).unwrap();
+    // Group 0's descriptor block, with every pointer out of range.
+    f.write_all_at(&[0xff; 1024], 2048).unwrap();
+    let i = img.to_str().unwrap();
+    let err = fails(&["ls", i, "/"]);
+    assert!(err.contains("primary group descriptors are damaged"), "{err}");
+    assert!(err.contains("read with -b 8193 -B 1024"), "{err}");
+    assert!(ok(&["ls", "-b", "8193", i, "/"]).contains("d0"));
+}

@@ -247,15 +247,24 @@ pub fn describe_backups(found: &[Backup]) -> Option<String> {
     ))
 }
 
-/// True for an open failure that says the primary superblock is damaged
-/// (bad magic, checksum, geometry), where a backup may help.
-pub fn primary_damaged(e: &Error) -> bool {
-    match e {
+/// For an open failure that says the primary superblock or the primary
+/// group descriptors are damaged (bad magic, checksum, geometry, a
+/// descriptor pointing outside its file system), which of the two, in
+/// words ("the primary superblock is"): a backup holds copies of both.
+pub fn primary_damaged(e: &Error) -> Option<&'static str> {
+    let at = match e {
         // Zeros may be a wiped first block; another format's signature is not damage.
-        Error::NotExt4(why) => !why.starts_with("it looks like") || why.contains("zeros where a superblock"),
-        Error::BadChecksum { at, .. } => *at == Location::Superblock,
-        Error::Corrupt(c) => c.at == Location::Superblock,
-        _ => false,
+        Error::NotExt4(why) if !why.starts_with("it looks like") || why.contains("zeros where a superblock") => {
+            return Some("the primary superblock is");
+        }
+        Error::BadChecksum { at, .. } => *at,
+        Error::Corrupt(c) => c.at,
+        _ => return None,
+    };
+    match at {
+        Location::Superblock => Some("the primary superblock is"),
+        Location::Group(_) => Some("the primary group descriptors are"),
+        _ => None,
     }
 }
 

@@ -60,7 +60,7 @@ fn backups_are_found_and_named_when_the_primary_is_zeroed() {
         return;
     };
     let err = open(&img, OpenOptions::default()).unwrap_err();
-    assert!(primary_damaged(&err), "{err}");
+    assert_eq!(primary_damaged(&err), Some("the primary superblock is"), "{err}");
     let found = find_backups(&FileDevice::open(&img, false).unwrap());
     let blocks: Vec<u64> = found.iter().map(|b| b.block).collect();
     assert_eq!(blocks, [8193, 24577, 40961, 57345]);
@@ -163,7 +163,7 @@ fn a_checksum_mismatch_in_the_primary_names_the_backups() {
     let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
     f.write_all_at(b"X", 1024 + 0x78).unwrap(); // s_volume_name
     let err = open(&img, OpenOptions::default()).unwrap_err();
-    assert!(primary_damaged(&err), "{err}");
+    assert_eq!(primary_damaged(&err), Some("the primary superblock is"), "{err}");
     let found = find_backups(&FileDevice::open(&img, false).unwrap());
     assert_eq!(found.first().map(|b| b.block), Some(8193));
     let fs = open(
