@@ -42,6 +42,14 @@ pub struct ImageArgs {
     /// Do not replay a dirty journal: read the on-disk state as is (possibly stale).
     #[arg(long)]
     pub ignore_journal: bool,
+    /// Read the superblock and group descriptors from the backup at this
+    /// block, as e2fsck -b (the image is then read-only).
+    #[arg(short = 'b', value_name = "BLOCK")]
+    pub superblock: Option<u64>,
+    /// The block size -b counts in, as e2fsck -B (1024 to 65536); without
+    /// it each size is tried.
+    #[arg(short = 'B', value_name = "SIZE", requires = "superblock", value_parser = open::parse_block_size)]
+    pub block_size: Option<u32>,
 }
 
 #[derive(Subcommand)]

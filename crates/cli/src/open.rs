@@ -10,7 +10,7 @@
 
 use anyhow::{Context, Result};
 use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions};
+use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions, SuperblockAt, backup_sb};
 
 use crate::ImageArgs;
 
@@ -29,7 +29,12 @@ pub fn open_rw(a: &ImageArgs) -> Result<Filesystem> {
 }
 
 fn open(a: &ImageArgs, writable: bool) -> Result<Filesystem> {
-    let dev = FileDevice::open(&a.image, writable).with_context(|| "cannot open the image")?;
+    let superblock = a.superblock.map(|block| SuperblockAt::Block {
+        block,
+        block_size: a.block_size,
+    });
+    // From a backup the engine writes nothing: no need to claim the image.
+    let dev = FileDevice::open(&a.image, writable && superblock.is_none()).with_context(|| "cannot open the image")?;
     if let Some(who) = dev.in_use() {
         log::warn!(
             "ext4kit: {} is {who}: reading what is on disk, which may be out of date",
@@ -43,11 +48,57 @@ fn open(a: &ImageArgs, writable: bool) -> Result<Filesystem> {
         } else {
             DirtyJournal::Replay
         },
+        superblock,
         ..OpenOptions::default()
     };
-    let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", a.image.display()))?;
+    let fs = Filesystem::open(Box::new(dev), opts).map_err(|e| {
+        let hint = superblock.is_none().then(|| {
+            backup_hint(&a.image, &e, |b| {
+                format!("read with -b {} -B {}", b.block, b.block_size)
+            })
+        });
+        match hint.flatten() {
+            Some(hint) => anyhow::anyhow!("{}: {e}{hint}", a.image.display()),
+            None => anyhow::Error::new(e).context(format!("{}", a.image.display())),
+        }
+    })?;
+    if superblock.is_some() && !writable {
+        log::warn!(
+            "ext4kit: {}: {}",
+            a.image.display(),
+            fs.read_only_reason().unwrap_or_default()
+        );
+    }
     log_recovery(&fs);
     Ok(fs)
+}
+
+/// `-B`: a block size ext2/3/4 can have.
+pub fn parse_block_size(s: &str) -> std::result::Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if n.is_power_of_two() && (1024..=65536).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}`: a block size is a power of two from 1024 to 65536")),
+    }
+}
+
+/// When `e` says the primary superblock or descriptors are damaged, names
+/// the intact backups ("; the primary superblock is damaged: intact backup
+/// superblocks at block 32768 (4096-byte blocks), 98304: read with -b
+/// 32768 -B 4096, or repair with ext4kit fsck -fy"); `use_it` says how
+/// the command at hand reads the first one.
+pub fn backup_hint(
+    image: &std::path::Path,
+    e: &ext4kit_engine::Error,
+    use_it: impl Fn(&backup_sb::Backup) -> String,
+) -> Option<String> {
+    let damaged = backup_sb::primary_damaged(e)?;
+    let dev = FileDevice::open(image, false).ok()?;
+    let found = backup_sb::find_backups(&dev);
+    let named = backup_sb::describe_backups(&found)?;
+    Some(format!(
+        "; {damaged} damaged: {named}: {}, or repair with ext4kit fsck -fy",
+        use_it(&found[0])
+    ))
 }
 
 /// Says at info level what the journal replay at open did, if it ran.

@@ -72,6 +72,10 @@ pub struct OpenOptions {
     /// The order directory streams list in ([`Filesystem::dir_stream`]):
     /// the kernel's hash order by default (`-o readdir=`, `readdir_snapshot=`).
     pub readdir: crate::dir::ReadDirOptions,
+    /// Read the superblock and group descriptors from a backup copy
+    /// instead of the primary (e2fsck's `-b`/`-B`, the kernel's `sb=`);
+    /// the file system is then read-only (see [`crate::backup_sb`]).
+    pub superblock: Option<crate::SuperblockAt>,
 }
 
 impl Default for OpenOptions {
@@ -88,6 +92,7 @@ impl Default for OpenOptions {
             mmp_min_check_interval: ext4kit_format::mmp::EXT4_MMP_MIN_CHECK_INTERVAL,
             alloc: crate::alloc::AllocOptions::default(),
             readdir: crate::dir::ReadDirOptions::default(),
+            superblock: None,
         }
     }
 }
@@ -106,6 +111,8 @@ pub struct Filesystem {
     /// file's inode lock (see [`crate::inode_locks`] for the lock order).
     pub(crate) writer: Mutex<()>,
     pub(crate) csum_seed: u32,
+    /// Byte offset of the superblock read at open: 1024, or a backup's.
+    pub(crate) sb_offset: u64,
     pub(crate) opts: OpenOptions,
     /// File-system checksums wait until the journal is replayed (set at
     /// open only, see `mount.rs`); the journal's own checksums do not.

@@ -43,6 +43,7 @@
 //! An image file is opened with `device::FileDevice::open(path, writable)`.
 
 mod alloc;
+pub mod backup_sb;
 mod batch;
 mod cache;
 mod clock;
@@ -71,6 +72,7 @@ mod txn;
 mod writeback;
 
 pub use alloc::{AllocOptions, BlockAllocator, InodeAllocator, MbStats, set_caller_pid};
+pub use backup_sb::SuperblockAt;
 pub use batch::{Batch, BatchOptions};
 pub use device::BlockDevice;
 pub use error::{Error, Location, Result};

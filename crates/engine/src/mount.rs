@@ -67,13 +67,33 @@ impl Filesystem {
     ///   journal finds, located at its journal block: a log that does not
     ///   decode, a checksum mismatch inside a committed transaction, a
     ///   logged block outside the file system. Nothing is written then.
+    ///
+    /// With [`OpenOptions::superblock`] the superblock and descriptors are
+    /// read from that backup and the file system is read-only
+    /// ([`crate::backup_sb`]).
     pub fn open(dev: Box<dyn BlockDevice>, opts: OpenOptions) -> Result<Self> {
-        let sb = read_superblock(dev.as_ref(), &opts)?;
+        let (dev, sb, sb_offset) = match opts.superblock {
+            None => {
+                let sb = read_superblock(dev.as_ref(), &opts)?;
+                (dev, sb, SUPERBLOCK_OFFSET)
+            }
+            Some(at) => {
+                let found = at.read(dev.as_ref(), opts.verify_checksums)?;
+                let view: Box<dyn BlockDevice> = Box::new(crate::backup_sb::ReadOnlyView(dev));
+                (view, found.sb, found.offset)
+            }
+        };
         // Features first: bigalloc and journal devices give the geometry
         // fields other meanings, which would read as corruption.
         let mut read_only_reason = check_features(&sb)?;
         let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
         check_device_size(dev.as_ref(), &geo)?;
+        if let Some(at) = opts.superblock {
+            read_only_reason = Some(format!(
+                "opened from the backup superblock at {}, read-only so that the damaged primary is not left beside newer copies; ext4kit fsck -fy rewrites the primary",
+                at.describe()
+            ));
+        }
         if dev.read_only() && read_only_reason.is_none() {
             read_only_reason = Some(READ_ONLY_DEVICE.into());
         }
@@ -93,6 +113,7 @@ impl Filesystem {
             groups: RwLock::new(Vec::new()),
             writer: Mutex::new(()),
             csum_seed,
+            sb_offset,
             opts,
             csum_deferred: false,
             cache,
@@ -175,7 +196,7 @@ impl Filesystem {
     /// cache, which may hold blocks read before the replay, starts empty.
     pub(crate) fn reload(&mut self) -> Result<()> {
         let mut buf = [0u8; SUPERBLOCK_SIZE];
-        self.read_bytes(SUPERBLOCK_OFFSET, &mut buf)?;
+        self.read_bytes(self.sb_offset, &mut buf)?;
         let sb = parse_superblock(&buf, &self.opts)?;
         // Features first: bigalloc and journal devices give the geometry
         // fields other meanings, which would read as corruption.
@@ -210,12 +231,18 @@ impl Filesystem {
             // After the primary superblock's block: `s_first_data_block`
             // save with 1 KiB blocks and bigalloc, where block 0 starts the
             // first cluster and the superblock is block 1.
-            let sb_block = SUPERBLOCK_OFFSET / u64::from(self.geo.block_size);
+            // A backup's copy follows the backup.
+            let sb_block = self.sb_offset / u64::from(self.geo.block_size);
             return sb_block + 1 + u64::from(desc_block);
         }
-        let meta_group_first = desc_block * per_block;
-        let has_super = u64::from(self.group_has_super(meta_group_first));
-        self.geo.group_first_block(meta_group_first) + has_super
+        let mut group = desc_block * per_block;
+        // From a backup, each meta group's second group holds the copy
+        // (as libext2fs's `ext2fs_descriptor_block_loc2` reads it).
+        if self.sb_offset != SUPERBLOCK_OFFSET && group + 1 < self.geo.group_count {
+            group += 1;
+        }
+        let has_super = u64::from(self.group_has_super(group));
+        self.geo.group_first_block(group) + has_super
     }
 
     /// True when `group` holds a superblock backup (and thus descriptors).
@@ -243,6 +270,9 @@ impl Filesystem {
             self.check_group_layout(g, &desc)?;
             out.push(desc);
         }
+        if self.sb_offset != SUPERBLOCK_OFFSET && self.geo.features.has_group_csum() {
+            forget_uninit(&mut out);
+        }
         Ok(out)
     }
 
@@ -263,6 +293,17 @@ impl Filesystem {
             ));
         }
         Ok(())
+    }
+}
+
+/// A backup's descriptors are as old as the backup: a group they call
+/// uninitialised may have been used since. As libext2fs does when it opens
+/// from a backup, every inode table slot and bitmap is read as written.
+fn forget_uninit(descs: &mut [RawGroupDesc]) {
+    use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+    for d in descs {
+        d.bg_flags.set(d.flags() & !(BG_BLOCK_UNINIT | BG_INODE_UNINIT));
+        d.set_itable_unused(0);
     }
 }
 

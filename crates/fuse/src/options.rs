@@ -171,6 +171,12 @@ pub struct MountConfig {
     /// `opendir`/`rewinddir`, for directories of at most
     /// `readdir_snapshot=N` entries; hash order for bigger ones).
     pub readdir: ReadDirOptions,
+    /// The kernel's `sb=N`: read the superblock from the backup N KiB
+    /// into the image (8193 for group 1 with 1 KiB blocks, 131072 with
+    /// 4 KiB). Unlike the kernel, which mounts read-write from it and
+    /// writes the superblock back there, the mount must be `ro`: see
+    /// `ext4kit_engine::backup_sb`.
+    pub superblock: Option<u64>,
 }
 
 impl Default for MountConfig {
@@ -203,6 +209,7 @@ impl Default for MountConfig {
             commit: DEFAULT_COMMIT,
             alloc: AllocOptions::default(),
             readdir: ReadDirOptions::default(),
+            superblock: None,
         }
     }
 }
@@ -431,6 +438,13 @@ impl MountConfig {
             "journal_checksum" => flag(value).map(|()| self.journal.checksum = Some(true)),
             "nojournal_checksum" => flag(value).map(|()| self.journal.checksum = Some(false)),
             "journal_async_commit" => flag(value).map(|()| self.journal.async_commit = true),
+            "sb" => match value.and_then(|v| v.parse::<u64>().ok()) {
+                Some(n) if n > 0 => {
+                    self.superblock = Some(n);
+                    Ok(())
+                }
+                _ => Err("expects where the backup superblock is, in 1 KiB units (as the kernel's sb=)".into()),
+            },
             "fsname" => match value {
                 Some(v) if !v.is_empty() && !v.contains(',') => {
                     self.fsname = Some(v.to_string());
@@ -558,6 +572,9 @@ mod tests {
         assert_eq!(c.commit, Duration::from_secs(30));
         assert!(c.journal.async_commit);
         assert_eq!(c.journal.checksum, Some(false));
+        c.apply("sb=131072").unwrap();
+        assert_eq!(c.superblock, Some(131_072));
+        assert!(c.apply("sb=x").is_err() && c.apply("sb").is_err());
         c.apply("commit=0").unwrap();
         assert_eq!(c.commit, DEFAULT_COMMIT);
         assert_eq!(c.poll, DEFAULT_POLL);

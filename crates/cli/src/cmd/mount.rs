@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::device::FileDevice;
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs, parse_size};
-use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions};
+use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions, SuperblockAt};
 use ext4kit_fuse::MountConfig;
 
 /// Environment variable marking the detached child of `mount --daemon`.
@@ -141,9 +141,20 @@ fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
         journal: cfg.journal,
         alloc: cfg.alloc,
         readdir: cfg.readdir,
+        superblock: cfg.superblock.map(SuperblockAt::Kib),
         ..OpenOptions::default()
     };
-    let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;
+    let fs = Filesystem::open(Box::new(dev), opts).map_err(|e| {
+        let hint = cfg.superblock.is_none().then(|| {
+            crate::open::backup_hint(image, &e, |b| {
+                format!("mount with -o ro,sb={}", b.block * u64::from(b.block_size) / 1024)
+            })
+        });
+        match hint.flatten() {
+            Some(hint) => anyhow::anyhow!("{}: {e}{hint}", image.display()),
+            None => anyhow::Error::new(e).context(format!("{}", image.display())),
+        }
+    })?;
     crate::open::log_recovery(&fs);
     if !cfg.read_only
         && let Some(why) = fs.read_only_reason()
