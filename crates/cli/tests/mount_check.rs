@@ -31,10 +31,17 @@ fn ready() -> bool {
 
 /// A 64 MiB image holding `/f` ("hello\n").
 fn image_with_a_file(dir: &Path) -> PathBuf {
+    image_with(dir, &[("f", "hello\n")])
+}
+
+/// A 64 MiB image made by `mkfs.ext4 -d` from `files` (name, content).
+fn image_with(dir: &Path, files: &[(&str, &str)]) -> PathBuf {
     let img = dir.join("img.ext4");
     let src = dir.join("src");
     std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("f"), "hello\n").unwrap();
+    for (name, content) in files {
+        std::fs::write(src.join(name), content).unwrap();
+    }
     let out = Command::new("mkfs.ext4")
         .args(["-q", "-F", "-d"])
         .arg(&src)
@@ -138,19 +145,7 @@ fn check_preen_refuses_what_preen_may_not_repair() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("f"), "hello\n").unwrap();
-    std::fs::write(src.join("g"), "world\n").unwrap();
-    let img = tmp.path().join("img.ext4");
-    let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-d"])
-        .arg(&src)
-        .arg(&img)
-        .arg("64M")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let img = image_with(tmp.path(), &[("f", "hello\n"), ("g", "world\n")]);
     let f_block: u64 = debugfs_w(&img, "bmap /f 0").trim().parse().expect("a block number");
     // i_block[5] is the first extent's ee_start_lo (ext4_extent_header, then ee_block, ee_len/ee_start_hi).
     debugfs_w(&img, &format!("sif /g block[5] {f_block}"));
