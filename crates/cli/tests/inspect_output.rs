@@ -139,3 +139,132 @@ fn ls_and_stat_print_dates_in_ls_styles() {
     let old = ext4kit(&["stat", "--time-style", "locale", &img, "/f"]);
     assert!(old.contains(" atime: Jan  1  2020"), "{old}");
 }
+
+/// An image made by `mkfs.ext4 -d` from a tree with a regular file `f`
+/// (two xattrs, one not UTF-8), a directory `d`, a symlink `l -> f`, a
+/// file whose name is not UTF-8 (`n\xff`), and a character device `c`
+/// (4, 5) added by debugfs.
+fn tree_image(dir: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(tree.join("d")).unwrap();
+    std::fs::write(tree.join("f"), b"hello\n").unwrap();
+    std::os::unix::fs::symlink("f", tree.join("l")).unwrap();
+    std::fs::write(tree.join(std::ffi::OsStr::from_bytes(b"n\xff")), b"").unwrap();
+    let img = dir.join("t.img").to_str().unwrap().to_string();
+    let tree = tree.to_str().unwrap();
+    run("mkfs.ext4", &["-q", "-F", "-d", tree, &img, "8M"]);
+    let bin = dir.join("v.bin");
+    std::fs::write(&bin, b"\xff\x01").unwrap();
+    for req in [
+        "mknod c c 4 5".to_string(),
+        "ea_set /f user.text hello".to_string(),
+        format!("ea_set -f {} /f user.bin", bin.display()),
+    ] {
+        run("debugfs", &["-w", "-R", &req, &img]);
+    }
+    img
+}
+
+fn ext4kit_json(args: &[&str]) -> serde_json::Value {
+    let out = ext4kit(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// debugfs's `stat` first line: `Inode: 13   Type: regular    Mode:  0644 …`.
+fn debugfs_inode(img: &str, path: &str) -> u64 {
+    let out = run("debugfs", &["-R", &format!("stat {path}"), img]);
+    let first = out.lines().next().unwrap_or_default();
+    let n = first.strip_prefix("Inode: ").and_then(|r| r.split_whitespace().next());
+    n.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+}
+
+#[test]
+fn ls_json_lists_what_ls_l_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = tree_image(dir.path());
+    let v = ext4kit_json(&["ls", "--json", "-l", &img, "/"]);
+    let entries = v.as_array().expect("an array");
+    let text = ext4kit(&["ls", "-l", &img, "/"]);
+    assert_eq!(entries.len(), text.lines().count(), "{text}");
+    let by_name = |n: &str| {
+        entries
+            .iter()
+            .find(|e| e["name"] == n)
+            .unwrap_or_else(|| panic!("{n} in {v}"))
+    };
+    for (name, ty) in [
+        ("f", "regular"),
+        ("d", "directory"),
+        ("l", "symlink"),
+        ("c", "char_device"),
+    ] {
+        let e = by_name(name);
+        assert_eq!(e["type"], ty, "{e}");
+        assert_eq!(e["inode"], debugfs_inode(&img, name), "{e}");
+        assert!(e.get("name_bytes").is_none(), "{e}");
+    }
+    let f = by_name("f");
+    assert_eq!((f["size"].as_u64(), f["links"].as_u64()), (Some(6), Some(1)));
+    assert_eq!(f["mode"], 0o100644, "{f}");
+    assert!(f["mtime"].as_i64().is_some() && f["mtime_nsec"].as_u64().is_some());
+    assert_eq!(by_name("l")["target"], "f");
+    assert_eq!(by_name("c")["rdev"], serde_json::json!([4, 5]));
+    assert_eq!(by_name("d")["mode"], 0o40755);
+    let odd = by_name("n\u{fffd}");
+    assert_eq!(odd["name_bytes"], serde_json::json!([b'n', 0xff]));
+    let short = ext4kit_json(&["ls", "--json", &img, "/"]);
+    assert!(short[0].get("size").is_none(), "{short}");
+    assert_eq!(short.as_array().map(Vec::len), Some(entries.len()));
+}
+
+#[test]
+fn stat_json_carries_what_stat_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = tree_image(dir.path());
+    let v = ext4kit_json(&["stat", "--json", &img, "/f"]);
+    let text = ext4kit(&["stat", "--time-style", "epoch", &img, "/f"]);
+    let t = fields(&text);
+    assert_eq!(v["inode"], debugfs_inode(&img, "/f"));
+    assert!(t["Inode"].starts_with(&format!("{}   Type: Regular", v["inode"])));
+    assert_eq!(v["type"], "regular");
+    assert_eq!(v["mode"], 0o100644);
+    assert_eq!(v["size"], 6);
+    assert_eq!(v["links"], 1);
+    assert_eq!(v["flag_names"], serde_json::json!(["EXTENTS"]));
+    assert!(t["Flags"].starts_with(&format!("{:#x} [EXTENTS]", v["flags"].as_u64().unwrap())));
+    let mtime = format!("{}.{:09}", v["mtime"], v["mtime_nsec"].as_u64().unwrap());
+    assert_eq!(t["mtime"], mtime);
+    assert!(v["crtime"].is_i64(), "{v}");
+    assert_eq!(v["storage"], "extents");
+    let map = v["mapping"].as_array().expect("mapping");
+    assert_eq!(map.len(), 1, "{v}");
+    let ext = &map[0];
+    let dbg = run("debugfs", &["-R", "ex /f", &img]);
+    let dbg = dbg.split_whitespace().collect::<Vec<_>>().join(" ");
+    let phys = ext["physical"].as_u64().unwrap();
+    assert!(dbg.contains(&format!(" 0 - 0 {phys} - {phys} 1")), "{dbg}\n{v}");
+    assert_eq!((&ext["logical"], &ext["length"]), (&0.into(), &1.into()));
+    let xattrs = v["xattrs"].as_array().expect("xattrs");
+    let x = |n: &str| xattrs.iter().find(|x| x["name"] == n).unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(x("user.text")["value"], "hello");
+    assert!(x("user.text").get("value_bytes").is_none());
+    assert_eq!(x("user.bin")["value_bytes"], serde_json::json!([0xff, 1]));
+}
+
+#[test]
+fn stat_json_of_symlink_and_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = tree_image(dir.path());
+    let l = ext4kit_json(&["stat", "--json", &img, "/l"]);
+    assert_eq!((&l["type"], &l["target"]), (&"symlink".into(), &"f".into()));
+    assert_eq!(l["storage"], "fast_symlink");
+    assert_eq!(l["mapping"], serde_json::json!([]));
+    let c = ext4kit_json(&["stat", "--json", &img, "/c"]);
+    assert_eq!(c["type"], "char_device");
+    assert_eq!(c["rdev"], serde_json::json!([4, 5]));
+    assert!(fields(&ext4kit(&["stat", &img, "/c"]))["Device"] == "4,5");
+    let d = ext4kit_json(&["stat", "--json", &img, "/d"]);
+    assert_eq!(d["type"], "directory");
+    assert!(d.get("rdev").is_none() && d.get("target").is_none(), "{d}");
+}

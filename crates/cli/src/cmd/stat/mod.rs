@@ -1,5 +1,8 @@
 //! `ext4kit stat IMAGE PATH`: every inode field, the flags by name, the
-//! extent tree or block map, and the extended attributes.
+//! extent tree or block map, and the extended attributes; `--json` the
+//! same as one object (docs/json.md).
+
+pub mod json;
 
 use anyhow::Result;
 use ext4kit_engine::{Filesystem, Inode};
@@ -21,6 +24,9 @@ pub struct Args {
     /// How times are printed (ls's names; `epoch` is seconds since 1970).
     #[arg(long, value_enum, default_value_t = TimeStyle::FullIso)]
     time_style: TimeStyle,
+    /// One JSON object with every field, for programs (docs/json.md).
+    #[arg(long)]
+    json: bool,
 }
 
 const FLAG_NAMES: &[(u32, &str)] = &[
@@ -66,6 +72,11 @@ pub fn run(a: Args) -> Result<()> {
         .filter(|(b, _)| m.flags & b != 0)
         .map(|(_, n)| *n)
         .collect();
+    if a.json {
+        let v = json::object(&fs, &inode, &m, &names)?;
+        outln!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
     outln!(
         "Inode: {}   Type: {:?}   Mode: {:04o} ({})",
         m.ino,
