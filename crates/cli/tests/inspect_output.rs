@@ -268,3 +268,55 @@ fn stat_json_of_symlink_and_device() {
     assert_eq!(d["type"], "directory");
     assert!(d.get("rdev").is_none() && d.get("target").is_none(), "{d}");
 }
+
+/// `mkfs -d` of one file `f` of `len` bytes, with `opts` for mkfs.
+fn one_file_image(dir: &Path, opts: &[&str], len: usize) -> String {
+    let tree = dir.join("one");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(tree.join("f"), vec![b'x'; len]).unwrap();
+    let img = dir.join("one.img").to_str().unwrap().to_string();
+    let mut args = vec!["-q", "-F", "-b", "1024", "-d", tree.to_str().unwrap()];
+    args.extend(opts);
+    args.extend([img.as_str(), "8M"]);
+    run("mke2fs", &args);
+    img
+}
+
+#[test]
+fn stat_json_maps_a_block_mapped_file_as_debugfs_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = one_file_image(dir.path(), &["-t", "ext2"], 20 * 1024);
+    let v = ext4kit_json(&["stat", "--json", &img, "/f"]);
+    assert_eq!(v["storage"], "block_map", "{v}");
+    let mut ours = Vec::new();
+    for r in v["mapping"].as_array().expect("mapping") {
+        let (p, n) = (r["physical"].as_u64().unwrap(), r["length"].as_u64().unwrap());
+        assert_eq!(r["logical"].as_u64(), Some(ours.len() as u64), "{v}");
+        ours.extend(p..p + n);
+    }
+    let stat = run("debugfs", &["-R", "stat /f", &img]);
+    let ind = stat
+        .split("(IND):")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .unwrap_or_else(|| panic!("an indirect block: {stat}"));
+    let theirs: Vec<u64> = run("debugfs", &["-R", "blocks /f", &img])
+        .split_whitespace()
+        .filter(|b| *b != ind)
+        .map(|b| b.parse().unwrap())
+        .collect();
+    assert_eq!(ours, theirs, "data blocks, the indirect block left out");
+}
+
+#[test]
+fn stat_json_of_inline_data_has_no_mapping() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = one_file_image(dir.path(), &["-t", "ext4", "-I", "256", "-O", "inline_data"], 40);
+    let v = ext4kit_json(&["stat", "--json", &img, "/f"]);
+    assert_eq!(v["storage"], "inline", "{v}");
+    assert_eq!(v["mapping"], serde_json::json!([]));
+    assert!(
+        v["flag_names"].as_array().unwrap().contains(&"INLINE_DATA".into()),
+        "{v}"
+    );
+}
