@@ -133,6 +133,14 @@ fn a_block_that_is_no_superblock_is_a_clear_error() {
         assert_eq!(r.code, Some(8), "{mode}: {}{}", r.stdout, r.stderr);
         assert!(r.stderr.contains("no usable superblock at block 100"), "{}", r.stderr);
     }
+    // Block numbers whose byte offset reaches the end of a u64.
+    for args in [
+        ["-fn", "-b", "18014398509481983", "-B", "1024"],
+        ["-fn", "-b", &u64::MAX.to_string(), "-B", "65536"],
+    ] {
+        let r = ext4kit_fsck(&args, &img, LIMIT);
+        assert_eq!(r.code, Some(8), "{args:?}: {}{}", r.stdout, r.stderr);
+    }
     assert!(std::fs::read(&img).unwrap() == before, "nothing written");
     assert_eq!(e2fsck_fn(&img, LIMIT).code, Some(0));
 }

@@ -19,7 +19,7 @@ use crate::state::Ctx;
 /// with `metadata_csum` the checksum.
 fn try_at(dev: &dyn BlockDevice, off: u64) -> Result<(RawSuperblock, Geometry), String> {
     let mut buf = [0u8; SUPERBLOCK_SIZE];
-    if off + SUPERBLOCK_SIZE as u64 > dev.len() {
+    if off.saturating_add(SUPERBLOCK_SIZE as u64) > dev.len() {
         return Err("past the end of the image".into());
     }
     dev.read_at(off, &mut buf).map_err(|e| e.to_string())?;
