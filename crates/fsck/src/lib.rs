@@ -120,6 +120,11 @@ pub struct Options<'a> {
     /// Threads pass 1 reads and checksums inode tables on in a check-only
     /// run ([`itable_scan`]); 0 means every core, 1 the serial scan.
     pub threads: usize,
+    /// e2fsck's `-b BLOCK -B SIZE`: check from the backup superblock at
+    /// `BLOCK` (in blocks of `SIZE`; without a size each from 1 KiB to
+    /// 64 KiB is tried) and its descriptors; a repair rewrites the primary
+    /// superblock and descriptors from them.
+    pub superblock: Option<(u64, Option<u32>)>,
 }
 
 /// Where the check is, for a progress display.
@@ -175,7 +180,7 @@ type Pass = fn(&mut state::Ctx, &mut dyn FnMut(Progress));
 pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Progress)) -> Result<Report, Fatal> {
     let mut report = Report::default();
     report.passes.push("0".into());
-    let mut fs = superblock::load(dev, &mut report)?;
+    let mut fs = superblock::load(dev, &mut report, opts.superblock)?;
     groups::load(&mut fs)?;
     report.inodes_total = u64::from(fs.geo.inodes_count);
     report.blocks_total = fs.geo.blocks_count;

@@ -310,6 +310,7 @@ pub mod own {
         P0_BACKUP_SB_DIFFERS = 0x800001;
         P2_ITREE_FLAG_WITHOUT_FEATURE = 0x820001;
         P2_ITREE_BAD = 0x820002;
+        P0_PRIMARY_FROM_BACKUP = 0x800002;
     }
 }
 

@@ -19,7 +19,7 @@ use crate::state::Ctx;
 /// with `metadata_csum` the checksum.
 fn try_at(dev: &dyn BlockDevice, off: u64) -> Result<(RawSuperblock, Geometry), String> {
     let mut buf = [0u8; SUPERBLOCK_SIZE];
-    if off + SUPERBLOCK_SIZE as u64 > dev.len() {
+    if off.saturating_add(SUPERBLOCK_SIZE as u64) > dev.len() {
         return Err("past the end of the image".into());
     }
     dev.read_at(off, &mut buf).map_err(|e| e.to_string())?;
@@ -41,11 +41,48 @@ fn backup_offsets() -> impl Iterator<Item = (u64, u64)> {
     })
 }
 
-/// Loads the superblock in use; damage to the primary is a finding, an
-/// image with no usable superblock at all is fatal.
-pub fn load<'a>(dev: &'a dyn BlockDevice, report: &mut Report) -> Result<RawFs<'a>, Fatal> {
-    let (sb, geo, group_block) = match try_at(dev, SUPERBLOCK_OFFSET) {
-        Ok((sb, geo)) => (sb, geo, 0),
+/// The superblock e2fsck's `-b BLOCK [-B SIZE]` names: at `block` in blocks
+/// of `size`, or without a size the first block size from 1 KiB to 64 KiB
+/// whose superblock there records that size. A backup starts its group's
+/// first block, so only a block whose size the copy records is that copy.
+fn explicit(dev: &dyn BlockDevice, block: u64, size: Option<u32>) -> Result<(RawSuperblock, Geometry), Fatal> {
+    let sizes: Vec<u32> = size.map_or_else(|| (10..=16).map(|l| 1u32 << l).collect(), |s| vec![s]);
+    let mut why = String::from("no block size to try");
+    for bs in sizes {
+        let Some(off) = block.checked_mul(u64::from(bs)).filter(|&o| o != 0) else {
+            why = format!("block {block} is not a backup superblock location");
+            continue;
+        };
+        match try_at(dev, off) {
+            Ok((sb, geo)) if geo.block_size == bs => return Ok((sb, geo)),
+            Ok((_, geo)) => why = format!("it records {}-byte blocks, not {bs}", geo.block_size),
+            Err(e) => why = e,
+        }
+    }
+    let with = size.map_or_else(String::new, |s| format!(" ({s}-byte blocks)"));
+    Err(Fatal::BadSuperblock(format!(
+        "no usable superblock at block {block}{with}: {why}"
+    )))
+}
+
+/// Loads the superblock in use: the one `-b` names (`at`), else the
+/// primary, else a backup. Damage to the primary is a finding, an image
+/// with no usable superblock at all is fatal.
+pub fn load<'a>(
+    dev: &'a dyn BlockDevice,
+    report: &mut Report,
+    at: Option<(u64, Option<u32>)>,
+) -> Result<RawFs<'a>, Fatal> {
+    let primary = match at {
+        Some((block, size)) => {
+            let (sb, geo) = explicit(dev, block, size)?;
+            report.note(format!("using backup superblock at block {block} (-b)"));
+            Ok((sb, geo, block))
+        }
+        None => try_at(dev, SUPERBLOCK_OFFSET).map(|(sb, geo)| (sb, geo, 0)),
+    };
+    let (sb, geo, group_block) = match primary {
+        Ok(found) => found,
         Err(why) => {
             let mut found = None;
             for (blk, off) in backup_offsets() {
@@ -173,6 +210,18 @@ fn from_backup(ctx: &mut Ctx) {
     let sb_corrupt = ctx.report.findings.iter_mut().find(|x| x.code == p::P0_SB_CORRUPT);
     if let Some(x) = sb_corrupt {
         x.fixed = true;
+    } else {
+        let mut f = Finding::new(
+            p::own::P0_PRIMARY_FROM_BACKUP,
+            format!(
+                "checked from the backup superblock at block {} (-b)",
+                ctx.fs.sb_group_block
+            ),
+            "rewrite the primary superblock and group descriptors from it",
+        )
+        .warning();
+        f.fixed = true;
+        ctx.report.add(f);
     }
     ctx.fs.dirty_sb = true;
     ctx.fs.dirty_groups = true;

@@ -91,11 +91,14 @@ pub fn repair(
         undo: None,
         rehash_all: opts.rehash_all,
         threads: opts.threads,
+        superblock: opts.superblock,
     };
     for _ in 0..MAX_RUNS {
         let rep = check(&overlay, &run_opts, progress)?;
         run_opts.force = true;
         run_opts.rehash_all = false;
+        // The first run rewrote the primary from the backup (`-b`).
+        run_opts.superblock = None;
         if rep.fixed() == 0 || rep.halted || rep.skipped_clean {
             out.verdict = rep;
             break;

@@ -1,4 +1,4 @@
-//! `ext4kit fsck [-n|-p|-y] [-f] [-D] [-z undo] [-C fd] [--json] [-E journal_only] IMAGE`:
+//! `ext4kit fsck [-n|-p|-y] [-f] [-D] [-b block [-B size]] [-z undo] [-C fd] [--json] [-E journal_only] IMAGE`:
 //! checks an image as `e2fsck -n` does, or repairs it as `e2fsck -p` and
 //! `e2fsck -y` do, with e2fsck's exit codes. All checking and repairing is
 //! `ext4kit-fsck`'s; this module parses options ([`mod@self`]), renders
@@ -59,6 +59,14 @@ pub struct Args {
     /// check (-n); 0 (the default) uses every core, 1 the serial scan.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub threads: usize,
+    /// Check from the backup superblock at this block, as e2fsck -b; a
+    /// repair rewrites the primary superblock and descriptors from it.
+    #[arg(short = 'b', value_name = "BLOCK")]
+    pub superblock: Option<u64>,
+    /// The block size -b counts in, as e2fsck -B (1024 to 65536); without
+    /// it each size is tried.
+    #[arg(short = 'B', value_name = "SIZE")]
+    pub block_size: Option<String>,
 }
 
 const PASS_NAMES: [&str; 7] = [
@@ -93,6 +101,18 @@ fn mode(a: &Args) -> Option<Mode> {
     }
 }
 
+/// `-b BLOCK [-B SIZE]`, checked as the other commands check them; their
+/// misuse is a usage error (exit 16), as e2fsck's.
+fn backup_at(a: &Args) -> std::result::Result<Option<(u64, Option<u32>)>, String> {
+    let size = a.block_size.as_deref().map(crate::open::parse_block_size).transpose()?;
+    match (a.superblock, size) {
+        (None, Some(_)) => Err("-B SIZE needs -b BLOCK (the backup superblock to read)".into()),
+        (None, None) => Ok(None),
+        (Some(0), _) => Err("-b 0 is the primary superblock, not a backup: leave -b out".into()),
+        (Some(b), s) => Ok(Some((b, s))),
+    }
+}
+
 fn check(a: &Args) -> Result<i32> {
     let Some(mode) = mode(a) else {
         eprintln!("ext4kit fsck: only one of -n, -p and -y may be given");
@@ -117,6 +137,13 @@ fn check(a: &Args) -> Result<i32> {
         eprintln!("ext4kit fsck: -z saves what a repair overwrites: it needs -p or -y");
         return Ok(fsck::EXIT_USAGE);
     }
+    let superblock = match backup_at(a) {
+        Ok(at) => at,
+        Err(why) => {
+            eprintln!("ext4kit fsck: {why}");
+            return Ok(fsck::EXIT_USAGE);
+        }
+    };
     if mode == Mode::Check && !a.no {
         eprintln!("ext4kit fsck: no -p or -y: checking only (questions are not asked interactively)");
     }
@@ -137,6 +164,7 @@ fn check(a: &Args) -> Result<i32> {
         undo: a.undo.as_deref(),
         rehash_all: a.rebuild_dirs,
         threads: a.threads,
+        superblock,
     };
     let mut bar = ProgressOut::new(a.progress_fd, &a.image);
     if mode == Mode::Check {
