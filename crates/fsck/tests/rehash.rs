@@ -289,3 +289,44 @@ fn the_kernel_finds_every_name_in_a_rebuilt_index() {
         &missing[..missing.len().min(10)]
     );
 }
+
+/// On an image with itrees (seed 003) a dropped index takes the
+/// directory's itree with it; after the repair the directory has both
+/// trees again, the checker finds it clean, and without the itrees (which
+/// e2fsck does not know) e2fsck agrees.
+#[test]
+fn a_dropped_index_gets_its_itree_back() {
+    let img = build(true);
+    let mem = Arc::new(MemDevice::new(img.bytes));
+    let fs = Filesystem::open(Box::new(mem.clone()), OpenOptions::default()).unwrap();
+    assert!(fs.itree_add_all().unwrap().directories >= 1);
+    fs.unmount().unwrap();
+    let mut bytes = mem.snapshot();
+    let itree_fl = ext4kit_format::itree::ITREE_FL;
+    assert_ne!(size_flags(&bytes, img.big).1 & itree_fl, 0, "/big has an itree");
+    let root = pblk(&bytes, img.big, 0) * BS;
+    bytes[root + 32..root + 34].copy_from_slice(&80u16.to_le_bytes());
+    let (out, after) = repair_with(&bytes, false);
+    assert_rebuilt(&out, "P2_HTREE_BAD_LIMIT");
+    assert!(
+        out.verdict.notes.iter().any(|n| n.starts_with("itrees rebuilt for ")),
+        "{:?}",
+        out.verdict.notes
+    );
+    assert_ne!(size_flags(&after, img.big).1 & itree_fl, 0, "/big has its itree again");
+    let recheck = ext4kit_fsck::check(
+        &MemDevice::new(after.clone()),
+        &Options {
+            force: true,
+            ..Options::default()
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(recheck.errors(), 0, "{:?}", recheck.findings);
+    let mem = Arc::new(MemDevice::new(after));
+    let fs = Filesystem::open(Box::new(mem.clone()), OpenOptions::default()).unwrap();
+    fs.itree_remove_all().unwrap();
+    fs.unmount().unwrap();
+    assert_indexed(&mem.snapshot(), img.big, 1);
+}

@@ -15,7 +15,7 @@ pub mod undo;
 use std::sync::Arc;
 
 use ext4kit_engine::{BlockDevice, Filesystem, OpenOptions};
-use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
 use ext4kit_format::superblock::{RawSuperblock, STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 
 use crate::report::Report;
@@ -123,7 +123,45 @@ pub fn repair(
         out.undo = Some(saved);
     }
     out.written = commit::commit(&overlay).map_err(|e| Fatal::Io(format!("writing the repair: {e}")))?;
+    let rebuilt = out
+        .runs
+        .iter()
+        .flat_map(|r| &r.findings)
+        .any(|f| f.code == crate::problem::P3A_OPTIMIZE_DIR);
+    if clean
+        && rebuilt
+        && let Some(note) = regrow_itrees(dev)
+    {
+        out.verdict.note(note);
+    }
     Ok(out)
+}
+
+/// A directory whose damaged index pass 2 dropped loses its itree (seed
+/// 003) with it, and pass 3A rebuilds only the htree, as e2fsck would. On
+/// an image with the itree feature the engine then gives every indexed
+/// directory without one its itree again — journaled, as `tune -O itree`
+/// does — once the repair is on disk. `None` without the feature.
+fn regrow_itrees(dev: &Arc<dyn BlockDevice>) -> Option<String> {
+    let mut buf = [0u8; SUPERBLOCK_SIZE];
+    dev.read_at(SUPERBLOCK_OFFSET, &mut buf).ok()?;
+    let sb = RawSuperblock::parse(&buf).ok()?;
+    if !sb.features().ro_compat.contains(RoCompatFeatures::ITREE) {
+        return None;
+    }
+    let opts = OpenOptions {
+        count_mount: false,
+        ..OpenOptions::default()
+    };
+    let grown = Filesystem::open(Box::new(dev.clone()), opts).and_then(|fs| {
+        let c = fs.itree_add_all()?;
+        fs.unmount()?;
+        Ok(c)
+    });
+    Some(match grown {
+        Ok(c) => format!("itrees rebuilt for {} directories ({} names)", c.directories, c.names),
+        Err(e) => format!("itrees not rebuilt: {e} (ext4kit tune -O itree adds them)"),
+    })
 }
 
 /// Replays a journal that needs recovery with the engine's recovery (the
