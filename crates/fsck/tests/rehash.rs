@@ -61,25 +61,6 @@ fn build(csum: bool) -> Img {
     }
 }
 
-fn debugfs(bytes: &[u8], req: &str) -> String {
-    let f = temp_image(bytes);
-    let out = Command::new("debugfs")
-        .arg("-R")
-        .arg(req)
-        .arg(f.path())
-        .output()
-        .expect("debugfs is installed (apt-get install e2fsprogs)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Physical block of directory `ino`'s logical block `lblk`.
-fn pblk(bytes: &[u8], ino: u32, lblk: u32) -> usize {
-    debugfs(bytes, &format!("bmap <{ino}> {lblk}"))
-        .trim()
-        .parse()
-        .expect("bmap")
-}
-
 /// Directory `ino`'s checksum seed.
 fn seed(bytes: &[u8], ino: u32) -> u32 {
     let sb = RawSuperblock::parse(&bytes[1024..2048]).unwrap();
@@ -114,7 +95,7 @@ fn assert_indexed(bytes: &[u8], big: u32, levels: u8) {
     assert_e2fsck_clean(bytes, "after the rebuild");
     let (_, flags) = size_flags(bytes, big);
     assert_ne!(flags & INDEX_FL, 0, "INDEX_FL is set again");
-    let dump = debugfs(bytes, &format!("htree_dump <{big}>"));
+    let dump = debugfs_out(bytes, &format!("htree_dump <{big}>"));
     assert!(
         dump.contains(&format!("Indirect levels: {levels}")),
         "{levels} index levels: {}",
@@ -163,7 +144,7 @@ fn a_bad_root_limit_is_rebuilt_with_two_levels() {
     let img = build(true);
     let mut bytes = img.bytes;
     assert_indexed(&bytes, img.big, 1);
-    let root = pblk(&bytes, img.big, 0) * BS;
+    let root = bmap(&bytes, img.big, 0) * BS;
     bytes[root + 32..root + 34].copy_from_slice(&80u16.to_le_bytes());
     let (out, after) = repair_with(&bytes, false);
     assert_rebuilt(&out, "P2_HTREE_BAD_LIMIT");
@@ -174,7 +155,7 @@ fn a_bad_root_limit_is_rebuilt_with_two_levels() {
 fn a_bad_hash_range_is_rebuilt_without_metadata_csum() {
     let img = build(false);
     let mut bytes = img.bytes;
-    let root = pblk(&bytes, img.big, 0) * BS;
+    let root = bmap(&bytes, img.big, 0) * BS;
     let count = usize::from(u16::from_le_bytes([bytes[root + 34], bytes[root + 35]]));
     assert!(count >= 2, "the root points at two interior nodes");
     // Raise entry 1's hash half-way to the next: names of the second
@@ -197,9 +178,9 @@ fn a_bad_hash_range_is_rebuilt_without_metadata_csum() {
 fn a_node_pointing_past_the_end_is_rebuilt() {
     let img = build(true);
     let mut bytes = img.bytes;
-    let root = pblk(&bytes, img.big, 0) * BS;
+    let root = bmap(&bytes, img.big, 0) * BS;
     let node_lblk = le32(&bytes, slot(root + 32, 0).1);
-    let node = pblk(&bytes, img.big, node_lblk) * BS;
+    let node = bmap(&bytes, img.big, node_lblk) * BS;
     let (_, b3) = slot(node + 8, 3);
     bytes[b3..b3 + 4].copy_from_slice(&60_000u32.to_le_bytes());
     let s = seed(&bytes, img.big);
@@ -255,7 +236,7 @@ fn dash_d_rebuilds_every_directory_without_metadata_csum() {
 fn the_kernel_finds_every_name_in_a_rebuilt_index() {
     let img = build(true);
     let mut bytes = img.bytes;
-    let root = pblk(&bytes, img.big, 0) * BS;
+    let root = bmap(&bytes, img.big, 0) * BS;
     bytes[root + 32..root + 34].copy_from_slice(&80u16.to_le_bytes());
     let (out, after) = repair_with(&bytes, false);
     assert_rebuilt(&out, "P2_HTREE_BAD_LIMIT");
@@ -304,7 +285,7 @@ fn a_dropped_index_gets_its_itree_back() {
     let mut bytes = mem.snapshot();
     let itree_fl = ext4kit_format::itree::ITREE_FL;
     assert_ne!(size_flags(&bytes, img.big).1 & itree_fl, 0, "/big has an itree");
-    let root = pblk(&bytes, img.big, 0) * BS;
+    let root = bmap(&bytes, img.big, 0) * BS;
     bytes[root + 32..root + 34].copy_from_slice(&80u16.to_le_bytes());
     let (out, after) = repair_with(&bytes, false);
     assert_rebuilt(&out, "P2_HTREE_BAD_LIMIT");

@@ -42,20 +42,9 @@ fn make(features: &str, args: &[&str], script: &str) -> Vec<u8> {
     std::fs::read(f.path()).unwrap()
 }
 
-fn debugfs(bytes: &[u8], req: &str) -> String {
-    let f = temp_image(bytes);
-    let out = Command::new("debugfs")
-        .arg("-R")
-        .arg(req)
-        .arg(f.path())
-        .output()
-        .expect("debugfs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Byte offset of inode `ino`'s record in the image.
 fn inode_at(bytes: &[u8], ino: u32) -> usize {
-    let out = debugfs(bytes, &format!("imap <{ino}>"));
+    let out = debugfs_out(bytes, &format!("imap <{ino}>"));
     let blk: usize = out
         .split("located at block ")
         .nth(1)
@@ -68,7 +57,7 @@ fn inode_at(bytes: &[u8], ino: u32) -> usize {
 
 /// (inode, name) of every entry in use of directory `ino`, `.` and `..` included.
 fn entries(bytes: &[u8], ino: u32) -> Vec<(u32, String)> {
-    debugfs(bytes, &format!("ls -p <{ino}>"))
+    debugfs_out(bytes, &format!("ls -p <{ino}>"))
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split('/').collect();
@@ -171,7 +160,7 @@ fn a_directory_whose_mode_says_socket_becomes_a_directory_again() {
     bytes[at..at + 2].copy_from_slice(&0o140_755u16.to_le_bytes());
     let after = fix_clean(bytes, "P1_TREAT_AS_DIRECTORY");
     assert_eq!(names(&after, 12), ["f1", "f2"]);
-    assert!(debugfs(&after, "stat <12>").contains("Type: directory"));
+    assert!(debugfs_out(&after, "stat <12>").contains("Type: directory"));
 }
 
 #[test]

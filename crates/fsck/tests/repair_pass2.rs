@@ -57,28 +57,9 @@ fn build() -> Img {
     }
 }
 
-fn debugfs(bytes: &[u8], req: &str) -> String {
-    let f = temp_image(bytes);
-    let out = Command::new("debugfs")
-        .arg("-R")
-        .arg(req)
-        .arg(f.path())
-        .output()
-        .expect("debugfs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Physical block of directory `ino`'s logical block `lblk`.
-fn dir_block(bytes: &[u8], ino: u32, lblk: u32) -> usize {
-    debugfs(bytes, &format!("bmap <{ino}> {lblk}"))
-        .trim()
-        .parse()
-        .expect("bmap")
-}
-
 /// The names in directory `ino`, `.` and `..` left out.
 fn names(bytes: &[u8], ino: u32) -> Vec<String> {
-    let out = debugfs(bytes, &format!("ls -p <{ino}>"));
+    let out = debugfs_out(bytes, &format!("ls -p <{ino}>"));
     let mut v: Vec<String> = out
         .lines()
         .filter_map(|l| l.split('/').nth(5).map(str::to_owned))
@@ -91,7 +72,7 @@ fn names(bytes: &[u8], ino: u32) -> Vec<String> {
 /// Directory `ino`'s checksum seed.
 fn seed(bytes: &[u8], ino: u32) -> u32 {
     let sb = RawSuperblock::parse(&bytes[1024..2048]).unwrap();
-    let out = debugfs(bytes, &format!("stat <{ino}>"));
+    let out = debugfs_out(bytes, &format!("stat <{ino}>"));
     let gen_field = out.split("Generation:").nth(1).expect("generation");
     let generation: u32 = gen_field.split_whitespace().next().unwrap().parse().unwrap();
     inode_csum_seed(sb.csum_seed(), ino, generation)
@@ -152,7 +133,7 @@ fn small_dir() -> Vec<String> {
 fn a_bad_leaf_checksum_is_recomputed() {
     let img = build();
     let mut bytes = img.bytes;
-    let blk = dir_block(&bytes, img.dir, 0);
+    let blk = bmap(&bytes, img.dir, 0);
     bytes[(blk + 1) * BS - 1] ^= 0x55;
     let after = fix_clean(bytes, "P2_LEAF_NODE_ONLY_CSUM_INVALID");
     assert_eq!(names(&after, img.dir), small_dir());
@@ -163,7 +144,7 @@ fn a_wrong_file_type_is_set() {
     let img = build();
     let mut bytes = img.bytes;
     let s = seed(&bytes, img.dir);
-    let blk = dir_block(&bytes, img.dir, 0);
+    let blk = bmap(&bytes, img.dir, 0);
     let at = record(&bytes, blk, b"bb");
     bytes[at + 7] = 2;
     reseal(&mut bytes, blk, s);
@@ -177,7 +158,7 @@ fn a_record_running_past_the_block_is_cut_at_its_end() {
     let img = build();
     let mut bytes = img.bytes;
     let s = seed(&bytes, img.dir);
-    let blk = dir_block(&bytes, img.dir, 0);
+    let blk = bmap(&bytes, img.dir, 0);
     let at = record(&bytes, blk, b"ccc");
     let len = u16::from_le_bytes([bytes[at + 4], bytes[at + 5]]) + 8;
     bytes[at + 4..at + 6].copy_from_slice(&len.to_le_bytes());
@@ -196,7 +177,7 @@ fn a_missing_dotdot_names_the_root_again() {
     let img = build();
     let mut bytes = img.bytes;
     let s = seed(&bytes, img.dir);
-    let blk = dir_block(&bytes, img.dir, 0);
+    let blk = bmap(&bytes, img.dir, 0);
     let at = record(&bytes, blk, b"..");
     bytes[at..at + 4].fill(0);
     reseal(&mut bytes, blk, s);
@@ -210,7 +191,7 @@ fn a_repeated_name_for_the_same_inode_is_cleared() {
     let img = build();
     let mut bytes = img.bytes;
     let s = seed(&bytes, img.dir);
-    let blk = dir_block(&bytes, img.dir, 0);
+    let blk = bmap(&bytes, img.dir, 0);
     let at = record(&bytes, blk, b"bb");
     // "bb" and "ccc" become two records named "bb" for bb's inode.
     let next = at + usize::from(u16::from_le_bytes([bytes[at + 4], bytes[at + 5]]));
@@ -236,7 +217,7 @@ fn a_bad_htree_root_hash_order_drops_the_index_and_pass_3a_rebuilds_it() {
     let img = build();
     let mut bytes = img.bytes;
     let s = seed(&bytes, img.big);
-    let blk = dir_block(&bytes, img.big, 0);
+    let blk = bmap(&bytes, img.big, 0);
     let root = &mut bytes[blk * BS..(blk + 1) * BS];
     // dx_root: 32 bytes of header, count/limit, block 0 entry, then
     // (hash, block) pairs: swap the first two hashes.
@@ -251,6 +232,6 @@ fn a_bad_htree_root_hash_order_drops_the_index_and_pass_3a_rebuilds_it() {
     let after = fix_clean(bytes, "P2_HTREE_HASH_ORDER");
     let n = names(&after, img.big);
     assert_eq!(n.len(), 300);
-    let dump = debugfs(&after, &format!("htree_dump <{}>", img.big));
+    let dump = debugfs_out(&after, &format!("htree_dump <{}>", img.big));
     assert!(dump.contains("Root node dump"), "indexed again: {dump}");
 }

@@ -43,16 +43,6 @@ fn debugfs(bytes: &[u8], requests: &[&str]) -> Vec<u8> {
     std::fs::read(f.path()).unwrap()
 }
 
-fn debugfs_out(bytes: &[u8], request: &str) -> String {
-    let f = temp_image(bytes);
-    let out = Command::new("debugfs")
-        .args(["-R", request])
-        .arg(f.path())
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn assert_clean(out: &Outcome, bytes: &[u8]) {
     assert_eq!(out.verdict.unfixed_errors(), 0, "left: {:?}", out.verdict.findings);
     let f = temp_image(bytes);

@@ -125,3 +125,22 @@ pub fn assert_clean_and_file_intact(out: &Outcome, after: &[u8], ino: u32, len: 
     assert_eq!(fs.read_file_at(ino, 0, &mut buf).expect("reads"), len);
     assert!(buf.iter().all(|&b| b == byte), "the file's data survives");
 }
+
+/// `debugfs -R request` (read-only) on a copy of `bytes`: what it printed.
+pub fn debugfs_out(bytes: &[u8], request: &str) -> String {
+    let f = temp_image(bytes);
+    let out = Command::new("debugfs")
+        .args(["-R", request])
+        .arg(f.path())
+        .output()
+        .expect("debugfs is installed (apt-get install e2fsprogs)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Physical block of inode `ino`'s logical block `lblk` (debugfs `bmap`).
+pub fn bmap(bytes: &[u8], ino: u32, lblk: u32) -> usize {
+    debugfs_out(bytes, &format!("bmap <{ino}> {lblk}"))
+        .trim()
+        .parse()
+        .expect("bmap")
+}
