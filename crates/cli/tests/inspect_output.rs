@@ -52,7 +52,21 @@ fn image(dir: &Path) -> String {
     ] {
         run("debugfs", &["-w", "-R", set, img]);
     }
+    assert_e2fsck_clean(img);
     img.to_string()
+}
+
+/// `e2fsck -fn` finds the image the test built (and `ext4kit write` wrote) clean.
+fn assert_e2fsck_clean(img: &str) {
+    let out = Command::new("e2fsck")
+        .args(["-fn", img])
+        .output()
+        .expect("e2fsck (e2fsprogs)");
+    assert!(
+        out.status.success(),
+        "e2fsck -fn: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -163,6 +177,7 @@ fn tree_image(dir: &Path) -> String {
     ] {
         run("debugfs", &["-w", "-R", &req, &img]);
     }
+    assert_e2fsck_clean(&img);
     img
 }
 
