@@ -247,7 +247,7 @@ impl Filesystem {
             size: r.size(),
             // dir_nlink: a directory with more than 65,000 subdirectories stores 1.
             nlink,
-            blocks: r.blocks_512(huge, self.geo.block_size),
+            blocks: r.blocks_512(huge, self.geo.block_size) + inline_sectors(inode),
             atime: r.atime(),
             mtime: r.mtime(),
             ctime: r.ctime(),
@@ -265,5 +265,16 @@ impl Filesystem {
     /// The checksum seed of `inode`'s metadata blocks.
     pub(crate) fn inode_csum_seed(&self, inode: &Inode) -> u32 {
         inode.raw.csum_seed(self.csum_seed, inode.ino)
+    }
+}
+
+/// The sectors `stat` adds for a regular file's inline body, as the
+/// kernel's `ext4_file_getattr` does so that `du` does not skip small files
+/// that hold data without a block (directories get nothing added).
+fn inline_sectors(inode: &Inode) -> u64 {
+    if inode.has_inline_data() && inode.raw.file_type() == Some(FileType::Regular) {
+        inode.raw.size().div_ceil(512)
+    } else {
+        0
     }
 }
