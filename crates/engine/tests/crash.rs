@@ -24,7 +24,7 @@ use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
 use ext4kit_engine::{AllocOptions, BlockAllocator, BlockDevice, Filesystem, OpenOptions};
 use ext4kit_testkit::rng::Rng;
 use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
-use mem_image::fresh_image;
+use mem_image::{fresh_image, fresh_image_featuring};
 use workload::{FileModel, Workload, check_own_words, read_tree};
 
 const IMAGE_BYTES: usize = 8 << 20;
@@ -126,12 +126,12 @@ impl BlockDevice for SlowFlush {
 
 /// Records `threads` workloads drawn from `seed` running at once, each in
 /// names of its own, `steps` steps each, on a fresh image of `bytes`.
-fn record_threads(seed: u64, threads: usize, steps: usize, bytes: usize, alloc: AllocOptions) -> Run {
+fn record_threads(seed: u64, threads: usize, steps: usize, image: Vec<u8>, alloc: AllocOptions) -> Run {
     // Torn writes split at 4 KiB, the atomic unit of most current drives:
     // with 512-byte tearing the 1 KiB superblock itself can tear, which
     // the kernel cannot mount either (bad superblock checksum) and only
     // e2fsck's backup superblocks repair.
-    let dev = Arc::new(CrashDevice::with_atomic_unit(fresh_image(bytes), 4096));
+    let dev = Arc::new(CrashDevice::with_atomic_unit(image, 4096));
     // A small write-back budget: metadata also goes out between syncs.
     let opts = OpenOptions {
         writeback_bytes: 96 << 10,
@@ -166,7 +166,7 @@ fn record_threads(seed: u64, threads: usize, steps: usize, bytes: usize, alloc: 
 }
 
 fn record(seed: u64) -> Run {
-    record_threads(seed, 1, STEPS, IMAGE_BYTES, AllocOptions::default())
+    record_threads(seed, 1, STEPS, fresh_image(IMAGE_BYTES), AllocOptions::default())
 }
 
 impl Thread {
@@ -376,7 +376,7 @@ fn crash_anywhere_with_two_writers_recovers() {
         return;
     }
     let seed = seed();
-    let run = record_threads(seed, 2, STEPS, 2 * IMAGE_BYTES, AllocOptions::default());
+    let run = record_threads(seed, 2, STEPS, fresh_image(2 * IMAGE_BYTES), AllocOptions::default());
     let n = points_wanted() / 2;
     let t = Instant::now();
     let failures = run.check_random_points(seed, 2, n);
@@ -401,8 +401,24 @@ fn crash_anywhere_recovers_without_delalloc_under_ext3() {
         delalloc: false,
         ..AllocOptions::default()
     };
-    let run = record_threads(seed, 1, STEPS, IMAGE_BYTES, alloc);
+    let run = record_threads(seed, 1, STEPS, fresh_image(IMAGE_BYTES), alloc);
     let n = points_wanted() / 4;
     let failures = run.check_random_points(seed, 3, n);
+    assert!(failures.is_empty(), "seed {seed}: failing points {failures:?}");
+}
+
+/// Inline bodies (`inline_data`): small files and directories start in
+/// the inode and move to blocks as they grow, under crashes. A quarter of
+/// the points.
+#[test]
+fn crash_anywhere_recovers_with_inline_data() {
+    if !have_e2fsck() {
+        return;
+    }
+    let seed = seed();
+    let image = fresh_image_featuring(IMAGE_BYTES, &["inline_data"]);
+    let run = record_threads(seed, 1, STEPS, image, AllocOptions::default());
+    let n = points_wanted() / 4;
+    let failures = run.check_random_points(seed, 4, n);
     assert!(failures.is_empty(), "seed {seed}: failing points {failures:?}");
 }

@@ -762,6 +762,12 @@ proptest! {
         run(&ops, &["-t", "ext2", "-b", "1024"]);
     }
 
+    /// Inline bodies: files, directories and symlinks start in the inode.
+    #[test]
+    fn ops_match_the_model_with_inline_data(ops in prop::collection::vec(op(), 1..60)) {
+        run(&ops, &["-b", "4096", "-O", "inline_data"]);
+    }
+
     #[test]
     fn ops_match_the_model_on_1k_ext4_without_csum(ops in prop::collection::vec(op(), 1..60)) {
         run(&ops, &["-b", "1024", "-O", "^metadata_csum,uninit_bg"]);

@@ -11,8 +11,19 @@ use ext4kit_testkit::tools::e2fsck_fn;
 /// A fresh ext4 image of `size` bytes (journal included), with `inodes`
 /// inodes when given.
 pub fn fresh_image_with(size: usize, inodes: Option<u64>) -> Vec<u8> {
+    fresh_image_made(size, inodes, &[])
+}
+
+/// A fresh ext4 image of `size` bytes with these features turned on
+/// (`inline_data`, …) besides the defaults.
+pub fn fresh_image_featuring(size: usize, features: &[&str]) -> Vec<u8> {
+    fresh_image_made(size, None, features)
+}
+
+fn fresh_image_made(size: usize, inodes: Option<u64>, features: &[&str]) -> Vec<u8> {
     let dev = MemDevice::new(vec![0; size]);
     let opts = MkfsOptions {
+        feature_edits: features.iter().map(|f| (f.to_string(), true)).collect(),
         uuid: Some([7; 16]),
         hash_seed: Some([9; 16]),
         timestamp: Some(1_700_000_000),
