@@ -388,7 +388,7 @@ impl Txn<'_> {
                 .geo
                 .group_first_block((inode.ino - 1) / self.fs.geo.inodes_per_group);
             let (b, _) = self.alloc_blocks(goal, 1)?;
-            charge_blocks(&mut inode.raw, 1, self.fs.geo.block_size);
+            charge_blocks(&mut inode.raw, self.meta_charge(1), self.fs.geo.block_size);
             b
         };
         if self.fs.geo.features.metadata_csum() {
@@ -446,7 +446,7 @@ impl Txn<'_> {
                 })?;
             }
         }
-        charge_blocks(&mut inode.raw, -1, self.fs.geo.block_size);
+        charge_blocks(&mut inode.raw, -self.meta_charge(1), self.fs.geo.block_size);
         inode.raw.i_file_acl_lo.set(0);
         inode.raw.i_file_acl_high.set(0);
         Ok(())
