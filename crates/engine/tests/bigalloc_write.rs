@@ -195,3 +195,83 @@ fn workload_1k_blocks_16k_clusters() {
 fn workload_4k_blocks_64k_clusters() {
     run_workload_on(&["-b", "4096", "-O", "bigalloc", "-C", "65536"], "256M", 4096, 65536);
 }
+
+/// Files the kernel wrote (mid-cluster ends, a sparse file, a punched and
+/// a preallocated one, a directory of 200 names), then changed by the
+/// engine: appends into the kernel's last clusters, a block into a sparse
+/// cluster the kernel mapped, truncation and punching inside clusters,
+/// deletion of kernel files; then the workload above.
+const KERNEL_FILL: &str = r#"
+set -e
+cd "$1"
+mkdir k
+cd k
+mkdir many
+head -c 1000 /dev/urandom > small
+head -c 300000 /dev/urandom > big
+dd if=/dev/urandom of=sparse bs=1k seek=100 count=3 status=none
+head -c 300000 /dev/urandom > punched
+fallocate -p -o 5000 -l 100000 punched
+fallocate -l 100000 prealloc
+for i in $(seq 200); do echo "file $i" > many/f$i; done
+"#;
+
+#[test]
+fn kernel_filled_image_changed_by_the_engine() {
+    if let Err(why) = can_loop_mount() {
+        ext4kit_testkit::skipped!("kernel fill: {why}");
+        assert!(std::env::var_os("CI").is_none(), "CI must loop mount");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(
+        dir.path(),
+        None,
+        &["-b", "1024", "-O", "bigalloc", "-C", "16384"],
+        "64M",
+    ) else {
+        return;
+    };
+    let mnt = LoopMount::rw(&img, &[]).unwrap();
+    let out = std::process::Command::new("sh")
+        .args(["-c", KERNEL_FILL, "fill"])
+        .arg(mnt.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    mnt.unmount().unwrap();
+    let fs = open_rw(&img);
+    let mut m = Model::new();
+    let ino_of = |path: &str, m: &mut Model| {
+        let inode = fs.resolve(path.as_bytes()).unwrap();
+        m.insert(path.into(), fs.read_all(&inode, 1 << 30).unwrap());
+        inode.ino
+    };
+    let (small, big, sparse, punched, prealloc) = (
+        ino_of("/k/small", &mut m),
+        ino_of("/k/big", &mut m),
+        ino_of("/k/sparse", &mut m),
+        ino_of("/k/punched", &mut m),
+        ino_of("/k/prealloc", &mut m),
+    );
+    for i in (2..=200).step_by(2) {
+        ino_of(&format!("/k/many/f{i}"), &mut m);
+    }
+    put(&fs, &mut m, "/k/small", small, 1000, &pattern(5000, 20));
+    put(&fs, &mut m, "/k/sparse", sparse, 97 * 1024 + 5, &pattern(1024, 21));
+    put(&fs, &mut m, "/k/sparse", sparse, 3 * 1024, &pattern(10, 22));
+    fs.truncate(big, 200_000).unwrap();
+    m.get_mut("/k/big").unwrap().truncate(200_000);
+    put(&fs, &mut m, "/k/big", big, 250_000, &pattern(3000, 23));
+    fs.fallocate(punched, 150_000, 20_000, FallocMode::PunchHole).unwrap();
+    m.get_mut("/k/punched").unwrap()[150_000..170_000].fill(0);
+    put(&fs, &mut m, "/k/prealloc", prealloc, 40_000, &pattern(2000, 24));
+    let many = fs.resolve(b"/k/many").unwrap().ino;
+    for i in (1..=200).step_by(2) {
+        fs.unlink(many, format!("f{i}").as_bytes()).unwrap();
+    }
+    workload(&fs, &mut m, 1024, 16384);
+    drop(fs);
+    assert_fsck_clean(&img).unwrap();
+    assert_kernel_reads(&img, &m);
+}
