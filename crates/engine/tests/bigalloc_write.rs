@@ -275,3 +275,28 @@ fn kernel_filled_image_changed_by_the_engine() {
     assert_fsck_clean(&img).unwrap();
     assert_kernel_reads(&img, &m);
 }
+
+/// An xattr value too large for a block goes to a value inode (`ea_inode`):
+/// its data takes clusters like a file's, and the owner's charge for it
+/// is what e2fsck counts.
+#[test]
+fn ea_inode_values_on_bigalloc() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["-b", "1024", "-O", "bigalloc,ea_inode", "-C", "16384"];
+    let Some(img) = mkfs(dir.path(), None, &args, "64M") else {
+        return;
+    };
+    let fs = open_rw(&img);
+    for (i, len) in [3000usize, 20000, 70000].into_iter().enumerate() {
+        let ino = fs
+            .create(ROOT_INO, format!("x{i}").as_bytes(), NodeKind::Regular, FILE)
+            .unwrap()
+            .ino;
+        fs.write(ino, 0, &pattern(5000, i as u64)).unwrap();
+        fs.set_xattr(ino, b"user.big", &pattern(len, 50 + i as u64), XattrSet::Any)
+            .unwrap();
+    }
+    fs.unlink(ROOT_INO, b"x1").unwrap();
+    drop(fs);
+    assert_fsck_clean(&img).unwrap();
+}
