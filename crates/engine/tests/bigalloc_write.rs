@@ -300,3 +300,77 @@ fn ea_inode_values_on_bigalloc() {
     drop(fs);
     assert_fsck_clean(&img).unwrap();
 }
+
+/// Filling the image: writes stop with `ENOSPC` on whole clusters, the
+/// image stays clean, and deleting everything gives every cluster back.
+#[test]
+fn full_image_then_everything_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["-b", "4096", "-O", "bigalloc", "-C", "65536"];
+    let Some(img) = mkfs(dir.path(), None, &args, "32M") else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let empty = free(&fs);
+    let mut made = 0u32;
+    'fill: for i in 0u32.. {
+        let name = format!("f{i}");
+        let ino = match fs.create(ROOT_INO, name.as_bytes(), NodeKind::Regular, FILE) {
+            Ok(inode) => inode.ino,
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                break;
+            }
+        };
+        made += 1;
+        // Odd sizes: every file ends inside a cluster.
+        let data = pattern(70_000 + (i as usize % 5) * 30_000, u64::from(i));
+        if let Err(e) = fs.write(ino, 0, &data) {
+            assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+            break 'fill;
+        }
+    }
+    assert!(made > 10, "only {made} files");
+    fs.sync().unwrap();
+    drop(fs);
+    assert_fsck_clean(&img).unwrap();
+    let fs = open_rw(&img);
+    for i in 0..made {
+        fs.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+    }
+    fs.sync().unwrap();
+    assert_eq!(free(&fs), empty, "every cluster back");
+    drop(fs);
+    assert_fsck_clean(&img).unwrap();
+}
+
+/// Inline data and bigalloc: a directory and a file leave the inode for
+/// their first cluster.
+#[test]
+fn inline_bodies_leave_the_inode_for_clusters() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["-b", "1024", "-O", "bigalloc,inline_data", "-C", "16384"];
+    let Some(img) = mkfs(dir.path(), None, &args, "32M") else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let mut m = Model::new();
+    let d = fs.create(ROOT_INO, b"d", NodeKind::Directory, DIR).unwrap().ino;
+    for i in 0..80 {
+        let ino = new_file(&fs, &mut m, d, "/d", &format!("name-{i:03}"));
+        put(
+            &fs,
+            &mut m,
+            &format!("/d/name-{i:03}"),
+            ino,
+            0,
+            &pattern(20 + i * 30, i as u64),
+        );
+    }
+    let f = new_file(&fs, &mut m, ROOT_INO, "", "grow");
+    put(&fs, &mut m, "/grow", f, 0, &pattern(40, 1));
+    put(&fs, &mut m, "/grow", f, 40, &pattern(5000, 2));
+    drop(fs);
+    assert_fsck_clean(&img).unwrap();
+    assert_kernel_reads(&img, &m);
+}
