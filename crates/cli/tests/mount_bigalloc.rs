@@ -1,7 +1,11 @@
-//! A bigalloc image the kernel filled, served read-only by `ext4kit mount`:
+//! A bigalloc image the kernel filled, served by `ext4kit mount`: read-only,
 //! every path, its data, xattrs, `st_blocks` (whole clusters) and `statfs`
-//! equal what the kernel's read-only loop mount shows; `ext4kit export`
-//! copies the same tree out; a read-write mount is refused naming bigalloc.
+//! equal what the kernel's read-only loop mount shows, and `ext4kit export`
+//! copies the same tree out; read-write, a second workload (append,
+//! overwrite, truncate and punch inside a cluster, fallocate, a block
+//! sharing a cluster with the file's other blocks, rm -r, an htree
+//! directory, an xattr block) leaves the tree a host directory gets from
+//! the same commands, as the kernel reads it, and e2fsck -fn clean.
 //! Needs root, a loop device and /dev/fuse; skips loudly otherwise (and
 //! fails under CI).
 
@@ -19,7 +23,7 @@ fn exe() -> &'static Path {
 }
 
 fn ready() -> bool {
-    let tools = require_tools(&["mkfs.ext4", "setfattr", "fallocate", "stat"]);
+    let tools = require_tools(&["mkfs.ext4", "setfattr", "fallocate", "stat", "truncate", "base64"]);
     for check in [can_fuse_mount(), can_loop_mount(), tools] {
         if let Err(why) = check {
             eprintln!("SKIPPED: {why}");
@@ -50,6 +54,25 @@ ln -s ../small d/sym
 setfattr -n user.a -v hello small
 for i in $(seq 200); do echo "file $i" > many/f$i; done
 head -c 17000 /dev/urandom > d/sub/x
+"#;
+
+/// Run on the read-write mount and on a host copy of the tree: every
+/// command deterministic given the tree.
+const RW_WORKLOAD: &str = r#"
+set -e
+cd "$1"
+cat small >> big
+dd if=small of=big bs=1 seek=20000 conv=notrunc status=none
+truncate -s 40000 big
+fallocate -p -o 3000 -l 20000 punched
+fallocate -o 200000 -l 50000 prealloc
+dd if=small of=sparse bs=1k seek=97 count=1 conv=notrunc status=none
+rm -r d
+mkdir e
+for i in $(seq 300); do echo "new name number $i" > e/name-of-some-length-$i; done
+rm many/f1*
+setfattr -n user.big -v "$(base64 -w0 punched | head -c 600)" small
+cp big e/copy
 "#;
 
 /// `stat -f`: total, free and available blocks, files and free files.
@@ -85,7 +108,7 @@ fn sizes(root: &Path) -> Vec<(String, u64, u64)> {
 }
 
 #[test]
-fn kernel_filled_bigalloc_image_is_served_read_only_as_the_kernel_sees_it() {
+fn kernel_filled_bigalloc_image_is_served_read_only_then_written_as_the_kernel_sees_it() {
     if !ready() {
         return;
     }
@@ -107,11 +130,6 @@ fn kernel_filled_bigalloc_image_is_served_read_only_as_the_kernel_sees_it() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     kernel.unmount().unwrap();
 
-    let Err(err) = FuseMount::start(exe(), &img, "") else {
-        panic!("a read-write mount must be refused");
-    };
-    assert!(err.to_string().contains("bigalloc"), "{err}");
-
     let ours = FuseMount::start(exe(), &img, "ro").unwrap();
     let kernel = LoopMount::ro(&img).unwrap();
     let diffs = compare_trees(kernel.path(), ours.path(), CompareOptions::default());
@@ -130,7 +148,51 @@ fn kernel_filled_bigalloc_image_is_served_read_only_as_the_kernel_sees_it() {
     let diffs = compare_trees(kernel.path(), &dest, CompareOptions::default());
     assert!(diffs.is_empty(), "export: {}", format_differences(&diffs));
     assert!(ours.unmount().unwrap().success());
+    let host = tmp.path().join("host");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(kernel.path())
+        .arg(&host)
+        .status()
+        .unwrap();
+    assert!(cp.success());
     kernel.unmount().unwrap();
     let fsck = e2fsck_fn(&img).unwrap();
     assert!(fsck.is_clean(), "{}", fsck.output);
+    read_write_workload(&img, &host);
+}
+
+/// [`RW_WORKLOAD`] through a read-write mount of `img` and on `host` (a
+/// copy of its tree); then the kernel's view of `img` is `host`'s.
+fn read_write_workload(img: &Path, host: &Path) {
+    let ours = FuseMount::start(exe(), img, "").unwrap();
+    for root in [ours.path(), host] {
+        let run = Command::new("sh")
+            .args(["-c", RW_WORKLOAD, "rw"])
+            .arg(root)
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{root:?}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    assert!(ours.unmount().unwrap().success());
+    let fsck = e2fsck_fn(img).unwrap();
+    assert!(fsck.is_clean(), "{}", fsck.output);
+    let kernel = LoopMount::ro(img).unwrap();
+    let opts = CompareOptions {
+        mtime: false,
+        root_metadata: false,
+        ignore_lost_found: true,
+        ..CompareOptions::default()
+    };
+    let diffs = compare_trees(host, kernel.path(), opts);
+    assert!(diffs.is_empty(), "{}", format_differences(&diffs));
+    let ours = FuseMount::start(exe(), img, "ro").unwrap();
+    assert_eq!(sizes(ours.path()), sizes(kernel.path()));
+    assert_eq!(statfs(ours.path()), statfs(kernel.path()));
+    assert!(ours.unmount().unwrap().success());
+    kernel.unmount().unwrap();
 }

@@ -79,7 +79,7 @@ pub use error::{Error, Location, Result};
 pub use fs::{DirtyJournal, Filesystem, OpenOptions};
 pub use inode::map::Run;
 pub use inode::{Inode, Metadata, ROOT_INO};
-pub use mount::{BIGALLOC_READ_ONLY, READ_ONLY_DEVICE};
+pub use mount::{BIGALLOC_NO_EXTENTS, READ_ONLY_DEVICE};
 pub use ops::FallocMode;
 pub use ops::{AtimePolicy, Attr, NodeKind, RemoveTreeError, RenameFlags, SetAttr, XattrSet};
 pub use ops::{DEFAULT_CHUNK_BLOCKS, DefragOptions, DefragOutcome, DefragSkip};

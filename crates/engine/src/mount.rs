@@ -17,10 +17,10 @@ use crate::fs::{DirtyJournal, Filesystem, OpenOptions};
 /// image read-only (inspection tools open that way and need not say so).
 pub const READ_ONLY_DEVICE: &str = "the device is read-only";
 
-/// Why a bigalloc image opens read-only: reads map files per block, as
-/// without bigalloc, but the allocators do not work in clusters yet.
-pub const BIGALLOC_READ_ONLY: &str =
-    "ro_compat feature bigalloc (blocks allocated in clusters): writing is not supported yet, reading is";
+/// Why a bigalloc image without extents opens read-only: block maps
+/// cannot express the cluster rule (the kernel refuses to mount it).
+pub const BIGALLOC_NO_EXTENTS: &str =
+    "ro_compat feature bigalloc without incompat feature extents: writing needs extents, reading works";
 
 /// Incompat features the engine reads correctly.
 const READABLE_INCOMPAT: IncompatFeatures = IncompatFeatures(
@@ -47,7 +47,8 @@ const KNOWN_RO_COMPAT: RoCompatFeatures = RoCompatFeatures(
         | RoCompatFeatures::EXTRA_ISIZE.0
         | RoCompatFeatures::METADATA_CSUM.0
         | RoCompatFeatures::ORPHAN_PRESENT.0
-        | RoCompatFeatures::ITREE.0,
+        | RoCompatFeatures::ITREE.0
+        | RoCompatFeatures::BIGALLOC.0,
 );
 
 impl Filesystem {
@@ -88,6 +89,7 @@ impl Filesystem {
         let mut read_only_reason = check_features(&sb)?;
         let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
         check_device_size(dev.as_ref(), &geo)?;
+        crate::alloc::check_bigalloc_policy(&opts.alloc, geo.cluster_bits)?;
         if let Some(at) = opts.superblock {
             read_only_reason = Some(format!(
                 "opened from the backup superblock at {}, read-only so that the damaged primary is not left beside newer copies; ext4kit fsck -fy rewrites the primary",
@@ -378,8 +380,11 @@ fn check_features(sb: &RawSuperblock) -> Result<Option<String>> {
         )));
     }
     let unknown_ro = RoCompatFeatures(f.ro_compat.0 & !KNOWN_RO_COMPAT.0);
-    if unknown_ro == RoCompatFeatures::BIGALLOC {
-        return Ok(Some(BIGALLOC_READ_ONLY.into()));
+    if unknown_ro.0 == 0
+        && f.ro_compat.contains(RoCompatFeatures::BIGALLOC)
+        && !f.incompat.contains(IncompatFeatures::EXTENTS)
+    {
+        return Ok(Some(BIGALLOC_NO_EXTENTS.into()));
     }
     Ok((unknown_ro.0 != 0).then(|| {
         format!(

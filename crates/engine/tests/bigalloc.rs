@@ -1,9 +1,8 @@
 //! Bigalloc images (`-O bigalloc -C N`): block bitmaps and descriptor
 //! counts in clusters, files mapped per block as without it. The engine
 //! reads them exactly — trees from mke2fs's `-d` and trees the kernel wrote
-//! through a loop mount, compared file by file with the kernel's own view —
-//! and opens them read-only, saying why, until its allocators work in
-//! clusters.
+//! through a loop mount, compared file by file with the kernel's own view
+//! (writing is `bigalloc_write.rs`'s).
 
 mod common;
 
@@ -13,7 +12,7 @@ use std::path::Path;
 
 use common::{mkfs, open, run};
 use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::{Attr, BIGALLOC_READ_ONLY, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{Attr, BIGALLOC_NO_EXTENTS, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_format::features::RoCompatFeatures;
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::{assert_fsck_clean, skip_unless};
@@ -208,18 +207,23 @@ fn mke2fs_trees_read_back() {
     }
 }
 
-/// A writable open succeeds read-only, naming bigalloc, and every write is
-/// refused with `EROFS` leaving the image as it was.
+/// Bigalloc needs extents for writing (the cluster rule cannot be kept in
+/// block maps): an image without the extents feature opens read-only,
+/// saying why, and every write is refused with `EROFS`, the image as it was.
 #[test]
-fn writable_open_is_read_only_and_says_why() {
+fn writable_open_without_extents_is_read_only_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let Some(img) = mkfs(dir.path(), None, &["-O", "bigalloc", "-C", "16384"], "32M") else {
         return;
     };
+    let extents = ext4kit_format::features::IncompatFeatures::EXTENTS.0;
+    common::patch_sb(&img, |sb| {
+        sb.s_feature_incompat.set(sb.s_feature_incompat.get() & !extents)
+    });
     let before = std::fs::read(&img).unwrap();
     let dev = FileDevice::open(&img, true).unwrap();
     let fs = Filesystem::open(Box::new(dev), OpenOptions::default()).unwrap();
-    assert_eq!(fs.read_only_reason(), Some(BIGALLOC_READ_ONLY));
+    assert_eq!(fs.read_only_reason(), Some(BIGALLOC_NO_EXTENTS));
     let attr = Attr {
         perm: 0o644,
         uid: 0,
@@ -231,6 +235,27 @@ fn writable_open_is_read_only_and_says_why() {
     assert!(
         std::fs::read(&img).unwrap() == before,
         "a refused open wrote to the image"
+    );
+    common::patch_sb(&img, |sb| {
+        sb.s_feature_incompat.set(sb.s_feature_incompat.get() | extents)
+    });
+    assert_fsck_clean(&img).unwrap();
+}
+
+/// The ext3 allocator's windows work in blocks: refused on bigalloc.
+#[test]
+fn ext3_allocator_is_refused_on_bigalloc() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-O", "bigalloc", "-C", "16384"], "32M") else {
+        return;
+    };
+    let mut opts = OpenOptions::default();
+    opts.alloc.blocks = ext4kit_engine::BlockAllocator::Ext3;
+    let dev = FileDevice::open(&img, true).unwrap();
+    let err = Filesystem::open(Box::new(dev), opts).err().unwrap();
+    assert!(
+        matches!(err, Error::InvalidArgument(_)) && err.to_string().contains("bigalloc"),
+        "{err}"
     );
     assert_fsck_clean(&img).unwrap();
 }

@@ -768,6 +768,13 @@ proptest! {
         run(&ops, &["-b", "4096", "-O", "inline_data"]);
     }
 
+    /// Bigalloc with 1 KiB blocks in 16 KiB clusters: every write, hole,
+    /// truncation and fallocate in clusters.
+    #[test]
+    fn ops_match_the_model_on_1k_bigalloc(ops in prop::collection::vec(op(), 1..60)) {
+        run(&ops, &["-b", "1024", "-O", "bigalloc", "-C", "16384"]);
+    }
+
     #[test]
     fn ops_match_the_model_on_1k_ext4_without_csum(ops in prop::collection::vec(op(), 1..60)) {
         run(&ops, &["-b", "1024", "-O", "^metadata_csum,uninit_bg"]);

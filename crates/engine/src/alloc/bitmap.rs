@@ -112,24 +112,24 @@ impl Txn<'_> {
         let geo = &self.fs.geo;
         let mut map = vec![0u8; self.fs.block_size()];
         let first = geo.group_first_block(group);
-        for i in 0..self.group_overhead(group) {
-            set_bit(&mut map, i as u32, true);
-        }
         let end = first + u64::from(geo.blocks_per_group);
+        // A bit is a cluster under bigalloc: any block in it takes it.
+        let cb = geo.cluster_bits;
         let mut mark = |b: u64, n: u64| {
             for x in b..b + n {
                 if x >= first && x < end {
-                    set_bit(&mut map, (x - first) as u32, true);
+                    set_bit(&mut map, ((x - first) >> cb) as u32, true);
                 }
             }
         };
+        mark(first, self.group_overhead(group));
         for g in 0..geo.group_count {
             let d = self.group(g)?;
             mark(d.block_bitmap(), 1);
             mark(d.inode_bitmap(), 1);
             mark(d.inode_table(), u64::from(geo.inode_table_blocks));
         }
-        for i in geo.blocks_in_group(group)..(map.len() * 8) as u32 {
+        for i in geo.clusters_in_group(group)..(map.len() * 8) as u32 {
             set_bit(&mut map, i, true);
         }
         Ok(map)

@@ -13,6 +13,9 @@ impl Txn<'_> {
     /// # Errors
     /// [`Error::NoSpace`] when every group is full.
     pub(crate) fn alloc_blocks(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
+        if self.bigalloc() {
+            return self.alloc_whole_clusters(goal, want);
+        }
         match self.alloc_blocks_once(goal, want) {
             // Space kept for streaming files goes before ENOSPC does.
             Err(Error::NoSpace) if self.fs.prealloc.release_all() => self.alloc_blocks(goal, want),
@@ -43,6 +46,9 @@ impl Txn<'_> {
     /// resort (it sees exactly what the buddies see, so it finds nothing
     /// they missed unless they were stale).
     pub(crate) fn scan_alloc(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
+        if self.bigalloc() {
+            return self.alloc_whole_clusters(goal, want);
+        }
         let g0 = self.group_of(goal);
         let found = self.groups_from(g0, 1, |t, g| {
             let first = t.fs.geo.group_first_block(g);
@@ -218,6 +224,9 @@ impl Txn<'_> {
     /// journal they stay taken until the commit ([`crate::alloc::busy`]);
     /// without, they are free at once and the buddies must learn it.
     pub(crate) fn free_blocks(&mut self, start: u64, len: u64) -> Result<()> {
+        if self.bigalloc() {
+            return self.free_clusters_of(start, len);
+        }
         self.note_freed(start, len);
         if !self.fs.journaling {
             self.fs.mb_forget(start, len);
@@ -246,16 +255,19 @@ impl Txn<'_> {
         Ok(())
     }
 
+    /// Adds `delta` to group `g`'s free count (clusters under bigalloc)
+    /// and the superblock's (always blocks).
     pub(crate) fn adjust_group_blocks(&mut self, g: u32, delta: i64) -> Result<()> {
+        let blocks = delta << self.fs.geo.cluster_bits;
         if delta < 0 {
-            self.check_unreserved(delta.unsigned_abs())?;
+            self.check_unreserved(blocks.unsigned_abs())?;
         }
         let mut d = self.group(g)?;
         let n = (i64::from(d.free_blocks()) + delta).max(0) as u32;
         d.bg_free_blocks_count_lo.set(n as u16);
         d.bg_free_blocks_count_hi.set((n >> 16) as u16);
         self.set_group(g, d);
-        self.count(delta, 0);
+        self.count(blocks, 0);
         Ok(())
     }
 }

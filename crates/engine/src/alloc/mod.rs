@@ -10,6 +10,7 @@
 mod bitmap;
 mod blocks;
 pub(crate) mod busy;
+mod cluster;
 mod cpu;
 mod data;
 mod ext3;
@@ -19,6 +20,7 @@ pub(crate) mod mballoc;
 mod options;
 pub(crate) mod prealloc;
 
+pub(crate) use cluster::check_bigalloc_policy;
 pub(crate) use data::DataRequest;
 pub use data::set_caller_pid;
 pub use mballoc::criteria::MbStats;

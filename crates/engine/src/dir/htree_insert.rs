@@ -158,7 +158,7 @@ impl Txn<'_> {
         let logical = dir.size() / bs;
         self.check_dir_growth(dir, logical)?;
         let goal = self.phys_of(dir, logical.saturating_sub(1)).map_or(0, |p| p + 1);
-        let (block, _) = self.alloc_blocks(goal, 1)?;
+        let (block, charge) = self.alloc_file_block(dir, logical, goal)?;
         self.map_run(
             dir,
             Extent {
@@ -168,7 +168,7 @@ impl Txn<'_> {
                 unwritten: false,
             },
         )?;
-        charge_blocks(&mut dir.raw, 1, self.fs.geo.block_size);
+        charge_blocks(&mut dir.raw, charge, self.fs.geo.block_size);
         dir.raw.set_size((logical + 1) * bs);
         Ok((logical, block))
     }

@@ -196,7 +196,7 @@ impl Txn<'_> {
         let logical = blocks.last().map_or(0, |b| b.logical + 1);
         self.check_dir_growth(dir, logical)?;
         let goal = blocks.last().map_or(0, |b| b.physical + 1);
-        let (block, _) = self.alloc_blocks(goal, 1)?;
+        let (block, charge) = self.alloc_file_block(dir, logical, goal)?;
         let used = if self.fs.geo.features.metadata_csum() {
             bs - dir_entry::TAIL_SIZE
         } else {
@@ -212,7 +212,7 @@ impl Txn<'_> {
             unwritten: false,
         };
         self.map_run(dir, e)?;
-        crate::inode::extent_write::charge_blocks(&mut dir.raw, 1, self.fs.geo.block_size);
+        crate::inode::extent_write::charge_blocks(&mut dir.raw, charge, self.fs.geo.block_size);
         dir.raw.set_size((logical + 1) * bs as u64);
         Ok(())
     }

@@ -88,6 +88,12 @@ impl Txn<'_> {
         if inode.uses_extents() {
             return self.insert_extent(inode, e);
         }
+        if self.bigalloc() {
+            return Err(crate::Error::Unsupported(format!(
+                "mapping blocks of block-mapped inode {} on a bigalloc image (clusters need extents)",
+                inode.ino
+            )));
+        }
         for i in 0..u64::from(e.len) {
             self.set_map(inode, u64::from(e.logical) + i, e.physical + i)?;
         }

@@ -146,7 +146,8 @@ impl Txn<'_> {
             self.free_blocks(b, 1)?;
             self.forget_block(b);
         }
-        charge_blocks(&mut inode.raw, -(tree_blocks.len() as i64), self.fs.geo.block_size);
+        let tree = self.meta_charge(tree_blocks.len() as i64);
+        charge_blocks(&mut inode.raw, -tree, self.fs.geo.block_size);
         init_root(&mut inode.raw);
         exts.into_iter().try_for_each(|e| self.insert_extent(inode, e))
     }
@@ -176,14 +177,19 @@ impl Txn<'_> {
             let mut at = start;
             while at < start + count {
                 let want = (start + count - at).min(u64::from(UNWRITTEN_MAX_LEN)) as u32;
-                let (phys, got) = self.alloc_blocks(goal, want)?;
+                let (phys, got, charge) = if self.bigalloc() {
+                    self.alloc_clustered(exts, at, want, goal)?
+                } else {
+                    let (phys, got) = self.alloc_blocks(goal, want)?;
+                    (phys, got, i64::from(got))
+                };
                 exts.push(Extent {
                     logical: at as u32,
                     len: got as u16,
                     physical: phys,
                     unwritten: true,
                 });
-                charge_blocks(&mut inode.raw, i64::from(got), bs);
+                charge_blocks(&mut inode.raw, charge, bs);
                 at += u64::from(got);
                 goal = phys + u64::from(got);
             }

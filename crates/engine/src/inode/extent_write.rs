@@ -247,7 +247,7 @@ impl Txn<'_> {
 
     fn new_tree_block(&mut self, inode: &mut Inode, goal: u64) -> Result<u64> {
         let (b, _) = self.alloc_blocks(goal, 1)?;
-        charge_blocks(&mut inode.raw, 1, self.fs.geo.block_size);
+        charge_blocks(&mut inode.raw, self.meta_charge(1), self.fs.geo.block_size);
         Ok(b)
     }
 
@@ -369,9 +369,7 @@ impl Txn<'_> {
         for b in blocks {
             self.free_blocks(b, 1)?;
         }
-        for e in extents {
-            self.free_blocks(e.physical, u64::from(e.len))?;
-        }
+        self.release_runs(&extents, &[])?;
         init_root(&mut inode.raw);
         inode.raw.i_blocks_lo.set(0);
         inode.raw.i_blocks_high.set(0);

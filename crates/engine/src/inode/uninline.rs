@@ -71,7 +71,7 @@ impl Txn<'_> {
     /// unlink read between directory blocks.
     pub(crate) fn first_dir_block(&mut self, dir: &mut Inode) -> Result<u64> {
         let goal = self.first_goal(dir);
-        let (block, _) = self.alloc_blocks(goal, 1)?;
+        let (block, charge) = self.alloc_file_block(dir, 0, goal)?;
         self.map_run(
             dir,
             Extent {
@@ -81,7 +81,7 @@ impl Txn<'_> {
                 unwritten: false,
             },
         )?;
-        charge_blocks(&mut dir.raw, 1, self.fs.geo.block_size);
+        charge_blocks(&mut dir.raw, charge, self.fs.geo.block_size);
         dir.raw.set_size(u64::from(self.fs.geo.block_size));
         Ok(block)
     }

@@ -195,11 +195,7 @@ impl Txn<'_> {
             return self.punch_block_map(inode, lo, hi);
         }
         let (kept, gone) = partition(&self.extents(inode)?, lo, hi);
-        let mut freed = 0i64;
-        for e in &gone {
-            self.free_blocks(e.physical, u64::from(e.len))?;
-            freed += i64::from(e.len);
-        }
+        let freed = self.release_runs(&gone, &kept)?;
         charge_blocks(&mut inode.raw, -freed, self.fs.geo.block_size);
         self.replace_extents(inode, kept)
     }

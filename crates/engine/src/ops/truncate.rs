@@ -77,8 +77,7 @@ impl Txn<'_> {
     pub(crate) fn shrink(&mut self, inode: &mut Inode, size: u64) -> Result<()> {
         let bs = u64::from(self.fs.geo.block_size);
         let keep = size.div_ceil(bs);
-        let mut kept = Vec::new();
-        let mut freed = 0i64;
+        let (mut kept, mut gone) = (Vec::new(), Vec::new());
         for e in self.extents(inode)? {
             let start = u64::from(e.logical);
             let end = start + u64::from(e.len);
@@ -87,8 +86,12 @@ impl Txn<'_> {
                 continue;
             }
             let cut = keep.max(start);
-            self.free_blocks(e.physical + (cut - start), end - cut)?;
-            freed += (end - cut) as i64;
+            gone.push(Extent {
+                logical: cut as u32,
+                len: (end - cut) as u16,
+                physical: e.physical + (cut - start),
+                ..e
+            });
             if cut > start {
                 kept.push(Extent {
                     len: (cut - start) as u16,
@@ -96,6 +99,7 @@ impl Txn<'_> {
                 });
             }
         }
+        let freed = self.release_runs(&gone, &kept)?;
         charge_blocks(&mut inode.raw, -freed, self.fs.geo.block_size);
         self.rebuild_tree(inode, kept)?;
         self.zero_tail(inode, size)
@@ -108,7 +112,8 @@ impl Txn<'_> {
         for b in &tree_blocks {
             self.free_blocks(*b, 1)?;
         }
-        charge_blocks(&mut inode.raw, -(tree_blocks.len() as i64), self.fs.geo.block_size);
+        let tree = self.meta_charge(tree_blocks.len() as i64);
+        charge_blocks(&mut inode.raw, -tree, self.fs.geo.block_size);
         crate::inode::extent_write::init_root(&mut inode.raw);
         kept.into_iter().try_for_each(|e| self.insert_extent(inode, e))
     }

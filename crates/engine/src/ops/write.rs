@@ -143,8 +143,38 @@ impl Txn<'_> {
             .min()
             .unwrap_or(u64::MAX);
         let want = (next.min(last + 1) - lblk).min(u64::from(EXT_INIT_MAX_LEN)) as u32;
+        if self.bigalloc() {
+            return self.map_new_clustered(inode, lblk, want);
+        }
         let (phys, got) = self.timed_data_alloc(|t| t.choose_new(inode, lblk, want, next))?;
         self.map_fresh(inode, lblk, phys, got)
+    }
+
+    /// [`Self::map_new`] under bigalloc: the block at its offset in the
+    /// logical cluster's physical cluster when it has one, else whole new
+    /// clusters near the file's previous block (see [`crate::alloc`]'s
+    /// `cluster` module); only new clusters are charged.
+    fn map_new_clustered(&mut self, inode: &mut Inode, lblk: u64, want: u32) -> Result<(u64, u64, bool)> {
+        let bits = self.fs.geo.cluster_bits;
+        let (lo, hi) = (
+            (lblk >> bits) << bits,
+            (lblk + u64::from(want)).next_multiple_of(1 << bits),
+        );
+        let near = self.runs_in(inode, lo, hi)?;
+        let goal = match self.mapped_before(inode, lblk)? {
+            Some((l, p)) => p + (lblk - l),
+            None => self.first_goal(inode),
+        };
+        let (phys, got, charge) = self.alloc_clustered(&near, lblk, want, goal)?;
+        let e = Extent {
+            logical: lblk as u32,
+            len: got as u16,
+            physical: phys,
+            unwritten: false,
+        };
+        self.map_run(inode, e)?;
+        charge_blocks(&mut inode.raw, charge, self.fs.geo.block_size);
+        Ok((phys, u64::from(got), true))
     }
 
     /// Up to `want` blocks for logical `lblk` (`next`: the file's next

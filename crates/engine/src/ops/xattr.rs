@@ -174,9 +174,10 @@ impl Txn<'_> {
         super::flags::require_changeable(&inode)?;
         let (mut ibody, mut block) = self.stored_xattrs(&inode)?;
         let bs = self.fs.geo.block_size;
-        let before = value_blocks(&ibody, bs) + value_blocks(&block, bs);
+        let cb = self.fs.geo.cluster_bits;
+        let before = value_blocks(&ibody, bs, cb) + value_blocks(&block, bs, cb);
         let gone = edit(self, &inode, &mut ibody, &mut block)?;
-        let after = value_blocks(&ibody, bs) + value_blocks(&block, bs);
+        let after = value_blocks(&ibody, bs, cb) + value_blocks(&block, bs, cb);
         // The owner is charged for its values' blocks, as the kernel's
         // quota charge (`ext4_xattr_inode_alloc_quota`) adds them to i_blocks.
         charge_blocks(&mut inode.raw, after - before, bs);
@@ -222,11 +223,13 @@ fn split(name: &[u8]) -> Result<(u8, &[u8])> {
     }
 }
 
-/// Blocks the values in value inodes take, whole blocks per value.
-fn value_blocks(list: &[Stored], bs: u32) -> i64 {
+/// The blocks the owner is charged for its value inodes: each value's size
+/// in whole clusters (e2fsck's `size_to_quota_blocks`; one cluster is one
+/// block without bigalloc).
+fn value_blocks(list: &[Stored], bs: u32, cluster_bits: u32) -> i64 {
     list.iter()
         .map(|(_, _, v)| match v {
-            Val::EaInode { size, .. } => i64::from(size.div_ceil(bs)),
+            Val::EaInode { size, .. } => i64::from(size.div_ceil(bs << cluster_bits)) << cluster_bits,
             Val::Bytes(_) => 0,
         })
         .sum()
@@ -388,7 +391,7 @@ impl Txn<'_> {
                 .geo
                 .group_first_block((inode.ino - 1) / self.fs.geo.inodes_per_group);
             let (b, _) = self.alloc_blocks(goal, 1)?;
-            charge_blocks(&mut inode.raw, 1, self.fs.geo.block_size);
+            charge_blocks(&mut inode.raw, self.meta_charge(1), self.fs.geo.block_size);
             b
         };
         if self.fs.geo.features.metadata_csum() {
@@ -446,7 +449,7 @@ impl Txn<'_> {
                 })?;
             }
         }
-        charge_blocks(&mut inode.raw, -1, self.fs.geo.block_size);
+        charge_blocks(&mut inode.raw, -self.meta_charge(1), self.fs.geo.block_size);
         inode.raw.i_file_acl_lo.set(0);
         inode.raw.i_file_acl_high.set(0);
         Ok(())

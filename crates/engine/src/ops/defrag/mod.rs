@@ -145,6 +145,13 @@ impl Filesystem {
         opts: &DefragOptions,
         mut moved: impl FnMut(u64),
     ) -> Result<DefragOutcome> {
+        if self.geo.cluster_bits > 0 {
+            // Moving data would have to move whole clusters and keep each
+            // block's offset in its cluster; the planner works in blocks.
+            return Err(crate::Error::Unsupported(
+                "defrag on a bigalloc image (blocks allocated in clusters)".into(),
+            ));
+        }
         let _file = self.inode_locks.write(ino);
         self.flush_locked(ino)?;
         self.prealloc.release(ino);
