@@ -65,6 +65,9 @@ struct Spec {
     nanoseconds: bool,
     /// A 20,000-byte xattr value (EA inode) is accepted.
     ea_inode: bool,
+    /// The image size (mke2fs syntax): the fill and the workload take
+    /// about 3,000 clusters at their peak.
+    size: &'static str,
 }
 
 const fn ext4(label: &'static str, args: &'static [&'static str]) -> Spec {
@@ -75,7 +78,13 @@ const fn ext4(label: &'static str, args: &'static [&'static str]) -> Spec {
         extents: true,
         nanoseconds: true,
         ea_inode: false,
+        size: "64M",
     }
+}
+
+const fn sized(mut s: Spec, size: &'static str) -> Spec {
+    s.size = size;
+    s
 }
 
 const fn with_ea_inode(mut s: Spec) -> Spec {
@@ -91,6 +100,7 @@ const fn block_mapped(label: &'static str, mkfs: &'static str, args: &'static [&
         extents: false,
         nanoseconds: true,
         ea_inode: false,
+        size: "64M",
     }
 }
 
@@ -130,6 +140,21 @@ const BODIES: &[Spec] = &[
         "ea-inode+inline-data",
         &["-b", "4096", "-O", "ea_inode,inline_data"],
     )),
+];
+
+/// Blocks allocated in clusters, with extents and 64-bit block numbers.
+const BIGALLOC: &[Spec] = &[
+    sized(
+        ext4("bigalloc-1k-16k", &["-b", "1024", "-O", "bigalloc", "-C", "16384"]),
+        "128M",
+    ),
+    sized(
+        ext4(
+            "bigalloc+64bit-4k-64k",
+            &["-b", "4096", "-O", "bigalloc,64bit,extent", "-C", "65536"],
+        ),
+        "512M",
+    ),
 ];
 
 /// What the kernel writes first: the fill.
@@ -252,13 +277,23 @@ fn assert_read_exact(img: &Path, spec: &Spec, what: &str) {
     assert!(ours.unmount().unwrap().success());
 }
 
+fn copy_sparse(from: &Path, to: &Path) {
+    let out = Command::new("cp")
+        .arg("--sparse=always")
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cp: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 fn check(spec: &Spec, dir: &Path) {
     let orig = dir.join(format!("{}.img", spec.label));
     let out = Command::new(spec.mkfs)
         .args(["-q", "-F"])
         .args(spec.args)
         .arg(&orig)
-        .arg("64M")
+        .arg(spec.size)
         .output()
         .unwrap();
     assert!(
@@ -275,8 +310,8 @@ fn check(spec: &Spec, dir: &Path) {
 
     let ours = dir.join(format!("{}-ext4kit.img", spec.label));
     let theirs = dir.join(format!("{}-kernel.img", spec.label));
-    std::fs::copy(&orig, &ours).unwrap();
-    std::fs::copy(&orig, &theirs).unwrap();
+    copy_sparse(&orig, &ours);
+    copy_sparse(&orig, &theirs);
     std::fs::remove_file(&orig).unwrap();
 
     let mount = FuseMount::start(exe(), &ours, "").unwrap();
@@ -332,4 +367,9 @@ fn features_are_read_and_written_as_the_kernel_does() {
 #[test]
 fn inline_and_ea_inode_bodies_are_read_and_written_as_the_kernel_does() {
     run_all(BODIES);
+}
+
+#[test]
+fn bigalloc_is_read_and_written_as_the_kernel_does() {
+    run_all(BIGALLOC);
 }
