@@ -138,6 +138,8 @@ pub struct Filesystem {
     /// How far each directory being emptied is known to be empty
     /// (`crate::dir::drain`).
     pub(crate) dir_drain: crate::dir::drain::DrainCursors,
+    /// Value inodes met this session, by value hash ([`crate::ops::ea_cache`]).
+    pub(crate) ea_cache: crate::ops::ea_cache::EaInodeCache,
     /// The superblock's mounted/clean state in this session.
     pub(crate) session: crate::session::Session,
     /// Errors found and not yet in the superblock ([`crate::fs_error`]).

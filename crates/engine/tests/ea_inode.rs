@@ -150,3 +150,94 @@ fn values_libext2fs_wrote_are_read_and_released() {
     assert_clean(&img, "deleted through the engine");
     assert_eq!(inodes_in_use(&img), base - 2, "the file and its value inode are gone");
 }
+
+/// The live value inodes among the first inodes of `img` and their
+/// reference counts, as `debugfs stat` shows them: the `EA_INODE` flag
+/// (0x200000) and, for a count below 2^32, `i_version_lo` as the low half
+/// of "Version".
+fn value_inodes(img: &Path) -> Vec<(u32, u64)> {
+    let cmds: String = (12..64).map(|n| format!("stat <{n}>\n")).collect();
+    let file = img.with_extension("cmds");
+    std::fs::write(&file, cmds).unwrap();
+    let out = run("debugfs", &["-f", file.to_str().unwrap(), img.to_str().unwrap()]);
+    let mut found = Vec::new();
+    for part in out.split("Inode: ").skip(1) {
+        let field = |k: &str| part.split(k).nth(1).and_then(|v| v.split_whitespace().next());
+        let ino: u32 = part.split_whitespace().next().unwrap().parse().unwrap();
+        let flags = u32::from_str_radix(field("Flags: 0x").unwrap(), 16).unwrap();
+        let links: u32 = field("Links: ").unwrap().parse().unwrap();
+        let version = field("Version: 0x").unwrap();
+        let lo = u64::from_str_radix(version.rsplit(':').next().unwrap(), 16).unwrap();
+        if flags & 0x20_0000 != 0 && links > 0 {
+            found.push((ino, lo));
+        }
+    }
+    found
+}
+
+#[test]
+fn equal_values_share_one_value_inode() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-b", "4096", "-O", "ea_inode"], "64M") else {
+        return;
+    };
+    let base = inodes_in_use(&img);
+    let big = value(20_000, 9);
+    let fs = open_rw(&img);
+    let f1 = fs.create(ROOT_INO, b"f1", NodeKind::Regular, ATTR).unwrap().ino;
+    let f2 = fs.create(ROOT_INO, b"f2", NodeKind::Regular, ATTR).unwrap().ino;
+    fs.set_xattr(f1, b"user.big", &big, XattrSet::Create).unwrap();
+    fs.set_xattr(f2, b"user.big", &big, XattrSet::Create).unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&img, "one value in two files");
+    assert_eq!(inodes_in_use(&img), base + 3, "two files, one value inode");
+    let shared = value_inodes(&img);
+    assert_eq!(shared.len(), 1, "one value inode: {shared:?}");
+    assert_eq!(shared[0].1, 2, "referenced twice");
+    kernel_reads(&img, "f1", "user.big", &big);
+    kernel_reads(&img, "f2", "user.big", &big);
+
+    // A later session meets the value inode by reading the value; a
+    // second name of f2 and a third file take references on it too.
+    let fs = open_rw(&img);
+    assert!(fs.xattr(&fs.inode(f1).unwrap(), b"user.big").unwrap() == big);
+    fs.set_xattr(f2, b"user.twin", &big, XattrSet::Create).unwrap();
+    let f3 = fs.create(ROOT_INO, b"f3", NodeKind::Regular, ATTR).unwrap().ino;
+    fs.set_xattr(f3, b"user.big", &big, XattrSet::Create).unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&img, "four references");
+    assert_eq!(value_inodes(&img), vec![(shared[0].0, 4)]);
+    kernel_reads(&img, "f2", "user.twin", &big);
+
+    // References dropped one by one: by removal, by replacement, by
+    // deleting the file; the last one frees the value inode.
+    let fs = open_rw(&img);
+    fs.remove_xattr(f1, b"user.big").unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&img, "removed from f1");
+    assert_eq!(value_inodes(&img), vec![(shared[0].0, 3)]);
+    let fs = open_rw(&img);
+    fs.set_xattr(f2, b"user.twin", &value(20_000, 10), XattrSet::Replace)
+        .unwrap();
+    fs.unlink(ROOT_INO, b"f3").unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&img, "replaced in f2, f3 deleted");
+    assert_eq!(inodes_in_use(&img), base + 4, "f1, f2 and two value inodes");
+    let fs = open_rw(&img);
+    fs.remove_xattr(f2, b"user.big").unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&img, "removed from f2");
+    assert_eq!(inodes_in_use(&img), base + 3, "the shared value inode is freed");
+
+    // The largest value the VFS passes is accepted, and one byte more is not.
+    let fs = open_rw(&img);
+    let max = value(65_536, 11);
+    fs.set_xattr(f1, b"user.max", &max, XattrSet::Create).unwrap();
+    assert!(
+        fs.set_xattr(f1, b"user.over", &value(65_537, 11), XattrSet::Create)
+            .is_err()
+    );
+    fs.unmount().unwrap();
+    assert_clean(&img, "a 64 KiB value");
+    kernel_reads(&img, "f1", "user.max", &max);
+}
