@@ -128,6 +128,7 @@ impl Filesystem {
             dir_hints: Default::default(),
             dir_drain: Default::default(),
             ea_cache: Default::default(),
+            may_inline: Default::default(),
             session: crate::session::Session::new(state_at_open),
             errors: Default::default(),
             dirty: Mutex::new(dirty),
