@@ -17,6 +17,14 @@ const ATTR: Attr = Attr {
     gid: 0,
 };
 
+/// The tests of this file one at a time: an image opened for writing is
+/// refused while the kernel may still hold another test's loop device.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn value(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -62,6 +70,7 @@ fn kernel_reads(img: &Path, file: &str, name: &str, want: &[u8]) {
 
 #[test]
 fn values_larger_than_a_block_live_in_value_inodes_and_are_released() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let Some(img) = mkfs(dir.path(), None, &["-b", "4096", "-O", "ea_inode"], "64M") else {
         return;
@@ -117,6 +126,7 @@ fn values_larger_than_a_block_live_in_value_inodes_and_are_released() {
 
 #[test]
 fn values_libext2fs_wrote_are_read_and_released() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     std::fs::create_dir(&src).unwrap();
@@ -177,6 +187,7 @@ fn value_inodes(img: &Path) -> Vec<(u32, u64)> {
 
 #[test]
 fn equal_values_share_one_value_inode() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let Some(img) = mkfs(dir.path(), None, &["-b", "4096", "-O", "ea_inode"], "64M") else {
         return;
@@ -240,4 +251,66 @@ fn equal_values_share_one_value_inode() {
     fs.unmount().unwrap();
     assert_clean(&img, "a 64 KiB value");
     kernel_reads(&img, "f1", "user.max", &max);
+}
+
+/// The kernel shares one xattr block between two files with the same
+/// attributes (`h_refcount` 2), the block naming one value inode: the
+/// engine's changes copy the block for the file changed, the value inode
+/// gains the copy's reference, and deleting both frees everything.
+#[test]
+fn kernel_shared_xattr_blocks_naming_value_inodes() {
+    let _one = serial();
+    if let Err(why) = ext4kit_testkit::mount::can_loop_mount() {
+        ext4kit_testkit::skipped!("kernel-made shared xattr block: {why}");
+        assert!(std::env::var_os("CI").is_none(), "CI must run the kernel check: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // 128-byte inodes: every attribute goes to the block.
+    let Some(img) = mkfs(dir.path(), None, &["-b", "4096", "-I", "128", "-O", "ea_inode"], "32M") else {
+        return;
+    };
+    let big = value(9_000, 5);
+    {
+        let m = ext4kit_testkit::mount::LoopMount::rw(&img, &[]).unwrap();
+        for f in ["a", "b"] {
+            let p = m.path().join(f);
+            std::fs::write(&p, b"x").unwrap();
+            xattr::set(&p, "user.small", &[b's'; 50]).unwrap();
+            xattr::set(&p, "user.big", &big).unwrap();
+        }
+        m.unmount().unwrap();
+    }
+    let acl = |f: &str| {
+        run("debugfs", &["-R", &format!("stat /{f}"), img.to_str().unwrap()])
+            .split("File ACL: ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(acl("a"), acl("b"), "the kernel shares the block");
+    assert_eq!(value_inodes(&img).len(), 1);
+    let base = inodes_in_use(&img);
+
+    let fs = open_rw(&img);
+    let a = fs.resolve(b"/a").unwrap().ino;
+    fs.set_xattr(a, b"user.more", b"m", XattrSet::Create).unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&img, "a's attributes changed");
+    assert_ne!(acl("a"), acl("b"), "a has its own copy");
+    let shared = value_inodes(&img);
+    assert_eq!(shared.len(), 1, "still one value inode: {shared:?}");
+    assert_eq!(shared[0].1, 2, "one reference per block");
+    kernel_reads(&img, "a", "user.big", &big);
+    kernel_reads(&img, "b", "user.big", &big);
+
+    let fs = open_rw(&img);
+    fs.unlink(ROOT_INO, b"b").unwrap();
+    fs.unlink(ROOT_INO, b"a").unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&img, "both deleted");
+    assert_eq!(inodes_in_use(&img), base - 3, "both files and the value inode are gone");
 }
