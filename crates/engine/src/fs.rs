@@ -76,6 +76,9 @@ pub struct OpenOptions {
     /// instead of the primary (e2fsck's `-b`/`-B`, the kernel's `sb=`);
     /// the file system is then read-only (see [`crate::backup_sb`]).
     pub superblock: Option<crate::SuperblockAt>,
+    /// Whose layout new inline bodies follow on an `inline_data` file
+    /// system: the kernel's by default, `mke2fs -d`'s for building images.
+    pub inline: crate::InlinePolicy,
 }
 
 impl Default for OpenOptions {
@@ -93,6 +96,7 @@ impl Default for OpenOptions {
             alloc: crate::alloc::AllocOptions::default(),
             readdir: crate::dir::ReadDirOptions::default(),
             superblock: None,
+            inline: crate::InlinePolicy::Kernel,
         }
     }
 }
@@ -138,6 +142,10 @@ pub struct Filesystem {
     /// How far each directory being emptied is known to be empty
     /// (`crate::dir::drain`).
     pub(crate) dir_drain: crate::dir::drain::DrainCursors,
+    /// Value inodes met this session, by value hash ([`crate::ops::ea_cache`]).
+    pub(crate) ea_cache: crate::ops::ea_cache::EaInodeCache,
+    /// New regular files whose first write may make them inline.
+    pub(crate) may_inline: crate::inode::inline::MayInline,
     /// The superblock's mounted/clean state in this session.
     pub(crate) session: crate::session::Session,
     /// Errors found and not yet in the superblock ([`crate::fs_error`]).

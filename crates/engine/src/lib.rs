@@ -77,6 +77,7 @@ pub use batch::{Batch, BatchOptions};
 pub use device::BlockDevice;
 pub use error::{Error, Location, Result};
 pub use fs::{DirtyJournal, Filesystem, OpenOptions};
+pub use inode::inline::InlinePolicy;
 pub use inode::map::Run;
 pub use inode::{Inode, Metadata, ROOT_INO};
 pub use mount::{BIGALLOC_NO_EXTENTS, READ_ONLY_DEVICE};

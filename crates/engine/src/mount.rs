@@ -129,6 +129,8 @@ impl Filesystem {
             ialloc_last: Default::default(),
             dir_hints: Default::default(),
             dir_drain: Default::default(),
+            ea_cache: Default::default(),
+            may_inline: Default::default(),
             session: crate::session::Session::new(state_at_open),
             errors: Default::default(),
             dirty: Mutex::new(dirty),

@@ -247,6 +247,7 @@ fn populate(image: &Path, src: &Path) -> Result<()> {
     let opts = OpenOptions {
         count_mount: false,
         use_journal: false,
+        inline: ext4kit_engine::InlinePolicy::Mke2fs,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;

@@ -35,6 +35,7 @@ impl Filesystem {
             && !f.ro_compat.contains(RoCompatFeatures::BIGALLOC)
             && inode.uses_extents()
             && !inode.has_inline_data()
+            && !self.may_inline.contains(inode.ino)
     }
 
     /// Writes `data` at `offset` of `ino` as held pages when every block

@@ -5,7 +5,7 @@
 pub(crate) mod drain;
 pub(crate) mod hint;
 mod htree;
-mod htree_insert;
+pub(crate) mod htree_insert;
 pub mod itree;
 mod limits;
 mod lookup;

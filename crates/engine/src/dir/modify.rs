@@ -143,14 +143,10 @@ impl Txn<'_> {
         Ok(true)
     }
 
-    /// Adds `name` → `ino` to `dir` (the caller has checked it is absent).
-    /// The caller writes `dir`'s inode afterwards (its size may grow).
-    pub(crate) fn add_entry(&mut self, dir: &mut Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
-        self.add_entry_at(dir, name, ino, ft, None)
-    }
-
-    /// [`Txn::add_entry`] given where [`Txn::find_entry`] found the name
-    /// belongs in an htree (`spot`), so the index is not descended twice.
+    /// Adds `name` → `ino` to `dir` (the caller has checked it is absent),
+    /// given where [`Txn::find_entry`] found the name belongs in an htree
+    /// (`spot`), so the index is not descended twice. The caller writes
+    /// `dir`'s inode afterwards (its size may grow).
     pub(crate) fn add_entry_at(
         &mut self,
         dir: &mut Inode,

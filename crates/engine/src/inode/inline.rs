@@ -9,6 +9,52 @@ use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
 
+/// Whose layout new inline bodies follow ([`crate::OpenOptions::inline`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InlinePolicy {
+    /// The kernel's (`fs/ext4/inline.c`): a new regular file becomes
+    /// inline at its first write that fits the inode; a directory's
+    /// entries fill `i_block`, then `system.data` grown to the inode's
+    /// room, and only then a block.
+    #[default]
+    Kernel,
+    /// `mke2fs -d`'s (libext2fs): a regular file is inline, empty, from
+    /// its creation; a directory moves to a block once `i_block` is full.
+    Mke2fs,
+}
+
+/// Regular files made this session and not yet written: the kernel's
+/// `EXT4_STATE_MAY_INLINE_DATA`, which `__ext4_new_inode` sets on a new
+/// inode and the first write ends. Such a file is created with an empty
+/// extent tree and becomes inline only if its first write fits the inode.
+/// Like the kernel's state it lives in memory: after a remount the first
+/// write of an empty file goes to blocks. Bounded: the set starts over
+/// when full, which only sends those files' first writes to blocks.
+#[derive(Debug, Default)]
+pub(crate) struct MayInline(parking_lot::Mutex<std::collections::HashSet<u32>>);
+
+/// Files tracked at once.
+const MAX_MAY_INLINE: usize = 65536;
+
+impl MayInline {
+    pub(crate) fn note(&self, ino: u32) {
+        let mut set = self.0.lock();
+        if set.len() >= MAX_MAY_INLINE {
+            set.clear();
+        }
+        set.insert(ino);
+    }
+
+    pub(crate) fn contains(&self, ino: u32) -> bool {
+        self.0.lock().contains(&ino)
+    }
+
+    /// Ends the state of `ino`: true when it was set.
+    pub(crate) fn take(&self, ino: u32) -> bool {
+        self.0.lock().remove(&ino)
+    }
+}
+
 impl Filesystem {
     /// The `system.data` value (empty when absent).
     fn system_data<'a>(&self, inode: &'a Inode) -> Result<&'a [u8]> {

@@ -8,7 +8,7 @@
 //! the `system.data` value, which must fit the inode body beside the other
 //! in-inode attributes; a body of a block or more never stays inline.
 
-use ext4kit_format::dir_entry::{encode_entry, rec_len_for};
+use ext4kit_format::dir_entry::encode_entry;
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::inline::{DOTDOT_SIZE, I_BLOCK_SIZE};
 use ext4kit_format::inode::flags;
@@ -72,6 +72,44 @@ impl Txn<'_> {
         Ok(true)
     }
 
+    /// The first write of a new regular file ([`crate::inode::inline::MayInline`]):
+    /// the file becomes inline holding `data` when the result fits the
+    /// inode (`ext4_try_to_write_inline_data`); true when so written.
+    /// Either way the chance is used up.
+    pub(crate) fn first_write_inline(&mut self, inode: &mut Inode, offset: u64, data: &[u8]) -> Result<bool> {
+        if data.is_empty() || !self.fs.may_inline.take(inode.ino) {
+            return Ok(false);
+        }
+        let untouched = inode.size() == 0 && inode.uses_extents() && self.extents(inode)?.is_empty();
+        if !untouched || !self.inline_enabled() {
+            return Ok(false);
+        }
+        let mut probe = inode.clone();
+        if !(self.start_inline_file(&mut probe)? && self.write_inline(&mut probe, offset, data)?) {
+            return Ok(false);
+        }
+        *inode = probe;
+        Ok(true)
+    }
+
+    /// Cuts an inline regular file to `size` bytes, which stays inline
+    /// (`ext4_inline_data_truncate`): `i_block` past the end zeroed, the
+    /// `system.data` value shortened (empty under 60 bytes). False when
+    /// `inode` is not inline (any more: a body that no longer fits, which
+    /// a shorter one always does, is moved to blocks for the caller).
+    pub(crate) fn truncate_inline(&mut self, inode: &mut Inode, size: u64) -> Result<bool> {
+        if !inode.has_inline_data() {
+            return Ok(false);
+        }
+        let mut body = self.fs.inline_body(inode)?;
+        body.truncate(size as usize);
+        if self.store_inline_body(inode, &body)? {
+            return Ok(true);
+        }
+        self.uninline(inode)?;
+        Ok(false)
+    }
+
     /// Writes `data` at `offset` of an inline regular file when the result
     /// still fits the inode (size updated); false, nothing changed, when
     /// the body must move to blocks first.
@@ -89,50 +127,4 @@ impl Txn<'_> {
         inode.raw.set_size(end);
         Ok(true)
     }
-
-    /// Adds an entry to inline directory `dir` when it fits the `i_block`
-    /// entries (and no entries live in `system.data`): into an unused
-    /// record, or the slack of a used one, as `ext2fs_link` places it.
-    /// False, nothing changed, when the directory must move to a block.
-    pub(crate) fn add_inline_entry(&mut self, dir: &mut Inode, name: &[u8], ino: u32, ft: u8) -> Result<bool> {
-        if !self.system_data_value(dir)?.is_empty() {
-            return Ok(false);
-        }
-        let need = rec_len_for(name.len());
-        let region = &dir.raw.i_block[DOTDOT_SIZE..];
-        let Some((off, rec, keep)) = inline_slot(region, need) else {
-            return Ok(false);
-        };
-        let ft = self.entry_ft(ft);
-        let mut region = [0u8; DIR_REGION];
-        region.copy_from_slice(&dir.raw.i_block[DOTDOT_SIZE..]);
-        if keep > 0 {
-            region[off + 4..off + 6].copy_from_slice(&(keep as u16).to_le_bytes());
-        }
-        encode_entry(&mut region, off + keep, ino, rec - keep, ft, name, 4096);
-        dir.raw.i_block[DOTDOT_SIZE..].copy_from_slice(&region);
-        Ok(true)
-    }
-}
-
-/// The first record of `region` that holds `need` more bytes: its offset,
-/// length and what its own entry keeps (0 when unused). Stops at a record
-/// that does not parse (the caller then moves the directory to a block,
-/// whose reader reports it).
-fn inline_slot(region: &[u8], need: usize) -> Option<(usize, usize, usize)> {
-    let mut off = 0;
-    while off + 8 <= region.len() {
-        let ino = u32::from_le_bytes(region[off..off + 4].try_into().ok()?);
-        let rec = usize::from(u16::from_le_bytes([region[off + 4], region[off + 5]]));
-        let name_len = usize::from(region[off + 6]);
-        if rec < 12 || off + rec > region.len() {
-            return None;
-        }
-        let keep = if ino == 0 { 0 } else { rec_len_for(name_len) };
-        if rec >= keep + need {
-            return Some((off, rec, keep));
-        }
-        off += rec;
-    }
-    None
 }

@@ -2,13 +2,14 @@
 //! `ext4_convert_inline_data_nolock`) before a change the inline layout
 //! cannot hold: the file's bytes or the directory's entries go to a block
 //! (extent- or block-mapped), the `system.data` attribute and the
-//! `INLINE_DATA` flag go away. Writing inline bodies in place is left for
-//! later; converting is what the kernel does once a body outgrows the inode.
+//! `INLINE_DATA` flag go away: what the kernel does once a body outgrows
+//! the inode (changes that fit are made in place, `inline_write`,
+//! `inline_dir`).
 
 use ext4kit_format::dir_entry::{self, encode_entry, rec_len_for};
 use ext4kit_format::extent::Extent;
 use ext4kit_format::features::IncompatFeatures;
-use ext4kit_format::inline::InlineDir;
+use ext4kit_format::inline::{DOTDOT_SIZE, I_BLOCK_SIZE, InlineDir};
 use ext4kit_format::inode::{FileType, flags};
 
 use crate::error::{Error, Location, Result};
@@ -86,32 +87,50 @@ impl Txn<'_> {
         Ok(block)
     }
 
-    /// A directory block holding ".", ".." and the inline entries.
+    /// A directory block holding ".", ".." and the inline entries, their
+    /// records copied as they are, the last one stretched to the end of
+    /// the block (`ext4_finish_convert_inline_dir`).
     fn dir_block_from_inline(&self, dir: &Inode, system_data: &[u8]) -> Result<Vec<u8>> {
         let at = Location::Inode(dir.ino);
         let parsed = InlineDir::parse(&dir.raw.i_block, system_data).map_err(|e| Error::format(at, e))?;
+        for e in parsed.entries() {
+            e.map_err(|err| Error::format(at, err))?;
+        }
         let bs = self.fs.block_size();
         let csum = self.fs.geo.features.metadata_csum();
         let used = if csum { bs - dir_entry::TAIL_SIZE } else { bs };
         let mut buf = vec![0u8; bs];
-        let mut entries = vec![(dir.ino, 2u8, b".".to_vec()), (parsed.parent, 2, b"..".to_vec())];
-        for e in parsed.entries() {
-            let e = e.map_err(|err| Error::format(at, err))?;
-            entries.push((e.inode, e.file_type, e.name.to_vec()));
+        let dots = 2 * rec_len_for(2);
+        let region = dir.raw.i_block[DOTDOT_SIZE..].iter().chain(system_data).copied();
+        let len = I_BLOCK_SIZE - DOTDOT_SIZE + system_data.len();
+        if dots + len > used {
+            return Err(Error::inconsistent(at, "inline directory does not fit one block"));
         }
-        let mut off = 0;
-        for (i, (ino, ft, name)) in entries.iter().enumerate() {
-            let rec = if i + 1 == entries.len() {
-                used - off
-            } else {
-                rec_len_for(name.len())
-            };
-            if off + rec > used {
-                return Err(Error::inconsistent(at, "inline directory does not fit one block"));
+        encode_entry(&mut buf, 0, dir.ino, rec_len_for(1), self.entry_ft(2), b".", bs);
+        encode_entry(
+            &mut buf,
+            rec_len_for(1),
+            parsed.parent,
+            rec_len_for(2),
+            self.entry_ft(2),
+            b"..",
+            bs,
+        );
+        for (d, b) in buf[dots..dots + len].iter_mut().zip(region) {
+            *d = b;
+        }
+        let mut last = dots;
+        let mut off = dots;
+        while off < dots + len {
+            let rec = usize::from(u16::from_le_bytes([buf[off + 4], buf[off + 5]]));
+            if rec < 8 {
+                return Err(Error::inconsistent(at, "inline directory record too short"));
             }
-            encode_entry(&mut buf, off, *ino, rec, self.entry_ft(*ft), name, bs);
+            last = off;
             off += rec;
         }
+        let rec = u16::try_from(used - last).map_err(|_| Error::inconsistent(at, "directory record length"))?;
+        buf[last + 4..last + 6].copy_from_slice(&rec.to_le_bytes());
         if csum {
             dir_entry::set_block_checksum(&mut buf, self.fs.inode_csum_seed(dir));
         }

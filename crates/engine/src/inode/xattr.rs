@@ -106,6 +106,7 @@ impl Filesystem {
                 format!("xattr value inode {inum} is not an EA inode of {size} bytes"),
             ));
         }
+        self.ea_cache.note(ea.raw.i_atime.get(), inum);
         self.read_all_unlocked(&ea, u64::from(XATTR_SIZE_MAX))
     }
 }

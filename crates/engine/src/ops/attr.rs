@@ -137,8 +137,8 @@ impl Txn<'_> {
         if found.is_some() {
             return Err(Error::Exists(shown()));
         }
-        let mut dir = self.inode_for_change(parent)?;
-        self.add_entry_at(&mut dir, name, ino, target.file_type()?.dirent_code(), spot)?;
+        let mut dir = self.inode(parent)?;
+        self.add_dir_name(&mut dir, name, ino, target.file_type()?.dirent_code(), spot)?;
         target.raw.i_links_count.set(target.raw.links() + 1);
         let now = clock::now();
         touch_ctime(&mut target.raw, now);

@@ -4,6 +4,7 @@
 
 use ext4kit_format::inode::{FileType, flags};
 
+use crate::InlinePolicy;
 use crate::clock;
 use crate::dir::Placement;
 use crate::error::{Error, Result};
@@ -231,9 +232,12 @@ impl Txn<'_> {
                 }
                 inode.raw.i_links_count.set(2);
             }
-            NodeKind::Regular if self.inline_enabled() => {
-                self.start_inline_file(inode)?;
-            }
+            NodeKind::Regular if self.inline_enabled() => match self.fs.opts.inline {
+                InlinePolicy::Kernel => self.fs.may_inline.note(inode.ino),
+                InlinePolicy::Mke2fs => {
+                    self.start_inline_file(inode)?;
+                }
+            },
             NodeKind::Symlink(target) => self.fill_symlink(inode, target)?,
             NodeKind::CharDevice(major, minor) | NodeKind::BlockDevice(major, minor) => {
                 encode_device(&mut inode.raw.i_block, *major, *minor);

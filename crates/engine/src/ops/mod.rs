@@ -9,6 +9,7 @@ mod acl;
 mod attr;
 pub(crate) mod create;
 mod defrag;
+pub(crate) mod ea_cache;
 mod ea_inode;
 mod fallocate;
 pub(crate) mod flags;

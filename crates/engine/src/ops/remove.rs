@@ -51,7 +51,7 @@ impl Txn<'_> {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
         let ino = self.find_entry(&dir, name)?.0.ok_or_else(|| Error::NotFound(shown()))?;
-        let mut dir = self.inode_for_change(parent)?;
+        let mut dir = self.inode(parent)?;
         let mut target = self.inode(ino)?;
         super::flags::require_changeable(&dir)?;
         super::flags::require_changeable(&target)?;
@@ -61,8 +61,13 @@ impl Txn<'_> {
             (true, true) if !self.dir_is_empty(&target)? => return Err(Error::NotEmpty(shown())),
             _ => {}
         }
-        let (_, at) = self.remove_entry_at(&dir, name)?;
-        self.after_removal(&mut dir, at)?;
+        if dir.has_inline_data() {
+            self.remove_inline_entry(&mut dir, name)?
+                .ok_or_else(|| Error::NotFound(shown()))?;
+        } else {
+            let (_, at) = self.remove_entry_at(&dir, name)?;
+            self.after_removal(&mut dir, at)?;
+        }
         drop_link(self, &mut target)?;
         if want_dir && dir.raw.links() > 2 {
             dir.raw.i_links_count.set(dir.raw.links() - 1);

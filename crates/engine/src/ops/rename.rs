@@ -52,8 +52,7 @@ impl Filesystem {
         super::check_new_name(new_name)?;
         self.write_back_replacing(old_parent, old_name, new_parent, new_name)?;
         let mut txn = Txn::begin(self)?;
-        // Every lookup first, on the directories as on disk; then inline
-        // directories involved are moved to blocks in this transaction.
+        // Every lookup first, on the directories as on disk.
         let src_ino = self.lookup(&txn.inode(old_parent)?, old_name)?;
         let dst_ino = match self.lookup(&txn.inode(new_parent)?, new_name) {
             Ok(ino) => Some(ino),
@@ -79,10 +78,8 @@ impl Filesystem {
         {
             self.refuse_loop(&txn, d, old_parent)?;
         }
-        txn.inode_for_change(old_parent)?;
-        txn.inode_for_change(new_parent)?;
-        let src = txn.inode_for_change(src_ino)?;
-        let dst = dst_ino.map(|d| txn.inode_for_change(d)).transpose()?;
+        let src = txn.inode(src_ino)?;
+        let dst = dst_ino.map(|d| txn.inode(d)).transpose()?;
         match dst {
             None if flags.exchange => Err(Error::NotFound(shown())),
             Some(_) if flags.noreplace => Err(Error::Exists(shown())),
@@ -159,24 +156,26 @@ fn move_entry(txn: &mut Txn<'_>, from: (u32, &[u8], Inode), to: (u32, &[u8]), ds
             _ => {}
         }
     }
-    let old_dir = txn.inode(op)?;
-    txn.remove_entry(&old_dir, oname)?;
-    match dst {
-        Some(mut d) => {
-            txn.set_entry(&txn.inode(np)?, nname, src.ino, code(&src)?)?;
-            super::remove::drop_link(txn, &mut d)?;
-            if d.is_dir() {
-                adjust_links(txn, np, -1)?;
-            }
-        }
+    // The new name first, then the old one goes, as ext4_rename orders
+    // them (which decides where the names land in an inline directory).
+    match &dst {
+        Some(_) => txn.set_dir_name(np, nname, src.ino, code(&src)?)?,
         None => {
             let mut new_dir = txn.inode(np)?;
-            txn.add_entry(&mut new_dir, nname, src.ino, code(&src)?)?;
+            txn.add_dir_name(&mut new_dir, nname, src.ino, code(&src)?, None)?;
             txn.write_inode(&mut new_dir)?;
         }
     }
+    txn.remove_dir_name(op, oname)?;
+    if let Some(mut d) = dst {
+        super::remove::drop_link(txn, &mut d)?;
+        if d.is_dir() {
+            adjust_links(txn, np, -1)?;
+        }
+    }
     if src.is_dir() && op != np {
-        txn.set_entry(&src, b"..", np, 2)?;
+        txn.set_dir_name(src.ino, b"..", np, 2)?;
+        src = txn.inode(src.ino)?;
         adjust_links(txn, op, -1)?;
         adjust_links(txn, np, 1)?;
     } else {
@@ -192,14 +191,16 @@ fn move_entry(txn: &mut Txn<'_>, from: (u32, &[u8], Inode), to: (u32, &[u8]), ds
 fn exchange(txn: &mut Txn<'_>, a: (u32, &[u8], Inode), b: (u32, &[u8], Inode)) -> Result<()> {
     let (ap, aname, mut ai) = a;
     let (bp, bname, mut bi) = b;
-    txn.set_entry(&txn.inode(ap)?, aname, bi.ino, code(&bi)?)?;
-    txn.set_entry(&txn.inode(bp)?, bname, ai.ino, code(&ai)?)?;
+    txn.set_dir_name(ap, aname, bi.ino, code(&bi)?)?;
+    txn.set_dir_name(bp, bname, ai.ino, code(&ai)?)?;
     if ap != bp {
         if ai.is_dir() {
-            txn.set_entry(&ai, b"..", bp, 2)?;
+            txn.set_dir_name(ai.ino, b"..", bp, 2)?;
+            ai = txn.inode(ai.ino)?;
         }
         if bi.is_dir() {
-            txn.set_entry(&bi, b"..", ap, 2)?;
+            txn.set_dir_name(bi.ino, b"..", ap, 2)?;
+            bi = txn.inode(bi.ino)?;
         }
         let delta = i32::from(bi.is_dir()) - i32::from(ai.is_dir());
         adjust_links(txn, ap, delta)?;

@@ -68,8 +68,8 @@ impl Txn<'_> {
             return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
         }
         self.orphan_del(&mut target, at)?;
-        let mut dir = self.inode_for_change(parent)?;
-        self.add_entry_at(&mut dir, name, ino, FileType::Regular.dirent_code(), spot)?;
+        let mut dir = self.inode(parent)?;
+        self.add_dir_name(&mut dir, name, ino, FileType::Regular.dirent_code(), spot)?;
         target.raw.i_links_count.set(1);
         let now = clock::now();
         touch_ctime(&mut target.raw, now);

@@ -57,10 +57,11 @@ impl Txn<'_> {
         super::flags::require_changeable(&inode)?;
         let bs = u64::from(self.fs.geo.block_size);
         self.fs.check_file_end(&inode, size)?;
-        if size < inode.size() {
-            if inode.has_inline_data() {
-                self.uninline(&mut inode)?;
-            }
+        if size > inode.size() && inode.has_inline_data() {
+            // The kernel moves an inline file that grows to blocks.
+            self.uninline(&mut inode)?;
+        }
+        if size < inode.size() && !self.truncate_inline(&mut inode, size)? {
             if inode.uses_extents() {
                 self.shrink(&mut inode, size)?;
             } else {

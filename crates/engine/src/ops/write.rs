@@ -89,7 +89,12 @@ impl Txn<'_> {
         super::flags::check_write(&inode, offset)?;
         let end = offset.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
         self.fs.check_file_end(&inode, end)?;
-        if !(inode.has_inline_data() && self.write_inline(&mut inode, offset, data)?) {
+        let inline = if inode.has_inline_data() {
+            self.write_inline(&mut inode, offset, data)?
+        } else {
+            self.first_write_inline(&mut inode, offset, data)?
+        };
+        if !inline {
             self.write_range(&mut inode, offset, data)?;
         }
         if end > inode.size() {

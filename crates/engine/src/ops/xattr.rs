@@ -62,6 +62,9 @@ impl Val {
     }
 }
 
+/// Largest value the VFS passes to a file system (`XATTR_SIZE_MAX`).
+const XATTR_SIZE_MAX: usize = 65536;
+
 /// Values larger than this go to a value inode when the file system has
 /// `ea_inode` (`EXT4_XATTR_MIN_LARGE_EA_SIZE`: a block less the rounding,
 /// one entry and the end marker).
@@ -102,6 +105,14 @@ impl Txn<'_> {
     /// The body of [`Filesystem::set_xattr`] inside this transaction.
     pub(crate) fn set_xattr(&mut self, ino: u32, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         let (index, suffix) = split(name)?;
+        // The VFS refuses longer values (`XATTR_SIZE_MAX`, E2BIG) before
+        // ext4 sees them; a value inode holds at most that much.
+        if value.len() > XATTR_SIZE_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "xattr value of {} bytes exceeds {XATTR_SIZE_MAX}",
+                value.len()
+            )));
+        }
         if index == super::acl::ACCESS || index == super::acl::DEFAULT {
             return self.set_acl(ino, index, name, value, how);
         }
@@ -133,7 +144,7 @@ impl Txn<'_> {
                 _ => {}
             }
             let val = if outside {
-                let (inum, hash) = txn.create_ea_inode(inode, value)?;
+                let (inum, hash) = txn.ea_inode_for(inode, value)?;
                 Val::EaInode {
                     inum,
                     size: value.len() as u32,
