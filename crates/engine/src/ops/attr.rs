@@ -138,6 +138,7 @@ impl Txn<'_> {
             return Err(Error::Exists(shown()));
         }
         let mut dir = self.inode_for_change(parent)?;
+        self.check_project_move(&dir, &target)?;
         self.add_entry_at(&mut dir, name, ino, target.file_type()?.dirent_code(), spot)?;
         target.raw.i_links_count.set(target.raw.links() + 1);
         let now = clock::now();

@@ -83,6 +83,10 @@ impl Filesystem {
         txn.inode_for_change(new_parent)?;
         let src = txn.inode_for_change(src_ino)?;
         let dst = dst_ino.map(|d| txn.inode_for_change(d)).transpose()?;
+        txn.check_project_move(&txn.inode(new_parent)?, &src)?;
+        if let Some(d) = dst.as_ref().filter(|_| flags.exchange) {
+            txn.check_project_move(&txn.inode(old_parent)?, d)?;
+        }
         match dst {
             None if flags.exchange => Err(Error::NotFound(shown())),
             Some(_) if flags.noreplace => Err(Error::Exists(shown())),
