@@ -103,6 +103,11 @@ enum Command {
     /// Change tunable parameters of an unmounted image (like tune2fs):
     /// features, label, UUID, error behaviour, check intervals.
     Tune(cmd::tune::Args),
+    /// Quota usage and limits per user, group and project (like
+    /// repquota); `--set TYPE ID` changes one id's limits.
+    Quota(cmd::quota::Args),
+    /// Show or set a file's project id (`--inherit`: PROJINHERIT).
+    Project(cmd::quota::ProjectArgs),
     /// Benchmarks: `bench mount` compares kernel ext4, fuse2fs and ext4kit.
     Bench(cmd::bench::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish,
@@ -154,6 +159,8 @@ fn main() -> ExitCode {
         Command::Umount(a) => cmd::mount::umount(a),
         Command::Sync(a) => cmd::sync::run(a),
         Command::Tune(a) => cmd::tune::run(a),
+        Command::Quota(a) => cmd::quota::run(a),
+        Command::Project(a) => cmd::quota::project(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Completions(a) => cmd::completions::run(a, Cli::command()),
         Command::Man(a) => cmd::man::run(a, Cli::command()),

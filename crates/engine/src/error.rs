@@ -174,6 +174,13 @@ pub enum Error {
     /// needs a privilege the caller lacks.
     #[error("operation not permitted: {0}")]
     NotPermitted(String),
+    /// A quota limit refuses the change (`EDQUOT`).
+    #[error("disk quota exceeded: {0}")]
+    QuotaExceeded(String),
+    /// A link or rename into a PROJINHERIT directory of another project
+    /// (`EXDEV`, as the kernel: usage cannot follow).
+    #[error("cross-project link or rename: {0}")]
+    CrossProject(String),
 }
 
 /// Result alias of the engine.
@@ -226,6 +233,8 @@ impl Error {
             Self::TooManyLinks(_) => libc::EMLINK,
             Self::NoSuchOffset { .. } => libc::ENXIO,
             Self::NotPermitted(_) => libc::EPERM,
+            Self::QuotaExceeded(_) => libc::EDQUOT,
+            Self::CrossProject(_) => libc::EXDEV,
         }
     }
 }

@@ -170,6 +170,8 @@ pub struct Filesystem {
     pub(crate) inode_locks: crate::inode_locks::InodeLocks,
     /// File data held for delayed allocation ([`crate::delalloc`]).
     pub(crate) delalloc: crate::delalloc::Delalloc,
+    /// Quota files held by a writable session ([`crate::quota`]).
+    pub(crate) quota: Mutex<crate::quota::Quotas>,
     /// Held shared by every writer whose file data is still on its way to
     /// the device after its metadata was published (see [`crate::ordered`]);
     /// taken exclusive by the write-back, so metadata never reaches the

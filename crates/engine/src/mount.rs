@@ -48,7 +48,9 @@ const KNOWN_RO_COMPAT: RoCompatFeatures = RoCompatFeatures(
         | RoCompatFeatures::METADATA_CSUM.0
         | RoCompatFeatures::ORPHAN_PRESENT.0
         | RoCompatFeatures::ITREE.0
-        | RoCompatFeatures::BIGALLOC.0,
+        | RoCompatFeatures::BIGALLOC.0
+        | RoCompatFeatures::QUOTA.0
+        | RoCompatFeatures::PROJECT.0,
 );
 
 impl Filesystem {
@@ -140,6 +142,7 @@ impl Filesystem {
             busy,
             inode_locks: Default::default(),
             delalloc: Default::default(),
+            quota: Default::default(),
             data_in_flight: RwLock::new(()),
         };
         // A crash while a checkpoint was writing blocks home can leave the
@@ -163,6 +166,7 @@ impl Filesystem {
             fs.reload()?;
         }
         fs.start_journal()?;
+        fs.load_quotas();
         // As the kernel's mount does; corruption in the list is recorded
         // in the superblock and leaves the rest for e2fsck.
         if let Err(e) = fs.noting_errors("orphan_cleanup", fs.orphan_cleanup())

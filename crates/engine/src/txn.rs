@@ -72,6 +72,8 @@ pub(crate) struct Txn<'a> {
     /// Blocks reserved for delayed allocation that this transaction may
     /// take: the reservation of the file it writes back ([`Txn::claim_reserved`]).
     claim: u64,
+    /// Quota work besides the inodes written ([`crate::quota`]).
+    pub(crate) quota: crate::quota::Pending,
 }
 
 impl Drop for Txn<'_> {
@@ -123,6 +125,7 @@ impl<'a> Txn<'a> {
             buddies_touched: Vec::new(),
             held: Vec::new(),
             claim: 0,
+            quota: Default::default(),
         })
     }
 
@@ -373,6 +376,7 @@ impl<'a> Txn<'a> {
     }
 
     fn write_out(&mut self) -> Result<()> {
+        self.quota_settle()?;
         let fs = self.fs;
         // In the order queued (a later write to the same bytes wins), runs
         // of adjacent pieces in one request each.
@@ -395,6 +399,7 @@ impl<'a> Txn<'a> {
             self.write_out()?;
             return Ok(crate::ordered::PendingData::none(self.fs));
         }
+        self.quota_settle()?;
         let data = self.take_data();
         let pending = crate::ordered::PendingData::new(self.fs, data);
         self.write_meta()?;
@@ -431,6 +436,11 @@ impl<'a> Txn<'a> {
     /// Notes that the record of `ino` changed here.
     pub(crate) fn inode_written(&mut self, ino: u32) {
         self.inodes.push(ino);
+    }
+
+    /// The inodes whose records this transaction wrote (repeats kept).
+    pub(crate) fn written_inodes(&self) -> &[u32] {
+        &self.inodes
     }
 
     /// True while `ino` is open; from here to the end of the transaction

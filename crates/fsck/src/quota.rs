@@ -26,12 +26,7 @@ use crate::problem::{self as p, Finding};
 use crate::state::Ctx;
 use crate::walk::{Event, Walker};
 
-use crate::quota_write::{CURINODES, CURSPACE, DQ_HDR, DQ_SIZE, Entry, QBLK};
-/// Magic of each quota type's file (`INITQMAGICS`): user, group, project.
-const MAGICS: [u32; 3] = [0xd9c0_1f11, 0xd9c0_1927, 0xd9c0_3f14];
-/// Quota blocks read at most from one file (the tree of 2^32 ids cannot
-/// need more than this for the inodes a file system holds).
-const MAX_QBLOCKS: u64 = 1 << 22;
+use ext4kit_format::quota::{self, Dquot, Info, MAX_QBLOCKS, QBLK, QuotaType};
 
 /// Counted usage per quota type (user, group, project): id -> (bytes, inodes).
 #[derive(Debug, Default)]
@@ -101,7 +96,7 @@ struct Stored {
     id: u32,
     space: u64,
     inodes: u64,
-    raw: Entry,
+    raw: Dquot,
 }
 
 /// A quota file opened for reading and patching: its block map.
@@ -116,7 +111,7 @@ impl QFile {
         let rec = ctx.fs.inode_record(ino).ok()?;
         let raw = crate::pass1::decode(&rec);
         let bs = u64::from(ctx.fs.geo.block_size);
-        let cap = MAX_QBLOCKS * QBLK as u64 / bs + 1;
+        let cap = u64::from(MAX_QBLOCKS) * QBLK as u64 / bs + 1;
         let mut map = BTreeMap::new();
         let mut visit = |e: Event| {
             if let Event::Data { lblk, pblk, len, .. } = e {
@@ -147,79 +142,21 @@ impl QFile {
     }
 }
 
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]))
-}
-
-fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]))
-}
-
 /// Every used entry of the file, or why it cannot be read.
-fn read_entries(ctx: &Ctx, qf: &QFile, t: usize) -> Result<Vec<Stored>, String> {
+fn read_entries(ctx: &Ctx, qf: &QFile, t: usize) -> Result<(Info, Vec<Stored>), String> {
     let head = qf.read(ctx, 0).ok_or("the header block is not mapped")?;
-    if le32(&head, 0) != MAGICS[t] || le32(&head, 4) != 1 {
-        return Err("not a v2 quota file (bad magic or version)".into());
-    }
-    let nblocks = le32(&head, 8 + 12);
-    let mut out = Vec::new();
-    let mut seen = BTreeSet::new();
-    walk_tree(ctx, qf, 1, 0, nblocks, &mut seen, &mut out)?;
-    Ok(out)
-}
-
-/// Walks the index block `q` at `depth` (0..=3); the references of a
-/// depth-3 block are data blocks.
-fn walk_tree(
-    ctx: &Ctx,
-    qf: &QFile,
-    q: u32,
-    depth: u32,
-    nblocks: u32,
-    seen: &mut BTreeSet<u32>,
-    out: &mut Vec<Stored>,
-) -> Result<(), String> {
-    let b = qf
-        .read(ctx, q)
-        .ok_or_else(|| format!("quota block {q} is not mapped"))?;
-    for i in 0..QBLK / 4 {
-        let r = le32(&b, i * 4);
-        if r == 0 {
-            continue;
-        }
-        if r >= nblocks.max(2) || u64::from(r) >= MAX_QBLOCKS {
-            return Err(format!("quota block {q} refers to block {r} past the file"));
-        }
-        if depth < 3 {
-            walk_tree(ctx, qf, r, depth + 1, nblocks, seen, out)?;
-        } else if seen.insert(r) {
-            data_block(ctx, qf, r, out)?;
-        }
-    }
-    Ok(())
-}
-
-/// The used entries of data block `q`.
-fn data_block(ctx: &Ctx, qf: &QFile, q: u32, out: &mut Vec<Stored>) -> Result<(), String> {
-    let b = qf
-        .read(ctx, q)
-        .ok_or_else(|| format!("quota block {q} is not mapped"))?;
-    for k in 0..(QBLK - DQ_HDR) / DQ_SIZE {
-        let at = DQ_HDR + k * DQ_SIZE;
-        let e = &b[at..at + DQ_SIZE];
-        if e.iter().all(|&x| x == 0) {
-            continue;
-        }
-        let mut raw = [0u8; DQ_SIZE];
-        raw.copy_from_slice(e);
-        out.push(Stored {
-            id: le32(e, 0),
-            inodes: le64(e, CURINODES),
-            space: le64(e, CURSPACE),
-            raw,
-        });
-    }
-    Ok(())
+    let info = Info::parse(&head, QuotaType::ALL[t]).map_err(|e| format!("not a v2 quota file: {e}"))?;
+    let found = quota::read_entries(&info, |q| qf.read(ctx, q)).map_err(|e| e.to_string())?;
+    let stored = found
+        .into_iter()
+        .map(|l| Stored {
+            id: l.dquot.id,
+            space: l.dquot.curspace,
+            inodes: l.dquot.curinodes,
+            raw: l.dquot,
+        })
+        .collect();
+    Ok((info, stored))
 }
 
 /// Before pass 5: each quota file against the usage pass 1 counted. In a
@@ -241,7 +178,7 @@ pub fn run(ctx: &mut Ctx) {
 /// Compares the file of quota type `t` (inode `ino`) and rewrites it.
 fn check_type(ctx: &mut Ctx, t: usize, ino: u32) {
     let Some(qf) = QFile::open(ctx, ino) else { return };
-    let stored = match read_entries(ctx, &qf, t) {
+    let (info, stored) = match read_entries(ctx, &qf, t) {
         Ok(s) => s,
         Err(why) => {
             ctx.report
@@ -269,14 +206,21 @@ fn check_type(ctx: &mut Ctx, t: usize, ino: u32) {
             .map(|id| format!("[QUOTA WARNING] Missing quota entry ID {id}")),
     );
     if !lines.is_empty() {
-        update(ctx, t, &qf, &stored, &usage, &lines);
+        update(ctx, t, (&qf, &info), &stored, &usage, &lines);
     }
     ctx.quota.by_type[t] = usage;
 }
 
 /// PR_6_UPDATE_QUOTAS: the file is rewritten with the counted usage of
 /// every id and the stored limits.
-fn update(ctx: &mut Ctx, t: usize, qf: &QFile, stored: &[Stored], usage: &BTreeMap<u32, (u64, u64)>, lines: &[String]) {
+fn update(
+    ctx: &mut Ctx,
+    t: usize,
+    (qf, info): (&QFile, &Info),
+    stored: &[Stored],
+    usage: &BTreeMap<u32, (u64, u64)>,
+    lines: &[String],
+) {
     for l in lines {
         ctx.report.note(l.clone());
     }
@@ -289,20 +233,16 @@ fn update(ctx: &mut Ctx, t: usize, qf: &QFile, stored: &[Stored], usage: &BTreeM
     if !ctx.fix(f.ino(ino)) {
         return;
     }
-    let Some(head) = qf.read(ctx, 0) else {
-        ctx.not_fixed("the header block is not mapped");
-        return;
-    };
-    let old: BTreeMap<u32, &Entry> = stored.iter().map(|s| (s.id, &s.raw)).collect();
+    let old: BTreeMap<u32, &Dquot> = stored.iter().map(|s| (s.id, &s.raw)).collect();
     let ids: BTreeSet<u32> = old.keys().chain(usage.keys()).copied().collect();
-    let entries: BTreeMap<u32, Entry> = ids
+    let entries: BTreeMap<u32, Dquot> = ids
         .into_iter()
         .filter_map(|id| {
             let (space, inodes) = usage.get(&id).copied().unwrap_or_default();
             crate::quota_write::entry(id, old.get(&id).copied(), space, inodes).map(|e| (id, e))
         })
         .collect();
-    let file = crate::quota_write::build(&head, &entries);
+    let file = quota::build(info, &entries);
     if let Err(e) = crate::quota_write::store(ctx, ino, &file, &qf.map) {
         ctx.not_fixed(e);
     }

@@ -23,92 +23,23 @@ use std::collections::BTreeMap;
 
 use ext4kit_engine::mkfs::filemap::{FileShape, map_file};
 use ext4kit_format::inode::flags;
+use ext4kit_format::quota::Dquot;
 
 use crate::alloc::Pool;
 use crate::pass1::decode;
 use crate::state::Ctx;
 use crate::walk::{Event, Walker};
 
-/// Quota block size (`QT_BLKSIZE`).
-pub const QBLK: usize = 1024;
-/// Bytes of a `v2r1_disk_dqblk`.
-pub const DQ_SIZE: usize = 72;
-/// Bytes of a data block's header (`qt_disk_dqdbheader`).
-pub const DQ_HDR: usize = 16;
-/// Entries per data block.
-const PER_BLOCK: usize = (QBLK - DQ_HDR) / DQ_SIZE;
-/// Depth of the radix tree (`QT_TREEDEPTH`).
-const DEPTH: u32 = 4;
-
-/// One entry as stored: `dqb_id`, limits, usage and grace times.
-pub type Entry = [u8; DQ_SIZE];
-
-/// Byte offsets in an entry of `dqb_curinodes` and `dqb_curspace`.
-pub const CURINODES: usize = 24;
-/// See [`CURINODES`].
-pub const CURSPACE: usize = 48;
-
 /// An entry of `id` with `old`'s limits and times and the given usage;
 /// `None` when it would hold nothing.
-pub fn entry(id: u32, old: Option<&Entry>, space: u64, inodes: u64) -> Option<Entry> {
-    let mut e = old.copied().unwrap_or([0; DQ_SIZE]);
-    e[0..4].copy_from_slice(&id.to_le_bytes());
-    e[4..8].fill(0);
-    e[CURINODES..CURINODES + 8].copy_from_slice(&inodes.to_le_bytes());
-    e[CURSPACE..CURSPACE + 8].copy_from_slice(&space.to_le_bytes());
-    let limits = [8, 16, 32, 40].iter().any(|&o| e[o..o + 8] != [0; 8]);
-    (space != 0 || inodes != 0 || limits).then_some(e)
-}
-
-fn put32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn get32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-/// The whole quota file for `entries`, whose header block was `head`
-/// (its magic, version and grace times are kept).
-pub fn build(head: &[u8], entries: &BTreeMap<u32, Entry>) -> Vec<u8> {
-    let mut blocks: Vec<Vec<u8>> = vec![head[..QBLK].to_vec(), vec![0; QBLK]];
-    let mut data: Option<(usize, usize)> = None;
-    for (&id, e) in entries {
-        let (blk, slot) = match data {
-            Some((b, n)) if n < PER_BLOCK => (b, n),
-            _ => {
-                blocks.push(vec![0; QBLK]);
-                (blocks.len() - 1, 0)
-            }
-        };
-        data = Some((blk, slot + 1));
-        let mut at = 1;
-        for depth in 0..DEPTH {
-            let idx = ((id >> (8 * (DEPTH - 1 - depth))) & 0xff) as usize * 4;
-            let r = get32(&blocks[at], idx) as usize;
-            let next = if depth == DEPTH - 1 {
-                blk
-            } else if r == 0 {
-                blocks.push(vec![0; QBLK]);
-                blocks.len() - 1
-            } else {
-                r
-            };
-            put32(&mut blocks[at], idx, next as u32);
-            at = next;
-        }
-        let b = &mut blocks[blk];
-        b[DQ_HDR + slot * DQ_SIZE..DQ_HDR + (slot + 1) * DQ_SIZE].copy_from_slice(e);
-        b[8..10].copy_from_slice(&((slot + 1) as u16).to_le_bytes());
-    }
-    let free_entry = data.filter(|&(_, n)| n < PER_BLOCK).map_or(0, |(b, _)| b as u32);
-    let n = blocks.len() as u32;
-    let h = &mut blocks[0];
-    // v2_disk_dqinfo after the 8-byte header: bgrace, igrace, flags kept.
-    put32(h, 8 + 12, n);
-    put32(h, 8 + 16, 0);
-    put32(h, 8 + 20, free_entry);
-    blocks.concat()
+pub fn entry(id: u32, old: Option<&Dquot>, space: u64, inodes: u64) -> Option<Dquot> {
+    let d = Dquot {
+        id,
+        curspace: space,
+        curinodes: inodes,
+        ..old.copied().unwrap_or_default()
+    };
+    d.worth_keeping().then_some(d)
 }
 
 /// Writes `file` as the content of quota inode `ino`, whose blocks are
@@ -198,27 +129,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tree_has_four_levels_and_shared_data_blocks() {
-        let mut head = vec![0u8; QBLK];
-        put32(&mut head, 0, 0xd9c0_1f11);
-        put32(&mut head, 4, 1);
-        put32(&mut head, 8, 604_800);
-        let mut es = BTreeMap::new();
-        for id in [0u32, 1000, 1001, 70_000] {
-            es.insert(id, entry(id, None, 4096, 1).expect("usage"));
-        }
-        let f = build(&head, &es);
-        let blk = |q: usize| &f[q * QBLK..(q + 1) * QBLK];
-        // Header, root, then for id 0 a data block, L1, L2 and L3; 1000
-        // and 1001 share L1, L2 and the data block (new L3); 70000 needs
-        // a new L2 and L3.
-        assert_eq!(get32(blk(0), 8), 604_800, "grace kept");
-        assert_eq!(get32(blk(0), 20) as usize, f.len() / QBLK);
-        assert_eq!(f.len() / QBLK, 9);
-        assert_eq!(get32(blk(0), 28), 2, "the partial data block heads the free list");
-        assert_eq!(u16::from_le_bytes([blk(2)[8], blk(2)[9]]), 4);
-        assert_eq!(get32(blk(1), 0), 3);
-        assert_eq!(get32(blk(5), 0), 2, "L3 of id 0 points at the data block");
+    fn entries_keep_limits_and_drop_empty_ids() {
+        let old = Dquot {
+            id: 9,
+            bhardlimit: 50,
+            btime: 7,
+            ..Dquot::default()
+        };
+        let e = entry(9, Some(&old), 4096, 2).expect("usage");
+        assert_eq!((e.bhardlimit, e.btime, e.curspace, e.curinodes), (50, 7, 4096, 2));
+        assert!(entry(9, Some(&old), 0, 0).is_some(), "limits keep the entry");
         assert!(entry(5, None, 0, 0).is_none(), "nothing to keep");
     }
 }

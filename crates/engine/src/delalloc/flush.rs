@@ -112,6 +112,7 @@ impl Filesystem {
         }
         txn.under_inode_lock();
         txn.claim_reserved(run.reserved);
+        txn.quota.exempt = true;
         let mut inode = txn.inode(ino)?;
         // The allocator sizes its request and window from `i_size`, as
         // the kernel's does (`ext4_mb_normalize_request`): the size with

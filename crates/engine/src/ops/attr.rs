@@ -138,6 +138,7 @@ impl Txn<'_> {
             return Err(Error::Exists(shown()));
         }
         let mut dir = self.inode(parent)?;
+        self.check_project_move(&dir, &target)?;
         self.add_dir_name(&mut dir, name, ino, target.file_type()?.dirent_code(), spot)?;
         target.raw.i_links_count.set(target.raw.links() + 1);
         let now = clock::now();

@@ -181,6 +181,7 @@ impl Txn<'_> {
             gid: attr.gid,
         };
         let mut inode = self.fresh_inode(ino, n)?;
+        self.inherit_project(&dir, &mut inode);
         self.inherit_acl(&dir, &mut inode, umask)?;
         self.fill_body(&mut inode, &kind, parent)?;
         self.write_inode(&mut inode)?;

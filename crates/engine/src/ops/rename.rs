@@ -80,6 +80,10 @@ impl Filesystem {
         }
         let src = txn.inode(src_ino)?;
         let dst = dst_ino.map(|d| txn.inode(d)).transpose()?;
+        txn.check_project_move(&txn.inode(new_parent)?, &src)?;
+        if let Some(d) = dst.as_ref().filter(|_| flags.exchange) {
+            txn.check_project_move(&txn.inode(old_parent)?, d)?;
+        }
         match dst {
             None if flags.exchange => Err(Error::NotFound(shown())),
             Some(_) if flags.noreplace => Err(Error::Exists(shown())),

@@ -38,6 +38,7 @@ impl Txn<'_> {
             gid: attr.gid,
         };
         let mut inode = self.fresh_inode(ino, n)?;
+        self.inherit_project(&dir, &mut inode);
         self.inherit_acl(&dir, &mut inode, umask)?;
         inode.raw.i_links_count.set(0);
         self.orphan_add(&mut inode)?;

@@ -51,7 +51,10 @@ impl Filesystem {
     /// error), to be reported on the next `fsync`.
     pub fn write_announcing(&self, ino: u32, offset: u64, data: &[u8], published: impl FnOnce(usize)) -> Result<usize> {
         let file = self.inode_locks.write(ino);
-        if let Some(n) = self.write_delayed(ino, offset, data)? {
+        if self.quota_binds_caller() {
+            // Limits are checked where blocks are taken: at once.
+            self.flush_locked(ino)?;
+        } else if let Some(n) = self.write_delayed(ino, offset, data)? {
             published(n);
             drop(file);
             // Too much held: the writer pays for write-back, as
