@@ -76,6 +76,10 @@ pub struct OpenOptions {
     /// instead of the primary (e2fsck's `-b`/`-B`, the kernel's `sb=`);
     /// the file system is then read-only (see [`crate::backup_sb`]).
     pub superblock: Option<crate::SuperblockAt>,
+    /// The device holding the file system's external journal
+    /// (`s_journal_inum` 0), checked against `s_journal_uuid` at open
+    /// (the kernel's `journal_path=`; see [`crate::journal::external`]).
+    pub journal_device: Option<crate::journal::JournalDevice>,
 }
 
 impl Default for OpenOptions {
@@ -93,6 +97,7 @@ impl Default for OpenOptions {
             alloc: crate::alloc::AllocOptions::default(),
             readdir: crate::dir::ReadDirOptions::default(),
             superblock: None,
+            journal_device: None,
         }
     }
 }

@@ -7,6 +7,7 @@
 
 mod checkpoint;
 pub(crate) mod commit;
+pub mod external;
 pub mod info;
 mod log;
 mod recovery;
@@ -14,5 +15,6 @@ mod replay;
 mod transaction;
 pub(crate) mod writer;
 
+pub use external::JournalDevice;
 pub use info::{JournalInfo, JournalSummary, Recovered};
 pub use writer::{DataMode, JournalOptions, JournalStats};
