@@ -144,6 +144,23 @@ impl External {
     }
 }
 
+/// Checks that `dev` is the journal device of the file system whose
+/// superblock is `fs_sb` (as at open) and decodes its journal superblock:
+/// for a checker, which reads the image without the engine.
+///
+/// # Errors
+/// As [`crate::Filesystem::open`] given that journal device: no
+/// `journal_dev` superblock, another UUID or block size, a journal shared
+/// or not naming this file system, a log that does not fit the device.
+pub fn inspect(dev: &JournalDevice, fs_sb: &RawSuperblock) -> Result<super::JournalSummary> {
+    let bs = 1024u32
+        .checked_shl(fs_sb.s_log_block_size.get())
+        .filter(|b| *b <= 65536);
+    let bs = bs.ok_or_else(|| Error::inconsistent(Location::Superblock, "s_log_block_size is out of range"))?;
+    let ext = External::open(dev, fs_sb, bs)?;
+    Ok(super::info::summary(&ext.jsb))
+}
+
 fn read_ext4_superblock(dev: &dyn BlockDevice) -> Result<RawSuperblock> {
     let mut buf = [0u8; SUPERBLOCK_SIZE];
     dev.read_at(SUPERBLOCK_OFFSET, &mut buf).map_err(|source| Error::Io {
@@ -184,7 +201,7 @@ fn check_users(jsb: &RawJournalSuperblock, fs_sb: &RawSuperblock, block: u64) ->
 }
 
 /// `xxxxxxxx-xxxx-…` of 16 bytes.
-pub(crate) fn uuid(b: &[u8]) -> String {
+pub fn uuid(b: &[u8]) -> String {
     let h: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
     let h = h.concat();
     if h.len() != 32 {

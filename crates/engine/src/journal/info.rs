@@ -115,7 +115,7 @@ impl Filesystem {
     }
 }
 
-fn summary(jsb: &RawJournalSuperblock) -> JournalSummary {
+pub(crate) fn summary(jsb: &RawJournalSuperblock) -> JournalSummary {
     JournalSummary {
         block_size: jsb.s_blocksize.get(),
         max_len: jsb.s_maxlen.get(),
