@@ -346,6 +346,13 @@ fn kernel_dirty_external_journal_replays_to_what_the_kernel_showed() {
         dirty_journal: ext4kit_engine::DirtyJournal::ReadStale,
         ..OpenOptions::default()
     };
+    let Err(e) = common::open(&copy, OpenOptions::default()) else {
+        panic!("a dirty external journal not given was ignored")
+    };
+    assert!(
+        e.to_string().contains("needs recovery") && e.to_string().contains("--journal"),
+        "{e}"
+    );
     let fs = common::open(&copy, stale).unwrap();
     assert!(fs.journal_info().needs_recovery, "the kernel left the log to replay");
     drop(fs);
