@@ -131,3 +131,56 @@ fn mount_takes_journal_path() {
         "read-write without the journal"
     );
 }
+
+/// A loop device attached to an image file, detached when dropped.
+struct Loop(String);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[test]
+fn fsck_j_replays_a_journal_the_kernel_left_dirty() {
+    use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
+    if skip_unless(can_loop_mount()).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, jnl) = make(dir.path(), "4096");
+    let (copy, jcopy) = (dir.path().join("copy.img"), dir.path().join("copy.jnl"));
+    {
+        let out = Command::new("losetup").args(["-f", "--show", &jnl]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lo = Loop(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        let opt = format!("journal_path={}", lo.0);
+        let mnt = LoopMount::rw(Path::new(&img), &[&opt]).expect("mount -o journal_path=");
+        for i in 0..30 {
+            std::fs::write(mnt.path().join(format!("f{i}")), vec![i as u8; 2000 + i * 700]).unwrap();
+        }
+        Command::new("sync").status().unwrap();
+        std::fs::copy(&img, &copy).unwrap();
+        std::fs::copy(&jnl, &jcopy).unwrap();
+        mnt.unmount().expect("unmount");
+    }
+    let (copy_s, jcopy_s) = (copy.to_str().unwrap(), jcopy.to_str().unwrap());
+    let refused = ext4kit(&["fsck", "-fy", copy_s]);
+    assert_eq!(refused.status.code(), Some(8), "a repair without the dirty journal");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("-j PATH"));
+    let out = ext4kit(&["fsck", "-fy", "-j", jcopy_s, copy_s]);
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "fsck -fy -j: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_e2fsck_clean(&copy, &jcopy);
+    let ls = ok(&["ls", "--journal", jcopy_s, copy_s, "/"]);
+    assert_eq!(ls.lines().filter(|l| l.starts_with('f')).count(), 30, "{ls}");
+    assert_e2fsck_clean(Path::new(&img), Path::new(&jnl));
+}
