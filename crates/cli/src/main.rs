@@ -50,6 +50,10 @@ pub struct ImageArgs {
     /// it each size is tried.
     #[arg(short = 'B', value_name = "SIZE", requires = "superblock", value_parser = open::parse_block_size)]
     pub block_size: Option<u32>,
+    /// The external journal device of an image whose journal lives on
+    /// another device (made with mkfs -J device=), as e2fsck -j.
+    #[arg(long, value_name = "PATH")]
+    pub journal: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]

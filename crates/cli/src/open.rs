@@ -10,6 +10,7 @@
 
 use anyhow::{Context, Result};
 use ext4kit_engine::device::FileDevice;
+use ext4kit_engine::journal::JournalDevice;
 use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions, SuperblockAt, backup_sb};
 
 use crate::ImageArgs;
@@ -49,6 +50,11 @@ fn open(a: &ImageArgs, writable: bool) -> Result<Filesystem> {
             DirtyJournal::Replay
         },
         superblock,
+        journal_device: a
+            .journal
+            .as_deref()
+            .map(|p| journal_device(p, writable && superblock.is_none()))
+            .transpose()?,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev), opts).map_err(|e| {
@@ -71,6 +77,14 @@ fn open(a: &ImageArgs, writable: bool) -> Result<Filesystem> {
     }
     log_recovery(&fs);
     Ok(fs)
+}
+
+/// Opens an external journal device (`--journal`, `-o journal_path=`),
+/// claimed for writing as the image is.
+pub fn journal_device(path: &std::path::Path, writable: bool) -> Result<JournalDevice> {
+    let dev = FileDevice::open(path, writable)
+        .with_context(|| format!("cannot open the journal device {}", path.display()))?;
+    Ok(JournalDevice(std::sync::Arc::new(dev)))
 }
 
 /// `-B`: a block size ext2/3/4 can have.

@@ -79,6 +79,10 @@ pub struct OpenOptions {
     /// Whose layout new inline bodies follow on an `inline_data` file
     /// system: the kernel's by default, `mke2fs -d`'s for building images.
     pub inline: crate::InlinePolicy,
+    /// The device holding the file system's external journal
+    /// (`s_journal_inum` 0), checked against `s_journal_uuid` at open
+    /// (the kernel's `journal_path=`; see [`crate::journal::external`]).
+    pub journal_device: Option<crate::journal::JournalDevice>,
 }
 
 impl Default for OpenOptions {
@@ -97,6 +101,7 @@ impl Default for OpenOptions {
             readdir: crate::dir::ReadDirOptions::default(),
             superblock: None,
             inline: crate::InlinePolicy::Kernel,
+            journal_device: None,
         }
     }
 }

@@ -552,11 +552,19 @@ const MAX_RUN: usize = 256 << 10;
 /// out in a few larger writes instead of one system call each. Order is
 /// kept, so of two pieces covering the same bytes the later one still wins.
 pub(crate) fn write_runs<'b>(fs: &Filesystem, pieces: impl Iterator<Item = (u64, &'b [u8])>) -> Result<()> {
+    write_runs_on(fs, fs.dev.as_ref(), pieces)
+}
+
+/// [`write_runs`] to `dev` (an external journal's device).
+pub(crate) fn write_runs_on<'b>(
+    fs: &Filesystem,
+    dev: &dyn crate::device::BlockDevice,
+    pieces: impl Iterator<Item = (u64, &'b [u8])>,
+) -> Result<()> {
     let mut run: Vec<&[u8]> = Vec::new();
     let (mut start, mut len) = (0u64, 0usize);
     let flush = |start: u64, run: &[&[u8]]| {
-        fs.dev
-            .write_gather(start, run)
+        dev.write_gather(start, run)
             .map_err(|source| fs.write_failed(start, source))
     };
     for (off, bytes) in pieces {

@@ -3,6 +3,7 @@
 //! never replays: like `e2fsck -n`, it says recovery is skipped and checks
 //! the file system as found.
 
+use ext4kit_engine::journal::JournalDevice;
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
 use ext4kit_format::inode::mode;
 use ext4kit_format::journal::superblock::RawJournalSuperblock;
@@ -24,13 +25,14 @@ const JBD2_MIN_JOURNAL_BLOCKS: u64 = 1024;
 /// the rest of the block is version 2's.
 const V1_SB_SIZE: usize = 0x24;
 
-/// Checks the journal, then the orphan list ([`crate::orphans`]).
-pub fn check(ctx: &mut Ctx) {
-    journal(ctx);
+/// Checks the journal (on `external`, the journal device given with `-j`,
+/// when the file system's is there), then the orphan list ([`crate::orphans`]).
+pub fn check(ctx: &mut Ctx, external: Option<&JournalDevice>) {
+    journal(ctx, external);
     crate::orphans::check(ctx);
 }
 
-fn journal(ctx: &mut Ctx) {
+fn journal(ctx: &mut Ctx, external: Option<&JournalDevice>) {
     let f = ctx.fs.geo.features;
     let recover = f.incompat.contains(IncompatFeatures::RECOVER);
     if !f.compat.contains(CompatFeatures::HAS_JOURNAL) {
@@ -42,7 +44,7 @@ fn journal(ctx: &mut Ctx) {
     }
     let jino = ctx.fs.sb.s_journal_inum.get();
     if jino == 0 {
-        ctx.report.note("external journal: not checked");
+        external_journal(ctx, external, recover);
         return;
     }
     let Some((jsb, jblk)) = journal_superblock(ctx, jino) else {
@@ -90,6 +92,49 @@ fn journal(ctx: &mut Ctx) {
         } else {
             "has transactions to replay"
         }
+    ));
+}
+
+/// An external journal (`s_journal_inum` 0): the device given must be
+/// this file system's (`s_journal_uuid`, the block size, `s_users`), as
+/// e2fsck checks it. A repair replayed it first (`repair::replay_journal`).
+fn external_journal(ctx: &mut Ctx, dev: Option<&JournalDevice>, recover: bool) {
+    let uuid = ext4kit_engine::journal::external::uuid(&ctx.fs.sb.s_journal_uuid);
+    let Some(dev) = dev else {
+        ctx.report.note(format!(
+            "the journal is on an external device (UUID {uuid}), not given: not checked (give it with -j PATH)"
+        ));
+        if recover {
+            ctx.report
+                .note("the journal needs recovery: skipping journal recovery; checking the file system as found");
+        }
+        return;
+    };
+    let j = match ext4kit_engine::journal::external::inspect(dev, &ctx.fs.sb) {
+        Ok(j) => j,
+        Err(e) => {
+            let msg = format!("external journal {uuid}: {e}");
+            ctx.add(Finding::new(p::P0_JOURNAL_BAD_SUPER, msg, "abort"));
+            return;
+        }
+    };
+    if recover && ctx.repairing() {
+        let msg = "the external journal needs recovery but could not be replayed";
+        ctx.add(Finding::new(p::P0_JOURNAL_RESET_JOURNAL, msg, "replay it"));
+    } else if recover {
+        ctx.report.note("the journal needs recovery: skipping journal recovery because this is a read-only check; checking the file system as found");
+    } else if j.start != 0 {
+        ctx.report
+            .note("needs_recovery is clear but the external journal has data: the kernel will skip it");
+    }
+    let state = if j.start == 0 {
+        "empty"
+    } else {
+        "has transactions to replay"
+    };
+    ctx.report.note(format!(
+        "journal: external device {uuid}, {} blocks, sequence {}, {state}",
+        j.max_len, j.sequence
     ));
 }
 

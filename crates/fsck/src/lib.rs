@@ -125,6 +125,9 @@ pub struct Options<'a> {
     /// 64 KiB is tried) and its descriptors; a repair rewrites the primary
     /// superblock and descriptors from them.
     pub superblock: Option<(u64, Option<u32>)>,
+    /// The external journal device (`-j PATH`) of an image whose journal
+    /// lives on another device: checked, and replayed by a repair.
+    pub journal: Option<ext4kit_engine::journal::JournalDevice>,
 }
 
 /// Where the check is, for a progress display.
@@ -204,7 +207,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     superblock::check(&mut ctx);
     groups::check(&mut ctx);
     answered_before_the_passes(&mut ctx, before_sb_checks);
-    journal::check(&mut ctx);
+    journal::check(&mut ctx, opts.journal.as_ref());
     if opts.journal_only {
         return finish(ctx);
     }

@@ -177,6 +177,9 @@ pub struct MountConfig {
     /// writes the superblock back there, the mount must be `ro`: see
     /// `ext4kit_engine::backup_sb`.
     pub superblock: Option<u64>,
+    /// The external journal device (`journal_path=`, as ext4 spells it),
+    /// for an image whose journal lives on another device.
+    pub journal_path: Option<std::path::PathBuf>,
 }
 
 impl Default for MountConfig {
@@ -210,6 +213,7 @@ impl Default for MountConfig {
             alloc: AllocOptions::default(),
             readdir: ReadDirOptions::default(),
             superblock: None,
+            journal_path: None,
         }
     }
 }
@@ -438,6 +442,13 @@ impl MountConfig {
             "journal_checksum" => flag(value).map(|()| self.journal.checksum = Some(true)),
             "nojournal_checksum" => flag(value).map(|()| self.journal.checksum = Some(false)),
             "journal_async_commit" => flag(value).map(|()| self.journal.async_commit = true),
+            "journal_path" => match value {
+                Some(p) if !p.is_empty() => {
+                    self.journal_path = Some(p.into());
+                    Ok(())
+                }
+                _ => Err("expects the journal device's path".into()),
+            },
             "sb" => match value.and_then(|v| v.parse::<u64>().ok()) {
                 Some(n) if n > 0 => {
                     self.superblock = Some(n);

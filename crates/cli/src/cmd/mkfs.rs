@@ -8,6 +8,8 @@ use ext4kit_engine::device::FileDevice;
 use ext4kit_engine::mkfs::{Media, MkfsOptions, Plan, mkfs, parse_size, parse_uuid};
 use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
 
+mod journal_dev;
+
 /// Arguments of `mkfs`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -61,6 +63,10 @@ pub struct Args {
     /// Populate from a directory (copies the tree in, like `ext4kit import`).
     #[arg(short = 'd')]
     root_dir: Option<PathBuf>,
+    /// Journal options: `device=PATH` keeps the journal on that journal
+    /// device (made with `-O journal_dev`), as mke2fs -J device=.
+    #[arg(short = 'J')]
+    journal: Vec<String>,
 }
 
 /// Builds the options, prepares the image and lays out the file system.
@@ -76,7 +82,18 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 fn make(a: &Args) -> Result<()> {
+    if a.features
+        .iter()
+        .flat_map(|f| f.split(','))
+        .any(|f| f.trim() == "journal_dev")
+    {
+        return journal_dev::make(a);
+    }
+    let jdev = journal_dev::device_option(&a.journal)?;
     let mut opts = options(a)?;
+    if let Some(j) = &jdev {
+        journal_dev::prepare_fs(&mut opts, j)?;
+    }
     if let Some(src) = &a.root_dir
         && !src.is_dir()
     {
@@ -102,6 +119,9 @@ fn make(a: &Args) -> Result<()> {
         outln!("-G auto: {why}; media {media}");
     }
     drop(dev);
+    if let Some(j) = &jdev {
+        journal_dev::attach(&a.image, j)?;
+    }
     if let Some(src) = &a.root_dir {
         populate(&a.image, src)?;
     }

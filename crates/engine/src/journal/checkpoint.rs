@@ -25,7 +25,10 @@ impl Log {
         self.jsb.s_start.set(0);
         self.jsb.s_sequence.set(self.sequence);
         self.write_superblock(fs)?;
-        flush(fs)?;
+        match self.ext {
+            Some(_) => self.flush_external(fs)?,
+            None => flush(fs)?,
+        }
         self.restart();
         self.stats.checkpoints += 1;
         Ok(())

@@ -17,7 +17,7 @@ use ext4kit_format::journal::{JBD2_MAGIC, commit, revoke};
 use super::writer::Log;
 use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
-use crate::txn::write_runs;
+use crate::txn::write_runs_on;
 
 /// Journal blocks of one transaction, in log order, with where they go.
 struct Pieces<'a> {
@@ -42,17 +42,21 @@ impl Log {
         let mut lblk = self.head;
         self.add_descriptors(blocks, seq, &mut lblk, &mut p)?;
         self.add_revokes(revokes, seq, &mut lblk, &mut p)?;
-        write_runs(fs, p.writes.iter().map(|(o, b)| (*o, &b[..])))?;
+        write_runs_on(fs, self.device(fs), p.writes.iter().map(|(o, b)| (*o, &b[..])))?;
         if self.barrier_before_commit {
             flush(fs)?;
+            self.flush_external(fs)?;
         }
         let now = crate::clock::now();
         let block = commit::encode(&self.params, seq, now.secs.max(0) as u64, now.nsecs);
         let at = self.device_block(lblk)? << fs.geo.block_size_log2;
-        fs.dev
+        self.device(fs)
             .write_at(at, &block)
             .map_err(|source| fs.write_failed(at, source))?;
-        flush(fs)?;
+        match self.ext {
+            Some(_) => self.flush_external(fs)?,
+            None => flush(fs)?,
+        }
         self.head = lblk + 1;
         self.sequence = seq.wrapping_add(1);
         self.stats.commits += 1;
@@ -120,9 +124,17 @@ impl Log {
     pub(crate) fn write_superblock(&mut self, fs: &Filesystem) -> Result<()> {
         self.jsb.set_checksum();
         let at = self.device_block(0)? << fs.geo.block_size_log2;
-        fs.dev
+        self.device(fs)
             .write_at(at, &self.jsb.encode())
             .map_err(|source| fs.write_failed(at, source))
+    }
+
+    /// Flushes the external journal device, if the journal is on one.
+    pub(crate) fn flush_external(&self, fs: &Filesystem) -> Result<()> {
+        match &self.ext {
+            Some(dev) => dev.0.flush().map_err(|source| fs.write_failed(0, source)),
+            None => Ok(()),
+        }
     }
 }
 

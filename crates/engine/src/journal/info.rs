@@ -92,6 +92,14 @@ impl Filesystem {
                 }
                 Err(e) => info.problem = Some(e.to_string()),
             }
+        } else if let Some(dev) = &self.opts.journal_device {
+            // A journal device that is not this file system's is an error
+            // at open, as the kernel's mount fails on it.
+            let ext = super::external::External::open(dev, &self.sb.read(), self.geo.block_size)?;
+            info.needs_recovery |= ext.jsb.s_start.get() != 0;
+            info.superblock = Some(summary(&ext.jsb));
+        } else {
+            info.problem = Some(super::external::NOT_GIVEN.into());
         }
         Ok(info)
     }
@@ -103,14 +111,18 @@ impl Filesystem {
         let at = crate::error::Location::Journal { block: 0 };
         let jsb = RawJournalSuperblock::parse(&buf).map_err(|e| crate::Error::format(at, e))?;
         self.check_journal(at, jsb.verify_checksum())?;
-        Ok(JournalSummary {
-            block_size: jsb.s_blocksize.get(),
-            max_len: jsb.s_maxlen.get(),
-            first: jsb.s_first.get(),
-            sequence: jsb.s_sequence.get(),
-            start: jsb.s_start.get(),
-            incompat: jsb.s_feature_incompat.get(),
-            compat: jsb.s_feature_compat.get(),
-        })
+        Ok(summary(&jsb))
+    }
+}
+
+pub(crate) fn summary(jsb: &RawJournalSuperblock) -> JournalSummary {
+    JournalSummary {
+        block_size: jsb.s_blocksize.get(),
+        max_len: jsb.s_maxlen.get(),
+        first: jsb.s_first.get(),
+        sequence: jsb.s_sequence.get(),
+        start: jsb.s_start.get(),
+        incompat: jsb.s_feature_incompat.get(),
+        compat: jsb.s_feature_compat.get(),
     }
 }

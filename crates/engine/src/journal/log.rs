@@ -13,6 +13,7 @@ use ext4kit_format::journal::{self as jbd, JournalParams};
 use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::inode::map::Run;
+use std::sync::Arc;
 
 /// `s_feature_incompat` bits this replay understands.
 const KNOWN_INCOMPAT: u32 = jbd::INCOMPAT_REVOKE
@@ -25,6 +26,8 @@ const KNOWN_INCOMPAT: u32 = jbd::INCOMPAT_REVOKE
 pub(crate) struct Log<'a> {
     fs: &'a Filesystem,
     runs: Vec<Run>,
+    /// The external journal device; `None` for the journal inode.
+    pub(crate) ext: Option<Arc<dyn crate::device::BlockDevice>>,
     /// The journal superblock as found.
     pub(crate) sb: RawJournalSuperblock,
     /// Block size, features and checksum seed.
@@ -49,6 +52,9 @@ impl<'a> Log<'a> {
     /// [`Error::Unsupported`] for v1 (`COMPAT_CHECKSUM`) checksums,
     /// fast commits or unknown incompat features.
     pub(crate) fn open(fs: &'a Filesystem, ino: u32) -> Result<Self> {
+        if ino == 0 {
+            return Self::open_external(fs);
+        }
         let inode = fs.inode(ino)?;
         let bs = fs.geo.block_size;
         let inode_blocks = inode.size() / u64::from(bs);
@@ -84,6 +90,7 @@ impl<'a> Log<'a> {
         let log = Self {
             fs,
             runs,
+            ext: None,
             sb,
             params,
             first,
@@ -91,6 +98,30 @@ impl<'a> Log<'a> {
         };
         log.check_mapped()?;
         Ok(log)
+    }
+
+    /// The log on the journal device given at open (`super::external`).
+    fn open_external(fs: &'a Filesystem) -> Result<Self> {
+        let dev = fs.opts.journal_device.as_ref();
+        let dev = dev.ok_or_else(|| Error::Unsupported(super::external::NOT_GIVEN.into()))?;
+        let ext = super::external::External::open(dev, &fs.sb.read(), fs.geo.block_size)?;
+        let sb = ext.jsb;
+        let params = sb.params().map_err(|e| Error::format(at(0), e))?;
+        check_features(&sb)?;
+        let (first, maxlen, start) = (sb.s_first.get(), sb.s_maxlen.get(), sb.s_start.get());
+        if start != 0 && !(first..maxlen).contains(&start) {
+            let why = format!("s_start {start} is outside the log {first}..{maxlen}");
+            return Err(Error::inconsistent(at(0), why));
+        }
+        Ok(Self {
+            fs,
+            runs: ext.runs(),
+            ext: Some(ext.dev),
+            sb,
+            params,
+            first,
+            maxlen,
+        })
     }
 
     /// Every journal block up to `s_maxlen` must be mapped and written.
@@ -137,8 +168,13 @@ impl<'a> Log<'a> {
     /// Reads journal block `block`.
     pub(crate) fn read(&self, block: u32) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; self.params.block_size];
-        let dev_block = self.physical(block)?;
-        self.fs.read_bytes(dev_block << self.fs.geo.block_size_log2, &mut buf)?;
+        let offset = self.physical(block)? << self.fs.geo.block_size_log2;
+        match &self.ext {
+            Some(dev) => dev
+                .read_at(offset, &mut buf)
+                .map_err(|source| Error::Io { offset, source })?,
+            None => self.fs.read_bytes(offset, &mut buf)?,
+        }
         Ok(buf)
     }
 }

@@ -25,8 +25,11 @@ impl Filesystem {
     /// the file system's checksums verified again (the open may have read
     /// the journal inode without).
     pub(crate) fn replay_at_open(&mut self) -> Result<()> {
-        if self.journal.external {
-            return Err(Error::Unsupported("replaying an external journal".into()));
+        if self.journal.external && self.opts.journal_device.is_none() {
+            return Err(Error::Unsupported(format!(
+                "the journal needs recovery: {}",
+                super::external::NOT_GIVEN
+            )));
         }
         let recovered = self.recover_journal()?;
         self.csum_deferred = false;
@@ -84,7 +87,18 @@ impl Filesystem {
         let home = log.physical(0)?;
         let mut block = log.read(0)?;
         block[..jsb.encode().len()].copy_from_slice(&jsb.encode());
-        self.put_block(home, block, in_memory)
+        match &log.ext {
+            // The overlay holds file-system blocks only: a read-only
+            // session leaves the journal device as it is.
+            Some(_) if in_memory => Ok(()),
+            Some(dev) => {
+                let offset = home << self.geo.block_size_log2;
+                let io = |source| Error::Io { offset, source };
+                dev.write_at(offset, &block).map_err(io)?;
+                dev.flush().map_err(io)
+            }
+            None => self.put_block(home, block, in_memory),
+        }
     }
 
     /// Clears `needs_recovery` in the replayed superblock (and records an

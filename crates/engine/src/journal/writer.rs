@@ -19,6 +19,7 @@ use ext4kit_format::journal::{
 };
 use ext4kit_format::superblock::RawSuperblock;
 
+use crate::device::BlockDevice;
 use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::inode::map::Run;
@@ -83,6 +84,9 @@ pub struct JournalStats {
 pub(crate) struct Log {
     /// The journal inode's body, logical journal block to device block.
     runs: Vec<Run>,
+    /// The external journal device; `None` when the journal is inode
+    /// `s_journal_inum` on the file system's own device.
+    pub(crate) ext: Option<super::JournalDevice>,
     pub(crate) jsb: RawJournalSuperblock,
     pub(crate) params: JournalParams,
     /// First and one-past-last usable journal blocks (`s_first`, `s_maxlen`).
@@ -110,18 +114,8 @@ impl Log {
     /// recovery ran at open.
     pub(crate) fn load(fs: &Filesystem, opts: &JournalOptions) -> Result<Self> {
         let at = Location::Journal { block: 0 };
-        let ino = fs.sb.read().s_journal_inum.get();
-        if ino == 0 {
-            return Err(Error::Unsupported("writing to an external journal".into()));
-        }
-        let inode = fs.inode(ino)?;
+        let (runs, ext, mut jsb, blocks) = locate(fs)?;
         let bs = u64::from(fs.geo.block_size);
-        let blocks = inode.size() / bs;
-        let runs = fs.map_range(&inode, 0, blocks)?;
-        let mut buf = vec![0u8; 1024];
-        fs.read_at(&inode, 0, &mut buf)?;
-        let mut jsb = RawJournalSuperblock::parse(&buf).map_err(|e| Error::format(at, e))?;
-        fs.check(at, jsb.verify_checksum())?;
         if u64::from(jsb.s_blocksize.get()) != bs {
             return Err(Error::inconsistent(
                 at,
@@ -146,6 +140,7 @@ impl Log {
         fs.read_bytes(home * bs, &mut sb_block)?;
         let log = Self {
             runs,
+            ext,
             sequence: jsb.s_sequence.get(),
             jsb,
             params,
@@ -159,6 +154,14 @@ impl Log {
         };
         log.device_block(end - 1)?;
         Ok(log)
+    }
+
+    /// The device the journal blocks are on.
+    pub(crate) fn device<'a>(&'a self, fs: &'a Filesystem) -> &'a dyn BlockDevice {
+        match &self.ext {
+            Some(dev) => dev.0.as_ref(),
+            None => fs.dev.as_ref(),
+        }
     }
 
     /// The device block holding journal block `lblk`.
@@ -230,6 +233,30 @@ impl Log {
         self.jsb.s_feature_incompat.set(f | INCOMPAT_REVOKE);
         self.params.incompat |= INCOMPAT_REVOKE;
     }
+}
+
+/// Where the journal blocks are (runs, external device), its superblock,
+/// and how many journal blocks the runs may map.
+type Located = (Vec<Run>, Option<super::JournalDevice>, RawJournalSuperblock, u64);
+
+fn locate(fs: &Filesystem) -> Result<Located> {
+    let at = Location::Journal { block: 0 };
+    let ino = fs.sb.read().s_journal_inum.get();
+    if ino == 0 {
+        let dev = fs.opts.journal_device.as_ref();
+        let dev = dev.ok_or_else(|| Error::Unsupported(super::external::NOT_GIVEN.into()))?;
+        let ext = super::external::External::open(dev, &fs.sb.read(), fs.geo.block_size)?;
+        let maxlen = ext.jsb.s_maxlen.get().into();
+        return Ok((ext.runs(), Some(super::JournalDevice(ext.dev.clone())), ext.jsb, maxlen));
+    }
+    let inode = fs.inode(ino)?;
+    let blocks = inode.size() / u64::from(fs.geo.block_size);
+    let runs = fs.map_range(&inode, 0, blocks)?;
+    let mut buf = vec![0u8; 1024];
+    fs.read_at(&inode, 0, &mut buf)?;
+    let jsb = RawJournalSuperblock::parse(&buf).map_err(|e| Error::format(at, e))?;
+    fs.check(at, jsb.verify_checksum())?;
+    Ok((runs, None, jsb, blocks))
 }
 
 fn set_features(jsb: &mut RawJournalSuperblock, fs: &Filesystem, opts: &JournalOptions) -> Result<()> {

@@ -30,6 +30,7 @@ pub mod filemap;
 mod files;
 pub mod flexsize;
 pub mod journal;
+pub mod journal_dev;
 pub mod layout;
 pub mod media;
 pub mod options;
@@ -128,7 +129,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
 }
 
 /// `SOURCE_DATE_EPOCH` when set and valid, else the current time.
-fn now() -> u32 {
+pub(crate) fn now() -> u32 {
     if let Some(t) = std::env::var("SOURCE_DATE_EPOCH")
         .ok()
         .and_then(|v| v.trim().parse::<u32>().ok())

@@ -12,6 +12,7 @@ pub mod commit;
 pub mod overlay;
 pub mod undo;
 
+use ext4kit_engine::journal::JournalDevice;
 use std::sync::Arc;
 
 use ext4kit_engine::{BlockDevice, Filesystem, OpenOptions};
@@ -78,7 +79,7 @@ pub fn repair(
         return Err(Fatal::Io("a repair needs a writable image".into()));
     }
     let mut out = Outcome {
-        journal: replay_journal(dev),
+        journal: replay_journal(dev, opts.journal.as_ref())?,
         ..Outcome::default()
     };
     let overlay = Overlay::new(dev.as_ref());
@@ -92,6 +93,7 @@ pub fn repair(
         rehash_all: opts.rehash_all,
         threads: opts.threads,
         superblock: opts.superblock,
+        journal: opts.journal.clone(),
     };
     for _ in 0..MAX_RUNS {
         let rep = check(&overlay, &run_opts, progress)?;
@@ -169,28 +171,38 @@ fn regrow_itrees(dev: &Arc<dyn BlockDevice>) -> Option<String> {
 /// when there was nothing to replay; otherwise what happened, for the
 /// report. A journal that cannot be replayed is left to the passes, which
 /// report it.
-fn replay_journal(dev: &Arc<dyn BlockDevice>) -> Option<String> {
+fn replay_journal(dev: &Arc<dyn BlockDevice>, external: Option<&JournalDevice>) -> Result<Option<String>, Fatal> {
     let mut buf = [0u8; SUPERBLOCK_SIZE];
-    dev.read_at(SUPERBLOCK_OFFSET, &mut buf).ok()?;
-    let sb = RawSuperblock::parse(&buf).ok()?;
+    let Ok(()) = dev.read_at(SUPERBLOCK_OFFSET, &mut buf) else {
+        return Ok(None);
+    };
+    let Ok(sb) = RawSuperblock::parse(&buf) else {
+        return Ok(None);
+    };
     let f = sb.features();
-    if !f.compat.contains(CompatFeatures::HAS_JOURNAL)
-        || !f.incompat.contains(IncompatFeatures::RECOVER)
-        || sb.s_journal_inum.get() == 0
-    {
-        return None;
+    if !f.compat.contains(CompatFeatures::HAS_JOURNAL) || !f.incompat.contains(IncompatFeatures::RECOVER) {
+        return Ok(None);
+    }
+    // Repairing over a log that was never replayed would be undone by it
+    // at the next mount, as e2fsck will not repair without the journal.
+    if sb.s_journal_inum.get() == 0 && external.is_none() {
+        return Err(Fatal::Unsupported(format!(
+            "the journal needs recovery and is on an external device that was not given: {}",
+            "give it with -j PATH"
+        )));
     }
     let opts = OpenOptions {
         count_mount: false,
+        journal_device: external.cloned(),
         ..OpenOptions::default()
     };
     let fs = match Filesystem::open(Box::new(dev.clone()), opts) {
         Ok(fs) => fs,
-        Err(e) => return Some(format!("not replayed: {e}")),
+        Err(e) => return Ok(Some(format!("not replayed: {e}"))),
     };
     match fs.unmount() {
-        Ok(()) => Some("replayed".into()),
-        Err(e) => Some(format!("not replayed: {e}")),
+        Ok(()) => Ok(Some("replayed".into())),
+        Err(e) => Ok(Some(format!("not replayed: {e}"))),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `ext4kit fsck [-n|-p|-y] [-f] [-D] [-b block [-B size]] [-z undo] [-C fd] [--json] [-E journal_only] IMAGE`:
+//! `ext4kit fsck [-n|-p|-y] [-f] [-D] [-b block [-B size]] [-j journal] [-z undo] [-C fd] [--json] [-E journal_only] IMAGE`:
 //! checks an image as `e2fsck -n` does, or repairs it as `e2fsck -p` and
 //! `e2fsck -y` do, with e2fsck's exit codes. All checking and repairing is
 //! `ext4kit-fsck`'s; this module parses options ([`mod@self`]), renders
@@ -67,6 +67,10 @@ pub struct Args {
     /// it each size is tried.
     #[arg(short = 'B', value_name = "SIZE")]
     pub block_size: Option<String>,
+    /// The external journal device of an image whose journal lives on
+    /// another device, as e2fsck -j: checked, and replayed by -p/-y.
+    #[arg(short = 'j', value_name = "PATH")]
+    pub journal: Option<PathBuf>,
 }
 
 const PASS_NAMES: [&str; 7] = [
@@ -150,6 +154,16 @@ fn check(a: &Args) -> Result<i32> {
     let Some(dev) = open(a, mode) else {
         return Ok(fsck::EXIT_OPERATIONAL);
     };
+    let journal = match &a.journal {
+        Some(p) => match crate::open::journal_device(p, mode != Mode::Check) {
+            Ok(j) => Some(j),
+            Err(e) => {
+                eprintln!("ext4kit fsck: {e:#}");
+                return Ok(fsck::EXIT_OPERATIONAL);
+            }
+        },
+        None => None,
+    };
     let cancel = Arc::new(AtomicBool::new(false));
     let _sig = signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone())?;
     let now = std::time::SystemTime::now()
@@ -165,6 +179,7 @@ fn check(a: &Args) -> Result<i32> {
         rehash_all: a.rebuild_dirs,
         threads: a.threads,
         superblock,
+        journal,
     };
     let mut bar = ProgressOut::new(a.progress_fd, &a.image);
     if mode == Mode::Check {
