@@ -159,6 +159,7 @@ impl Filesystem {
             fs.reload()?;
         }
         fs.start_journal()?;
+        fs.replay_fast_commits()?;
         // As the kernel's mount does; corruption in the list is recorded
         // in the superblock and leaves the rest for e2fsck.
         if let Err(e) = fs.noting_errors("orphan_cleanup", fs.orphan_cleanup())

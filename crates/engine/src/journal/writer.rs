@@ -128,8 +128,15 @@ impl Log {
                 "journal block size differs from the file system's",
             ));
         }
-        let end = jsb.s_maxlen.get();
         let first = jsb.s_first.get();
+        // The fast-commit area is not the log's (`j_last`); the block
+        // before it is unused, as jbd2 leaves it.
+        let fc = if jsb.incompat() & ext4kit_format::journal::INCOMPAT_FAST_COMMIT != 0 {
+            ext4kit_format::journal::fast_commit::area_blocks(jsb.s_num_fc_blks.get())
+        } else {
+            0
+        };
+        let end = jsb.s_maxlen.get().saturating_sub(fc);
         if u64::from(end) > blocks || first == 0 || first >= end || end - first < 64 {
             return Err(Error::inconsistent(
                 at,

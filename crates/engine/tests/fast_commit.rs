@@ -1,0 +1,158 @@
+//! Fast commits the kernel wrote, replayed at open: an image made with
+//! `mkfs.ext4 -O fast_commit` is loop-mounted, files are created, written,
+//! appended, linked, unlinked and truncated with an `fsync` after each,
+//! and the backing file is copied while still mounted, so the copy holds
+//! the last full commit plus fast commits (`commit=600` keeps the timer's
+//! full commit away). The engine's replay must give the tree, inode
+//! numbers and link counts the kernel's own replay of another copy gives,
+//! and an image `e2fsck -fn` finds clean.
+
+mod common;
+
+use std::fs::{self, OpenOptions as StdOpen};
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use ext4kit_testkit::compare::{CompareOptions, compare_trees, format_differences};
+use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
+use ext4kit_testkit::tools::{assert_fsck_clean, run_ok};
+
+fn write_sync(path: &Path, data: &[u8], append: bool) {
+    let mut f = StdOpen::new()
+        .create(true)
+        .append(append)
+        .write(true)
+        .truncate(!append)
+        .open(path)
+        .unwrap();
+    f.write_all(data).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// Pseudo-random bytes (no clock, no RNG crate): the content only has to
+/// differ from block to block.
+fn bytes(n: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// The kernel's work: a base tree made durable by a full commit, then
+/// fast-committed changes; returns the image copied while mounted.
+fn kernel_image(dir: &Path) -> std::path::PathBuf {
+    let img = common::mkfs(dir, None, &["-O", "fast_commit", "-b", "4096"], "64M").unwrap();
+    let m = LoopMount::rw(&img, &["commit=600"]).unwrap();
+    let d = m.path().join("d");
+    fs::create_dir(&d).unwrap();
+    write_sync(&d.join("keep"), b"base\n", false);
+    write_sync(&d.join("gone"), b"gone\n", false);
+    write_sync(&d.join("trunc"), &bytes(50_000, 7), false);
+    write_sync(&d.join("old"), b"x\n", false);
+    run_ok("sync", &["-f", d.to_str().unwrap()]).unwrap();
+    write_sync(&d.join("new"), b"hello fast commit\n", false);
+    write_sync(&d.join("big"), &bytes(70_000, 9), false);
+    write_sync(&d.join("keep"), b"appended\n", true);
+    fs::remove_file(d.join("gone")).unwrap();
+    fs::hard_link(d.join("new"), d.join("new2")).unwrap();
+    let f = StdOpen::new().write(true).open(d.join("trunc")).unwrap();
+    f.set_len(5000).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    write_sync(&d.join("new"), b"more\n", true);
+    let crashed = dir.join("crashed.img");
+    fs::copy(&img, &crashed).unwrap();
+    m.unmount().unwrap();
+    crashed
+}
+
+/// Name → (inode, links, size, mtime) under `d`. The files' times come
+/// from the replayed inode records; the directory's are the replay's own
+/// (the kernel's link and unlink stamp it), so trees compare without times.
+fn entries(root: &Path) -> Vec<(String, u64, u64, u64, i64)> {
+    let mut v: Vec<_> = fs::read_dir(root.join("d"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            (
+                name,
+                m.ino(),
+                m.nlink(),
+                m.size(),
+                m.mtime_nsec() + m.mtime() * 1_000_000_000,
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn same_trees(expected: &Path, actual: &Path, what: &str) {
+    let opts = CompareOptions {
+        ignore_lost_found: true,
+        mtime: false,
+        ..CompareOptions::default()
+    };
+    let diffs = compare_trees(expected, actual, opts);
+    assert!(diffs.is_empty(), "{what}:\n{}", format_differences(&diffs));
+}
+
+#[test]
+fn kernel_fast_commits_replay_as_the_kernel_replays_them() {
+    if let Err(why) = can_loop_mount() {
+        ext4kit_testkit::skipped!("fast-commit replay against the kernel: {why}");
+        assert!(std::env::var_os("CI").is_none(), "CI must run the kernel tests");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let crashed = kernel_image(dir.path());
+    let (ours, kernels, e2fsck) = (
+        dir.path().join("ours.img"),
+        dir.path().join("k.img"),
+        dir.path().join("e.img"),
+    );
+    for to in [&ours, &kernels, &e2fsck] {
+        fs::copy(&crashed, to).unwrap();
+    }
+
+    let fs = common::open_rw(&ours);
+    let r = fs
+        .journal_info()
+        .recovered
+        .clone()
+        .expect("the journal needed recovery");
+    assert!(r.fast_commits >= 5, "the kernel's fsyncs left fast commits: {r:?}");
+    assert!(r.fast_commit_records > 0, "{r:?}");
+    fs.unmount().unwrap();
+    assert_fsck_clean(&ours).unwrap();
+
+    let theirs = LoopMount::rw(&kernels, &[]).unwrap();
+    let mine = LoopMount::ro(&ours).unwrap();
+    same_trees(theirs.path(), mine.path(), "kernel replay vs engine replay");
+    assert_eq!(
+        entries(theirs.path()),
+        entries(mine.path()),
+        "names, inodes, links, sizes"
+    );
+    let content = fs::read(mine.path().join("d/new")).unwrap();
+    assert_eq!(content, b"hello fast commit\nmore\n");
+    mine.unmount().unwrap();
+    theirs.unmount().unwrap();
+
+    // e2fsck replays too; its replay leaves the unlinked inode for pass 4
+    // (lost+found), the rest of the tree is the same.
+    let _ = run_ok("e2fsck", &["-fy", e2fsck.to_str().unwrap()]);
+    let theirs = LoopMount::ro(&e2fsck).unwrap();
+    let mine = LoopMount::ro(&ours).unwrap();
+    same_trees(theirs.path(), mine.path(), "e2fsck replay vs engine replay");
+    mine.unmount().unwrap();
+    theirs.unmount().unwrap();
+}
