@@ -16,7 +16,7 @@ use std::path::Path;
 
 use ext4kit_testkit::compare::{CompareOptions, compare_trees, format_differences};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
-use ext4kit_testkit::tools::{assert_fsck_clean, run_ok};
+use ext4kit_testkit::tools::{assert_fsck_clean, debugfs, run_ok};
 
 fn write_sync(path: &Path, data: &[u8], append: bool) {
     let mut f = StdOpen::new()
@@ -155,4 +155,53 @@ fn kernel_fast_commits_replay_as_the_kernel_replays_them() {
     same_trees(theirs.path(), mine.path(), "e2fsck replay vs engine replay");
     mine.unmount().unwrap();
     theirs.unmount().unwrap();
+}
+
+/// The engine's own transactions stay out of the fast-commit area of a
+/// journal whose superblock has `INCOMPAT_FAST_COMMIT`: the log ends at
+/// `j_last`, `s_num_fc_blks` before `s_maxlen`, with the block at `j_last`
+/// unused (jbd2's layout), however often it wraps.
+#[test]
+fn the_log_leaves_the_fast_commit_area_alone() {
+    use ext4kit_engine::{Attr, NodeKind, ROOT_INO};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(
+        dir.path(),
+        None,
+        &["-O", "fast_commit", "-b", "4096", "-J", "size=4"],
+        "64M",
+    ) else {
+        return;
+    };
+    // mke2fs leaves the jbd2 flag to the kernel's first mount; set it as
+    // that mount does (a fresh journal superblock has no checksum).
+    let jsb = debugfs(&img, "bmap <8> 0").unwrap().trim().parse::<u64>().unwrap() * 4096;
+    let mut bytes = fs::read(&img).unwrap();
+    let at = jsb as usize + 0x28;
+    let incompat = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) | 0x20;
+    bytes[at..at + 4].copy_from_slice(&incompat.to_be_bytes());
+    fs::write(&img, bytes).unwrap();
+    let attr = Attr {
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+    };
+    let fs = common::open_rw(&img);
+    for i in 0..600 {
+        fs.create(ROOT_INO, format!("f{i}").as_bytes(), NodeKind::Regular, attr)
+            .unwrap();
+        fs.sync().unwrap();
+    }
+    let mut block = vec![0u8; 4096];
+    for b in 1024..1040u64 {
+        fs.read_file_at(8, b * 4096, &mut block).unwrap();
+        assert_ne!(
+            block[..4],
+            0xC03B_3998u32.to_be_bytes(),
+            "journal block {b} is past j_last: {:?}",
+            &block[..16]
+        );
+    }
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img).unwrap();
 }
