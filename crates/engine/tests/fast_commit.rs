@@ -205,3 +205,69 @@ fn the_log_leaves_the_fast_commit_area_alone() {
     fs.unmount().unwrap();
     assert_fsck_clean(&img).unwrap();
 }
+
+/// Device offsets of the fast-commit area's blocks (`j_last + 1..s_maxlen`).
+fn fc_blocks(img: &Path) -> Vec<u64> {
+    let phys = |l: u64| {
+        debugfs(img, &format!("bmap <8> {l}"))
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+            * 4096
+    };
+    let bytes = fs::read(img).unwrap();
+    let sb = phys(0) as usize;
+    let be = |o: usize| u32::from_be_bytes(bytes[sb + o..sb + o + 4].try_into().unwrap());
+    let (maxlen, nfc) = (be(0x10), be(0x54));
+    let nfc = if nfc == 0 { 256 } else { nfc };
+    (maxlen - nfc + 1..maxlen).map(|l| phys(l.into())).collect()
+}
+
+/// A fast commit whose tail does not match its records ends the replay
+/// before it; a damaged first fast commit fails the recovery, the
+/// kernel's mount and the engine's open alike.
+#[test]
+fn damaged_fast_commits_are_not_replayed() {
+    use ext4kit_format::journal::fast_commit::{Tag, records};
+    if let Err(why) = can_loop_mount() {
+        ext4kit_testkit::skipped!("fast-commit replay against the kernel: {why}");
+        assert!(std::env::var_os("CI").is_none(), "CI must run the kernel tests");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let crashed = kernel_image(dir.path());
+    let area = fc_blocks(&crashed);
+    let mut bytes = fs::read(&crashed).unwrap();
+    let block = |bytes: &[u8], at: u64| bytes[at as usize..at as usize + 4096].to_vec();
+    // The last block with a tail holds the last fast commit.
+    let last = area
+        .iter()
+        .rposition(|&at| {
+            let b = block(&bytes, at);
+            records(&b).any(|r| matches!(r, Ok(r) if matches!(r.tag, Tag::Tail { .. })))
+        })
+        .unwrap();
+    let whole = {
+        let copy = dir.path().join("whole.img");
+        fs::copy(&crashed, &copy).unwrap();
+        let fs = common::open_rw(&copy);
+        fs.journal_info().recovered.clone().unwrap().fast_commits
+    };
+    bytes[area[last] as usize + 40] ^= 0x10;
+    let torn = dir.path().join("torn.img");
+    fs::write(&torn, &bytes).unwrap();
+    let fs = common::open_rw(&torn);
+    assert_eq!(fs.journal_info().recovered.clone().unwrap().fast_commits, whole - 1);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&torn).unwrap();
+
+    bytes[area[0] as usize + 40] ^= 0x10;
+    let bad = dir.path().join("bad.img");
+    fs::write(&bad, &bytes).unwrap();
+    let err = common::open(&bad, ext4kit_engine::OpenOptions::default()).err();
+    assert!(err.is_some(), "a damaged first fast commit must fail the replay");
+    let kernel = dir.path().join("kbad.img");
+    fs::copy(&bad, &kernel).unwrap();
+    assert!(LoopMount::rw(&kernel, &[]).is_err(), "the kernel's mount fails too");
+}

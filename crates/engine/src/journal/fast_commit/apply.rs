@@ -96,7 +96,11 @@ fn copy_inode(txn: &mut Txn<'_>, ino: u32, raw: &[u8]) -> Result<()> {
     if raw.len() < len {
         return Err(corrupt(ino, "shorter than its i_extra_isize says"));
     }
-    let slot = txn.fs.inode_slot(ino)?;
+    // An inode number outside the table is skipped, as the kernel's
+    // `ext4_get_fc_inode_loc` failure is.
+    let Ok(slot) = txn.fs.inode_slot(ino) else {
+        return Ok(());
+    };
     let mut rec = txn.with_block(slot.block, ino, |b| b[slot.offset..slot.offset + isz].to_vec())?;
     rec[..I_BLOCK].copy_from_slice(&raw[..I_BLOCK]);
     rec[I_GENERATION..len].copy_from_slice(&raw[I_GENERATION..len]);
@@ -162,6 +166,7 @@ fn edit_range(txn: &mut Txn<'_>, ino: u32, lo: u64, hi: u64, add: Option<Extent>
 
 /// Sets block `b`'s bitmap bit, counting it, when it differs.
 fn mark_block(txn: &mut Txn<'_>, b: u64, used: bool) -> Result<()> {
+    txn.fs.check_block(b, Location::Block { block: b, inode: 0 })?;
     let g = txn.group_of(b);
     let bit = (b - txn.fs.geo.group_first_block(g)) as u32;
     let map = txn.block_bitmap_mut(g)?;
