@@ -53,6 +53,12 @@ impl Log {
             .write_at(at, &block)
             .map_err(|source| fs.write_failed(at, source))?;
         flush(fs)?;
+        self.stats.log_blocks += u64::from(lblk + 1 - self.head);
+        // A full commit carries everything the fast commits since the last
+        // one did: the area starts over (`jbd2_fc_release_bufs`).
+        if let Some(fc) = self.fc.as_mut() {
+            fc.reset();
+        }
         self.head = lblk + 1;
         self.sequence = seq.wrapping_add(1);
         self.stats.commits += 1;

@@ -7,7 +7,7 @@
 
 mod checkpoint;
 pub(crate) mod commit;
-mod fast_commit;
+pub(crate) mod fast_commit;
 pub mod info;
 mod log;
 mod recovery;

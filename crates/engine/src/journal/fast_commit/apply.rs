@@ -4,7 +4,7 @@
 //! `ext4_iget` failure is; i_blocks is counted again from the tree rather
 //! than taken from the record.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ext4kit_format::extent::{EXT4_EXT_MAGIC, Extent};
 use ext4kit_format::inode::{FileType, flags, set_inode_checksum};
@@ -35,6 +35,10 @@ const GOOD_OLD: usize = 128;
 struct Touched {
     ranges: BTreeSet<u32>,
     records: BTreeSet<u32>,
+    /// Block → in use, as the records leave it: the bitmaps are set once
+    /// at the end, so a range removed by one record and added back by the
+    /// next costs nothing (e2fsck works on its in-memory bitmap alike).
+    blocks: BTreeMap<u64, bool>,
 }
 
 /// Applies `tags` in order, then settles i_blocks and inode bitmaps.
@@ -48,13 +52,13 @@ pub(super) fn replay(txn: &mut Txn<'_>, tags: &[Tag]) -> Result<()> {
             }
             Tag::AddRange { ino, extent } => {
                 let (lo, hi) = (u64::from(extent.logical), extent_end(extent));
-                if edit_range(txn, *ino, lo, hi, Some(*extent))? {
+                if edit_range(txn, *ino, lo, hi, Some(*extent), &mut touched.blocks)? {
                     touched.ranges.insert(*ino);
                 }
             }
             Tag::DelRange { ino, lblk, len } => {
                 let (lo, hi) = (u64::from(*lblk), (u64::from(*lblk) + u64::from(*len)).min(1 << 32));
-                if edit_range(txn, *ino, lo, hi, None)? {
+                if edit_range(txn, *ino, lo, hi, None, &mut touched.blocks)? {
                     touched.ranges.insert(*ino);
                 }
             }
@@ -63,6 +67,9 @@ pub(super) fn replay(txn: &mut Txn<'_>, tags: &[Tag]) -> Result<()> {
             Tag::Unlink(d) => unlink(txn, d)?,
             Tag::Pad | Tag::Head { .. } | Tag::Tail { .. } => {}
         }
+    }
+    for (&b, &used) in &touched.blocks {
+        mark_block(txn, b, used)?;
     }
     for &ino in touched.ranges.union(&touched.records) {
         settle(txn, ino, touched.records.contains(&ino))?;
@@ -130,10 +137,17 @@ fn readable(txn: &Txn<'_>, ino: u32) -> Option<Inode> {
 }
 
 /// `ADD_RANGE` (`add` given) and `DEL_RANGE`: logical blocks `lo..hi` of
-/// `ino` unmapped, then mapped to `add`; the blocks they leave are freed
-/// and the blocks of `add` taken (`ext4_mb_mark_bb`). False when the
-/// record was skipped.
-fn edit_range(txn: &mut Txn<'_>, ino: u32, lo: u64, hi: u64, add: Option<Extent>) -> Result<bool> {
+/// `ino` unmapped, then mapped to `add`; the blocks they leave are to be
+/// freed and the blocks of `add` taken (`ext4_mb_mark_bb`), in `blocks`.
+/// False when the record was skipped.
+fn edit_range(
+    txn: &mut Txn<'_>,
+    ino: u32,
+    lo: u64,
+    hi: u64,
+    add: Option<Extent>,
+    blocks: &mut BTreeMap<u64, bool>,
+) -> Result<bool> {
     let Some(mut inode) = readable(txn, ino) else {
         return Ok(false);
     };
@@ -142,12 +156,9 @@ fn edit_range(txn: &mut Txn<'_>, ino: u32, lo: u64, hi: u64, add: Option<Extent>
     }
     let (exts, _) = txn.tree_contents(&inode)?;
     let (mut kept, gone) = partition(&exts, lo, hi);
-    let keep_range = add.map(|e| (e.physical, e.physical + u64::from(e.len)));
     for g in &gone {
         for b in g.physical..g.physical + u64::from(g.len) {
-            if !keep_range.is_some_and(|(s, t)| (s..t).contains(&b)) {
-                mark_block(txn, b, false)?;
-            }
+            blocks.insert(b, false);
         }
     }
     if let Some(e) = add {
@@ -155,7 +166,7 @@ fn edit_range(txn: &mut Txn<'_>, ino: u32, lo: u64, hi: u64, add: Option<Extent>
         txn.fs
             .check_block(e.physical + u64::from(e.len).max(1) - 1, Location::Inode(ino))?;
         for b in e.physical..e.physical + u64::from(e.len) {
-            mark_block(txn, b, true)?;
+            blocks.insert(b, true);
         }
         kept.push(e);
     }
@@ -164,16 +175,25 @@ fn edit_range(txn: &mut Txn<'_>, ino: u32, lo: u64, hi: u64, add: Option<Extent>
     Ok(true)
 }
 
-/// Sets block `b`'s bitmap bit, counting it, when it differs.
+/// Sets block `b`'s bitmap bit, counting it, when it differs. A block
+/// this transaction freed (a tree block) may be taken back: the bit is
+/// set directly, not through the allocator, which holds freed blocks
+/// until the commit.
 fn mark_block(txn: &mut Txn<'_>, b: u64, used: bool) -> Result<()> {
     txn.fs.check_block(b, Location::Block { block: b, inode: 0 })?;
     let g = txn.group_of(b);
     let bit = (b - txn.fs.geo.group_first_block(g)) as u32;
     let map = txn.block_bitmap_mut(g)?;
-    let set = map.get(bit as usize / 8).is_some_and(|x| x >> (bit % 8) & 1 != 0);
+    let (byte, mask) = (bit as usize / 8, 1u8 << (bit % 8));
+    let set = map.get(byte).is_some_and(|x| x & mask != 0);
     match (set, used) {
         (false, true) => {
-            txn.alloc_exact(b, 1)?;
+            if let Some(x) = map.get_mut(byte) {
+                *x |= mask;
+            }
+            txn.adjust_group_blocks(g, -1)?;
+            txn.fs.mb.lock().cache.note_taken(g, bit, 1);
+            txn.note_buddy_touched(g);
         }
         (true, false) => txn.free_blocks(b, 1)?,
         _ => {}

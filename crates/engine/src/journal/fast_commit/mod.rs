@@ -13,6 +13,9 @@
 //! lost, as they would be had the crash come before they were written.
 
 mod apply;
+mod write;
+
+pub(crate) use write::FcArea;
 
 use ext4kit_format::journal::fast_commit::{self, Area};
 
