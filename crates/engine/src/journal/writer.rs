@@ -41,8 +41,10 @@ pub struct JournalOptions {
     /// committing the whole running transaction. Off by default (the
     /// kernel writes them whenever the feature is on): the kernel's mount
     /// replays what this writer writes, but e2fsck 1.47.0's replay of it
-    /// leaves a superblock whose checksum fails, so an image that may
-    /// meet e2fsck after a crash is better without.
+    /// leaves a superblock whose checksum fails (its fast-commit replay
+    /// writes the superblock bytes that differ from a copy older than the
+    /// logged superblock block its log replay wrote home), so an image
+    /// that may meet e2fsck after a crash is better without.
     pub fast_commit: bool,
 }
 
