@@ -166,6 +166,7 @@ impl Filesystem {
             fs.reload()?;
         }
         fs.start_journal()?;
+        fs.replay_fast_commits()?;
         fs.load_quotas();
         // As the kernel's mount does; corruption in the list is recorded
         // in the superblock and leaves the rest for e2fsck.

@@ -270,8 +270,34 @@ impl Filesystem {
             }
         };
         match want {
+            Some(tid) if self.fast_commit_through(tid)? => Ok(()),
             Some(tid) => self.commit_through(tid),
             None => crate::journal::commit::flush(self),
+        }
+    }
+
+    /// A fast commit in place of the full commit of transaction `tid`,
+    /// when it is the running one and fast commits can carry it
+    /// (`journal::fast_commit`); the data of every inode it names is
+    /// written first, as the kernel's `ext4_fc_submit_inode_data_all` does.
+    fn fast_commit_through(&self, tid: u64) -> Result<bool> {
+        if self.log.lock().as_ref().is_none_or(|l| l.fc.is_none()) {
+            return Ok(false);
+        }
+        let inodes: Vec<u32> = {
+            let d = self.dirty.lock();
+            if d.tid != tid || d.committing.is_some() {
+                return Ok(false);
+            }
+            d.running_changes.inodes.iter().copied().collect()
+        };
+        for ino in inodes {
+            self.flush_file(ino)?;
+        }
+        let mut log = self.log.lock();
+        match log.as_mut() {
+            Some(log) if self.dirty.lock().tid == tid => self.try_fast_commit(log),
+            _ => Ok(false),
         }
     }
 

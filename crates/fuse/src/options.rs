@@ -156,7 +156,8 @@ pub struct MountConfig {
     /// Source name shown in /proc/mounts (`fsname=`).
     pub fsname: Option<String>,
     /// How the journal is written: `data=ordered|writeback|journal`,
-    /// `journal_checksum`/`nojournal_checksum`, `journal_async_commit`.
+    /// `journal_checksum`/`nojournal_checksum`, `journal_async_commit`,
+    /// `fast_commit`/`nofast_commit` (fsyncs as fast commits, off by default).
     pub journal: JournalOptions,
     /// Longest a change waits in memory before it is committed
     /// (`commit=`, seconds; 0 means the default, 5, as in ext4).
@@ -449,6 +450,8 @@ impl MountConfig {
                 }
                 _ => Err("expects the journal device's path".into()),
             },
+            "fast_commit" => flag(value).map(|()| self.journal.fast_commit = true),
+            "nofast_commit" => flag(value).map(|()| self.journal.fast_commit = false),
             "sb" => match value.and_then(|v| v.parse::<u64>().ok()) {
                 Some(n) if n > 0 => {
                     self.superblock = Some(n);
@@ -583,6 +586,11 @@ mod tests {
         assert_eq!(c.commit, Duration::from_secs(30));
         assert!(c.journal.async_commit);
         assert_eq!(c.journal.checksum, Some(false));
+        assert!(!c.journal.fast_commit);
+        c.apply("fast_commit").unwrap();
+        assert!(c.journal.fast_commit);
+        c.apply("nofast_commit").unwrap();
+        assert!(!c.journal.fast_commit);
         c.apply("sb=131072").unwrap();
         assert_eq!(c.superblock, Some(131_072));
         assert!(c.apply("sb=x").is_err() && c.apply("sb").is_err());

@@ -26,6 +26,9 @@ pub struct JournalInfo {
     /// What the replay at open did, when the journal was replayed
     /// ([`crate::DirtyJournal::Replay`]).
     pub recovered: Option<Recovered>,
+    /// The fast-commit records the recovery found, until the open applies
+    /// them (`journal::fast_commit`).
+    pub(crate) pending_fast_commits: Vec<ext4kit_format::journal::fast_commit::Tag>,
 }
 
 /// What replaying the journal at open did.
@@ -49,6 +52,12 @@ pub struct Recovered {
     /// The device is read-only: the replayed blocks are held in memory and
     /// the image is unchanged.
     pub in_memory: bool,
+    /// Fast commits found valid after the last full commit
+    /// (`INCOMPAT_FAST_COMMIT` journals).
+    pub fast_commits: u32,
+    /// Their records applied at open; 0 when the open could not write
+    /// (a read-only device or session), which leaves them unapplied.
+    pub fast_commit_records: u32,
 }
 
 /// The fields of the jbd2 superblock worth showing.

@@ -20,7 +20,8 @@ const KNOWN_INCOMPAT: u32 = jbd::INCOMPAT_REVOKE
     | jbd::INCOMPAT_64BIT
     | jbd::INCOMPAT_ASYNC_COMMIT
     | jbd::INCOMPAT_CSUM_V2
-    | jbd::INCOMPAT_CSUM_V3;
+    | jbd::INCOMPAT_CSUM_V3
+    | jbd::INCOMPAT_FAST_COMMIT;
 
 /// The journal inode's blocks and the validated superblock.
 pub(crate) struct Log<'a> {
@@ -34,8 +35,12 @@ pub(crate) struct Log<'a> {
     pub(crate) params: JournalParams,
     /// `s_first`: first block of the log.
     pub(crate) first: u32,
-    /// `s_maxlen`: one past the last block of the log.
+    /// One past the last block of the log: `s_maxlen`, less the
+    /// fast-commit area when there is one (`j_last`).
     pub(crate) maxlen: u32,
+    /// The fast-commit area's blocks (`j_fc_first..s_maxlen`; empty
+    /// without `INCOMPAT_FAST_COMMIT`).
+    pub(crate) fc: std::ops::Range<u32>,
 }
 
 fn at(block: u32) -> Location {
@@ -49,8 +54,8 @@ impl<'a> Log<'a> {
     /// A journal superblock that does not decode or whose checksum fails;
     /// a block size other than the file system's, `s_first`/`s_maxlen`/
     /// `s_start` outside the inode; an unmapped journal block;
-    /// [`Error::Unsupported`] for v1 (`COMPAT_CHECKSUM`) checksums,
-    /// fast commits or unknown incompat features.
+    /// [`Error::Unsupported`] for v1 (`COMPAT_CHECKSUM`) checksums or
+    /// unknown incompat features.
     pub(crate) fn open(fs: &'a Filesystem, ino: u32) -> Result<Self> {
         if ino == 0 {
             return Self::open_external(fs);
@@ -87,6 +92,7 @@ impl<'a> Log<'a> {
             return Err(Error::inconsistent(at(0), why));
         }
         let runs = fs.map_range(&inode, 0, maxlen.into())?;
+        let (log_end, fc) = split_fast_commit(&sb, first, maxlen)?;
         let log = Self {
             fs,
             runs,
@@ -95,8 +101,10 @@ impl<'a> Log<'a> {
             params,
             first,
             maxlen,
+            fc,
         };
         log.check_mapped()?;
+        let log = Self { maxlen: log_end, ..log };
         Ok(log)
     }
 
@@ -113,6 +121,7 @@ impl<'a> Log<'a> {
             let why = format!("s_start {start} is outside the log {first}..{maxlen}");
             return Err(Error::inconsistent(at(0), why));
         }
+        let (log_end, fc) = split_fast_commit(&sb, first, maxlen)?;
         Ok(Self {
             fs,
             runs: ext.runs(),
@@ -120,7 +129,8 @@ impl<'a> Log<'a> {
             sb,
             params,
             first,
-            maxlen,
+            maxlen: log_end,
+            fc,
         })
     }
 
@@ -179,6 +189,23 @@ impl<'a> Log<'a> {
     }
 }
 
+/// Where the log ends and the fast-commit area lies: jbd2 takes
+/// `s_num_fc_blks` (256 when 0) off the end of the journal; the block at
+/// `j_last` belongs to neither, the area being `j_last + 1..s_maxlen`.
+fn split_fast_commit(sb: &RawJournalSuperblock, first: u32, maxlen: u32) -> Result<(u32, std::ops::Range<u32>)> {
+    if sb.incompat() & jbd::INCOMPAT_FAST_COMMIT == 0 {
+        return Ok((maxlen, maxlen..maxlen));
+    }
+    let n = jbd::fast_commit::area_blocks(sb.s_num_fc_blks.get());
+    match maxlen.checked_sub(n).filter(|&last| last > first) {
+        Some(last) => Ok((last, last + 1..maxlen)),
+        None => {
+            let why = format!("{n} fast-commit blocks do not fit a journal of {maxlen} blocks");
+            Err(Error::inconsistent(at(0), why))
+        }
+    }
+}
+
 fn check_features(sb: &RawJournalSuperblock) -> Result<()> {
     if !sb.is_v2() {
         return Ok(());
@@ -189,11 +216,6 @@ fn check_features(sb: &RawJournalSuperblock) -> Result<()> {
         ));
     }
     let incompat = sb.s_feature_incompat.get();
-    if incompat & jbd::INCOMPAT_FAST_COMMIT != 0 {
-        return Err(Error::Unsupported(
-            "replaying a journal with fast commits; replay it with e2fsck".into(),
-        ));
-    }
     if incompat & !KNOWN_INCOMPAT != 0 {
         return Err(Error::Unsupported(format!(
             "journal incompat features {:#x}",

@@ -11,6 +11,7 @@
 mod checkpoint;
 pub(crate) mod commit;
 pub mod external;
+pub(crate) mod fast_commit;
 pub mod info;
 mod log;
 mod recovery;

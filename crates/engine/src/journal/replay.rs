@@ -11,6 +11,7 @@
 
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::journal::JBD2_MAGIC;
+use ext4kit_format::journal::fast_commit::{Area, Tag};
 use ext4kit_format::superblock::{RawSuperblock, STATE_ERROR, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 
 use super::Recovered;
@@ -31,14 +32,17 @@ impl Filesystem {
                 super::external::NOT_GIVEN
             )));
         }
-        let recovered = self.recover_journal()?;
+        let (recovered, fast) = self.recover_journal()?;
         self.csum_deferred = false;
         self.reload()?;
         self.journal.recovered = Some(recovered);
+        self.journal.pending_fast_commits = fast;
         Ok(())
     }
 
-    fn recover_journal(&self) -> Result<Recovered> {
+    /// Replays the log; returns what it did and the fast-commit records
+    /// to apply once the journal can be written.
+    fn recover_journal(&self) -> Result<(Recovered, Vec<Tag>)> {
         let log = Log::open(self, self.journal.inode)?;
         let scan = recovery::scan(&log)?;
         // Without needs_recovery the kernel skips the log rather than
@@ -48,6 +52,11 @@ impl Filesystem {
             recovery::plan(&log, &scan)?
         } else {
             Plan::default()
+        };
+        let fast = if replay && !log.fc.is_empty() {
+            super::fast_commit::scan(&log, scan.end)?
+        } else {
+            Area::default()
         };
         let in_memory = self.dev.read_only();
         for (&home, &(at, escaped)) in &plan.writes {
@@ -62,7 +71,7 @@ impl Filesystem {
         self.reset_journal_superblock(&log, &scan, in_memory)?;
         self.clear_recover_flag(failed, in_memory)?;
         self.flush_replay(in_memory)?;
-        Ok(Recovered {
+        let recovered = Recovered {
             from_sequence: log.sb.s_sequence.get(),
             transactions: plan.transactions,
             blocks_replayed: plan.replayed,
@@ -71,7 +80,10 @@ impl Filesystem {
             revoke_records: plan.revoke_records,
             failed_commit: scan.failed_commit,
             in_memory,
-        })
+            fast_commits: fast.commits,
+            fast_commit_records: fast.tags.len() as u32,
+        };
+        Ok((recovered, fast.tags))
     }
 
     /// `s_start = 0` (the journal is empty) and `s_sequence` one past the

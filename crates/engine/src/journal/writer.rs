@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
 use ext4kit_format::journal::superblock::{CHECKSUM_TYPE_CRC32C, RawJournalSuperblock};
 use ext4kit_format::journal::{
     COMPAT_CHECKSUM, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3, INCOMPAT_REVOKE,
@@ -37,6 +37,16 @@ pub struct JournalOptions {
     /// (`journal_async_commit`); recovery relies on the checksums instead.
     /// Implies checksums.
     pub async_commit: bool,
+    /// On a file system with `fast_commit`, an fsync whose changes fast
+    /// commits can carry writes one to the fast-commit area instead of
+    /// committing the whole running transaction. Off by default (the
+    /// kernel writes them whenever the feature is on): the kernel's mount
+    /// replays what this writer writes, but e2fsck 1.47.0's replay of it
+    /// leaves a superblock whose checksum fails (its fast-commit replay
+    /// writes the superblock bytes that differ from a copy older than the
+    /// logged superblock block its log replay wrote home), so an image
+    /// that may meet e2fsck after a crash is better without.
+    pub fast_commit: bool,
 }
 
 impl Default for JournalOptions {
@@ -45,6 +55,7 @@ impl Default for JournalOptions {
             data: DataMode::Ordered,
             checksum: None,
             async_commit: false,
+            fast_commit: false,
         }
     }
 }
@@ -77,6 +88,13 @@ pub struct JournalStats {
     pub revoke_records: u64,
     /// Times the log was checkpointed and emptied.
     pub checkpoints: u64,
+    /// Journal blocks full commits wrote (descriptor, logged, revoke and
+    /// commit blocks).
+    pub log_blocks: u64,
+    /// Fsyncs carried by a fast commit.
+    pub fast_commits: u64,
+    /// Fast-commit area blocks written.
+    pub fast_commit_blocks: u64,
 }
 
 /// The writer's state of an internal journal.
@@ -94,6 +112,8 @@ pub(crate) struct Log {
     end: u32,
     /// Next journal block to write.
     pub(crate) head: u32,
+    /// The fast-commit area, when this session writes fast commits.
+    pub(crate) fc: Option<crate::journal::fast_commit::FcArea>,
     /// ID of the next transaction.
     pub(crate) sequence: u32,
     /// `needs_recovery` is on the device's superblock this session.
@@ -122,8 +142,22 @@ impl Log {
                 "journal block size differs from the file system's",
             ));
         }
-        let end = jsb.s_maxlen.get();
         let first = jsb.s_first.get();
+        let fc_on = opts.fast_commit && fs.geo.features.compat.contains(CompatFeatures::FAST_COMMIT);
+        if fc_on && jsb.is_v2() {
+            // As the kernel's mount (`jbd2_fc_init`): the flag goes to
+            // disk with the first commit's superblock.
+            let f = jsb.s_feature_incompat.get() | ext4kit_format::journal::INCOMPAT_FAST_COMMIT;
+            jsb.s_feature_incompat.set(f);
+        }
+        // The fast-commit area is not the log's (`j_last`); the block
+        // before it is unused, as jbd2 leaves it.
+        let fc = if jsb.incompat() & ext4kit_format::journal::INCOMPAT_FAST_COMMIT != 0 {
+            ext4kit_format::journal::fast_commit::area_blocks(jsb.s_num_fc_blks.get())
+        } else {
+            0
+        };
+        let end = jsb.s_maxlen.get().saturating_sub(fc);
         if u64::from(end) > blocks || first == 0 || first >= end || end - first < 64 {
             return Err(Error::inconsistent(
                 at,
@@ -147,6 +181,9 @@ impl Log {
             first,
             end,
             head: first,
+            fc: fc_on
+                .then(|| crate::journal::fast_commit::FcArea::new(end + 1, jsb.s_maxlen.get()))
+                .flatten(),
             recover_on_disk: false,
             barrier_before_commit: !opts.async_commit,
             sb_block: (home, sb_block),

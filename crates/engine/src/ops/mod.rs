@@ -14,7 +14,7 @@ mod ea_inode;
 mod fallocate;
 pub(crate) mod flags;
 mod open;
-mod remove;
+pub(crate) mod remove;
 mod remove_tree;
 mod rename;
 mod seek;

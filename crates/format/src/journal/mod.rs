@@ -4,12 +4,13 @@
 //!
 //! This module parses and (where trivial) encodes single journal blocks. It
 //! does not walk the log, map journal blocks to disk blocks, or replay:
-//! that is the engine's recovery. Fast-commit blocks are not covered.
+//! that is the engine's recovery. Fast-commit records: [`fast_commit`].
 //!
 //! See `Documentation/filesystems/ext4/journal.rst` and `include/linux/jbd2.h`.
 
 pub mod commit;
 pub mod descriptor;
+pub mod fast_commit;
 pub mod revoke;
 pub mod superblock;
 

@@ -179,6 +179,22 @@ impl Txn<'_> {
         self.adjust_group_inodes(g, i, 1, is_dir)
     }
 
+    /// Marks inode `ino` in use, counting it, unless it already is (a
+    /// replayed fast commit names the inode it created).
+    pub(crate) fn set_inode_used(&mut self, ino: u32, is_dir: bool) -> Result<()> {
+        let (g, i) = self
+            .fs
+            .geo
+            .inode_location(ino)
+            .ok_or_else(|| Error::InvalidArgument(format!("inode {ino}")))?;
+        let map = self.inode_bitmap_mut(g)?;
+        if test_bit(map, i) {
+            return Ok(());
+        }
+        set_bit(map, i, true);
+        self.adjust_group_inodes(g, i, -1, is_dir)
+    }
+
     /// True when `ino`'s bit is set in its group's inode bitmap (an
     /// `INODE_UNINIT` group has none in use).
     pub(crate) fn inode_in_use(&self, ino: u32) -> Result<bool> {

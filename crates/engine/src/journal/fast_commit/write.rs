@@ -1,0 +1,267 @@
+//! Writing fast commits at fsync (the kernel's `ext4_fc_commit`): when
+//! every change of the running transaction is something a fast commit
+//! carries, the fsync writes the changed inodes' records and mappings to
+//! the fast-commit area instead of logging the transaction's blocks. The
+//! transaction keeps running; its full commit later supersedes the area.
+//!
+//! What this writer carries: regular files mapped by at most four extents
+//! in the inode (no tree blocks), changed in data, size, times or mode.
+//! Each goes as a `DEL_RANGE` per hole (everything unmapped, up to
+//! `EXT_MAX_BLOCKS`), an `ADD_RANGE` per extent and its `INODE` record,
+//! so the replay needs nothing of the file's past mapping. (Ranges that
+//! delete a whole lone extent are avoided: e2fsck 1.47's replay leaves a
+//! zero-length extent behind then.) Anything else in the running transaction — a
+//! directory or name change, an extent tree block, an xattr block, a
+//! journal whose log is empty (jbd2 would not look at the area) — makes
+//! the fsync a full commit, as the kernel's ineligible operations do.
+
+use std::collections::HashSet;
+
+use ext4kit_format::checksum::crc32c_raw;
+use ext4kit_format::extent::{EXT4_EXT_MAGIC, Extent};
+use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::inode::FileType;
+use ext4kit_format::journal::fast_commit::{TAG_PAD, TL_SIZE, Tag, encode};
+
+use crate::error::Result;
+use crate::fs::Filesystem;
+use crate::inode::Inode;
+use crate::journal::writer::Log;
+
+/// The fast-commit area's blocks (`j_fc_first..s_maxlen`) and how many
+/// this transaction's fast commits have used (`j_fc_off`).
+#[derive(Debug, Clone)]
+pub(crate) struct FcArea {
+    first: u32,
+    end: u32,
+    off: u32,
+}
+
+impl FcArea {
+    /// The area `first..end`, if it has a block.
+    pub(crate) fn new(first: u32, end: u32) -> Option<Self> {
+        (first < end).then_some(Self { first, end, off: 0 })
+    }
+
+    /// A full commit made the area's fast commits obsolete.
+    pub(crate) fn reset(&mut self) {
+        self.off = 0;
+    }
+}
+
+/// Size of a tail record (`ext4_fc_tl` and `struct ext4_fc_tail`).
+const TAIL_LEN: usize = TL_SIZE + 8;
+/// Half of the logical block space in one `DEL_RANGE`: the kernel's
+/// replay counts the length in an `int`.
+const HALF: u32 = 0x7FFF_FFFF;
+
+/// Records laid into blocks as the kernel lays them: a record never
+/// crosses a block, the rest of a block it does not fit goes to a `PAD`,
+/// and the tail ends its block; the crc runs over every byte written.
+struct Layout {
+    bs: usize,
+    blocks: Vec<Vec<u8>>,
+    crc: u32,
+}
+
+impl Layout {
+    fn cur(&mut self) -> &mut Vec<u8> {
+        if self.blocks.last().is_none_or(|b| b.len() == self.bs) {
+            self.blocks.push(Vec::with_capacity(self.bs));
+        }
+        self.blocks.last_mut().expect("a block was just pushed")
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        self.crc = crc32c_raw(self.crc, bytes);
+        self.cur().extend_from_slice(bytes);
+    }
+
+    /// Adds `rec`, padding to the next block unless it fits before room
+    /// for a tail.
+    fn push(&mut self, rec: &[u8]) {
+        let bs = self.bs;
+        let off = self.cur().len();
+        if off + rec.len() + TAIL_LEN > bs {
+            let mut pad = vec![0u8; bs - off];
+            pad[..2].copy_from_slice(&TAG_PAD.to_le_bytes());
+            pad[2..4].copy_from_slice(&((bs - off - TL_SIZE) as u16).to_le_bytes());
+            self.put(&pad);
+        }
+        self.put(rec);
+    }
+
+    /// Ends the commit: a tail for `tid` whose length runs to the end of
+    /// the block (`ext4_fc_write_tail`).
+    fn finish(mut self, tid: u32) -> Vec<Vec<u8>> {
+        let off = self.cur().len();
+        let mut tail = encode(&Tag::Tail { tid, crc: 0 });
+        tail[2..4].copy_from_slice(&((self.bs - off - TL_SIZE) as u16).to_le_bytes());
+        let crc = crc32c_raw(self.crc, &tail[..8]);
+        tail[8..12].copy_from_slice(&crc.to_le_bytes());
+        let bs = self.bs;
+        let b = self.cur();
+        b.extend_from_slice(&tail);
+        b.resize(bs, 0);
+        self.blocks
+    }
+}
+
+/// The unmapped logical ranges around the sorted `exts`, below
+/// `EXT_MAX_BLOCKS`, in pieces of at most [`HALF`] blocks.
+fn holes(exts: &[Extent]) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    let ends = exts
+        .iter()
+        .map(|e| (u64::from(e.logical), u64::from(e.logical) + u64::from(e.len)));
+    for (s, t) in ends.chain([(u64::from(u32::MAX), u64::from(u32::MAX))]) {
+        while at < s {
+            let n = (s - at).min(u64::from(HALF));
+            out.push((at as u32, n as u32));
+            at += n;
+        }
+        at = at.max(t);
+    }
+    out
+}
+
+/// The extents held in `inode`'s `i_block` when its tree is a lone root
+/// of at most four; `None` otherwise.
+fn root_extents(inode: &Inode) -> Option<Vec<Extent>> {
+    let ib = &inode.raw.i_block;
+    let magic = u16::from_le_bytes([ib[0], ib[1]]);
+    let (entries, depth) = (u16::from_le_bytes([ib[2], ib[3]]), u16::from_le_bytes([ib[6], ib[7]]));
+    if magic != EXT4_EXT_MAGIC || depth != 0 || entries > 4 {
+        return None;
+    }
+    let mut out = Vec::new();
+    for i in 0..usize::from(entries) {
+        let e = &ib[12 + 12 * i..24 + 12 * i];
+        let le32 = |o: usize| u32::from_le_bytes([e[o], e[o + 1], e[o + 2], e[o + 3]]);
+        let len = u16::from_le_bytes([e[4], e[5]]);
+        let (len, unwritten) = if len > 32768 { (len - 32768, true) } else { (len, false) };
+        let physical = (u64::from(u16::from_le_bytes([e[6], e[7]])) << 32) | u64::from(le32(8));
+        out.push(Extent {
+            logical: le32(0),
+            len,
+            physical,
+            unwritten,
+        });
+    }
+    Some(out)
+}
+
+impl Filesystem {
+    /// The records of inode `ino` for a fast commit, or `None` when it is
+    /// not something this writer carries.
+    fn fc_inode_records(&self, ino: u32, out: &mut Layout) -> Result<Option<()>> {
+        let inode = self.inode(ino)?;
+        let plain = inode.file_type().ok() == Some(FileType::Regular)
+            && inode.uses_extents()
+            && !inode.has_inline_data()
+            && inode.raw.links() > 0;
+        let Some(exts) = plain.then(|| root_extents(&inode)).flatten() else {
+            return Ok(None);
+        };
+        for (lblk, len) in holes(&exts) {
+            out.push(&encode(&Tag::DelRange { ino, lblk, len }));
+        }
+        for extent in exts {
+            out.push(&encode(&Tag::AddRange { ino, extent }));
+        }
+        let isz = usize::from(self.geo.inode_size);
+        let len = if isz > 128 {
+            128 + usize::from(inode.raw.i_extra_isize.get())
+        } else {
+            128
+        };
+        let raw = inode.record.get(..len.min(isz)).unwrap_or(&inode.record).to_vec();
+        out.push(&encode(&Tag::Inode { ino, raw }));
+        Ok(Some(()))
+    }
+
+    /// Blocks a fast commit may leave dirty in the running transaction:
+    /// the superblock's, the group descriptors', bitmaps and inode tables.
+    fn fc_block_ok(&self, b: u64, bitmaps: &HashSet<u64>, tables: &[(u64, u64)]) -> bool {
+        let geo = &self.geo;
+        let fdb = u64::from(geo.first_data_block);
+        let sb_home = 1024 >> geo.block_size_log2;
+        let gdt = (u64::from(geo.group_count) * u64::from(geo.desc_size)).div_ceil(u64::from(geo.block_size));
+        let meta_bg = geo.features.incompat.contains(IncompatFeatures::META_BG);
+        b == sb_home
+            || (!meta_bg && (fdb + 1..fdb + 1 + gdt).contains(&b))
+            || bitmaps.contains(&b)
+            || tables.iter().any(|&(s, n)| (s..s + n).contains(&b))
+    }
+
+    /// Writes a fast commit for the running transaction if every change in
+    /// it can go in one and the area has room; false when the caller must
+    /// commit in full. The caller holds the log and has written the files'
+    /// data.
+    pub(crate) fn try_fast_commit(&self, log: &mut Log) -> Result<bool> {
+        if log.fc.is_none() || log.is_empty() {
+            return Ok(false);
+        }
+        let (inodes, blocks): (Vec<u32>, Vec<u64>) = {
+            let d = self.dirty.lock();
+            if d.committing.is_some() {
+                return Ok(false);
+            }
+            (
+                d.running_changes.inodes.iter().copied().collect(),
+                d.blocks.keys().copied().collect(),
+            )
+        };
+        let (bitmaps, tables) = {
+            let groups = self.groups.read();
+            let n = u64::from(self.geo.inode_table_blocks);
+            let bitmaps: HashSet<u64> = groups
+                .iter()
+                .flat_map(|g| [g.block_bitmap(), g.inode_bitmap()])
+                .collect();
+            (bitmaps, groups.iter().map(|g| (g.inode_table(), n)).collect::<Vec<_>>())
+        };
+        if !blocks.iter().all(|&b| self.fc_block_ok(b, &bitmaps, &tables)) {
+            return Ok(false);
+        }
+        let fc = log.fc.clone().expect("checked above");
+        let mut lay = Layout {
+            bs: self.block_size(),
+            blocks: Vec::new(),
+            crc: 0,
+        };
+        if fc.off == 0 {
+            lay.push(&encode(&Tag::Head {
+                features: 0,
+                tid: log.sequence,
+            }));
+        }
+        let mut sorted = inodes;
+        sorted.sort_unstable();
+        for ino in sorted {
+            if self.fc_inode_records(ino, &mut lay)?.is_none() {
+                return Ok(false);
+            }
+        }
+        let out = lay.finish(log.sequence);
+        let n = out.len() as u32;
+        if fc.off + n > fc.end - fc.first {
+            return Ok(false);
+        }
+        let log2 = self.geo.block_size_log2;
+        for (i, b) in out.iter().enumerate() {
+            let at = log.device_block(fc.first + fc.off + i as u32)? << log2;
+            self.dev
+                .write_at(at, b)
+                .map_err(|source| self.write_failed(at, source))?;
+        }
+        crate::journal::commit::flush(self)?;
+        if let Some(area) = log.fc.as_mut() {
+            area.off += n;
+        }
+        log.stats.fast_commits += 1;
+        log.stats.fast_commit_blocks += u64::from(n);
+        Ok(true)
+    }
+}
