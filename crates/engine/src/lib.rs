@@ -65,6 +65,7 @@ mod ordered;
 mod orphan;
 mod path;
 mod readonly;
+pub mod resize;
 mod session;
 mod statfs;
 pub mod tune;
