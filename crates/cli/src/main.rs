@@ -103,6 +103,8 @@ enum Command {
     /// Change tunable parameters of an unmounted image (like tune2fs):
     /// features, label, UUID, error behaviour, check intervals.
     Tune(cmd::tune::Args),
+    /// Grow an unmounted image (like resize2fs); -P prints the minimum size.
+    Resize(cmd::resize::Args),
     /// Benchmarks: `bench mount` compares kernel ext4, fuse2fs and ext4kit.
     Bench(cmd::bench::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish,
@@ -154,6 +156,7 @@ fn main() -> ExitCode {
         Command::Umount(a) => cmd::mount::umount(a),
         Command::Sync(a) => cmd::sync::run(a),
         Command::Tune(a) => cmd::tune::run(a),
+        Command::Resize(a) => cmd::resize::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Completions(a) => cmd::completions::run(a, Cli::command()),
         Command::Man(a) => cmd::man::run(a, Cli::command()),

@@ -17,6 +17,7 @@ pub mod man;
 pub mod mkfs;
 pub mod mount;
 pub mod precheck;
+pub mod resize;
 pub mod stat;
 pub mod sync;
 pub mod tune;

@@ -14,6 +14,7 @@
 //! that would need converting to it), and shrinking.
 
 mod grow;
+mod minimum;
 mod place;
 mod plan;
 mod resize_inode;
@@ -32,6 +33,7 @@ use crate::device::BlockDevice;
 use crate::error::{Error, Location, Result};
 use crate::fs::{Filesystem, OpenOptions};
 
+pub use minimum::minimum_size;
 pub use size::{SizeSpec, parse_size};
 
 /// How to resize.
