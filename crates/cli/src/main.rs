@@ -103,7 +103,8 @@ enum Command {
     /// Change tunable parameters of an unmounted image (like tune2fs):
     /// features, label, UUID, error behaviour, check intervals.
     Tune(cmd::tune::Args),
-    /// Grow an unmounted image (like resize2fs); -P prints the minimum size.
+    /// Grow or shrink an unmounted image (like resize2fs); -P prints the
+    /// minimum size.
     Resize(cmd::resize::Args),
     /// Benchmarks: `bench mount` compares kernel ext4, fuse2fs and ext4kit.
     Bench(cmd::bench::Args),

@@ -1,7 +1,8 @@
 //! `ext4kit resize`: grows an image to SIZE (or to the image file's size),
 //! prints the minimum size as `resize2fs -P` does (same figure), refuses
-//! an image that needs e2fsck first unless `-f`, and refuses a shrink by
-//! name; every image written is e2fsck -fn clean.
+//! an image that needs e2fsck first unless `-f`, shrinks when the cut
+//! part is unused and refuses, naming the moves, when it is not; every
+//! image written is e2fsck -fn clean.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -119,9 +120,15 @@ fn unclean_images_and_shrinks_are_refused() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     run_ok("e2fsck", &["-fy", i]).ok();
     assert_fsck_clean(&img).unwrap();
-    let o = resize(&[i, "20M"]);
+    // Back to 32M: the cut part holds nothing in use.
+    let o = resize(&[i, "32M"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(blocks(&img), 8192);
+    assert_fsck_clean(&img).unwrap();
+    // Below the data: refused, naming the moves it would need.
+    let o = resize(&[i, "2000"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("shrinking"), "{o:?}");
-    assert_eq!(blocks(&img), 16384);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("would move"), "{o:?}");
+    assert_eq!(blocks(&img), 8192);
     assert_fsck_clean(&img).unwrap();
 }

@@ -263,3 +263,71 @@ fn dumpe2fs_blocks(img: &Path) -> u64 {
     let l = out.lines().find(|l| l.starts_with("Block count:")).unwrap();
     l.split(':').nth(1).unwrap().trim().parse().unwrap()
 }
+
+/// Grows by ext4kit, then shrinks (ext4kit, and resize2fs on a copy) to
+/// sizes whose cut groups hold nothing in use.
+fn shrink_and_compare(args: &[&str], size: &str, grow_to: &str, targets: &[&str]) {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = common::mkfs(d.path(), None, args, size).unwrap();
+    let m = LoopMount::rw(&img, &[]).expect("kernel mount");
+    for i in 0..40 {
+        std::fs::write(m.path().join(format!("f{i}")), vec![i as u8; 7000 * i]).unwrap();
+    }
+    m.unmount().unwrap();
+    let _ = std::process::Command::new("e2fsck").arg("-fy").arg(&img).output();
+    let before = walk(&img);
+    let opts = ResizeOptions::default();
+    resize_image(&img, Some(parse_size(grow_to).unwrap()), &opts, &mut |_, _| {}).unwrap();
+    for t in targets {
+        let reference = d.path().join("ref");
+        std::fs::copy(&img, &reference).unwrap();
+        run_ok("resize2fs", &[reference.to_str().unwrap(), t]).unwrap();
+        let r = resize_image(&img, Some(parse_size(t).unwrap()), &opts, &mut |_, _| {}).unwrap();
+        assert!(r.new_blocks < r.old_blocks, "{t}: {r:?}");
+        assert_fsck_clean(&img).unwrap();
+        assert_eq!(
+            layout(&img),
+            layout(&reference),
+            "{args:?} → {t}: layout differs from resize2fs"
+        );
+        assert_eq!(walk(&img), before, "{args:?} → {t}: files changed");
+    }
+}
+
+#[test]
+fn shrink_cut_4k_flex_bg_like_resize2fs() {
+    shrink_and_compare(&["-b", "4096"], "64M", "1G", &["600M", "200M"]);
+}
+
+#[test]
+fn shrink_cut_1k_metadata_csum_like_resize2fs() {
+    shrink_and_compare(&["-b", "1024", "-O", "metadata_csum"], "20M", "300M", &["100M", "30M"]);
+}
+
+#[test]
+fn shrink_cut_ext2_like_resize2fs() {
+    shrink_and_compare(&["-t", "ext2", "-b", "1024"], "16M", "100M", &["50M"]);
+}
+
+#[test]
+fn shrink_that_would_move_blocks_is_refused_and_changes_nothing() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = filled(d.path(), &["-b", "4096"], "64M");
+    let bytes = std::fs::read(&img).unwrap();
+    let e = resize_image(
+        &img,
+        Some(SizeSpec::Bytes(40 << 20)),
+        &ResizeOptions::default(),
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("would move"), "{e}");
+    assert!(std::fs::read(&img).unwrap() == bytes, "the image changed");
+    assert_fsck_clean(&img).unwrap();
+}

@@ -18,7 +18,7 @@ use crate::mkfs::layout::GroupTables;
 /// group checksum (without one they are always zeroed).
 pub(crate) fn stage(fs: &Filesystem, p: &Plan, zero_itables: bool) -> Result<Stage> {
     let old_descs = fs.group_descs();
-    let mut map = usage::load(fs, p, &old_descs)?;
+    let mut map = usage::load(fs, p, &old_descs, &[])?;
     let mut tables: Vec<GroupTables> = old_descs
         .iter()
         .map(|d| GroupTables {

@@ -9,15 +9,19 @@
 //! - [`write`]: written in an order that leaves the old or the new file
 //!   system after a crash, the switch being one journal transaction.
 //!
+//! - [`shrink`]: the groups past the new end cut, when nothing in use
+//!   lies there (block and inode moves are not implemented yet).
+//!
 //! Refused, each with a message naming it: an image that needs e2fsck
 //! first (unless forced, as `resize2fs -f`), bigalloc, meta_bg (and a grow
-//! that would need converting to it), and shrinking.
+//! that would need converting to it), and a shrink that would move data.
 
 mod grow;
 mod minimum;
 mod place;
 mod plan;
 mod resize_inode;
+mod shrink;
 mod size;
 mod stage;
 mod superblocks;
@@ -120,13 +124,12 @@ pub fn resize(
         report.new_groups = fs.geo.group_count;
         return Ok(report);
     }
-    if blocks < fs.geo.blocks_count {
-        return Err(Error::Unsupported(
-            "shrinking is not implemented yet: moving blocks and inodes out of the removed groups".into(),
-        ));
-    }
     let p = plan::plan(&fs, blocks)?;
-    let st = grow::stage(&fs, &p, opts.zero_itables)?;
+    let st = if blocks < fs.geo.blocks_count {
+        shrink::stage(&fs, &p)?
+    } else {
+        grow::stage(&fs, &p, opts.zero_itables)?
+    };
     report.journaled = write::write(&fs, &p, st, progress)?;
     report.new_groups = p.new.group_count;
     Ok(report)

@@ -98,7 +98,21 @@ pub(crate) fn plan(fs: &Filesystem, blocks: u64) -> Result<Plan> {
         sb.s_reserved_gdt_blocks
             .set(r.clamp(0, i64::from(old.block_size / 4)) as u16);
     }
+    let base = |desc: u32, sb: &RawSuperblock| desc + u32::from(sb.s_reserved_gdt_blocks.get());
+    if base(new_desc_blocks, &sb) != base(old_desc_blocks, &old_sb) {
+        return Err(Error::Unsupported(format!(
+            "going from {old_desc_blocks} to {new_desc_blocks} descriptor blocks would change the              blocks after each superblock copy (reserved GDT blocks capped or absent); not implemented"
+        )));
+    }
     backup_bgs(&mut sb, old.group_count, groups);
+    if (1..groups.min(old.group_count))
+        .any(|g| has_super(&old, &old_sb, g) != has_super(&old, &sb, g) && has_super(&old, &sb, g))
+    {
+        return Err(Error::Unsupported(
+            "sparse_super2: the new last group would need a superblock backup; moving its blocks away is              not implemented"
+                .into(),
+        ));
+    }
     scale_reserved(&mut sb, &old_sb, old.blocks_count, blocks, bit64);
     sb.s_overhead_clusters.set(0);
     let new = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;

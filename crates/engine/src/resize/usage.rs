@@ -12,9 +12,12 @@ use crate::error::Result;
 use crate::fs::Filesystem;
 use crate::mkfs::layout::UsedMap;
 
-/// The used-block map of the old file system, over the new size.
-pub(crate) fn load(fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc]) -> Result<UsedMap> {
-    let mut map = UsedMap::over(p.new.blocks_count, u64::from(p.new.first_data_block));
+/// The used-block map of the old file system, over the larger of the two
+/// sizes, without the `released` runs (the metadata of groups a shrink
+/// removes).
+pub(crate) fn load(fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc], released: &[(u64, u64)]) -> Result<UsedMap> {
+    let size = p.new.blocks_count.max(p.old.blocks_count);
+    let mut map = UsedMap::over(size, u64::from(p.new.first_data_block));
     let csum = p.old.features.has_group_csum();
     let bs = p.old.block_size as usize;
     let mut buf = vec![0u8; bs];
@@ -23,6 +26,9 @@ pub(crate) fn load(fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc]) -> Result<
         let start = p.old.group_first_block(g);
         let n = u64::from(p.old.blocks_in_group(g));
         if csum && d.flags() & BG_BLOCK_UNINIT != 0 {
+            if g >= p.new.group_count {
+                continue;
+            }
             if p.old_has_super(g) && p.new_has_super(g) {
                 map.mark(start, 1 + p.base_desc_blocks());
             }
@@ -41,6 +47,12 @@ pub(crate) fn load(fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc]) -> Result<
         if p.old_has_super(g) && !p.new_has_super(g) {
             // sparse_super2: a backup the new layout drops is freed.
             for i in 0..1 + p.base_desc_blocks() {
+                buf[(i / 8) as usize] &= !(1 << (i % 8));
+            }
+        }
+        for &(b, len) in released {
+            for blk in b.max(start)..(b + len).min(start + n) {
+                let i = blk - start;
                 buf[(i / 8) as usize] &= !(1 << (i % 8));
             }
         }
