@@ -232,22 +232,15 @@ fn unclean_image_is_refused_unless_forced() {
     assert_fsck_clean(&img).unwrap();
 }
 
-#[test]
-fn crash_at_every_write_of_a_grow_leaves_old_or_new() {
-    if !have_all() {
-        return;
-    }
-    let d = tempfile::tempdir().unwrap();
-    let img = filled(d.path(), &["-b", "1024", "-O", "metadata_csum"], "12M");
-    let mut bytes = std::fs::read(&img).unwrap();
-    let old_len = bytes.len() as u64;
-    bytes.resize(40 << 20, 0);
+/// Runs a resize to `want` blocks (`None`: the device) of `bytes` on a
+/// crash device and checks the image a crash at every write leaves.
+fn crash_every_write(bytes: Vec<u8>, want: Option<u64>, old_blocks: u64, d: &Path) {
     let dev = Arc::new(CrashDevice::with_atomic_unit(bytes, 1024));
-    let r = resize(Box::new(dev.clone()), None, &ResizeOptions::default(), &mut |_, _| {}).unwrap();
+    let r = resize(Box::new(dev.clone()), want, &ResizeOptions::default(), &mut |_, _| {}).unwrap();
     assert!(r.journaled);
     let writes = dev.writes();
     let flushes = dev.flush_points();
-    let out = d.path().join("crash");
+    let out = d.join("crash");
     let mut seen = (0, 0);
     for point in 0..=writes {
         for s in [
@@ -272,7 +265,7 @@ fn crash_at_every_write_of_a_grow_leaves_old_or_new() {
             assert!(f.is_clean(), "crash at write {point} of {writes} ({s:?}): {}", f.output);
             let blocks = dumpe2fs_blocks(&out);
             assert!(
-                blocks == old_len / 1024 || blocks == r.new_blocks,
+                blocks == old_blocks || blocks == r.new_blocks,
                 "crash at write {point} ({s:?}): {blocks} blocks"
             );
             if blocks == r.new_blocks {
@@ -283,6 +276,32 @@ fn crash_at_every_write_of_a_grow_leaves_old_or_new() {
         }
     }
     assert!(seen.0 > 0 && seen.1 > 0, "{seen:?}");
+}
+
+#[test]
+fn crash_at_every_write_of_a_grow_leaves_old_or_new() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = filled(d.path(), &["-b", "1024", "-O", "metadata_csum"], "12M");
+    let mut bytes = std::fs::read(&img).unwrap();
+    let old = bytes.len() as u64 / 1024;
+    bytes.resize(40 << 20, 0);
+    crash_every_write(bytes, None, old, d.path());
+}
+
+#[test]
+fn crash_at_every_write_of_a_shrink_leaves_old_or_new() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = common::mkfs(d.path(), None, &["-b", "1024", "-O", "metadata_csum"], "12M").unwrap();
+    let opts = ResizeOptions::default();
+    resize_image(&img, Some(SizeSpec::Bytes(40 << 20)), &opts, &mut |_, _| {}).unwrap();
+    let bytes = std::fs::read(&img).unwrap();
+    crash_every_write(bytes, Some(16 << 10), 40 << 10, d.path());
 }
 
 fn dumpe2fs_blocks(img: &Path) -> u64 {

@@ -86,7 +86,8 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
     {
         sb.s_free_blocks_count_hi.set((free_blocks >> 32) as u32);
     }
-    sb.s_free_inodes_count.set(p.old_sb.s_free_inodes_count.get() - removed);
+    sb.s_free_inodes_count
+        .set(p.old_sb.s_free_inodes_count.get().saturating_sub(removed));
     st.sb = sb;
     superblocks::stage_descs(fs, p, &descs, &mut st)?;
     resize_inode::rebuild(fs, p, &tables, &mut st)?;

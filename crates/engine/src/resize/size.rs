@@ -66,6 +66,9 @@ pub fn fit(sb: &RawSuperblock, geo: &Geometry, want: u64) -> Result<u64> {
             return Err(Error::InvalidArgument(format!("new size {want} blocks is too small")));
         }
         let groups = (size - first).div_ceil(bpg);
+        if groups > u64::from(u32::MAX) {
+            return Err(Error::InvalidArgument(format!("new size {want} blocks is too large")));
+        }
         let desc_blocks = groups.div_ceil(u64::from(geo.descs_per_block()));
         let mut overhead = 2 + u64::from(geo.inode_table_blocks);
         if has_backup(sb, geo, groups as u32) {
@@ -81,8 +84,8 @@ pub fn fit(sb: &RawSuperblock, geo: &Geometry, want: u64) -> Result<u64> {
             size -= rem;
             continue;
         }
-        if groups * u64::from(geo.inodes_per_group) > u64::from(u32::MAX) {
-            if (groups - 1) * u64::from(geo.inodes_per_group) > u64::from(u32::MAX) {
+        if groups.saturating_mul(u64::from(geo.inodes_per_group)) > u64::from(u32::MAX) {
+            if (groups - 1).saturating_mul(u64::from(geo.inodes_per_group)) > u64::from(u32::MAX) {
                 return Err(Error::InvalidArgument(format!(
                     "new size {want} blocks would need more than 2^32 - 1 inodes"
                 )));
@@ -121,5 +124,18 @@ mod tests {
         for bad in ["", "M", "12Q", "-5", "99999999999999T"] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn absurd_sizes_are_errors_not_overflows() {
+        let dev = crate::device::MemDevice::new(vec![0; 8 << 20]);
+        crate::mkfs::mkfs(&dev, &crate::mkfs::MkfsOptions::default()).unwrap();
+        let fs = crate::fs::Filesystem::open(Box::new(dev), crate::fs::OpenOptions::default()).unwrap();
+        assert!(fit(&fs.superblock(), &fs.geo, u64::MAX).is_err());
+        assert!(
+            fit(&fs.superblock(), &fs.geo, 1 << 40).is_err(),
+            "more than 2^32 inodes"
+        );
+        assert!(fit(&fs.superblock(), &fs.geo, 0).is_err());
     }
 }

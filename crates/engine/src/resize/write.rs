@@ -9,7 +9,11 @@
 //!    transaction** through the image's journal (`tune::commit`, the same
 //!    path as `tune`): the commit block is the switch; after it, the
 //!    kernel, e2fsck and ext4kit replay the new primary superblock,
-//!    descriptors, bitmaps and resize inode.
+//!    descriptors, bitmaps and resize inode. Going home, the superblock
+//!    goes last when groups are added (a longer descriptor table under the
+//!    old superblock still opens) and first when groups are dropped (the
+//!    old, longer table under the new superblock opens; a shorter one
+//!    under the old superblock would not); checksums wait for the replay.
 //! 3. `after`: the superblock and descriptor backups of old groups, then
 //!    the primary superblock without `needs_recovery`. A crash before they
 //!    are down leaves stale backups, which nothing reads while the primary
@@ -64,7 +68,10 @@ pub(crate) fn write(fs: &Filesystem, p: &Plan, mut st: Stage, progress: &mut dyn
     st.txn.insert(sb_block, block);
     if journaled {
         let txn: BTreeMap<u64, Arc<[u8]>> = st.txn.into_iter().map(|(b, d)| (b, Arc::from(d))).collect();
-        crate::tune::commit::commit(fs, txn, &[], &p.old_sb, &st.sb)?;
+        // Dropping groups: the shorter descriptor table must not reach home
+        // before the superblock that counts fewer groups.
+        let sb_first = p.new.group_count < p.old.group_count;
+        crate::tune::commit::commit_ordered(fs, txn, &[], &st.sb, sb_first)?;
         progress(total - 1, total);
         for (b, data) in &st.after {
             put(fs, p, *b, data)?;
