@@ -112,6 +112,9 @@ enum Command {
     Quota(cmd::quota::Args),
     /// Show or set a file's project id (`--inherit`: PROJINHERIT).
     Project(cmd::quota::ProjectArgs),
+    /// Grow or shrink an unmounted image (like resize2fs); -P prints the
+    /// minimum size.
+    Resize(cmd::resize::Args),
     /// Benchmarks: `bench mount` compares kernel ext4, fuse2fs and ext4kit.
     Bench(cmd::bench::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish,
@@ -165,6 +168,7 @@ fn main() -> ExitCode {
         Command::Tune(a) => cmd::tune::run(a),
         Command::Quota(a) => cmd::quota::run(a),
         Command::Project(a) => cmd::quota::project(a),
+        Command::Resize(a) => cmd::resize::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Completions(a) => cmd::completions::run(a, Cli::command()),
         Command::Man(a) => cmd::man::run(a, Cli::command()),

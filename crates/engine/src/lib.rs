@@ -66,6 +66,7 @@ mod orphan;
 mod path;
 mod quota;
 mod readonly;
+pub mod resize;
 mod session;
 mod statfs;
 pub mod tune;

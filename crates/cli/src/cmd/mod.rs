@@ -18,6 +18,7 @@ pub mod mkfs;
 pub mod mount;
 pub mod precheck;
 pub mod quota;
+pub mod resize;
 pub mod stat;
 pub mod sync;
 pub mod tune;

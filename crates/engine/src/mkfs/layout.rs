@@ -35,6 +35,16 @@ impl UsedMap {
         }
     }
 
+    /// An empty map over `blocks` blocks whose first data block is `first`
+    /// (resize places new groups' tables in an existing file system).
+    pub fn over(blocks: u64, first: u64) -> Self {
+        Self {
+            ranges: BTreeMap::new(),
+            blocks,
+            first,
+        }
+    }
+
     /// Marks `len` blocks from `start` used.
     pub fn mark(&mut self, start: u64, len: u64) {
         if len == 0 {

@@ -51,6 +51,24 @@ pub(crate) fn commit(
     old: &RawSuperblock,
     new: &RawSuperblock,
 ) -> Result<bool> {
+    // The journal inode must stay readable under the superblock at home:
+    // while inode records lose their checksums, a home superblock with
+    // metadata_csum would reject it (e2fsck then deletes the journal), so
+    // that superblock goes first.
+    let sb_first = old.features().metadata_csum() && !new.features().metadata_csum();
+    commit_ordered(fs, blocks, zero, new, sb_first)
+}
+
+/// [`commit`], with the primary superblock checkpointed before the other
+/// blocks when `sb_first` (a resize that drops groups: a home descriptor
+/// table shorter than the home superblock's group count would not open).
+pub(crate) fn commit_ordered(
+    fs: &Filesystem,
+    blocks: BTreeMap<u64, Arc<[u8]>>,
+    zero: &[u64],
+    new: &RawSuperblock,
+    sb_first: bool,
+) -> Result<bool> {
     let mut last = *new;
     let v = last.s_feature_incompat.get() & !IncompatFeatures::RECOVER.0;
     last.s_feature_incompat.set(v);
@@ -58,11 +76,6 @@ pub(crate) fn commit(
     let mut guard = fs.log.lock();
     match guard.as_mut() {
         Some(log) => {
-            // The journal inode must stay readable under the superblock at
-            // home: while inode records lose their checksums, a home
-            // superblock with metadata_csum would reject it (e2fsck then
-            // deletes the journal), so that superblock goes first.
-            let sb_first = old.features().metadata_csum() && !new.features().metadata_csum();
             journaled(fs, log, &blocks, zero, sb_first)?;
             finish(fs, &last)?;
             Ok(true)

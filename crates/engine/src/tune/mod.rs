@@ -17,7 +17,7 @@
 //! (the image lock, kernel mounts: `crate::device::inuse`; MMP: `crate::mmp`),
 //! which [`tune_image`] relies on through [`mounted`].
 
-mod commit;
+pub(crate) mod commit;
 mod csum;
 mod dirs;
 mod features;

@@ -1,0 +1,77 @@
+//! `ext4kit resize [-f] [-P] IMAGE [SIZE]`: resize2fs's command line,
+//! carried out by `ext4kit_engine::resize`, which refuses an image that
+//! needs a check (unless `-f`), an image in use, and what it does not do,
+//! naming it. SIZE is read as resize2fs reads it (a bare number counts
+//! blocks; K, M, G, T; `s` for 512-byte sectors); without it the image
+//! file's size is taken.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use ext4kit_engine::device::FileDevice;
+use ext4kit_engine::resize::{ResizeOptions, minimum_size, parse_size, resize_image};
+use ext4kit_engine::{Filesystem, OpenOptions};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Arguments of `resize`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Resize even an image that should be checked with e2fsck -f first.
+    #[arg(short = 'f', long)]
+    force: bool,
+    /// Print the minimum size the file system could have, in blocks, and
+    /// change nothing.
+    #[arg(short = 'P')]
+    print_min: bool,
+    /// Zero the new inode tables now, even where the kernel would
+    /// initialise them lazily.
+    #[arg(long)]
+    zero_itables: bool,
+    /// The image file; it must not be mounted.
+    image: PathBuf,
+    /// The new size: blocks, or a number with K, M, G, T or s (sectors).
+    size: Option<String>,
+}
+
+/// Resizes the image, or prints its minimum size.
+pub fn run(a: Args) -> Result<()> {
+    if a.print_min {
+        let dev = FileDevice::open(&a.image, false).with_context(|| format!("{}", a.image.display()))?;
+        let fs = Filesystem::open(Box::new(dev), OpenOptions::default())
+            .with_context(|| format!("{}", a.image.display()))?;
+        outln!("Estimated minimum size of the filesystem: {}", minimum_size(&fs));
+        return Ok(());
+    }
+    let size = a.size.as_deref().map(parse_size).transpose()?;
+    let opts = ResizeOptions {
+        force: a.force,
+        zero_itables: a.zero_itables,
+    };
+    let bar = ProgressBar::new(0);
+    if let Ok(style) = ProgressStyle::with_template("resizing {bar:40} {percent}% {elapsed}") {
+        bar.set_style(style);
+    }
+    let r = resize_image(&a.image, size, &opts, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let r = r.with_context(|| format!("{}", a.image.display()))?;
+    let kib = r.block_size / 1024;
+    if r.new_blocks == r.old_blocks {
+        outln!(
+            "The filesystem is already {} ({kib}k) blocks long.  Nothing to do!",
+            r.new_blocks
+        );
+    } else {
+        outln!(
+            "The filesystem on {} is now {} ({kib}k) blocks long ({} groups, was {} blocks in {}).",
+            a.image.display(),
+            r.new_blocks,
+            r.new_groups,
+            r.old_blocks,
+            r.old_groups
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! `resize`: growing (and, later, shrinking) an unmounted file system, as
+//! resize2fs does, in three steps:
+//! - [`plan`]: the new superblock — the size settled on ([`size::fit`]),
+//!   block and inode counts, reserved GDT blocks, `s_backup_bgs`;
+//! - [`grow`]: the new groups' tables placed as resize2fs places them
+//!   ([`place`], flex_bg packing included), their descriptors, bitmaps,
+//!   superblock and descriptor copies, the resize inode ([`resize_inode`]),
+//!   all staged in memory ([`stage`]);
+//! - [`write`]: written in an order that leaves the old or the new file
+//!   system after a crash, the switch being one journal transaction.
+//!
+//! - [`shrink`]: the groups past the new end cut, when nothing in use
+//!   lies there (block and inode moves are not implemented yet).
+//!
+//! Refused, each with a message naming it: an image that needs e2fsck
+//! first (unless forced, as `resize2fs -f`), bigalloc, meta_bg (and a grow
+//! that would need converting to it), and a shrink that would move data.
+
+mod grow;
+mod minimum;
+mod place;
+mod plan;
+mod resize_inode;
+mod shrink;
+mod size;
+mod stage;
+mod superblocks;
+mod usage;
+mod write;
+
+use std::path::Path;
+
+use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::superblock::{RawSuperblock, STATE_ERROR, STATE_VALID};
+
+use crate::device::BlockDevice;
+use crate::error::{Error, Location, Result};
+use crate::fs::{Filesystem, OpenOptions};
+
+pub use minimum::minimum_size;
+pub use size::{SizeSpec, parse_size};
+
+/// How to resize.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResizeOptions {
+    /// Resize an image that should be checked first (`resize2fs -f`).
+    pub force: bool,
+    /// Zero the new inode tables even where a group checksum lets them be
+    /// left for the kernel's lazy initialisation (resize2fs's
+    /// `RESIZE2FS_FORCE_ITABLE_INIT`); without a group checksum they are
+    /// always zeroed.
+    pub zero_itables: bool,
+}
+
+/// What [`resize`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResizeReport {
+    /// Blocks before.
+    pub old_blocks: u64,
+    /// Blocks after.
+    pub new_blocks: u64,
+    /// Groups before and after.
+    pub old_groups: u32,
+    /// Groups after.
+    pub new_groups: u32,
+    /// Block size in bytes.
+    pub block_size: u32,
+    /// True when the switch was one journal transaction.
+    pub journaled: bool,
+}
+
+/// Resizes the file system on `dev` to `want` blocks (`None`: as many as
+/// the device holds). `progress(done, total)` is called as blocks go out.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for an image needing a check (see
+/// [`needs_check`]) or a size that cannot be had; [`Error::Unsupported`]
+/// for what this resize does not do, named; I/O and corruption errors.
+pub fn resize(
+    dev: Box<dyn BlockDevice>,
+    want: Option<u64>,
+    opts: &ResizeOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ResizeReport> {
+    let raw = read_superblock(dev.as_ref())?;
+    if !opts.force
+        && let Some(why) = needs_check(&raw)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "the file system {why}: run e2fsck -f first (or force the resize)"
+        )));
+    }
+    let fs = Filesystem::open(
+        dev,
+        OpenOptions {
+            count_mount: false,
+            ..OpenOptions::default()
+        },
+    )?;
+    if let Some(why) = fs.read_only_reason() {
+        return Err(Error::InvalidArgument(format!("the image cannot be written: {why}")));
+    }
+    if fs.session.in_use() {
+        fs.close()?;
+    }
+    plan::refuse_features(&fs.geo)?;
+    let bs = u64::from(fs.geo.block_size);
+    let want = want.unwrap_or(fs.dev.len() / bs);
+    let blocks = size::fit(&fs.superblock(), &fs.geo, want)?;
+    if blocks * bs > fs.dev.len() {
+        return Err(Error::InvalidArgument(format!(
+            "the device holds {} blocks, fewer than the {blocks} asked for",
+            fs.dev.len() / bs
+        )));
+    }
+    let mut report = ResizeReport {
+        old_blocks: fs.geo.blocks_count,
+        new_blocks: blocks,
+        old_groups: fs.geo.group_count,
+        block_size: fs.geo.block_size,
+        ..ResizeReport::default()
+    };
+    if blocks == fs.geo.blocks_count {
+        report.new_groups = fs.geo.group_count;
+        return Ok(report);
+    }
+    let p = plan::plan(&fs, blocks)?;
+    let st = if blocks < fs.geo.blocks_count {
+        shrink::stage(&fs, &p)?
+    } else {
+        grow::stage(&fs, &p, opts.zero_itables)?
+    };
+    report.journaled = write::write(&fs, &p, st, progress)?;
+    report.new_groups = p.new.group_count;
+    Ok(report)
+}
+
+/// [`resize`] of an image file, claimed for writing (an image in use is
+/// refused); a size past the end of the file extends it first.
+///
+/// # Errors
+/// As [`resize`]; [`Error::InUseElsewhere`].
+pub fn resize_image(
+    path: &Path,
+    size: Option<SizeSpec>,
+    opts: &ResizeOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ResizeReport> {
+    let mut dev = crate::tune::open_for_tune(path)?;
+    let raw = read_superblock(&dev)?;
+    let bs = 1024u32 << raw.s_log_block_size.get().min(6);
+    let want = size.map(|s| s.blocks(bs));
+    if let Some(w) = want {
+        let bytes = w
+            .checked_mul(u64::from(bs))
+            .ok_or_else(|| Error::InvalidArgument(format!("new size {w} blocks is too large")))?;
+        if bytes > dev.len() {
+            dev.set_len(bytes)
+                .map_err(|source| Error::Io { offset: bytes, source })?;
+        }
+    }
+    resize(Box::new(dev), want, opts, progress)
+}
+
+/// Why resize2fs would ask for `e2fsck -f` first, if it would.
+pub fn needs_check(sb: &RawSuperblock) -> Option<&'static str> {
+    let state = sb.s_state.get();
+    if state & STATE_ERROR != 0 {
+        return Some("has recorded errors");
+    }
+    if state & STATE_VALID == 0 {
+        return Some("was not cleanly unmounted");
+    }
+    if sb.s_lastcheck.get() < sb.s_mtime.get() {
+        return Some("was mounted since its last check");
+    }
+    if sb.s_last_orphan.get() != 0 || sb.s_feature_incompat.get() & IncompatFeatures::RECOVER.0 != 0 {
+        return Some("has orphans or a journal to recover");
+    }
+    None
+}
+
+fn read_superblock(dev: &dyn BlockDevice) -> Result<RawSuperblock> {
+    let mut buf = vec![0u8; 1024];
+    dev.read_at(1024, &mut buf)
+        .map_err(|source| Error::Io { offset: 1024, source })?;
+    RawSuperblock::parse(&buf).map_err(|e| Error::format(Location::Superblock, e))
+}

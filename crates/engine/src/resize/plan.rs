@@ -1,0 +1,167 @@
+//! The new superblock of a resize: block and inode counts, reserved GDT
+//! blocks, `s_backup_bgs` (sparse_super2) and the reserved-block share, as
+//! resize2fs's `adjust_fs_info` sets them; and the refusals of what this
+//! resize does not do, each naming the feature or layout.
+
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
+use ext4kit_format::superblock::{Geometry, RawSuperblock};
+
+use crate::error::{Error, Location, Result};
+use crate::fs::Filesystem;
+
+/// The file system before and after.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) old_sb: RawSuperblock,
+    pub(crate) new_sb: RawSuperblock,
+    pub(crate) old: Geometry,
+    pub(crate) new: Geometry,
+    pub(crate) new_desc_blocks: u32,
+}
+
+impl Plan {
+    /// Whether `group` of the new layout holds a superblock backup.
+    pub(crate) fn new_has_super(&self, group: u32) -> bool {
+        has_super(&self.new, &self.new_sb, group)
+    }
+
+    /// Whether `group` of the old layout holds a superblock backup.
+    pub(crate) fn old_has_super(&self, group: u32) -> bool {
+        has_super(&self.old, &self.old_sb, group)
+    }
+
+    /// Blocks after a backup superblock taken by descriptors and reserved
+    /// GDT blocks (the same before and after: reserved blocks become
+    /// descriptor blocks one for one).
+    pub(crate) fn base_desc_blocks(&self) -> u64 {
+        u64::from(self.new_desc_blocks) + u64::from(self.new_sb.s_reserved_gdt_blocks.get())
+    }
+}
+
+/// `ext2fs_bg_has_super`, with `s_backup_bgs` for sparse_super2.
+pub(crate) fn has_super(geo: &Geometry, sb: &RawSuperblock, group: u32) -> bool {
+    if geo.features.compat.contains(CompatFeatures::SPARSE_SUPER2) {
+        return group == 0 || [sb.s_backup_bgs[0].get(), sb.s_backup_bgs[1].get()].contains(&group);
+    }
+    geo.group_has_super_sparse(group)
+}
+
+/// Features whose layouts this resize does not change, named.
+pub(crate) fn refuse_features(geo: &Geometry) -> Result<()> {
+    let f = &geo.features;
+    let refused = [
+        (f.ro_compat.contains(RoCompatFeatures::BIGALLOC), "bigalloc"),
+        (f.incompat.contains(IncompatFeatures::META_BG), "meta_bg"),
+        (f.ro_compat.contains(RoCompatFeatures::HAS_SNAPSHOT), "snapshot"),
+        (f.incompat.contains(IncompatFeatures::JOURNAL_DEV), "journal_dev"),
+    ];
+    if let Some((_, name)) = refused.iter().find(|(on, _)| *on) {
+        return Err(Error::Unsupported(format!(
+            "resize of a file system with {name} is not implemented"
+        )));
+    }
+    Ok(())
+}
+
+/// The plan for a file system of `blocks` blocks (already [`super::size::fit`]).
+pub(crate) fn plan(fs: &Filesystem, blocks: u64) -> Result<Plan> {
+    let old_sb = fs.superblock();
+    let old = fs.geo.clone();
+    refuse_features(&old)?;
+    let bit64 = old.features.incompat.contains(IncompatFeatures::BIT64);
+    if !bit64 && blocks > u64::from(u32::MAX) {
+        return Err(Error::InvalidArgument(format!(
+            "{blocks} blocks need the 64bit feature, which this file system does not have"
+        )));
+    }
+    let mut sb = old_sb;
+    sb.s_blocks_count_lo.set(blocks as u32);
+    if bit64 {
+        sb.s_blocks_count_hi.set((blocks >> 32) as u32);
+    }
+    let first = u64::from(old.first_data_block);
+    let groups = (blocks - first).div_ceil(u64::from(old.blocks_per_group)) as u32;
+    sb.s_inodes_count.set(groups * old.inodes_per_group);
+    let dpb = old.descs_per_block();
+    let (old_desc_blocks, new_desc_blocks) = (old.group_count.div_ceil(dpb), groups.div_ceil(dpb));
+    let reserved = u32::from(old_sb.s_reserved_gdt_blocks.get());
+    if new_desc_blocks > old_desc_blocks + reserved {
+        return Err(Error::Unsupported(format!(
+            "growing to {groups} groups needs {new_desc_blocks} descriptor blocks but only {} fit \
+             ({old_desc_blocks} used, {reserved} reserved); resize2fs would convert the file system \
+             to meta_bg, which this resize does not do",
+            old_desc_blocks + reserved
+        )));
+    }
+    if old.features.compat.contains(CompatFeatures::RESIZE_INODE) && new_desc_blocks != old_desc_blocks {
+        let r = i64::from(reserved) + i64::from(old_desc_blocks) - i64::from(new_desc_blocks);
+        sb.s_reserved_gdt_blocks
+            .set(r.clamp(0, i64::from(old.block_size / 4)) as u16);
+    }
+    let base = |desc: u32, sb: &RawSuperblock| desc + u32::from(sb.s_reserved_gdt_blocks.get());
+    if base(new_desc_blocks, &sb) != base(old_desc_blocks, &old_sb) {
+        return Err(Error::Unsupported(format!(
+            "going from {old_desc_blocks} to {new_desc_blocks} descriptor blocks would change the              blocks after each superblock copy (reserved GDT blocks capped or absent); not implemented"
+        )));
+    }
+    backup_bgs(&mut sb, old.group_count, groups);
+    if (1..groups.min(old.group_count))
+        .any(|g| has_super(&old, &old_sb, g) != has_super(&old, &sb, g) && has_super(&old, &sb, g))
+    {
+        return Err(Error::Unsupported(
+            "sparse_super2: the new last group would need a superblock backup; moving its blocks away is              not implemented"
+                .into(),
+        ));
+    }
+    scale_reserved(&mut sb, &old_sb, old.blocks_count, blocks, bit64);
+    sb.s_overhead_clusters.set(0);
+    let new = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
+    Ok(Plan {
+        old_sb,
+        new_sb: sb,
+        old,
+        new,
+        new_desc_blocks,
+    })
+}
+
+/// sparse_super2: the second backup follows the last group, as resize2fs
+/// moves it.
+fn backup_bgs(sb: &mut RawSuperblock, old_groups: u32, groups: u32) {
+    if !sb.features().compat.contains(CompatFeatures::SPARSE_SUPER2) {
+        return;
+    }
+    let (last, old_last) = (groups - 1, old_groups - 1);
+    let old1 = sb.s_backup_bgs[1].get();
+    if last > old_last {
+        if old_groups == 1 {
+            sb.s_backup_bgs[0].set(1);
+        }
+        if (old_groups < 3 && groups > 2) || old1 != 0 {
+            sb.s_backup_bgs[1].set(last);
+        }
+    } else if last < old_last {
+        if sb.s_backup_bgs[0].get() > last {
+            sb.s_backup_bgs[0].set(0);
+        }
+        if old1 > last {
+            sb.s_backup_bgs[1].set(0);
+        }
+        if last > 1 && old1 == old_last {
+            sb.s_backup_bgs[1].set(last);
+        }
+    }
+}
+
+/// `s_r_blocks_count` keeps its share of the blocks (resize2fs computes
+/// the share in floating point; so does this).
+fn scale_reserved(sb: &mut RawSuperblock, old: &RawSuperblock, old_blocks: u64, blocks: u64, bit64: bool) {
+    let r_old = u64::from(old.s_r_blocks_count_lo.get()) | (u64::from(old.s_r_blocks_count_hi.get()) << 32);
+    let r_old = if bit64 { r_old } else { r_old & 0xFFFF_FFFF };
+    let percent = r_old as f64 * 100.0 / old_blocks as f64;
+    let r = (percent * blocks as f64 / 100.0) as u64;
+    sb.s_r_blocks_count_lo.set(r as u32);
+    if bit64 {
+        sb.s_r_blocks_count_hi.set((r >> 32) as u32);
+    }
+}

@@ -1,0 +1,132 @@
+//! Shrinking: the groups past the new end are cut, with the blocks their
+//! metadata took in the remaining groups (flex_bg packs a flex group's
+//! tables in its first group) given back, the last group's bitmap padded
+//! at its new end, and freed descriptor blocks turned into reserved GDT
+//! blocks (`s_reserved_gdt_blocks` grows by as many, the resize inode
+//! lists them), as resize2fs's `adjust_fs_info` and `free_gdp_blocks` do.
+//!
+//! Blocks and inodes in use past the new end are not moved (resize2fs's
+//! `block_mover` and `inode_scan_and_fix`): a shrink that would need them
+//! is refused, naming how many blocks and inodes are in the way.
+
+use std::collections::BTreeSet;
+
+use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, bitmap_checksum};
+
+use super::plan::Plan;
+use super::stage::Stage;
+use super::{resize_inode, superblocks, usage};
+use crate::error::{Error, Result};
+use crate::fs::Filesystem;
+use crate::mkfs::layout::GroupTables;
+
+/// Stages a shrink.
+pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
+    let old_descs = fs.group_descs();
+    let keep = p.new.group_count as usize;
+    let tables: Vec<GroupTables> = old_descs
+        .iter()
+        .map(|d| GroupTables {
+            block_bitmap: d.block_bitmap(),
+            inode_bitmap: d.inode_bitmap(),
+            inode_table: d.inode_table(),
+        })
+        .collect();
+    let itb = u64::from(p.old.inode_table_blocks);
+    let mut released = Vec::new();
+    for (g, t) in tables.iter().enumerate().skip(keep) {
+        released.extend([(t.block_bitmap, 1), (t.inode_bitmap, 1), (t.inode_table, itb)]);
+        if p.old_has_super(g as u32) {
+            released.push((p.old.group_first_block(g as u32), 1 + p.base_desc_blocks()));
+        }
+    }
+    let map = usage::load(fs, p, &old_descs, &released)?;
+    refuse_moves(p, &map, &old_descs[keep..], &tables[..keep])?;
+    let csum = p.new.features.has_group_csum();
+    let mut touched: BTreeSet<u32> = released
+        .iter()
+        .filter(|(b, _)| *b < p.new.blocks_count)
+        .map(|(b, _)| group_of(p, *b))
+        .collect();
+    touched.insert(p.new.group_count - 1);
+    let mut descs = old_descs;
+    descs.truncate(keep);
+    let mut st = Stage::new(p);
+    let mut free_blocks = 0u64;
+    for (g, d) in descs.iter_mut().enumerate() {
+        let g = g as u32;
+        let start = p.new.group_first_block(g);
+        let n = u64::from(p.new.blocks_in_group(g));
+        let free = n - map.used_in(start, start + n);
+        d.set_free_blocks(free as u32);
+        free_blocks += free;
+        if touched.contains(&g) {
+            d.bg_flags.set(d.flags() & !BG_BLOCK_UNINIT);
+            let bits = usage::block_bitmap(p, &map, g);
+            if p.new.features.metadata_csum() {
+                let len = (p.new.clusters_per_group / 8) as usize;
+                d.set_block_bitmap_csum(bitmap_checksum(p.new_sb.csum_seed(), &bits, len, p.new.desc_size));
+            }
+            st.put(d.block_bitmap(), bits, false);
+        }
+        if csum && free == u64::from(p.new.blocks_per_group) && g + 1 != p.new.group_count {
+            d.bg_flags.set(d.flags() | BG_BLOCK_UNINIT);
+        }
+        let ds = usize::from(p.new.desc_size);
+        d.bg_checksum
+            .set(d.compute_checksum(&p.new.features, p.new_sb.csum_seed(), &p.new_sb.s_uuid, g, ds));
+    }
+    let removed = (p.old.group_count - p.new.group_count) * p.new.inodes_per_group;
+    let mut sb = p.new_sb;
+    sb.s_free_blocks_count_lo.set(free_blocks as u32);
+    if p.new
+        .features
+        .incompat
+        .contains(ext4kit_format::features::IncompatFeatures::BIT64)
+    {
+        sb.s_free_blocks_count_hi.set((free_blocks >> 32) as u32);
+    }
+    sb.s_free_inodes_count
+        .set(p.old_sb.s_free_inodes_count.get().saturating_sub(removed));
+    st.sb = sb;
+    superblocks::stage_descs(fs, p, &descs, &mut st)?;
+    resize_inode::rebuild(fs, p, &tables, &mut st)?;
+    Ok(st)
+}
+
+fn group_of(p: &Plan, b: u64) -> u32 {
+    ((b - u64::from(p.new.first_data_block)) / u64::from(p.new.blocks_per_group)) as u32
+}
+
+/// Refuses a shrink that would have to move blocks or inodes, or that
+/// would cut a remaining group's tables.
+fn refuse_moves(
+    p: &Plan,
+    map: &crate::mkfs::layout::UsedMap,
+    removed: &[ext4kit_format::group_desc::RawGroupDesc],
+    kept: &[GroupTables],
+) -> Result<()> {
+    let end = p.new.blocks_count;
+    let itb = u64::from(p.new.inode_table_blocks);
+    if kept
+        .iter()
+        .any(|t| t.block_bitmap >= end || t.inode_bitmap >= end || t.inode_table + itb > end)
+    {
+        return Err(Error::Unsupported(
+            "a remaining group's bitmaps or inode table lie past the new end; moving them is not implemented".into(),
+        ));
+    }
+    let inodes: u64 = removed
+        .iter()
+        .map(|d| u64::from(p.old.inodes_per_group - d.free_inodes().min(p.old.inodes_per_group)))
+        .sum();
+    let blocks = map.used_in(end, p.old.blocks_count);
+    if inodes > 0 || blocks > 0 {
+        return Err(Error::Unsupported(format!(
+            "shrinking to {end} blocks would move {blocks} blocks and {inodes} inodes in use past the new \
+             end; moving blocks and inodes is not implemented (resize -P gives the minimum resize2fs \
+             could reach)"
+        )));
+    }
+    Ok(())
+}

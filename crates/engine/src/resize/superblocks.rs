@@ -1,0 +1,66 @@
+//! The descriptor table and superblock copies of the new layout: the
+//! primary table (`txn`), the copies in old backup groups (`after`) and in
+//! new ones (`before`); a descriptor block taken from the reserve replaces
+//! the first reserved GDT block of every copy (`s_reserved_gdt_blocks`
+//! shrinks by as many).
+
+use ext4kit_format::features::IncompatFeatures;
+use ext4kit_format::group_desc::RawGroupDesc;
+use ext4kit_format::superblock::RawSuperblock;
+
+use super::plan::Plan;
+use super::stage::Stage;
+use crate::error::Result;
+use crate::fs::Filesystem;
+
+/// First block of the primary descriptor table (after the superblock's
+/// block, which is block 1 with 1 KiB blocks and 0 otherwise).
+pub(crate) fn primary_table(p: &Plan) -> u64 {
+    1024 / u64::from(p.new.block_size) + 1
+}
+
+/// Stages the descriptor tables and the backup superblocks.
+pub(crate) fn stage_descs(_fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc], st: &mut Stage) -> Result<()> {
+    let bs = p.new.block_size as usize;
+    let ds = usize::from(p.new.desc_size);
+    let mut table = vec![0u8; p.new_desc_blocks as usize * bs];
+    for (g, d) in descs.iter().enumerate() {
+        d.encode_into(&mut table[g * ds..(g + 1) * ds]);
+    }
+    let first = primary_table(p);
+    for (i, chunk) in table.chunks(bs).enumerate() {
+        st.put(first + i as u64, chunk.to_vec(), false);
+    }
+    for g in 1..p.new.group_count {
+        if !p.new_has_super(g) {
+            continue;
+        }
+        let start = p.new.group_first_block(g);
+        let old = g < p.old.group_count && p.old_has_super(g);
+        let mut sb = backup(&st.sb, g);
+        sb.set_checksum();
+        let mut block = vec![0u8; bs];
+        block[..1024].copy_from_slice(&sb.encode());
+        let mut blocks = vec![(start, block)];
+        for (i, chunk) in table.chunks(bs).enumerate() {
+            blocks.push((start + 1 + i as u64, chunk.to_vec()));
+        }
+        for (b, data) in blocks {
+            if old {
+                st.after.insert(b, data);
+            } else {
+                st.before.insert(b, data);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The copy of `sb` kept in group `g`.
+fn backup(sb: &RawSuperblock, g: u32) -> RawSuperblock {
+    let mut b = *sb;
+    b.s_block_group_nr.set(g as u16);
+    let f = b.s_feature_incompat.get() & !IncompatFeatures::RECOVER.0;
+    b.s_feature_incompat.set(f);
+    b
+}
