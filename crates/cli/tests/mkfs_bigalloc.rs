@@ -180,3 +180,31 @@ fn refusals_name_the_problem() {
     assert!(err(&["-b", "4096", "-O", "bigalloc", "-C", "2K"]).contains("smaller than the block size"));
     assert!(err(&["-O", "bigalloc,^extent,^64bit"]).contains("extent"));
 }
+
+/// `tune` cannot turn bigalloc on or off (the group layout changes) and
+/// says so by name; the image is left as it was.
+#[test]
+fn tune_refuses_bigalloc_changes_by_name() {
+    let Some(dir) = setup() else { return };
+    let img = dir.path().join("b.img");
+    let out = ext4kit_mkfs(&img, "64M", &["-b", "1024", "-O", "bigalloc"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let before = std::fs::read(&img).unwrap();
+    for edit in ["^bigalloc", "bigalloc"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+            .args(["tune", "-O", edit])
+            .arg(&img)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("bigalloc"),
+            "tune -O {edit}: {err}"
+        );
+    }
+    assert!(
+        std::fs::read(&img).unwrap() == before,
+        "a refused tune changed the image"
+    );
+    assert_fsck_clean(&img).unwrap();
+}
