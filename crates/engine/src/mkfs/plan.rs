@@ -633,6 +633,45 @@ mod tests {
     }
 
     #[test]
+    fn bigalloc_geometry_matches_mke2fs() {
+        // mke2fs -t ext4 -b 1024 -O bigalloc, 64 MiB: 16 KiB clusters,
+        // 8192 clusters (131072 blocks) per group, first data block 0.
+        let p = plan(64 << 20, |o| {
+            o.block_size = Some(1024);
+            o.add_features("bigalloc");
+        });
+        assert_eq!(
+            (p.cluster_bits, p.blocks_per_group, p.clusters_per_group()),
+            (4, 131072, 8192)
+        );
+        assert_eq!(
+            (p.first_data_block, p.superblock_block(), p.blocks_count),
+            (0, 1, 65536)
+        );
+        assert_eq!((p.inodes_per_group, p.reserved_gdt, p.group_count), (4096, 31, 1));
+        // -C 64K with 4 KiB blocks: the size is cut to whole clusters.
+        let p = plan((64 << 20) + 12288, |o| {
+            o.block_size = Some(4096);
+            o.cluster_size = Some(65536);
+            o.add_features("bigalloc");
+        });
+        assert_eq!((p.cluster_bits, p.blocks_count, p.first_data_block), (4, 16384, 0));
+        let bad = |edit: fn(&mut MkfsOptions)| {
+            let mut o = MkfsOptions::default();
+            edit(&mut o);
+            Plan::new(&o, 64 << 20).unwrap_err().to_string()
+        };
+        assert!(bad(|o| o.cluster_size = Some(65536)).contains("bigalloc"));
+        assert!(
+            bad(|o| {
+                o.add_features("bigalloc");
+                o.cluster_size = Some(3072);
+            })
+            .contains("invalid cluster size")
+        );
+    }
+
+    #[test]
     fn short_last_group_is_dropped() {
         // 8 MiB + 40 KiB: a 40-block last group cannot hold its own tables.
         let p = plan((8 << 20) + (40 << 10), |o| o.fs_type = FsType::Ext2);
