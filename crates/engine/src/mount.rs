@@ -251,7 +251,7 @@ impl Filesystem {
             group += 1;
         }
         let has_super = u64::from(self.group_has_super(group));
-        self.geo.group_first_block(group) + has_super
+        self.geo.superblock_block(group) + has_super
     }
 
     /// True when `group` holds a superblock backup (and thus descriptors).

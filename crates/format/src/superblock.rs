@@ -394,6 +394,15 @@ impl Geometry {
         u64::from(self.first_data_block) + u64::from(group) * u64::from(self.blocks_per_group)
     }
 
+    /// The block holding `group`'s superblock copy (when it has one): the
+    /// group's first block, but for group 0 the block holding byte 1024 —
+    /// block 1 with 1 KiB blocks even under bigalloc, where
+    /// `s_first_data_block` is 0 (`ext2fs_super_and_bgd_loc2`). The group's
+    /// descriptor copies follow it.
+    pub fn superblock_block(&self, group: u32) -> u64 {
+        self.group_first_block(group).max(1024 / u64::from(self.block_size))
+    }
+
     /// Number of blocks in `group` (the last group may be short).
     pub fn blocks_in_group(&self, group: u32) -> u32 {
         let first = self.group_first_block(group);

@@ -24,6 +24,10 @@ pub struct Args {
     /// Block size in bytes.
     #[arg(short = 'b')]
     block_size: Option<u32>,
+    /// Cluster size in bytes with `-O bigalloc` (e.g. 16K, 64K; default
+    /// 16 blocks): the unit of block allocation.
+    #[arg(short = 'C', long = "cluster-size")]
+    cluster_size: Option<String>,
     /// Inode size in bytes.
     #[arg(short = 'I')]
     inode_size: Option<u16>,
@@ -127,8 +131,13 @@ fn make(a: &Args) -> Result<()> {
     }
     if !a.quiet {
         let p = &r.plan;
+        let cluster = if p.cluster_bits > 0 {
+            format!(" in clusters of {} bytes", p.block_size << p.cluster_bits)
+        } else {
+            String::new()
+        };
         outln!(
-            "{}: {} blocks of {} bytes, {} inodes, {} groups, {} free blocks, journal {} blocks",
+            "{}: {} blocks of {} bytes{cluster}, {} inodes, {} groups, {} free blocks, journal {} blocks",
             a.image.display(),
             p.blocks_count,
             p.block_size,
@@ -161,6 +170,15 @@ fn options(a: &Args) -> Result<MkfsOptions> {
         ..MkfsOptions::default()
     };
     o.block_size = a.block_size;
+    o.cluster_size = a
+        .cluster_size
+        .as_deref()
+        .map(|c| {
+            let n = parse_size(c)?;
+            u32::try_from(n)
+                .map_err(|_| ext4kit_engine::Error::InvalidArgument(format!("cluster size {c} is too large")))
+        })
+        .transpose()?;
     o.inode_size = a.inode_size;
     o.bytes_per_inode = a.bytes_per_inode;
     o.inode_count = a.inodes;

@@ -59,7 +59,14 @@ impl Files {
             None
         };
         let journal = if b.plan.journal_blocks > 0 {
-            let goal = if extents { journal_goal(b) } else { first };
+            // The blocks taken so far: directories' data, the resize
+            // inode's double-indirect block (its other blocks are the
+            // reserved GDT blocks).
+            let before: Vec<u64> = data_blocks(&root)
+                .chain(data_blocks(&lpf))
+                .chain(resize.as_ref().and_then(|r| r.meta.last()).map(|m| m.0))
+                .collect();
+            let goal = if extents { journal_goal(b, &before) } else { first };
             Some(alloc_file(
                 b,
                 JOURNAL_INO,
@@ -216,7 +223,7 @@ impl Files {
             raw.i_uid_high.set((uid >> 16) as u16);
             raw.i_gid.set(gid as u16);
             raw.i_gid_high.set((gid >> 16) as u16);
-            let sectors = f.blocks() * bs / 512;
+            let sectors = charged_blocks(b, f, ino) * bs / 512;
             raw.i_blocks_lo.set(sectors as u32);
             raw.i_blocks_high.set((sectors >> 32) as u16);
             raw.i_block = f.i_block;
@@ -340,7 +347,7 @@ fn resize_map(b: &mut Build) -> Result<FileMap> {
     let p = &b.plan;
     let bs = p.block_size as usize;
     let apb = u64::from(p.addr_per_block());
-    let sb_blk = u64::from(p.first_data_block);
+    let sb_blk = p.superblock_block();
     let goal = sb_blk + u64::from(p.desc_blocks + p.reserved_gdt) + 2 + u64::from(p.inode_blocks_per_group);
     let backups: Vec<u32> = (1..p.group_count).filter(|&g| p.has_super(g)).collect();
     let mut dind = vec![0u8; bs];
@@ -372,11 +379,44 @@ fn resize_map(b: &mut Build) -> Result<FileMap> {
     Ok(f)
 }
 
+/// The blocks `i_blocks` charges to `f`: each block it maps, or with
+/// bigalloc each cluster it touches, whole. The resize inode is charged
+/// a cluster per block it lists (`ext2fs_iblk_add_blocks` for each
+/// reserved GDT block and backup, as `ext2fs_create_resize_inode` counts
+/// them), though several share a cluster.
+fn charged_blocks(b: &Build, f: &FileMap, ino: u32) -> u64 {
+    let bits = b.plan.cluster_bits;
+    if bits == 0 || ino == RESIZE_INO {
+        return f.blocks() << bits;
+    }
+    let mut spans: Vec<(u64, u64)> = f
+        .runs
+        .iter()
+        .filter(|r| r.1 > 0)
+        .map(|&(s, n)| (s >> bits, (s + n - 1) >> bits))
+        .chain(f.meta.iter().map(|(blk, _)| (blk >> bits, blk >> bits)))
+        .collect();
+    spans.sort_unstable();
+    let mut clusters = 0;
+    let mut end = None::<u64>;
+    for (lo, hi) in spans {
+        let lo = end.map_or(lo, |e| lo.max(e + 1));
+        if lo <= hi {
+            clusters += hi - lo + 1;
+        }
+        end = Some(end.map_or(hi, |e| e.max(hi)));
+    }
+    clusters << bits
+}
+
 /// The journal's goal: the first block of [`midpoint_group`].
-fn journal_goal(b: &Build) -> u64 {
+fn journal_goal(b: &Build, before: &[u64]) -> u64 {
     let p = &b.plan;
     let free = |g: u32| {
         let (lo, hi) = (p.group_first_block(g), p.group_last_block(g) + 1);
+        if p.cluster_bits > 0 {
+            return bigalloc_free_count(b, g, before);
+        }
         (hi - lo) - b.map.used_in(lo, hi)
     };
     let layout = GroupLayout {
@@ -387,6 +427,42 @@ fn journal_goal(b: &Build) -> u64 {
         log_groups_per_flex: p.log_groups_per_flex,
     };
     p.group_first_block(midpoint_group(&layout, &free))
+}
+
+/// `bg_free_blocks_count` of group `g` as mke2fs holds it when it picks
+/// the journal's group on a bigalloc file system, before its final count
+/// in clusters (`fix_cluster_bg_counts`): the group's blocks less its
+/// superblock and descriptor blocks, less a block per bitmap and a
+/// cluster per cluster's worth of inode table placed in it (the whole
+/// `2 + inode table` without flex_bg), less a cluster per cluster the
+/// files made before the journal take there — all stored in the
+/// descriptor's 16 bits, or 32 with 64-byte descriptors.
+fn bigalloc_free_count(b: &Build, g: u32, before: &[u64]) -> u64 {
+    let p = &b.plan;
+    let (lo, hi) = (p.group_first_block(g), p.group_last_block(g) + 1);
+    let bits = p.cluster_bits;
+    let inside = |blk: u64| (lo..hi).contains(&blk);
+    let mut used =
+        super::layout::group_base(p, g).used() + u64::from(g == 0 && p.first_data_block == 0) * p.superblock_block();
+    let itb = u64::from(p.inode_blocks_per_group);
+    if p.log_groups_per_flex == 0 {
+        used += 2 + itb;
+    } else {
+        for t in &b.tables {
+            used += u64::from(inside(t.block_bitmap)) + u64::from(inside(t.inode_bitmap));
+            let (s, e) = (t.inode_table.max(lo), (t.inode_table + itb).min(hi));
+            used += e.saturating_sub(s) >> bits;
+        }
+    }
+    let mut clusters: Vec<u64> = before
+        .iter()
+        .filter(|&&blk| inside(blk))
+        .map(|blk| blk >> bits)
+        .collect();
+    clusters.sort_unstable();
+    clusters.dedup();
+    let v = (hi - lo).wrapping_sub(used).wrapping_sub(clusters.len() as u64);
+    if p.desc_size >= 64 { v & 0xFFFF_FFFF } else { v & 0xFFFF }
 }
 
 /// `ext2fs_default_orphan_file_blocks`: 32 blocks below 128 Ki blocks, one

@@ -18,11 +18,19 @@ use super::plan::Plan;
 use crate::error::{Error, Result};
 
 /// The blocks in use, as disjoint `start -> end` (exclusive) ranges.
+///
+/// With bigalloc the group tables are placed block by block (mke2fs's
+/// "subcluster" bitmap), then [`UsedMap::to_clusters`] widens every range
+/// to whole clusters: from there on each mark takes whole clusters and
+/// each search starts at a cluster boundary, as `ext2fs_new_block2` on a
+/// cluster bitmap does.
 #[derive(Debug, Clone)]
 pub struct UsedMap {
     ranges: BTreeMap<u64, u64>,
     blocks: u64,
     first: u64,
+    /// `log2` of the cluster ratio once [`UsedMap::to_clusters`] ran, else 0.
+    cluster_bits: u32,
 }
 
 impl UsedMap {
@@ -32,6 +40,7 @@ impl UsedMap {
             ranges: BTreeMap::new(),
             blocks: plan.blocks_count,
             first: u64::from(plan.first_data_block),
+            cluster_bits: 0,
         }
     }
 
@@ -42,15 +51,34 @@ impl UsedMap {
             ranges: BTreeMap::new(),
             blocks,
             first,
+            cluster_bits: 0,
         }
     }
 
-    /// Marks `len` blocks from `start` used.
+    /// Widens every used range to whole clusters of `1 << bits` blocks;
+    /// later marks and searches work in clusters
+    /// (`ext2fs_convert_subcluster_bitmap`).
+    pub fn to_clusters(&mut self, bits: u32) {
+        self.cluster_bits = bits;
+        let old = std::mem::take(&mut self.ranges);
+        for (s, e) in old {
+            self.mark(s, e - s);
+        }
+    }
+
+    /// Blocks per cluster (1 before [`UsedMap::to_clusters`]).
+    pub fn cluster_ratio(&self) -> u64 {
+        1 << self.cluster_bits
+    }
+
+    /// Marks `len` blocks from `start` used (the clusters holding them,
+    /// after [`UsedMap::to_clusters`]).
     pub fn mark(&mut self, start: u64, len: u64) {
         if len == 0 {
             return;
         }
-        let (mut s, mut e) = (start, start + len);
+        let mask = self.cluster_ratio() - 1;
+        let (mut s, mut e) = (start & !mask, (start + len + mask) & !mask);
         if let Some((&ps, &pe)) = self.ranges.range(..=s).next_back()
             && pe >= s
         {
@@ -103,6 +131,7 @@ impl UsedMap {
     /// The first free block at or after `goal`, wrapping around.
     pub fn new_block(&self, goal: u64) -> Result<u64> {
         let goal = if goal >= self.blocks { self.first } else { goal };
+        let goal = goal & !(self.cluster_ratio() - 1);
         self.get_free(goal, goal, 1).ok_or_else(no_space)
     }
 
@@ -164,7 +193,9 @@ impl GroupBase {
 
 /// The superblock and descriptor copies in `group`.
 pub fn group_base(plan: &Plan, group: u32) -> GroupBase {
-    let first = plan.group_first_block(group);
+    // Group 0's copies follow the primary superblock, which is block 1
+    // with 1 KiB blocks even when bigalloc starts the group at block 0.
+    let first = plan.group_first_block(group).max(plan.superblock_block());
     let has_super = plan.has_super(group);
     let meta_bg = plan.features.incompat.contains(IncompatFeatures::META_BG);
     let dpb = plan.descs_per_block();
@@ -202,6 +233,11 @@ pub struct GroupTables {
 /// Marks every group's superblock and descriptor copies used
 /// (`ext2fs_reserve_super_and_bgd` for each group).
 pub fn reserve_bases(plan: &Plan, map: &mut UsedMap) {
+    // Block 0 before a 1 KiB-block superblock at block 1 (bigalloc) is
+    // reserved with it, as `ext2fs_reserve_super_and_bgd` does.
+    if plan.first_data_block == 0 {
+        map.mark(0, plan.superblock_block());
+    }
     for g in 0..plan.group_count {
         let b = group_base(plan, g);
         if let Some(s) = b.super_block {

@@ -73,7 +73,8 @@ pub(crate) struct Build {
     pub now: u32,
     pub csum_seed: u32,
     pub opts: MkfsOptions,
-    /// Group metadata blocks (bases and tables) plus the first data block.
+    /// Group metadata clusters (bases and tables) plus the first data
+    /// block (blocks without bigalloc, where clusters are blocks).
     pub overhead: u64,
     /// The device's name as given ([`BlockDevice::name`]), for the MMP block.
     pub device_name: String,
@@ -97,7 +98,10 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> Result<MkfsReport> {
     let mut map = UsedMap::new(&plan);
     layout::reserve_bases(&plan, &mut map);
     let tables = layout::allocate_tables(&plan, &mut map, opts.stride)?;
-    let overhead = u64::from(plan.first_data_block) + map.used_in(0, plan.blocks_count);
+    if plan.cluster_bits > 0 {
+        map.to_clusters(plan.cluster_bits);
+    }
+    let overhead = (u64::from(plan.first_data_block) + map.used_in(0, plan.blocks_count)) >> plan.cluster_bits;
     let uuid = opts.uuid.unwrap_or_else(random_uuid);
     let csum_seed = ext4kit_format::checksum::fs_csum_seed(&uuid);
     let mut b = Build {

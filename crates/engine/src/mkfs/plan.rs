@@ -26,11 +26,14 @@ pub struct Plan {
     pub features: Features,
     /// Block size in bytes.
     pub block_size: u32,
+    /// `log2` of blocks per allocation cluster: 0 without bigalloc
+    /// (`s_log_cluster_size - s_log_block_size`).
+    pub cluster_bits: u32,
     /// Total blocks (after dropping a too-small last group).
     pub blocks_count: u64,
     /// 1 with 1 KiB blocks, else 0.
     pub first_data_block: u32,
-    /// Blocks per group.
+    /// Blocks per group (clusters per group times the cluster ratio).
     pub blocks_per_group: u32,
     /// Number of groups.
     pub group_count: u32,
@@ -83,6 +86,8 @@ impl Plan {
                 "invalid block size {block_size} (1024 to 65536, a power of two)"
             )));
         }
+        let cluster_bits = cluster_bits(opts, &features, block_size)?;
+        let cluster_size = block_size << cluster_bits;
         let blocks = bytes / u64::from(block_size);
         if blocks > u64::from(u32::MAX) && !features.incompat.contains(IncompatFeatures::BIT64) {
             return Err(invalid(format!("{blocks} blocks need the 64bit feature")));
@@ -100,14 +105,17 @@ impl Plan {
                 "invalid inode size {inode_size} (128 to the block size, a power of two)"
             )));
         }
-        let ratio = opts.bytes_per_inode.unwrap_or(inode_ratio).max(u64::from(block_size));
+        // mke2fs: the default ratio is at least one cluster.
+        let default_ratio = inode_ratio.max(u64::from(cluster_size));
+        let ratio = opts.bytes_per_inode.unwrap_or(default_ratio).max(u64::from(block_size));
         let want_inodes = opts
             .inode_count
             .unwrap_or(blocks.saturating_mul(u64::from(block_size)) / ratio);
         if want_inodes > u64::from(u32::MAX) {
             return Err(invalid(format!("{want_inodes} inodes is more than 2^32 - 1")));
         }
-        let groups = blocks.div_ceil(u64::from((block_size * 8).min(MAX_BLOCKS_PER_GROUP)));
+        let blocks_per_group = blocks_per_group(block_size, cluster_bits)?;
+        let groups = blocks.div_ceil(u64::from(blocks_per_group));
         let (log_groups_per_flex, flex_reason) = flex_log(opts, &features, groups)?;
         let reserved_blocks = (opts.reserved_percent * blocks as f64 / 100.0) as u64;
         if !(0.0..=50.0).contains(&opts.reserved_percent) {
@@ -119,9 +127,12 @@ impl Plan {
         let mut plan = Self {
             features,
             block_size,
-            blocks_count: blocks,
-            first_data_block: u32::from(block_size == 1024),
-            blocks_per_group: (block_size * 8).min(MAX_BLOCKS_PER_GROUP),
+            cluster_bits,
+            // ext2fs_initialize: whole clusters from block 0 with bigalloc
+            // (a 1 KiB-block superblock then sits in block 1 of cluster 0).
+            blocks_count: blocks & !((1u64 << cluster_bits) - 1),
+            first_data_block: u32::from(cluster_size == 1024),
+            blocks_per_group,
             group_count: 0,
             inodes_per_group: 0,
             inode_blocks_per_group: 0,
@@ -181,11 +192,12 @@ impl Plan {
             self.desc_blocks = self.group_count.div_ceil(self.descs_per_block());
             let ipg = want_inodes.max(FIRST_INO + 1).div_ceil(self.group_count);
             if ipg > self.block_size * 8 {
-                if self.blocks_per_group < 256 {
+                if self.cluster_bits > 0 || self.blocks_per_group < 256 {
                     return Err(invalid("too many inodes for the block size".into()));
                 }
                 self.blocks_per_group -= 8;
                 self.blocks_count = requested_blocks;
+                debug_assert_eq!(self.cluster_bits, 0, "bigalloc groups never shrink");
                 continue;
             }
             self.set_inodes_per_group(ipg);
@@ -296,6 +308,22 @@ impl Plan {
         super::journal::default_journal_blocks(self.blocks_count)
     }
 
+    /// Blocks per cluster (1 without bigalloc).
+    pub fn cluster_ratio(&self) -> u32 {
+        1 << self.cluster_bits
+    }
+
+    /// Clusters per group (`s_clusters_per_group`): the bits of a block bitmap.
+    pub fn clusters_per_group(&self) -> u32 {
+        self.blocks_per_group >> self.cluster_bits
+    }
+
+    /// The block holding the primary superblock: block 1 with 1 KiB
+    /// blocks, also under bigalloc where `s_first_data_block` is 0.
+    pub fn superblock_block(&self) -> u64 {
+        1024 / u64::from(self.block_size)
+    }
+
     /// Descriptors per block.
     pub fn descs_per_block(&self) -> u32 {
         self.block_size / u32::from(self.desc_size)
@@ -395,6 +423,52 @@ fn size_type_defaults(bytes: u64) -> (u32, u64) {
         _ if bytes < 16 << 40 => (4096, 32768),
         _ => (4096, 65536),
     }
+}
+
+/// `-O bigalloc` and `-C`: the cluster's `log2` in blocks, as mke2fs
+/// checks them (16 blocks by default, a power of two from the block size
+/// to 512 MiB, never 1 KiB; bigalloc needs extents).
+fn cluster_bits(opts: &MkfsOptions, f: &Features, block_size: u32) -> Result<u32> {
+    if !f.ro_compat.contains(RoCompatFeatures::BIGALLOC) {
+        return match opts.cluster_size {
+            Some(_) => Err(invalid(
+                "specifying a cluster size (-C) needs the bigalloc feature".into(),
+            )),
+            None => Ok(0),
+        };
+    }
+    if !f.incompat.contains(IncompatFeatures::EXTENTS) {
+        return Err(invalid("bigalloc needs the extent feature".into()));
+    }
+    let size = opts.cluster_size.unwrap_or(block_size.saturating_mul(16));
+    if !size.is_power_of_two() || size <= 1024 || size > 1 << 29 {
+        return Err(invalid(format!(
+            "invalid cluster size {size} (2048 to 512M, a power of two)"
+        )));
+    }
+    if size < block_size {
+        return Err(invalid(format!(
+            "the cluster size {size} may not be smaller than the block size {block_size}"
+        )));
+    }
+    Ok((size / block_size).trailing_zeros())
+}
+
+/// `s_blocks_per_group`: 8 × block size blocks, or with bigalloc that many
+/// clusters (one less byte of bitmap for clusters of 128 MiB and up), at
+/// most 65528 either way (`ext2fs_initialize`).
+fn blocks_per_group(block_size: u32, cluster_bits: u32) -> Result<u32> {
+    if cluster_bits == 0 {
+        return Ok((block_size * 8).min(MAX_BLOCKS_PER_GROUP));
+    }
+    let log_cluster = (block_size << cluster_bits).trailing_zeros() - 10;
+    let cpg = if log_cluster + 15 < 32 {
+        block_size * 8
+    } else {
+        (block_size - 1) * 8
+    };
+    let bpg = u64::from(cpg.min(MAX_BLOCKS_PER_GROUP)) << cluster_bits;
+    u32::try_from(bpg).map_err(|_| invalid(format!("{bpg} blocks per group is more than 2^32 - 1")))
 }
 
 fn flex_log(opts: &MkfsOptions, f: &Features, groups: u64) -> Result<(u8, Option<String>)> {
@@ -556,6 +630,45 @@ mod tests {
             o.groups_per_flex = Some(4);
         });
         assert_eq!((p.flex_size(), p.flex_reason), (4, None));
+    }
+
+    #[test]
+    fn bigalloc_geometry_matches_mke2fs() {
+        // mke2fs -t ext4 -b 1024 -O bigalloc, 64 MiB: 16 KiB clusters,
+        // 8192 clusters (131072 blocks) per group, first data block 0.
+        let p = plan(64 << 20, |o| {
+            o.block_size = Some(1024);
+            o.add_features("bigalloc");
+        });
+        assert_eq!(
+            (p.cluster_bits, p.blocks_per_group, p.clusters_per_group()),
+            (4, 131072, 8192)
+        );
+        assert_eq!(
+            (p.first_data_block, p.superblock_block(), p.blocks_count),
+            (0, 1, 65536)
+        );
+        assert_eq!((p.inodes_per_group, p.reserved_gdt, p.group_count), (4096, 31, 1));
+        // -C 64K with 4 KiB blocks: the size is cut to whole clusters.
+        let p = plan((64 << 20) + 12288, |o| {
+            o.block_size = Some(4096);
+            o.cluster_size = Some(65536);
+            o.add_features("bigalloc");
+        });
+        assert_eq!((p.cluster_bits, p.blocks_count, p.first_data_block), (4, 16384, 0));
+        let bad = |edit: fn(&mut MkfsOptions)| {
+            let mut o = MkfsOptions::default();
+            edit(&mut o);
+            Plan::new(&o, 64 << 20).unwrap_err().to_string()
+        };
+        assert!(bad(|o| o.cluster_size = Some(65536)).contains("bigalloc"));
+        assert!(
+            bad(|o| {
+                o.add_features("bigalloc");
+                o.cluster_size = Some(3072);
+            })
+            .contains("invalid cluster size")
+        );
     }
 
     #[test]

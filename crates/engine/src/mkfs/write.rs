@@ -13,7 +13,7 @@ use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, FLAGS_SIGNED_HASH, RawSuperbl
 
 use super::Build;
 use super::files::Files;
-use super::layout::group_base;
+use super::layout::{UsedMap, group_base};
 use super::plan::FIRST_INO;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
@@ -109,19 +109,11 @@ fn descriptor(b: &Build, g: u32, w: &mut Writer<'_>) -> Result<RawGroupDesc> {
     let p = &b.plan;
     let t = b.tables[g as usize];
     let (lo, hi) = (p.group_first_block(g), p.group_last_block(g) + 1);
-    let used = b.map.used_in(lo, hi);
-    let own = [
-        (t.block_bitmap, 1),
-        (t.inode_bitmap, 1),
-        (t.inode_table, u64::from(p.inode_blocks_per_group)),
-    ]
-    .iter()
-    .map(|&(s, n)| (s + n).min(hi).saturating_sub(s.max(lo)))
-    .sum::<u64>();
+    let used = b.map.used_in(lo, hi) >> p.cluster_bits;
     let csum = p.has_group_csum();
     let (inodes_used, dirs) = inode_usage(b, g);
     let last = g + 1 == p.group_count;
-    let block_uninit = csum && !last && used == group_base(p, g).used() + own;
+    let block_uninit = csum && !last && used == own_metadata_clusters(b, g, lo, hi);
     let inode_uninit = csum && inodes_used == 0;
     let mut d = RawGroupDesc::default();
     d.bg_block_bitmap_lo.set(t.block_bitmap as u32);
@@ -130,7 +122,8 @@ fn descriptor(b: &Build, g: u32, w: &mut Writer<'_>) -> Result<RawGroupDesc> {
     d.bg_inode_bitmap_hi.set((t.inode_bitmap >> 32) as u32);
     d.bg_inode_table_lo.set(t.inode_table as u32);
     d.bg_inode_table_hi.set((t.inode_table >> 32) as u32);
-    let free = (hi - lo) - used;
+    // bg_free_blocks_count counts clusters.
+    let free = ((hi - lo) >> p.cluster_bits) - used;
     d.bg_free_blocks_count_lo.set(free as u16);
     d.bg_free_blocks_count_hi.set((free >> 16) as u16);
     let free_inodes = p.inodes_per_group - inodes_used;
@@ -154,7 +147,7 @@ fn descriptor(b: &Build, g: u32, w: &mut Writer<'_>) -> Result<RawGroupDesc> {
         let bitmap = block_bitmap(b, g, lo, hi);
         w.write_block(b, t.block_bitmap, &bitmap)?;
         if p.features.metadata_csum() {
-            let c = bitmap_checksum(b.csum_seed, &bitmap, (p.blocks_per_group / 8) as usize, p.desc_size);
+            let c = bitmap_checksum(b.csum_seed, &bitmap, (p.clusters_per_group() / 8) as usize, p.desc_size);
             d.set_block_bitmap_csum(c);
         }
     }
@@ -178,15 +171,41 @@ fn set_bits(buf: &mut [u8], from: u64, to: u64, on: bool) {
     }
 }
 
-/// The block bitmap of a group: used blocks set, and every bit past the
-/// group's last block set as padding.
+/// Clusters of group `g` (blocks `lo..hi`) its superblock and descriptor
+/// copies and its own bitmaps and inode table take: what a group holding
+/// nothing else uses.
+fn own_metadata_clusters(b: &Build, g: u32, lo: u64, hi: u64) -> u64 {
+    let p = &b.plan;
+    let t = b.tables[g as usize];
+    let base = group_base(p, g);
+    let mut own = UsedMap::new(p);
+    let ranges = [
+        base.super_block.map(|s| (s, 1)),
+        base.old_desc,
+        base.meta_desc.map(|s| (s, 1)),
+        Some((t.block_bitmap, 1)),
+        Some((t.inode_bitmap, 1)),
+        Some((t.inode_table, u64::from(p.inode_blocks_per_group))),
+    ];
+    for (s, n) in ranges.into_iter().flatten() {
+        own.mark(s, n);
+    }
+    own.to_clusters(p.cluster_bits);
+    own.used_in(lo, hi) >> p.cluster_bits
+}
+
+/// The block bitmap of a group: a bit per cluster (per block without
+/// bigalloc), used ones set, and every bit past the group's last cluster
+/// set as padding.
 fn block_bitmap(b: &Build, _g: u32, lo: u64, hi: u64) -> Vec<u8> {
+    let bits = b.plan.cluster_bits;
     let mut buf = vec![0xffu8; b.plan.block_size as usize];
-    let n = hi - lo;
+    let n = (hi - lo) >> bits;
     buf[..(n / 8) as usize].fill(0);
     set_bits(&mut buf, n / 8 * 8, n, false);
-    b.map
-        .for_each_in(lo, hi, |s, e| set_bits(&mut buf, s - lo, e - lo, true));
+    b.map.for_each_in(lo, hi, |s, e| {
+        set_bits(&mut buf, (s - lo) >> bits, (e - lo).div_ceil(1 << bits), true)
+    });
     buf
 }
 
@@ -209,7 +228,8 @@ pub(crate) fn write_metadata(b: &Build, files: &Files, w: &mut Writer<'_>) -> Re
     let mut free_blocks = 0u64;
     for g in 0..p.group_count {
         let d = descriptor(b, g, w)?;
-        free_blocks += u64::from(d.free_blocks());
+        // s_free_blocks_count counts blocks: whole free clusters.
+        free_blocks += u64::from(d.free_blocks()) << p.cluster_bits;
         d.encode_into(&mut table[g as usize * dsz..(g as usize + 1) * dsz]);
     }
     let meta_bg = p.features.incompat.contains(IncompatFeatures::META_BG);
@@ -263,9 +283,9 @@ fn superblock(b: &Build, files: &Files, free_blocks: u64) -> RawSuperblock {
     sb.s_first_data_block.set(p.first_data_block);
     let log = p.block_size.trailing_zeros() - 10;
     sb.s_log_block_size.set(log);
-    sb.s_log_cluster_size.set(log);
+    sb.s_log_cluster_size.set(log + p.cluster_bits);
     sb.s_blocks_per_group.set(p.blocks_per_group);
-    sb.s_clusters_per_group.set(p.blocks_per_group);
+    sb.s_clusters_per_group.set(p.clusters_per_group());
     sb.s_inodes_per_group.set(p.inodes_per_group);
     sb.s_wtime.set(b.now);
     sb.s_max_mnt_count.set(0xFFFF);
@@ -327,7 +347,7 @@ fn superblock(b: &Build, files: &Files, free_blocks: u64) -> RawSuperblock {
         let size = u64::from(p.journal_blocks) * u64::from(p.block_size);
         sb.s_jnl_blocks[15].set((size >> 32) as u32);
         sb.s_jnl_blocks[16].set(size as u32);
-        overhead += u64::from(p.journal_blocks);
+        overhead += u64::from(p.journal_blocks).div_ceil(u64::from(p.cluster_ratio()));
     }
     sb.s_overhead_clusters.set(overhead as u32);
     // mke2fs copies the interval given even without mmp.

@@ -50,11 +50,13 @@ pub(crate) fn rewrite(rw: &mut Rewrite<'_>, p: &Plan) -> Result<()> {
         d.encode_into(&mut rw.block(fs.group_desc_block(g))?[off..off + ds]);
     }
     let table_blocks = fs.geo.group_count.div_ceil(per_block);
-    let first = u64::from(fs.geo.first_data_block);
+    // Each table follows its group's superblock: block 2 for group 0 with
+    // 1 KiB blocks and bigalloc, whose first data block is 0.
+    let primary_table = fs.geo.superblock_block(0) + 1;
     for g in (1..fs.geo.group_count).filter(|&g| fs.group_has_super(g)) {
-        let backup = fs.geo.group_first_block(g) + 1;
+        let backup = fs.geo.superblock_block(g) + 1;
         for i in 0..u64::from(table_blocks) {
-            let primary = rw.block(first + 1 + i)?.clone();
+            let primary = rw.block(primary_table + i)?.clone();
             *rw.block(backup + i)? = primary;
         }
     }

@@ -81,28 +81,33 @@ fn overhead(fs: &Filesystem, group: u32) -> u64 {
     1 + desc_blocks + u64::from(fs.superblock().s_reserved_gdt_blocks.get())
 }
 
-/// The block bitmap of a `BLOCK_UNINIT` group.
+/// The block bitmap of a `BLOCK_UNINIT` group: a bit per cluster (per
+/// block without bigalloc), set for each cluster holding metadata, and
+/// every bit past the group's last cluster set as padding.
 fn block_bitmap(fs: &Filesystem, group: u32) -> Vec<u8> {
     let geo = &fs.geo;
+    let bits = geo.cluster_bits;
     let mut map = vec![0u8; geo.block_size as usize];
-    let mut set = |i: u64| map[(i / 8) as usize] |= 1 << (i % 8);
-    for i in 0..overhead(fs, group) {
-        set(i);
-    }
+    let mut set = |c: u64| map[(c / 8) as usize] |= 1 << (c % 8);
     let first = geo.group_first_block(group);
     let end = first + u64::from(geo.blocks_per_group);
+    let base = geo.superblock_block(group) - first;
     let mut mark = |b: u64, n: u64| {
-        for x in b.max(first)..(b + n).min(end) {
-            set(x - first);
+        let (lo, hi) = (b.max(first), (b + n).min(end));
+        if lo < hi {
+            for c in (lo - first) >> bits..=(hi - 1 - first) >> bits {
+                set(c);
+            }
         }
     };
+    mark(first + base, overhead(fs, group));
     for d in fs.group_descs() {
         mark(d.block_bitmap(), 1);
         mark(d.inode_bitmap(), 1);
         mark(d.inode_table(), u64::from(geo.inode_table_blocks));
     }
-    for i in u64::from(geo.blocks_in_group(group))..(geo.block_size as u64) * 8 {
-        set(i);
+    for c in u64::from(geo.clusters_in_group(group))..(geo.block_size as u64) * 8 {
+        set(c);
     }
     map
 }
