@@ -130,6 +130,7 @@ const FEATURES: &[Spec] = &[
     ),
     ext4("largedir", &["-b", "1024", "-O", "large_dir"]),
     ext4("mmp", &["-b", "4096", "-O", "mmp"]),
+    ext4("fast-commit", &["-b", "4096", "-O", "fast_commit"]),
 ];
 
 /// Where data lives outside blocks, and the pairs of them.
