@@ -287,7 +287,7 @@ fn ea_inode_values_on_bigalloc() {
         return;
     };
     let fs = open_rw(&img);
-    for (i, len) in [3000usize, 20000, 70000].into_iter().enumerate() {
+    for (i, len) in [3000usize, 20000, 60000].into_iter().enumerate() {
         let ino = fs
             .create(ROOT_INO, format!("x{i}").as_bytes(), NodeKind::Regular, FILE)
             .unwrap()
