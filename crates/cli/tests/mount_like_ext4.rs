@@ -1,0 +1,118 @@
+//! Where programs can tell the mount from kernel ext4 (issue 20): each
+//! test does the same thing on `ext4kit mount` and, where it can, on a
+//! kernel loop mount of an image made the same way, and ends with
+//! `e2fsck -fn`. Needs root and /dev/fuse; skips loudly otherwise.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
+use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
+use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ext4kit"))
+}
+
+fn make_image(dir: &Path, name: &str) -> PathBuf {
+    let img = dir.join(name);
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "4096"])
+        .arg(&img)
+        .arg("64M")
+        .output()
+        .expect("run mkfs.ext4");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    img
+}
+
+fn assert_clean(img: &Path) {
+    let r = e2fsck_fn(img).expect("run e2fsck");
+    assert!(r.is_clean(), "e2fsck -fn: {}", r.output);
+}
+
+fn ready(tools: &[&str]) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    let ok = skip_unless(can_fuse_mount()).is_some()
+        && skip_unless(if root { Ok(()) } else { Err("needs root".to_string()) }).is_some()
+        && tools.iter().all(|t| skip_unless(require_tool(t)).is_some());
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "mount_like_ext4 tests skipped on CI");
+    }
+    ok
+}
+
+/// `setfacl -m u::rwx,g::rwx,o::rwx` as uid 1000 (gid 1000) with the given
+/// supplementary groups, on each of `paths`.
+fn setfacl_as_1000(groups: &str, paths: &[&Path]) {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=1000", "--regid=1000"]);
+    if groups.is_empty() {
+        cmd.arg("--clear-groups");
+    } else {
+        cmd.arg(format!("--groups={groups}"));
+    }
+    let out = cmd
+        .args(["setfacl", "-m", "u::rwx,g::rwx,o::rwx"])
+        .args(paths)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "setfacl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Modes after an owner outside (file `out`, directory `dout`) and inside
+/// (`in`, `din`) the group 2000 sets an access ACL on mode-2755 objects
+/// (from 2777 setfacl would see nothing to change and send nothing).
+fn sgid_after_setfacl(root: &Path) -> Vec<(String, u32)> {
+    let names = ["out", "dout", "in", "din"];
+    for n in names {
+        let p = root.join(n);
+        if n.starts_with('d') {
+            std::fs::create_dir(&p).unwrap();
+        } else {
+            std::fs::write(&p, b"x").unwrap();
+        }
+        std::os::unix::fs::chown(&p, Some(1000), Some(2000)).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o2755)).unwrap();
+    }
+    setfacl_as_1000("", &[&root.join("out"), &root.join("dout")]);
+    setfacl_as_1000("2000", &[&root.join("in"), &root.join("din")]);
+    names
+        .iter()
+        .map(|n| (n.to_string(), std::fs::metadata(root.join(n)).unwrap().mode() & 0o7777))
+        .collect()
+}
+
+/// An access ACL set by the owner clears `S_ISGID` unless the owner is in
+/// the file's group (`posix_acl_update_mode`), on files and directories,
+/// as on kernel ext4.
+#[test]
+fn setting_an_acl_clears_sgid_for_an_owner_outside_the_group() {
+    if !ready(&["mkfs.ext4", "setfacl", "setpriv"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "fuse.ext4");
+    let m = FuseMount::start(exe(), &img, "allow_other").unwrap();
+    let got = sgid_after_setfacl(m.path());
+    assert!(m.unmount().unwrap().success());
+    assert_clean(&img);
+    let want: Vec<(String, u32)> = [("out", 0o777), ("dout", 0o777), ("in", 0o2777), ("din", 0o2777)]
+        .iter()
+        .map(|(n, m)| (n.to_string(), *m))
+        .collect();
+    assert_eq!(got, want, "modes on the FUSE mount");
+    if skip_unless(can_loop_mount()).is_some() {
+        let kimg = make_image(work.path(), "kernel.ext4");
+        let k = LoopMount::rw(&kimg, &[]).unwrap();
+        let kernel = sgid_after_setfacl(k.path());
+        k.unmount().unwrap();
+        assert_eq!(got, kernel, "the FUSE mount and kernel ext4 differ");
+        assert_clean(&kimg);
+    }
+}
