@@ -7,7 +7,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
+use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount, is_mounted};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
 
@@ -115,4 +115,72 @@ fn setting_an_acl_clears_sgid_for_an_owner_outside_the_group() {
         assert_eq!(got, kernel, "the FUSE mount and kernel ext4 differ");
         assert_clean(&kimg);
     }
+}
+
+/// Starts `ext4kit mount IMG DIR` in the foreground and waits until the
+/// kernel has the mount; the server's stderr is in the failure.
+fn serve(img: &Path, dir: &Path) -> std::process::Child {
+    let mut child = Command::new(exe())
+        .arg("mount")
+        .arg(img)
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !is_mounted(dir) {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            panic!("ext4kit mount exited ({status}): {err}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child
+}
+
+/// 20 rounds of write, unmount (umount(8), `fusermount3 -u` and `ext4kit
+/// umount` in turn, the first two not waiting for the server) and mount
+/// again at once: each mount waits for the previous server instead of
+/// failing, and every round's file is there at the end.
+#[test]
+fn mounting_right_after_unmounting_waits_for_the_previous_server() {
+    if !ready(&["mkfs.ext4", "umount", "fusermount3"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "img.ext4");
+    let dir = work.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let mut servers = Vec::new();
+    let data = |round: usize| vec![round as u8; 512 << 10];
+    for round in 0..20 {
+        servers.push(serve(&img, &dir));
+        std::fs::write(dir.join(format!("f{round}")), data(round)).unwrap();
+        let (program, args): (&Path, &[&str]) = match round % 3 {
+            0 => (Path::new("umount"), &[]),
+            1 => (Path::new("fusermount3"), &["-u"]),
+            _ => (exe(), &["umount"]),
+        };
+        let out = Command::new(program).args(args).arg(&dir).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{program:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let last = serve(&img, &dir);
+    for round in 0..20 {
+        assert_eq!(
+            std::fs::read(dir.join(format!("f{round}"))).unwrap(),
+            data(round),
+            "f{round}"
+        );
+    }
+    let out = Command::new(exe()).arg("umount").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for mut s in servers.into_iter().chain([last]) {
+        assert!(s.wait().unwrap().success());
+    }
+    assert_clean(&img);
 }
