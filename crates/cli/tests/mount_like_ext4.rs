@@ -184,3 +184,91 @@ fn mounting_right_after_unmounting_waits_for_the_previous_server() {
     }
     assert_clean(&img);
 }
+
+fn atime(p: &Path) -> (i64, i64) {
+    let m = std::fs::metadata(p).unwrap();
+    (m.atime(), m.atime_nsec())
+}
+
+fn run(program: &str, args: &[&str], path: &Path) {
+    let out = Command::new(program).args(args).arg(path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Under the mount at `root` (mounted with `option`): a file written, its
+/// atime set two days back and read with `cat`, then set an hour ahead and
+/// read again. Whether each read changed the atime; `chattr +A` first when
+/// `no_atime_flag`.
+fn reads_update_atime(root: &Path, option: &str, no_atime_flag: bool) -> (String, bool, bool) {
+    let f = root.join(format!("f-{option}-{no_atime_flag}"));
+    std::fs::write(&f, b"data read back").unwrap();
+    if no_atime_flag {
+        run("chattr", &["+A"], &f);
+    }
+    run("touch", &["-a", "-d", "2 days ago"], &f);
+    let before = atime(&f);
+    run("cat", &[], &f);
+    let first = atime(&f);
+    // An hour ahead: newer than mtime and ctime, so relatime leaves it
+    // (two reads in a row may fall in one tick of the kernel's clock).
+    run("touch", &["-a", "-d", "1 hour"], &f);
+    let ahead = atime(&f);
+    run("cat", &[], &f);
+    let second = atime(&f);
+    let name = format!("{option}{}", if no_atime_flag { " +A" } else { "" });
+    (name, first != before, second != ahead)
+}
+
+/// Reads of cached data update access times as the atime options and the
+/// per-file `noatime` flag say, as on kernel ext4: `strictatime` every
+/// read, `relatime` when atime is not newer than mtime and ctime (or a
+/// day old), never under `noatime` or `chattr +A`.
+#[test]
+fn reads_update_access_times_as_the_atime_option_says() {
+    if !ready(&["mkfs.ext4", "chattr", "touch", "cat"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let cases = [
+        ("strictatime", false),
+        ("relatime", false),
+        ("noatime", false),
+        ("relatime", true),
+    ];
+    let mut got = Vec::new();
+    for (option, flag) in cases {
+        let img = make_image(work.path(), "fuse.ext4");
+        let m = FuseMount::start(exe(), &img, option).unwrap();
+        got.push(reads_update_atime(m.path(), option, flag));
+        assert!(m.unmount().unwrap().success());
+        assert_clean(&img);
+    }
+    let want: Vec<(String, bool, bool)> = [
+        ("strictatime", true, true),
+        ("relatime", true, false),
+        ("noatime", false, false),
+        ("relatime +A", false, false),
+    ]
+    .iter()
+    .map(|(n, a, b)| (n.to_string(), *a, *b))
+    .collect();
+    assert_eq!(
+        got, want,
+        "(option, first read updated, second read updated) on the FUSE mount"
+    );
+    if skip_unless(can_loop_mount()).is_some() {
+        let mut kernel = Vec::new();
+        for (option, flag) in cases {
+            let img = make_image(work.path(), "kernel.ext4");
+            let k = LoopMount::rw(&img, &[option]).unwrap();
+            kernel.push(reads_update_atime(k.path(), option, flag));
+            k.unmount().unwrap();
+            assert_clean(&img);
+        }
+        assert_eq!(got, kernel, "the FUSE mount and kernel ext4 differ");
+    }
+}
