@@ -120,10 +120,15 @@ fn setting_an_acl_clears_sgid_for_an_owner_outside_the_group() {
 /// Starts `ext4kit mount IMG DIR` in the foreground and waits until the
 /// kernel has the mount; the server's stderr is in the failure.
 fn serve(img: &Path, dir: &Path) -> std::process::Child {
+    serve_with(img, dir, &[])
+}
+
+fn serve_with(img: &Path, dir: &Path, args: &[&str]) -> std::process::Child {
     let mut child = Command::new(exe())
         .arg("mount")
         .arg(img)
         .arg(dir)
+        .args(args)
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -142,7 +147,8 @@ fn serve(img: &Path, dir: &Path) -> std::process::Child {
 /// 20 rounds of write, unmount (umount(8), `fusermount3 -u` and `ext4kit
 /// umount` in turn, the first two not waiting for the server) and mount
 /// again at once: each mount waits for the previous server instead of
-/// failing, and every round's file is there at the end.
+/// failing, and every round's file is there at the end. Then a read-only
+/// mount, unmounted by umount(8), and a read-write one at once.
 #[test]
 fn mounting_right_after_unmounting_waits_for_the_previous_server() {
     if !ready(&["mkfs.ext4", "umount", "fusermount3"]) {
@@ -169,6 +175,10 @@ fn mounting_right_after_unmounting_waits_for_the_previous_server() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // A read-only mount's shared lock keeps a read-write one out as long.
+    let ro = serve_with(&img, &dir, &["-o", "ro"]);
+    assert!(Command::new("umount").arg(&dir).status().unwrap().success());
+    servers.push(ro);
     let last = serve(&img, &dir);
     for round in 0..20 {
         assert_eq!(

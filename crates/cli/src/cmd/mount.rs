@@ -133,7 +133,9 @@ const FINISHING_WAIT: Duration = Duration::from_secs(30);
 fn wait_for_finishing_server(image: &Path, timeout: Duration) {
     let start = Instant::now();
     let mut said = false;
-    while let Some(ext4kit_engine::device::InUse::Locked(h)) = ext4kit_engine::device::inuse::check(image) {
+    // A reader's shared lock counts: a read-write mount cannot claim the
+    // image while an unmounted read-only server still holds it.
+    while let Some(h) = ext4kit_engine::device::inuse::lock_holder_of(image) {
         if h.mount_point.is_some() || !is_mount_server(h.command.as_deref()) || start.elapsed() > timeout {
             return;
         }
