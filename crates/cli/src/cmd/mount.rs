@@ -98,6 +98,7 @@ pub fn run(a: Args) -> Result<()> {
 /// Opens the image (claiming it for writing unless `ro`) and serves it;
 /// `mounted` runs once the kernel accepted the mount.
 fn open_and_serve(a: &Args, cfg: MountConfig, mounted: impl FnOnce()) -> Result<()> {
+    wait_for_finishing_server(&a.image, FINISHING_WAIT);
     super::precheck::run(&a.image, &cfg)?;
     let fs = open(&a.image, &cfg)?;
     let source = cfg.fsname.clone().unwrap_or_else(|| {
@@ -116,6 +117,49 @@ fn open_and_serve(a: &Args, cfg: MountConfig, mounted: impl FnOnce()) -> Result<
         }
     })
     .with_context(|| format!("serving {} at {}", a.image.display(), a.mountpoint.display()))
+}
+
+/// How long a new mount waits for the server of an earlier mount of the
+/// same image to finish writing it.
+const FINISHING_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits (up to `timeout`, saying so after a second) while the image's
+/// lock is held by an ext4kit mount server that is no longer mounted: it
+/// was unmounted (by umount(8) or `fusermount3 -u`, which do not wait)
+/// and is still writing the image, which is complete once it lets go. A
+/// live mount of the image (the mount table names it as source) is not
+/// waited for: the open that follows refuses it, as it does any other
+/// holder.
+fn wait_for_finishing_server(image: &Path, timeout: Duration) {
+    let start = Instant::now();
+    let mut said = false;
+    // A reader's shared lock counts: a read-write mount cannot claim the
+    // image while an unmounted read-only server still holds it.
+    while let Some(h) = ext4kit_engine::device::inuse::lock_holder_of(image) {
+        if h.mount_point.is_some() || !is_mount_server(h.command.as_deref()) || start.elapsed() > timeout {
+            return;
+        }
+        if !said && start.elapsed() > Duration::from_secs(1) {
+            eprintln!(
+                "ext4kit: {} was just unmounted; waiting for its server (pid {}) to finish writing it",
+                image.display(),
+                h.pid.map_or_else(|| "?".into(), |p| p.to_string())
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether a command line is `ext4kit mount …` (also the detached child
+/// of `--daemon` and of the `mount.fuse.ext4kit` helper).
+fn is_mount_server(command: Option<&str>) -> bool {
+    let mut args = command.unwrap_or_default().split_whitespace();
+    let ours = args
+        .next()
+        .and_then(|a| Path::new(a).file_name())
+        .is_some_and(|n| n.to_string_lossy().contains("ext4kit"));
+    ours && args.next() == Some("mount")
 }
 
 /// A read-write mount claims the image (the device layer's lock, no

@@ -19,9 +19,22 @@ use super::xattr::Val;
 pub(crate) const ACCESS: u8 = 2;
 pub(crate) const DEFAULT: u8 = 3;
 
+/// The set-group-ID bit of `i_mode`.
+const S_ISGID: u16 = 0o2000;
+
 impl Txn<'_> {
     /// Sets (or, with an empty value, removes) the ACL of kind `index`.
-    pub(crate) fn set_acl(&mut self, ino: u32, index: u8, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+    /// Setting an access ACL clears `S_ISGID` unless `keeps_sgid` holds
+    /// for the file's group (`posix_acl_update_mode`).
+    pub(crate) fn set_acl(
+        &mut self,
+        ino: u32,
+        index: u8,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+        keeps_sgid: &dyn Fn(u32) -> bool,
+    ) -> Result<()> {
         let entries = match value {
             [] => None,
             v => Some(acl::from_vfs(v).map_err(|e| Error::InvalidArgument(format!("bad POSIX ACL: {e}")))?),
@@ -33,6 +46,10 @@ impl Txn<'_> {
                 let (mode, equivalent) = acl::equiv_mode(e, inode.raw.permissions())
                     .map_err(|e| Error::InvalidArgument(format!("bad POSIX ACL: {e}")))?;
                 let r = &mut inode.raw;
+                let mut mode = mode;
+                if !keeps_sgid(r.gid()) {
+                    mode &= !S_ISGID;
+                }
                 r.i_mode.set((r.i_mode.get() & 0o170000) | mode);
                 if equivalent {
                     keep = None;

@@ -82,9 +82,28 @@ impl Filesystem {
     /// (with `ea_inode`, a large value goes to a value inode instead),
     /// [`Error::NotPermitted`] for an immutable or append-only inode.
     pub fn set_xattr(&self, ino: u32, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        self.set_xattr_by(ino, name, value, how, &|_| true)
+    }
+
+    /// [`Filesystem::set_xattr`] for a caller who keeps the set-group-ID
+    /// bit of a file of group `g` only when `keeps_sgid(g)` holds: an
+    /// access ACL that sets the mode clears `S_ISGID` otherwise, as
+    /// `posix_acl_update_mode` does for a caller outside the file's group
+    /// without `CAP_FSETID`. The group is read inside the transaction.
+    ///
+    /// # Errors
+    /// As [`Filesystem::set_xattr`].
+    pub fn set_xattr_by(
+        &self,
+        ino: u32,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+        keeps_sgid: &dyn Fn(u32) -> bool,
+    ) -> Result<()> {
         let (index, _) = split(name)?;
         let is_acl = index == super::acl::ACCESS || index == super::acl::DEFAULT;
-        let r = self.in_txn(|txn| txn.set_xattr(ino, name, value, how));
+        let r = self.in_txn(|txn| txn.set_xattr_by(ino, name, value, how, keeps_sgid));
         // Corruption met while setting an ACL is not recorded in the
         // superblock (it never was).
         if is_acl { r } else { self.noting_errors("xattr", r) }
@@ -104,6 +123,18 @@ impl Filesystem {
 impl Txn<'_> {
     /// The body of [`Filesystem::set_xattr`] inside this transaction.
     pub(crate) fn set_xattr(&mut self, ino: u32, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        self.set_xattr_by(ino, name, value, how, &|_| true)
+    }
+
+    /// The body of [`Filesystem::set_xattr_by`] inside this transaction.
+    pub(crate) fn set_xattr_by(
+        &mut self,
+        ino: u32,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+        keeps_sgid: &dyn Fn(u32) -> bool,
+    ) -> Result<()> {
         let (index, suffix) = split(name)?;
         // The VFS refuses longer values (`XATTR_SIZE_MAX`, E2BIG) before
         // ext4 sees them; a value inode holds at most that much.
@@ -114,7 +145,7 @@ impl Txn<'_> {
             )));
         }
         if index == super::acl::ACCESS || index == super::acl::DEFAULT {
-            return self.set_acl(ino, index, name, value, how);
+            return self.set_acl(ino, index, name, value, how, keeps_sgid);
         }
         let ea = self.fs.geo.features.incompat.contains(IncompatFeatures::EA_INODE);
         let outside = ea && value.len().next_multiple_of(4) > large_value(self.fs.geo.block_size);

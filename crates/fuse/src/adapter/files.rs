@@ -62,6 +62,9 @@ impl Ext4Fuse {
         if write {
             self.opened_for_writing(ino, size, None);
         }
+        if flags & libc::O_ACCMODE != libc::O_WRONLY {
+            self.opened_for_reading(ino);
+        }
         Ok(self.handles.insert(Handle::File { ino, write }))
     }
 
@@ -143,13 +146,30 @@ impl Ext4Fuse {
         }
     }
 
-    /// Updates the access time as the `atime` option says.
-    fn note_access(&self, ino: u32) {
+    /// Updates the access time as the `atime` option says; true when it
+    /// changed.
+    fn note_access(&self, ino: u32) -> bool {
         if self.writable().is_err() {
-            return;
+            return false;
         }
-        if let Err(e) = self.fs.touch_atime(ino, self.atime_policy()) {
+        self.fs.touch_atime(ino, self.atime_policy()).unwrap_or_else(|e| {
             log::warn!("ext4kit: updating the access time of inode {ino}: {e}");
+            false
+        })
+    }
+
+    /// An open for reading counts as the read that follows: the kernel
+    /// serves reads of cached pages (`FOPEN_KEEP_CACHE`, the write-back
+    /// cache) without asking, and marks FUSE inodes `S_NOATIME`, so the
+    /// server is the only one to apply the atime option and the per-file
+    /// `noatime` flag, and the open the last request it is sure to see.
+    /// The kernel's cached atime is dropped when it changed.
+    fn opened_for_reading(&self, ino: u32) {
+        if self.note_access(ino)
+            && let Some(n) = self.notifier.get()
+            && let Err(e) = n.inval_inode(crate::attr::fuse_ino(ino), -1, 0)
+        {
+            log::debug!("ext4kit: invalidating attributes of inode {ino}: {e}");
         }
     }
 

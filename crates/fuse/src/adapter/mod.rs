@@ -4,6 +4,7 @@
 //! returns a `Result` and calls the engine, which holds every rule about
 //! the on-disk format.
 
+mod caller;
 mod dirs;
 mod files;
 mod names;
@@ -552,7 +553,7 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -561,7 +562,7 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         let _serving = self.request_arrived();
-        reply_empty(self.set_xattr(ino, name_bytes(name), value, flags), reply);
+        reply_empty(self.set_xattr(req, ino, name_bytes(name), value, flags), reply);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {

@@ -3,7 +3,7 @@
 //! ERANGE.
 
 use ext4kit_engine::XattrSet;
-use fuser::{Errno, INodeNo, ReplyXattr};
+use fuser::{Errno, INodeNo, ReplyXattr, Request};
 
 use super::{Ext4Fuse, Res};
 
@@ -24,7 +24,9 @@ pub(super) fn reply_sized(r: Res<Vec<u8>>, size: u32, reply: ReplyXattr) {
 }
 
 impl Ext4Fuse {
-    pub(super) fn set_xattr(&self, ino: INodeNo, name: &[u8], value: &[u8], flags: i32) -> Res<()> {
+    /// An access ACL sent by a caller outside the file's group clears its
+    /// `S_ISGID` (see [`super::caller`]).
+    pub(super) fn set_xattr(&self, req: &Request, ino: INodeNo, name: &[u8], value: &[u8], flags: i32) -> Res<()> {
         self.writable()?;
         let how = match flags & (XATTR_CREATE | XATTR_REPLACE) {
             0 => XattrSet::Any,
@@ -34,7 +36,7 @@ impl Ext4Fuse {
         };
         self.check_space()?;
         self.fs
-            .set_xattr(self.ino(ino)?, name, value, how)
+            .set_xattr_by(self.ino(ino)?, name, value, how, &|gid| self.keeps_sgid(req, gid))
             .map_err(|e| self.errno(e))
     }
 

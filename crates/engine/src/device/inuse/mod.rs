@@ -207,6 +207,12 @@ pub fn check(path: &Path) -> Option<InUse> {
     kernel_use(&meta, false).or_else(|| lock_holder(path, &meta, true).map(InUse::Locked))
 }
 
+/// Who holds ext4kit's image lock, a reader's shared lock included.
+pub fn lock_holder_of(path: &Path) -> Option<Holder> {
+    let meta = std::fs::metadata(path).ok()?;
+    lock_holder(path, &meta, false)
+}
+
 /// Opens the image (flags as given); a block device opened for writing is
 /// opened with `O_EXCL`, and an `EBUSY` from that names what holds it.
 pub(super) fn open_image(path: &Path, writable: bool, exclusive: bool) -> io::Result<(File, Metadata)> {

@@ -1,0 +1,284 @@
+//! Where programs can tell the mount from kernel ext4 (issue 20): each
+//! test does the same thing on `ext4kit mount` and, where it can, on a
+//! kernel loop mount of an image made the same way, and ends with
+//! `e2fsck -fn`. Needs root and /dev/fuse; skips loudly otherwise.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount, is_mounted};
+use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
+use ext4kit_testkit::tools::{e2fsck_fn, require_tool, skip_unless};
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ext4kit"))
+}
+
+fn make_image(dir: &Path, name: &str) -> PathBuf {
+    let img = dir.join(name);
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "4096"])
+        .arg(&img)
+        .arg("64M")
+        .output()
+        .expect("run mkfs.ext4");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    img
+}
+
+fn assert_clean(img: &Path) {
+    let r = e2fsck_fn(img).expect("run e2fsck");
+    assert!(r.is_clean(), "e2fsck -fn: {}", r.output);
+}
+
+fn ready(tools: &[&str]) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    let ok = skip_unless(can_fuse_mount()).is_some()
+        && skip_unless(if root { Ok(()) } else { Err("needs root".to_string()) }).is_some()
+        && tools.iter().all(|t| skip_unless(require_tool(t)).is_some());
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "mount_like_ext4 tests skipped on CI");
+    }
+    ok
+}
+
+/// `setfacl -m u::rwx,g::rwx,o::rwx` as uid 1000 (gid 1000) with the given
+/// supplementary groups, on each of `paths`.
+fn setfacl_as_1000(groups: &str, paths: &[&Path]) {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=1000", "--regid=1000"]);
+    if groups.is_empty() {
+        cmd.arg("--clear-groups");
+    } else {
+        cmd.arg(format!("--groups={groups}"));
+    }
+    let out = cmd
+        .args(["setfacl", "-m", "u::rwx,g::rwx,o::rwx"])
+        .args(paths)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "setfacl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Modes after an owner outside (file `out`, directory `dout`) and inside
+/// (`in`, `din`) the group 2000 sets an access ACL on mode-2755 objects
+/// (from 2777 setfacl would see nothing to change and send nothing).
+fn sgid_after_setfacl(root: &Path) -> Vec<(String, u32)> {
+    let names = ["out", "dout", "in", "din"];
+    for n in names {
+        let p = root.join(n);
+        if n.starts_with('d') {
+            std::fs::create_dir(&p).unwrap();
+        } else {
+            std::fs::write(&p, b"x").unwrap();
+        }
+        std::os::unix::fs::chown(&p, Some(1000), Some(2000)).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o2755)).unwrap();
+    }
+    setfacl_as_1000("", &[&root.join("out"), &root.join("dout")]);
+    setfacl_as_1000("2000", &[&root.join("in"), &root.join("din")]);
+    names
+        .iter()
+        .map(|n| (n.to_string(), std::fs::metadata(root.join(n)).unwrap().mode() & 0o7777))
+        .collect()
+}
+
+/// An access ACL set by the owner clears `S_ISGID` unless the owner is in
+/// the file's group (`posix_acl_update_mode`), on files and directories,
+/// as on kernel ext4.
+#[test]
+fn setting_an_acl_clears_sgid_for_an_owner_outside_the_group() {
+    if !ready(&["mkfs.ext4", "setfacl", "setpriv"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "fuse.ext4");
+    let m = FuseMount::start(exe(), &img, "allow_other").unwrap();
+    let got = sgid_after_setfacl(m.path());
+    assert!(m.unmount().unwrap().success());
+    assert_clean(&img);
+    let want: Vec<(String, u32)> = [("out", 0o777), ("dout", 0o777), ("in", 0o2777), ("din", 0o2777)]
+        .iter()
+        .map(|(n, m)| (n.to_string(), *m))
+        .collect();
+    assert_eq!(got, want, "modes on the FUSE mount");
+    if skip_unless(can_loop_mount()).is_some() {
+        let kimg = make_image(work.path(), "kernel.ext4");
+        let k = LoopMount::rw(&kimg, &[]).unwrap();
+        let kernel = sgid_after_setfacl(k.path());
+        k.unmount().unwrap();
+        assert_eq!(got, kernel, "the FUSE mount and kernel ext4 differ");
+        assert_clean(&kimg);
+    }
+}
+
+/// Starts `ext4kit mount IMG DIR` in the foreground and waits until the
+/// kernel has the mount; the server's stderr is in the failure.
+fn serve(img: &Path, dir: &Path) -> std::process::Child {
+    serve_with(img, dir, &[])
+}
+
+fn serve_with(img: &Path, dir: &Path, args: &[&str]) -> std::process::Child {
+    let mut child = Command::new(exe())
+        .arg("mount")
+        .arg(img)
+        .arg(dir)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !is_mounted(dir) {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            panic!("ext4kit mount exited ({status}): {err}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child
+}
+
+/// 20 rounds of write, unmount (umount(8), `fusermount3 -u` and `ext4kit
+/// umount` in turn, the first two not waiting for the server) and mount
+/// again at once: each mount waits for the previous server instead of
+/// failing, and every round's file is there at the end. Then a read-only
+/// mount, unmounted by umount(8), and a read-write one at once.
+#[test]
+fn mounting_right_after_unmounting_waits_for_the_previous_server() {
+    if !ready(&["mkfs.ext4", "umount", "fusermount3"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "img.ext4");
+    let dir = work.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let mut servers = Vec::new();
+    let data = |round: usize| vec![round as u8; 512 << 10];
+    for round in 0..20 {
+        servers.push(serve(&img, &dir));
+        std::fs::write(dir.join(format!("f{round}")), data(round)).unwrap();
+        let (program, args): (&Path, &[&str]) = match round % 3 {
+            0 => (Path::new("umount"), &[]),
+            1 => (Path::new("fusermount3"), &["-u"]),
+            _ => (exe(), &["umount"]),
+        };
+        let out = Command::new(program).args(args).arg(&dir).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{program:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A read-only mount's shared lock keeps a read-write one out as long.
+    let ro = serve_with(&img, &dir, &["-o", "ro"]);
+    assert!(Command::new("umount").arg(&dir).status().unwrap().success());
+    servers.push(ro);
+    let last = serve(&img, &dir);
+    for round in 0..20 {
+        assert_eq!(
+            std::fs::read(dir.join(format!("f{round}"))).unwrap(),
+            data(round),
+            "f{round}"
+        );
+    }
+    let out = Command::new(exe()).arg("umount").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for mut s in servers.into_iter().chain([last]) {
+        assert!(s.wait().unwrap().success());
+    }
+    assert_clean(&img);
+}
+
+fn atime(p: &Path) -> (i64, i64) {
+    let m = std::fs::metadata(p).unwrap();
+    (m.atime(), m.atime_nsec())
+}
+
+fn run(program: &str, args: &[&str], path: &Path) {
+    let out = Command::new(program).args(args).arg(path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Under the mount at `root` (mounted with `option`): a file written, its
+/// atime set two days back and read with `cat`, then set an hour ahead and
+/// read again. Whether each read changed the atime; `chattr +A` first when
+/// `no_atime_flag`.
+fn reads_update_atime(root: &Path, option: &str, no_atime_flag: bool) -> (String, bool, bool) {
+    let f = root.join(format!("f-{option}-{no_atime_flag}"));
+    std::fs::write(&f, b"data read back").unwrap();
+    if no_atime_flag {
+        run("chattr", &["+A"], &f);
+    }
+    run("touch", &["-a", "-d", "2 days ago"], &f);
+    let before = atime(&f);
+    run("cat", &[], &f);
+    let first = atime(&f);
+    // An hour ahead: newer than mtime and ctime, so relatime leaves it
+    // (two reads in a row may fall in one tick of the kernel's clock).
+    run("touch", &["-a", "-d", "1 hour"], &f);
+    let ahead = atime(&f);
+    run("cat", &[], &f);
+    let second = atime(&f);
+    let name = format!("{option}{}", if no_atime_flag { " +A" } else { "" });
+    (name, first != before, second != ahead)
+}
+
+/// Reads of cached data update access times as the atime options and the
+/// per-file `noatime` flag say, as on kernel ext4: `strictatime` every
+/// read, `relatime` when atime is not newer than mtime and ctime (or a
+/// day old), never under `noatime` or `chattr +A`.
+#[test]
+fn reads_update_access_times_as_the_atime_option_says() {
+    if !ready(&["mkfs.ext4", "chattr", "touch", "cat"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let cases = [
+        ("strictatime", false),
+        ("relatime", false),
+        ("noatime", false),
+        ("relatime", true),
+    ];
+    let mut got = Vec::new();
+    for (option, flag) in cases {
+        let img = make_image(work.path(), "fuse.ext4");
+        let m = FuseMount::start(exe(), &img, option).unwrap();
+        got.push(reads_update_atime(m.path(), option, flag));
+        assert!(m.unmount().unwrap().success());
+        assert_clean(&img);
+    }
+    let want: Vec<(String, bool, bool)> = [
+        ("strictatime", true, true),
+        ("relatime", true, false),
+        ("noatime", false, false),
+        ("relatime +A", false, false),
+    ]
+    .iter()
+    .map(|(n, a, b)| (n.to_string(), *a, *b))
+    .collect();
+    assert_eq!(
+        got, want,
+        "(option, first read updated, second read updated) on the FUSE mount"
+    );
+    if skip_unless(can_loop_mount()).is_some() {
+        let mut kernel = Vec::new();
+        for (option, flag) in cases {
+            let img = make_image(work.path(), "kernel.ext4");
+            let k = LoopMount::rw(&img, &[option]).unwrap();
+            kernel.push(reads_update_atime(k.path(), option, flag));
+            k.unmount().unwrap();
+            assert_clean(&img);
+        }
+        assert_eq!(got, kernel, "the FUSE mount and kernel ext4 differ");
+    }
+}
