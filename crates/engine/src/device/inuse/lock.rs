@@ -21,10 +21,15 @@ pub(super) fn lock(path: &Path, file: &File, meta: &Metadata, shared: bool) -> i
     let mut r = try_lock();
     // A lock this very process holds may be a copy: a child forked by
     // another thread keeps the image's descriptor, and its lock, until it
-    // runs exec. Such a copy goes within milliseconds; a real holder stays.
+    // runs exec. Such a copy goes within milliseconds (it may be gone
+    // before `/proc/locks` is read, which then names no holder); a real
+    // holder stays.
     for _ in 0..50 {
-        let own = || lock_holder(path, meta, shared).and_then(|h| h.pid) == Some(std::process::id());
-        if !matches!(r, Err(std::fs::TryLockError::WouldBlock)) || !own() {
+        let transient = || match lock_holder(path, meta, shared) {
+            Some(h) => h.pid == Some(std::process::id()),
+            None => true,
+        };
+        if !matches!(r, Err(std::fs::TryLockError::WouldBlock)) || !transient() {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
