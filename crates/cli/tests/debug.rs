@@ -1,0 +1,159 @@
+//! `ext4kit debug` against debugfs on images the kernel filled: a file cut
+//! into many extents (a two-level tree), a 2,000-name htree directory, a
+//! hard link, a preallocated (uninit) file, and a copy taken while mounted
+//! after writes and `sync` (a dirty journal). Each answer is parsed and
+//! compared with debugfs's, not byte for byte.
+
+use std::path::Path;
+use std::process::Command;
+
+use ext4kit_testkit::mount::can_loop_mount;
+use ext4kit_testkit::tools::{assert_fsck_clean, debugfs};
+
+fn ours(img: &Path, cmd: &str) -> String {
+    let mut args = vec!["debug".to_string(), img.to_str().unwrap().into()];
+    args.extend(cmd.split_whitespace().map(str::to_string));
+    let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn sh(script: &str) {
+    let st = Command::new("sh").args(["-ec", script]).status().unwrap();
+    assert!(st.success(), "{script}");
+}
+
+fn skip() -> bool {
+    if let Err(why) = can_loop_mount() {
+        ext4kit_testkit::skipped!("debug: {why}");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the debugfs comparisons: {why}"
+        );
+        return true;
+    }
+    false
+}
+
+/// Builds the image through a kernel mount; with `dirty`, also a copy of
+/// it taken while still mounted.
+fn build(dir: &Path, dirty: bool) -> std::path::PathBuf {
+    let (img, mnt) = (dir.join("a.img"), dir.join("mnt"));
+    let (i, m, c) = (img.display(), mnt.display(), dir.join("dirty.img"));
+    let copy = if dirty {
+        format!("cp --sparse=always {i} {}", c.display())
+    } else {
+        String::new()
+    };
+    sh(&format!(
+        "mkfs.ext4 -q -F {i} 64M; mkdir -p {m}; mount -o loop {i} {m}; trap 'umount {m}' EXIT
+         mkdir {m}/d; for n in $(seq 1 2000); do : > {m}/d/name_$n; done
+         dd if=/dev/urandom of={m}/big bs=4k count=100 status=none; ln {m}/big {m}/d/link
+         for n in $(seq 0 2 800); do dd if=/dev/zero of={m}/frag bs=4k count=1 seek=$n conv=notrunc status=none; done
+         fallocate -l 1M {m}/pre; sync; {copy}"
+    ));
+    if dirty { c } else { img }
+}
+
+fn lines_matching(s: &str, pat: &[&str]) -> Vec<String> {
+    s.lines()
+        .filter(|l| pat.iter().any(|p| l.starts_with(p)))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[test]
+fn block_and_inode_commands_answer_as_debugfs() {
+    if skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = build(dir.path(), false);
+    let words = |s: String| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    for cmd in [
+        "blocks /frag",
+        "blocks /big",
+        "bmap /frag 4",
+        "bmap /pre 3",
+        "imap /big",
+        "imap <12>",
+        "ffb 7 3000",
+        "ffi",
+        "dx_hash -h half_md4 name_7",
+    ] {
+        assert_eq!(words(ours(&img, cmd)), words(debugfs(&img, cmd).unwrap()), "{cmd}");
+    }
+    let blocks: Vec<String> = words(ours(&img, "blocks /frag")).into_iter().step_by(37).collect();
+    let icheck = format!("icheck {} 5 99999", blocks.join(" "));
+    assert_eq!(ours(&img, &icheck), debugfs(&img, &icheck).unwrap());
+    let ino = words(ours(&img, "imap /big"))[1].clone();
+    let norm = |s: String| {
+        let mut v: Vec<String> = s.lines().map(|l| l.replace("//", "/")).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        norm(ours(&img, &format!("ncheck {ino} 12"))),
+        norm(debugfs(&img, &format!("ncheck {ino} 12")).unwrap())
+    );
+    for f in ["/frag", "/pre"] {
+        let ex = |s: String| lines_matching(&s, &[" 0/", " 1/", " 2/"]);
+        let (a, b) = (
+            ex(ours(&img, &format!("ex {f}"))),
+            ex(debugfs(&img, &format!("ex {f}")).unwrap()),
+        );
+        assert!(
+            if f == "/pre" {
+                a[0].ends_with("Uninit")
+            } else {
+                a.len() > 2
+            },
+            "{f}: {a:?}"
+        );
+        assert_eq!(a, b, "{f}");
+    }
+    assert_fsck_clean(&img).unwrap();
+}
+
+#[test]
+fn htree_lists_the_index_and_every_name_with_its_hash() {
+    if skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = build(dir.path(), false);
+    let pick = |s: &str| -> (Vec<String>, Vec<String>) {
+        // debugfs lists each index entry again before the leaf it leads to.
+        let mut idx = lines_matching(s, &["Entry #", "Number of entries", "\t Hash", "\t Indirect"]);
+        idx.sort();
+        idx.dedup();
+        let mut names: Vec<String> = s
+            .split("   ")
+            .flat_map(|c| c.lines())
+            .filter(|c| c.contains(" 0x") && c.contains(") name_"))
+            .map(|c| c.trim().to_string())
+            .collect();
+        names.sort();
+        (idx, names)
+    };
+    let (a, b) = (pick(&ours(&img, "htree /d")), pick(&debugfs(&img, "htree /d").unwrap()));
+    assert_eq!(a.1.len(), 2000, "{:?}", &a.1[..3.min(a.1.len())]);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn logdump_walks_a_dirty_journal_as_debugfs() {
+    if skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = build(dir.path(), true);
+    let pats = ["Journal starts", "Found", "No magic", "  FS block", "  Revoke"];
+    let (a, b) = (ours(&img, "logdump"), debugfs(&img, "logdump -a").unwrap());
+    let (a, b) = (lines_matching(&a, &pats), lines_matching(&b, &pats));
+    assert!(a.iter().filter(|l| l.contains("commit block")).count() >= 1, "{a:?}");
+    assert_eq!(a, b);
+}
