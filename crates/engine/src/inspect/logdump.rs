@@ -3,7 +3,10 @@
 //! records and commit blocks, until a block without the jbd2 magic, with
 //! another sequence, or of an unknown type. Checksums are not checked: the
 //! dump shows what is there, as debugfs does. At most one pass of the log.
+//! Then the fast-commit area's records (`fast_commit.rst`), until one of an
+//! older transaction or one that does not decode.
 
+use ext4kit_format::journal::fast_commit::{self, Tag};
 use ext4kit_format::journal::{BlockType, RawJournalHeader, descriptor, revoke};
 
 use crate::error::Result;
@@ -20,6 +23,9 @@ pub struct LogDump {
     pub blocks: Vec<LogBlock>,
     /// Why the walk stopped (`None`: the journal is empty, `s_start` 0).
     pub end: Option<LogEnd>,
+    /// The fast-commit area's records, in order, while they belong to the
+    /// transaction after the last commit or a newer one.
+    pub fast_commits: Vec<Tag>,
 }
 
 /// One metadata block of the log.
@@ -78,67 +84,100 @@ impl Filesystem {
         }
         let log = Log::open(self, info.inode)?;
         let superblock = crate::journal::info::summary(&log.sb);
-        let (mut block, mut seq) = (log.sb.s_start.get(), log.sb.s_sequence.get());
+        let (block, mut seq) = (log.sb.s_start.get(), log.sb.s_sequence.get());
         let mut out = LogDump {
             superblock,
             blocks: Vec::new(),
             end: None,
+            fast_commits: Vec::new(),
         };
-        if block == 0 {
-            return Ok(out);
+        if block != 0 {
+            out.end = Some(walk_log(&log, block, &mut seq, &mut out.blocks)?);
         }
-        let mut budget = log.log_len();
-        out.end = Some(loop {
-            if budget == 0 {
-                break LogEnd::Wrapped(block);
-            }
-            let buf = log.read(block)?;
-            let Ok(h) = RawJournalHeader::parse(&buf) else {
-                break LogEnd::NoMagic(block);
-            };
-            let found = h.h_sequence.get();
-            if found != seq {
-                break LogEnd::Sequence(block, found, seq);
-            }
-            let here = block;
-            block = log.next(block);
-            budget -= 1;
-            match h.block_type() {
-                Some(BlockType::Descriptor) => {
-                    let mut tags = Vec::new();
-                    if let Ok((_, it)) = descriptor::tags(&buf, &log.params) {
-                        for t in it.map_while(|t| t.ok()) {
-                            tags.push((t.blocknr, block, t.flags));
-                            block = log.next(block);
-                            budget = budget.saturating_sub(1);
-                        }
-                    }
-                    out.blocks.push(LogBlock::Descriptor {
-                        block: here,
-                        sequence: found,
-                        tags,
-                    });
-                }
-                Some(BlockType::Revoke) => {
-                    let revoked = revoke::revoked(&buf, &log.params)
-                        .map(|(_, r)| r.collect())
-                        .unwrap_or_default();
-                    out.blocks.push(LogBlock::Revoke {
-                        block: here,
-                        sequence: found,
-                        revoked,
-                    });
-                }
-                Some(BlockType::Commit) => {
-                    out.blocks.push(LogBlock::Commit {
-                        block: here,
-                        sequence: found,
-                    });
-                    seq = seq.wrapping_add(1);
-                }
-                _ => break LogEnd::UnknownType(here, h.h_blocktype.get()),
-            }
-        });
+        out.fast_commits = fast_commits(&log, seq)?;
         Ok(out)
     }
+}
+
+/// Walks the log from `block` while blocks carry sequence `seq`, which it
+/// advances past each commit.
+fn walk_log(log: &Log<'_>, mut block: u32, seq: &mut u32, blocks: &mut Vec<LogBlock>) -> Result<LogEnd> {
+    let mut budget = log.log_len();
+    Ok(loop {
+        if budget == 0 {
+            break LogEnd::Wrapped(block);
+        }
+        let buf = log.read(block)?;
+        let Ok(h) = RawJournalHeader::parse(&buf) else {
+            break LogEnd::NoMagic(block);
+        };
+        let found = h.h_sequence.get();
+        if found != *seq {
+            break LogEnd::Sequence(block, found, *seq);
+        }
+        let here = block;
+        block = log.next(block);
+        budget -= 1;
+        match h.block_type() {
+            Some(BlockType::Descriptor) => {
+                let mut tags = Vec::new();
+                if let Ok((_, it)) = descriptor::tags(&buf, &log.params) {
+                    for t in it.map_while(|t| t.ok()) {
+                        tags.push((t.blocknr, block, t.flags));
+                        block = log.next(block);
+                        budget = budget.saturating_sub(1);
+                    }
+                }
+                blocks.push(LogBlock::Descriptor {
+                    block: here,
+                    sequence: found,
+                    tags,
+                });
+            }
+            Some(BlockType::Revoke) => {
+                let revoked = revoke::revoked(&buf, &log.params)
+                    .map(|(_, r)| r.collect())
+                    .unwrap_or_default();
+                blocks.push(LogBlock::Revoke {
+                    block: here,
+                    sequence: found,
+                    revoked,
+                });
+            }
+            Some(BlockType::Commit) => {
+                blocks.push(LogBlock::Commit {
+                    block: here,
+                    sequence: found,
+                });
+                *seq = seq.wrapping_add(1);
+            }
+            _ => break LogEnd::UnknownType(here, h.h_blocktype.get()),
+        }
+    })
+}
+
+/// The fast-commit records after the log (as debugfs's `dump_fc_block`):
+/// a head or tail of a transaction older than `seq` ends them, and so does
+/// the block holding a record that does not decode.
+fn fast_commits(log: &Log<'_>, seq: u32) -> Result<Vec<Tag>> {
+    let mut out = Vec::new();
+    for block in log.fc.clone() {
+        let buf = log.read(block)?;
+        let mut broken = false;
+        for r in fast_commit::records(&buf) {
+            let Ok(r) = r else {
+                broken = true;
+                break;
+            };
+            let old = matches!(r.tag, Tag::Head { tid, .. } | Tag::Tail { tid, .. } if tid < seq);
+            out.push(r.tag);
+            if old {
+                return Ok(out);
+            }
+        }
+        if broken {
+            break;
+        }
+    }
+    Ok(out)
 }
