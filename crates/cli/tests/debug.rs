@@ -203,3 +203,74 @@ fn logdump_lists_fast_commit_records_as_debugfs() {
     assert!(a.iter().any(|l| l.starts_with("tag CREAT_DENTRY")), "{a:?}");
     assert_eq!(a, b);
 }
+
+/// An ext3 image (block maps, 1 KiB blocks): `blocks` lists the indirect
+/// blocks too and `icheck` finds them; a command file (`-f`) and commands
+/// on stdin answer as debugfs -f does, a bad command reported and passed.
+#[test]
+fn block_maps_and_command_files_answer_as_debugfs() {
+    if skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mnt) = (dir.path().join("e.img"), dir.path().join("mnt"));
+    let (i, m) = (img.display(), mnt.display());
+    sh(&format!(
+        "mkfs.ext3 -q -F -b 1024 {i} 32M; mkdir -p {m}; mount -o loop {i} {m}; trap 'umount {m}' EXIT
+         dd if=/dev/urandom of={m}/big bs=1k count=3000 status=none; sync"
+    ));
+    let sorted = |s: String| {
+        let mut v: Vec<u64> = s.split_whitespace().map(|w| w.parse().unwrap()).collect();
+        v.sort_unstable();
+        v
+    };
+    let (a, b) = (
+        sorted(ours(&img, "blocks /big")),
+        sorted(debugfs(&img, "blocks /big").unwrap()),
+    );
+    assert_eq!(a.len(), 3000 + 1 + 1 + 11, "data, single, double and its 11 children");
+    assert_eq!(a, b);
+    let some: Vec<String> = a.iter().step_by(211).map(u64::to_string).collect();
+    let icheck = format!("icheck {}", some.join(" "));
+    assert_eq!(ours(&img, &icheck), debugfs(&img, &icheck).unwrap());
+
+    let cmds = dir.path().join("cmds");
+    std::fs::write(&cmds, "imap /big\n\nbmap /big 12\nbogus\nffi\nffb 3\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args(["debug", "-f", cmds.to_str().unwrap(), img.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let theirs = Command::new("debugfs")
+        .args(["-f", cmds.to_str().unwrap(), img.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let answers = |s: &[u8]| -> Vec<String> {
+        let s = String::from_utf8_lossy(s);
+        s.lines()
+            .filter(|l| !l.starts_with("debugfs") && !l.trim().is_empty())
+            .map(|l| l.trim().to_string())
+            .collect()
+    };
+    assert!(out.status.success());
+    assert_eq!(answers(&out.stdout), answers(&theirs.stdout));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bogus"),
+        "the bad command is reported"
+    );
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args(["debug", img.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child.stdin.take().unwrap().write_all(b"ffi\nquit\nffi\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        1,
+        "quit stops the prompt"
+    );
+    assert_fsck_clean(&img).unwrap();
+}
