@@ -274,3 +274,50 @@ fn block_maps_and_command_files_answer_as_debugfs() {
     );
     assert_fsck_clean(&img).unwrap();
 }
+
+/// Images with bytes of their metadata overwritten: every command answers
+/// or reports an error, never panics or hangs (each run bounded by
+/// `timeout`, exit 124 counted as a hang).
+#[test]
+fn damaged_images_give_errors_not_panics() {
+    if skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = build(dir.path(), true);
+    let good = std::fs::read(&img).unwrap();
+    let cmds = dir.path().join("cmds");
+    std::fs::write(
+        &cmds,
+        "icheck 1 100 5000 9000 20000\nncheck 2 11 12 13 2013\nblocks /frag\nbmap /frag 400\nex /frag\n\
+         imap /big\nffb 20 1\nffi 5000\nhtree /d\nlogdump\nex <7>\nblocks <8>\nhtree <2>\n",
+    )
+    .unwrap();
+    let bad = dir.path().join("bad.img");
+    let mut reported = 0;
+    for seed in 0..24u64 {
+        let mut rng = ext4kit_testkit::rng::Rng::new(seed);
+        let mut bytes = good.clone();
+        // Group 0's metadata, the first directories and files, the journal's head.
+        let span = (4u64 << 20).min(bytes.len() as u64);
+        for _ in 0..256 {
+            let at = 1024 + rng.below(span - 1024) as usize;
+            bytes[at] = rng.below(256) as u8;
+        }
+        std::fs::write(&bad, &bytes).unwrap();
+        let out = Command::new("timeout")
+            .args(["60", env!("CARGO_BIN_EXE_ext4kit"), "debug", "--ignore-checksums", "-f"])
+            .args([&cmds, &bad])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "seed {seed}: {err}");
+        assert!(
+            ![101, 124].contains(&out.status.code().unwrap_or(0)),
+            "seed {seed}: {:?}",
+            out.status
+        );
+        reported += usize::from(!err.trim().is_empty() || !out.status.success());
+    }
+    assert!(reported > 0, "no damage was noticed: the test would prove nothing");
+}

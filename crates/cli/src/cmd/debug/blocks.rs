@@ -103,8 +103,8 @@ fn walk(
                     "{level:2}/{max:2} {:3}/{:3} {l:5} - {:5} {p:5} - {:5} {n:6} {flag}",
                     i + 1,
                     v.len(),
-                    l + n - 1,
-                    p + n - 1
+                    (l + n).saturating_sub(1),
+                    (p + n).saturating_sub(1)
                 );
             }
         }
