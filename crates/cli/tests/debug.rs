@@ -82,6 +82,12 @@ fn block_and_inode_commands_answer_as_debugfs() {
         "imap /big",
         "imap <12>",
         "ffb 7 3000",
+        // Uninitialised groups, and the wrap at the end of the file system.
+        "ffb 3 40000",
+        "ffb 3 65535",
+        "ffi 5000",
+        // Reserved GDT blocks belong to the resize inode (7).
+        "icheck 3 30 8195 8451",
         "ffi",
         "dx_hash -h half_md4 name_7",
     ] {
