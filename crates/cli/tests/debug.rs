@@ -149,6 +149,18 @@ fn htree_lists_the_index_and_every_name_with_its_hash() {
     let (a, b) = (pick(&ours(&img, "htree /d")), pick(&debugfs(&img, "htree /d").unwrap()));
     assert_eq!(a.1.len(), 2000, "{:?}", &a.1[..3.min(a.1.len())]);
     assert_eq!(a, b);
+
+    // Two index levels: 7,000 long names in 1 KiB blocks.
+    let (img, mnt) = (dir.path().join("h.img"), dir.path().join("hmnt"));
+    let (i, m) = (img.display(), mnt.display());
+    sh(&format!(
+        "mkfs.ext4 -q -F -b 1024 {i} 64M; mkdir -p {m}; mount -o loop {i} {m}; trap 'umount {m}' EXIT
+         mkdir {m}/d; cd {m}/d; for n in $(seq 1 7000); do : > name_that_fills_leaf_blocks_sooner_$n; done; cd /; sync"
+    ));
+    let (a, b) = (pick(&ours(&img, "htree /d")), pick(&debugfs(&img, "htree /d").unwrap()));
+    assert!(a.0.iter().any(|l| l == "Indirect levels: 1"), "{:?}", &a.0[..4]);
+    assert_eq!(a.1.len(), 7000);
+    assert_eq!(a, b);
 }
 
 #[test]
