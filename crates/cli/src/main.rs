@@ -117,6 +117,9 @@ enum Command {
     Resize(cmd::resize::Args),
     /// Benchmarks: `bench mount` compares kernel ext4, fuse2fs and ext4kit.
     Bench(cmd::bench::Args),
+    /// debugfs's inspection commands (icheck, ncheck, htree, logdump…);
+    /// without a command, an interactive prompt.
+    Debug(cmd::debug::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish,
     /// powershell).
     Completions(cmd::completions::Args),
@@ -170,6 +173,7 @@ fn main() -> ExitCode {
         Command::Project(a) => cmd::quota::project(a),
         Command::Resize(a) => cmd::resize::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Debug(a) => cmd::debug::run(a),
         Command::Completions(a) => cmd::completions::run(a, Cli::command()),
         Command::Man(a) => cmd::man::run(a, Cli::command()),
     };

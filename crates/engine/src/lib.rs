@@ -56,6 +56,7 @@ mod fs;
 mod fs_error;
 pub mod inode;
 mod inode_locks;
+pub mod inspect;
 pub mod journal;
 pub mod mkfs;
 pub mod mmp;

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod cat;
 pub mod completions;
 pub mod dates;
+pub mod debug;
 pub mod defrag;
 pub mod edit;
 pub mod export;

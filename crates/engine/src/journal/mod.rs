@@ -13,7 +13,7 @@ pub(crate) mod commit;
 pub mod external;
 pub(crate) mod fast_commit;
 pub mod info;
-mod log;
+pub(crate) mod log;
 mod recovery;
 mod replay;
 mod transaction;

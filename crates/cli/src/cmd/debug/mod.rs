@@ -1,0 +1,150 @@
+//! `ext4kit debug IMAGE [CMD [ARGS]…]`: the debugfs commands an ext4
+//! engineer reaches for, read-only, with debugfs's output so the answers
+//! read (and parse) the same. Without CMD, a prompt reads commands from
+//! stdin (plain line reading: no history or completion); `-f FILE` runs a
+//! command file as debugfs -f. The image is read as is, a dirty journal
+//! not replayed (as debugfs), unless `--replay`.
+
+mod blocks;
+mod dir;
+mod journal;
+
+use std::io::BufRead;
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use ext4kit_engine::{Filesystem, Inode};
+
+use crate::ImageArgs;
+use crate::open::open_ro;
+
+/// Arguments of `debug`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    image: ImageArgs,
+    /// Replay a dirty journal in memory first (debugfs reads the image as is).
+    #[arg(long)]
+    replay: bool,
+    /// Run the commands of this file, one a line (debugfs -f); `-` is stdin.
+    #[arg(short = 'f', value_name = "FILE", conflicts_with = "cmd")]
+    file: Option<PathBuf>,
+    /// The command and its arguments; none starts the interactive prompt.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    cmd: Vec<String>,
+}
+
+/// Opens the image and runs one command, a command file, or the prompt.
+pub fn run(mut a: Args) -> Result<()> {
+    a.image.ignore_journal = !a.replay;
+    let fs = open_ro(&a.image)?;
+    if !a.cmd.is_empty() {
+        return exec(&fs, &a.cmd);
+    }
+    match &a.file {
+        Some(p) if p.as_os_str() != "-" => lines(&fs, std::io::BufReader::new(std::fs::File::open(p)?), true),
+        Some(_) => lines(&fs, std::io::stdin().lock(), true),
+        None => lines(&fs, std::io::stdin().lock(), false),
+    }
+}
+
+/// Runs each line; a failing command is reported and the next one read.
+/// `echo` prints each command first, as debugfs -f does.
+fn lines(fs: &Filesystem, input: impl BufRead, echo: bool) -> Result<()> {
+    let prompt = !echo && std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let mut input = input.lines();
+    loop {
+        if prompt {
+            use std::io::Write as _;
+            print!("ext4kit debug: ");
+            std::io::stdout().flush()?;
+        }
+        let Some(line) = input.next().transpose()? else { break };
+        let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+        match words.first().map(String::as_str) {
+            None => continue,
+            Some(w) if w.starts_with('#') => continue,
+            Some("q" | "quit" | "exit") => break,
+            _ => {}
+        }
+        if echo {
+            outln!("debugfs: {line}");
+        }
+        if let Err(e) = exec(fs, &words) {
+            if crate::is_broken_pipe(&e) {
+                return Err(e);
+            }
+            eprintln!("{}: {e:#}", words[0]);
+        }
+    }
+    Ok(())
+}
+
+/// Runs one command.
+fn exec(fs: &Filesystem, words: &[String]) -> Result<()> {
+    let (cmd, args) = words.split_first().map(|(c, a)| (c.as_str(), a)).unwrap_or(("", &[]));
+    match cmd {
+        "icheck" => blocks::icheck(fs, args),
+        "ncheck" => blocks::ncheck(fs, args),
+        "blocks" => blocks::blocks(fs, args),
+        "bmap" => blocks::bmap(fs, args),
+        "ex" | "dump_extents" | "extents" => blocks::extents(fs, args),
+        "imap" => blocks::imap(fs, args),
+        "ffb" | "find_free_block" => blocks::ffb(fs, args),
+        "ffi" | "find_free_inode" => blocks::ffi(fs, args),
+        "htree" | "htree_dump" => dir::htree(fs, args),
+        "dx_hash" | "hash" => dir::dx_hash(fs, args),
+        "logdump" => journal::logdump(fs, args),
+        "help" | "?" | "lr" | "list_requests" => help(),
+        _ => bail!("unknown command (try help)"),
+    }
+}
+
+fn help() -> Result<()> {
+    for (c, what) in [
+        ("icheck BLOCK…", "the inode owning each block"),
+        ("ncheck INODE…", "the paths of each inode"),
+        ("blocks FILE", "the blocks of a file"),
+        ("bmap FILE LBLK", "the physical block of a logical block"),
+        ("ex, dump_extents FILE", "the extent tree"),
+        ("imap FILE", "where the inode record lies"),
+        ("ffb [COUNT [GOAL]]", "first free blocks"),
+        ("ffi [DIR [MODE]]", "first free inode"),
+        ("htree DIR", "a hashed directory's index and leaves"),
+        ("dx_hash [-h HASH] [-s SEED] NAME", "a name's directory hash"),
+        ("logdump", "the journal's transactions"),
+        ("quit", "leave the prompt"),
+    ] {
+        outln!("{c:<34} {what}");
+    }
+    outln!("FILE is a path or <INODE>.");
+    Ok(())
+}
+
+/// A path, or `<INO>` as debugfs names inodes.
+fn inode_of(fs: &Filesystem, spec: Option<&String>) -> Result<Inode> {
+    let Some(spec) = spec else {
+        bail!("missing file (a path or <INODE>)")
+    };
+    if let Some(n) = spec.strip_prefix('<').and_then(|s| s.strip_suffix('>')) {
+        return Ok(fs.inode(n.parse()?)?);
+    }
+    let path = if spec.starts_with('/') {
+        spec.clone()
+    } else {
+        format!("/{spec}")
+    };
+    Ok(fs.resolve(path.as_bytes())?)
+}
+
+/// A number as strtol(…, 0) reads it: decimal, 0x hex or 0 octal.
+fn number(s: &str) -> Result<u64> {
+    let r = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16)
+    } else if s.len() > 1 && s.starts_with('0') {
+        u64::from_str_radix(&s[1..], 8)
+    } else {
+        s.parse()
+    };
+    r.map_err(|_| anyhow::anyhow!("bad number: {s}"))
+}
