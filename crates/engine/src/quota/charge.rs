@@ -34,7 +34,7 @@ type Charge = ([u32; 3], u64, u64);
 /// is charged one inode more for each of its entries whose value lives in
 /// a value inode (`ea_refs`); the value's blocks are already in its
 /// `i_blocks`.
-fn charge_of(fs: &Filesystem, inode: &Inode, in_use: bool, ea_refs: u64) -> Option<Charge> {
+pub(super) fn charge_of(fs: &Filesystem, inode: &Inode, in_use: bool, ea_refs: u64) -> Option<Charge> {
     let ino = inode.ino;
     let raw = &inode.raw;
     let hidden = QuotaType::ALL.iter().any(|&t| fs.quota_ino(t) == ino)
@@ -62,7 +62,11 @@ fn charge_of(fs: &Filesystem, inode: &Inode, in_use: bool, ea_refs: u64) -> Opti
 /// (`check_ea_in_inode`, `check_ext_attr`) adds one inode to the owner's
 /// charge for each, and the kernel's `ext4_xattr_inode_alloc_quota`
 /// charges one. A shared block charges every inode that names it.
-fn ea_inode_entries(fs: &Filesystem, inode: &Inode, block: impl FnOnce(u64) -> Result<Arc<[u8]>>) -> Result<u64> {
+pub(super) fn ea_inode_entries(
+    fs: &Filesystem,
+    inode: &Inode,
+    block: impl FnOnce(u64) -> Result<Arc<[u8]>>,
+) -> Result<u64> {
     use ext4kit_format::features::IncompatFeatures;
     use ext4kit_format::xattr::{self, XattrEntry, XattrValue};
     if !fs.geo.features.incompat.contains(IncompatFeatures::EA_INODE) || inode.raw.i_mode.get() == 0 {
@@ -118,9 +122,9 @@ impl Filesystem {
 }
 
 /// Per (type, id): bytes and inodes added (negative: released).
-type Deltas = BTreeMap<(QuotaType, u32), (i64, i64)>;
+pub(super) type Deltas = BTreeMap<(QuotaType, u32), (i64, i64)>;
 
-fn add(d: &mut Deltas, c: Option<Charge>, sign: i64) {
+pub(super) fn add(d: &mut Deltas, c: Option<Charge>, sign: i64) {
     if let Some((ids, space, inodes)) = c {
         for t in QuotaType::ALL {
             let e = d.entry((t, ids[t as usize])).or_default();

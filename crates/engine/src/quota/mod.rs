@@ -18,6 +18,7 @@
 //! ([`set_caller_uid`]: root, or no caller named).
 
 mod charge;
+mod create;
 mod file;
 mod project;
 
