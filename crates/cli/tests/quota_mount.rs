@@ -80,3 +80,38 @@ fn a_user_past_the_hard_limit_gets_edquot_through_the_mount() {
         assert!(row[1] <= 200 << 10, "-o {opts}: usage {} within the limit", row[1]);
     }
 }
+
+/// `chattr -p ID +P` and `lsattr -p` through the mount
+/// (`FS_IOC_FSSETXATTR`/`FSGETXATTR`'s `fsx_projid` and PROJINHERIT):
+/// new files inherit the project; e2fsck -fn clean with the usage moved.
+#[test]
+fn project_ids_through_fsxattr_ioctls() {
+    for check in [can_fuse_mount(), require_tools(&["chattr", "lsattr", "e2fsck"])] {
+        if let Err(why) = check {
+            ext4kit_testkit::skipped!("{why}");
+            assert!(std::env::var_os("CI").is_none(), "CI must run this: {why}");
+            return;
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("img");
+    let p = img.to_str().unwrap();
+    ext4kit(&["mkfs", "-q", p, "64M", "-O", "quota,project", "-I", "256"]);
+    let m = FuseMount::start(exe(), &img, "").expect("mounted");
+    let w = m.path().join("w");
+    std::fs::create_dir(&w).unwrap();
+    let st = Command::new("chattr").args(["-p", "7", "+P"]).arg(&w).status().unwrap();
+    assert!(st.success(), "chattr -p 7 +P");
+    std::fs::write(w.join("f"), b"hi").unwrap();
+    let out = Command::new("lsattr").arg("-p").arg(w.join("f")).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(shown.split_whitespace().next(), Some("7"), "inherited: {shown}");
+    m.unmount().expect("unmount");
+    assert_fsck_clean(&img).expect("e2fsck -fn clean");
+    let list = debugfs(&img, "list_quota project").expect("debugfs");
+    assert!(
+        list.lines()
+            .any(|l| l.split_whitespace().next() == Some("7") && l.split_whitespace().nth(4) == Some("2")),
+        "project 7 holds w and f: {list}"
+    );
+}
