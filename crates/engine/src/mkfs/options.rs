@@ -318,7 +318,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for an unknown name; [`Error::Unsupported`]
-/// naming every feature this mkfs cannot lay out (bigalloc, quota, …).
+/// naming every feature this mkfs cannot lay out (encrypt, casefold, …).
 pub(crate) fn resolve_features(opts: &MkfsOptions) -> Result<Features> {
     let mut f = opts.fs_type.default_features();
     for (name, on) in &opts.feature_edits {
@@ -425,5 +425,23 @@ mod tests {
         o.add_features("encrypt");
         let e = resolve_features(&o).unwrap_err().to_string();
         assert!(e.contains("encrypt"), "{e}");
+    }
+
+    #[test]
+    fn quota_types_as_mke2fs_reads_them() {
+        let mut o = MkfsOptions::default();
+        o.add_features("quota");
+        let f = resolve_features(&o).unwrap();
+        assert_eq!(o.quota_files(&f), [QuotaType::User, QuotaType::Group]);
+        o.add_extended("quotatype=prjquota:usr").unwrap();
+        let f = resolve_features(&o).unwrap();
+        assert!(
+            f.ro_compat.contains(RoCompatFeatures::PROJECT),
+            "prjquota turns project on"
+        );
+        assert_eq!(o.quota_files(&f), [QuotaType::User, QuotaType::Project]);
+        assert!(o.add_extended("quotatype=foo").is_err());
+        o.inode_size = Some(128);
+        assert!(resolve_features(&o).is_err(), "no room for i_projid");
     }
 }
