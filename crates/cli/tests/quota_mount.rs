@@ -1,6 +1,7 @@
 //! Quota limits through `ext4kit mount`: a non-root process (setpriv to
 //! uid 1000) writing past its hard limit gets EDQUOT ("Disk quota
-//! exceeded" from dd), with the write-back cache and without; root is
+//! exceeded" from dd and from cp, which copies with copy_file_range),
+//! with the write-back cache and without; root is
 //! not held; the image is e2fsck -fn clean afterwards with the usage
 //! debugfs lists.
 
@@ -65,6 +66,17 @@ fn a_user_past_the_hard_limit_gets_edquot_through_the_mount() {
             "-o {opts}: at the limit: {err}"
         );
         std::fs::write(m.path().join("r"), vec![1u8; 640 << 10]).expect("root is not held to limits");
+        let cp = Command::new("setpriv")
+            .args(["--reuid=1000", "--regid=1000", "--clear-groups", "cp"])
+            .arg(m.path().join("r"))
+            .arg(m.path().join("c"))
+            .output()
+            .expect("setpriv cp");
+        let err = String::from_utf8_lossy(&cp.stderr);
+        assert!(
+            !cp.status.success() && err.contains("Disk quota exceeded"),
+            "-o {opts}: cp (copy_file_range): {err}"
+        );
         m.unmount().expect("unmount");
         assert_fsck_clean(&img).expect("e2fsck -fn clean");
         let list = debugfs(&img, "list_quota user").expect("debugfs");

@@ -690,7 +690,7 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         ino_in: INodeNo,
         _fh_in: FileHandle,
         offset_in: u64,
@@ -702,6 +702,7 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyWrite,
     ) {
         let _serving = self.request_arrived();
+        self.quota_caller(req);
         match self.copy_range(ino_in, offset_in, ino_out, offset_out, len) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
