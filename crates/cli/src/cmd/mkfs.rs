@@ -49,7 +49,8 @@ pub struct Args {
     #[arg(short = 'G')]
     flex: Option<String>,
     /// Extended options: stride=, stripe_width=, lazy_itable_init=, root_owner=uid:gid, hash_seed=,
-    /// flex_meta=start|middle (where a flex group's bitmaps and inode tables go), media=hdd|ssd.
+    /// flex_meta=start|middle (where a flex group's bitmaps and inode tables go), media=hdd|ssd,
+    /// quotatype=usrquota:grpquota:prjquota (the quota files made with -O quota).
     #[arg(short = 'E')]
     extended: Vec<String>,
     /// Volume label.
@@ -126,8 +127,9 @@ fn make(a: &Args) -> Result<()> {
     if let Some(j) = &jdev {
         journal_dev::attach(&a.image, j)?;
     }
-    if let Some(src) = &a.root_dir {
-        populate(&a.image, src)?;
+    let quota = opts.quota_files(&r.plan.features);
+    if a.root_dir.is_some() || !quota.is_empty() {
+        populate(&a.image, a.root_dir.as_deref(), &quota)?;
     }
     if !a.quiet {
         let p = &r.plan;
@@ -277,7 +279,10 @@ fn existing_fs(path: &Path) -> Option<&'static str> {
 }
 
 /// `-d`: opens the new file system and copies `src` in, root metadata included.
-fn populate(image: &Path, src: &Path) -> Result<()> {
+/// The steps mke2fs takes after the layout, in its order: the quota files
+/// (`create_quota_inodes`), then the copy of `src` (charged to the quota
+/// files as it is written).
+fn populate(image: &Path, src: Option<&Path>, quota: &[ext4kit_format::quota::QuotaType]) -> Result<()> {
     use ext4kit_engine::{Filesystem, OpenOptions};
     let dev = FileDevice::open(image, true)?;
     // Building the image is not a mount: no mount count, no mount time,
@@ -289,7 +294,12 @@ fn populate(image: &Path, src: &Path) -> Result<()> {
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;
-    super::import::import(&fs, src, "/", true).with_context(|| format!("populating from {}", src.display()))?;
+    if !quota.is_empty() {
+        fs.create_quota_files(quota).context("creating the quota files")?;
+    }
+    if let Some(src) = src {
+        super::import::import(&fs, src, "/", true).with_context(|| format!("populating from {}", src.display()))?;
+    }
     fs.unmount().with_context(|| format!("closing {}", image.display()))
 }
 

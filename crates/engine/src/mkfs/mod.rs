@@ -14,6 +14,12 @@
 //!   resize inode and the journal.
 //! - `write`: descriptors, bitmaps and superblocks onto the device.
 //!
+//! With `quota`, the layout names no quota files yet: the caller makes
+//! them next on the opened file system with
+//! [`crate::Filesystem::create_quota_files`] for
+//! [`MkfsOptions::quota_files`], as mke2fs's `create_quota_inodes` runs
+//! after the layout (before any `-d` copy). `ext4kit mkfs` does.
+//!
 //! ```no_run
 //! use ext4kit_engine::device::FileDevice;
 //! use ext4kit_engine::mkfs::{mkfs, MkfsOptions};

@@ -4,6 +4,8 @@
 
 use ext4kit_format::features::{CompatFeatures, Features, IncompatFeatures, RoCompatFeatures};
 
+use ext4kit_format::quota::QuotaType;
+
 use super::flexsize::Media;
 use crate::error::{Error, Result};
 
@@ -148,6 +150,10 @@ pub struct MkfsOptions {
     /// written and groups are marked `ITABLE_ZEROED`, as mke2fs does after a
     /// discard that zeroes.
     pub device_zeroed: bool,
+    /// `-E quotatype=usrquota:grpquota:prjquota`: the quota files made with
+    /// `-O quota`; `None` is user and group, as mke2fs. Project quota also
+    /// turns on the `project` feature, and `project` adds project quota.
+    pub quota_types: Option<Vec<QuotaType>>,
 }
 
 impl Default for MkfsOptions {
@@ -176,6 +182,7 @@ impl Default for MkfsOptions {
             timestamp: None,
             mmp_update_interval: None,
             device_zeroed: false,
+            quota_types: None,
         }
     }
 }
@@ -217,10 +224,49 @@ impl MkfsOptions {
                 "mmp_update_interval" => self.mmp_update_interval = Some(value.parse().map_err(|_| bad())?),
                 "flex_meta" => self.flex_meta = value.parse()?,
                 "media" => self.media = Some(value.parse()?),
+                "quotatype" => self.quota_types = Some(parse_quota_types(value)?),
                 _ => return Err(Error::InvalidArgument(format!("unknown extended option {key:?}"))),
             }
         }
         Ok(())
+    }
+}
+
+/// mke2fs's `parse_quota_types`: names (`usr`/`usrquota`, `grp`/`grpquota`,
+/// `prj`/`prjquota`) separated by `:` or `,`.
+fn parse_quota_types(value: &str) -> Result<Vec<QuotaType>> {
+    let mut out = Vec::new();
+    for name in value.split([':', ',']).filter(|s| !s.is_empty()) {
+        let t = match name {
+            "usr" | "usrquota" => QuotaType::User,
+            "grp" | "grpquota" => QuotaType::Group,
+            "prj" | "prjquota" => QuotaType::Project,
+            _ => return Err(Error::InvalidArgument(format!("unknown quota type {name:?}"))),
+        };
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out.sort_unstable_by_key(|&t| t as usize);
+    Ok(out)
+}
+
+impl MkfsOptions {
+    /// The quota files to make on a file system of features `f`: none
+    /// without `quota`; else `-E quotatype` (default user and group), with
+    /// project added when `project` is on.
+    pub fn quota_files(&self, f: &Features) -> Vec<QuotaType> {
+        if !f.ro_compat.contains(RoCompatFeatures::QUOTA) {
+            return Vec::new();
+        }
+        let mut v = self
+            .quota_types
+            .clone()
+            .unwrap_or_else(|| vec![QuotaType::User, QuotaType::Group]);
+        if f.ro_compat.contains(RoCompatFeatures::PROJECT) && !v.contains(&QuotaType::Project) {
+            v.push(QuotaType::Project);
+        }
+        v
     }
 }
 
@@ -272,7 +318,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for an unknown name; [`Error::Unsupported`]
-/// naming every feature this mkfs cannot lay out (bigalloc, quota, …).
+/// naming every feature this mkfs cannot lay out (encrypt, casefold, …).
 pub(crate) fn resolve_features(opts: &MkfsOptions) -> Result<Features> {
     let mut f = opts.fs_type.default_features();
     for (name, on) in &opts.feature_edits {
@@ -289,6 +335,18 @@ pub(crate) fn resolve_features(opts: &MkfsOptions) -> Result<Features> {
         } else {
             return Err(Error::InvalidArgument(format!("unknown feature {name:?}")));
         }
+    }
+    if opts
+        .quota_types
+        .as_ref()
+        .is_some_and(|v| v.contains(&QuotaType::Project))
+    {
+        f.ro_compat.0 |= RoCompatFeatures::PROJECT.0;
+    }
+    if f.ro_compat.contains(RoCompatFeatures::PROJECT) && opts.inode_size == Some(128) {
+        return Err(Error::InvalidArgument(
+            "128-byte inodes are too small for project quota (no i_projid)".into(),
+        ));
     }
     let unsupported = Features {
         compat: CompatFeatures(f.compat.0 & !SUPPORTED.compat.0),
@@ -335,7 +393,9 @@ const SUPPORTED: Features = Features {
             | RoCompatFeatures::EXTRA_ISIZE.0
             | RoCompatFeatures::METADATA_CSUM.0
             | RoCompatFeatures::BIGALLOC.0
-            | RoCompatFeatures::ITREE.0,
+            | RoCompatFeatures::ITREE.0
+            | RoCompatFeatures::QUOTA.0
+            | RoCompatFeatures::PROJECT.0,
     ),
 };
 
@@ -365,5 +425,23 @@ mod tests {
         o.add_features("encrypt");
         let e = resolve_features(&o).unwrap_err().to_string();
         assert!(e.contains("encrypt"), "{e}");
+    }
+
+    #[test]
+    fn quota_types_as_mke2fs_reads_them() {
+        let mut o = MkfsOptions::default();
+        o.add_features("quota");
+        let f = resolve_features(&o).unwrap();
+        assert_eq!(o.quota_files(&f), [QuotaType::User, QuotaType::Group]);
+        o.add_extended("quotatype=prjquota:usr").unwrap();
+        let f = resolve_features(&o).unwrap();
+        assert!(
+            f.ro_compat.contains(RoCompatFeatures::PROJECT),
+            "prjquota turns project on"
+        );
+        assert_eq!(o.quota_files(&f), [QuotaType::User, QuotaType::Project]);
+        assert!(o.add_extended("quotatype=foo").is_err());
+        o.inode_size = Some(128);
+        assert!(resolve_features(&o).is_err(), "no room for i_projid");
     }
 }

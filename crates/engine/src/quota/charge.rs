@@ -3,13 +3,14 @@
 //! written back in the same transaction.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use ext4kit_format::inode::{RawInode, flags};
 use ext4kit_format::quota::{Dquot, LIMIT_UNIT, QuotaType};
 
 use super::{QuotaFile, QuotaLimits, caller_exempt};
 use crate::clock;
-use crate::error::{Error, Result};
+use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
 use crate::txn::Txn;
@@ -29,8 +30,11 @@ type Charge = ([u32; 3], u64, u64);
 
 /// The charge of `inode` when `in_use`, as e2fsck counts it: reserved
 /// inodes other than the root, the quota files, the orphan file and
-/// xattr value inodes (charged to their owners) are not charged.
-fn charge_of(fs: &Filesystem, inode: &Inode, in_use: bool) -> Option<Charge> {
+/// xattr value inodes (charged to their owners) are not charged. An owner
+/// is charged one inode more for each of its entries whose value lives in
+/// a value inode (`ea_refs`); the value's blocks are already in its
+/// `i_blocks`.
+pub(super) fn charge_of(fs: &Filesystem, inode: &Inode, in_use: bool, ea_refs: u64) -> Option<Charge> {
     let ino = inode.ino;
     let raw = &inode.raw;
     let hidden = QuotaType::ALL.iter().any(|&t| fs.quota_ino(t) == ino)
@@ -46,7 +50,50 @@ fn charge_of(fs: &Filesystem, inode: &Inode, in_use: bool) -> Option<Charge> {
         .ro_compat
         .contains(ext4kit_format::features::RoCompatFeatures::HUGE_FILE);
     let space = raw.blocks_512(huge, fs.geo.block_size).saturating_mul(512);
-    Some(([raw.uid(), raw.gid(), projid(raw, inode.record.len())], space, 1))
+    Some((
+        [raw.uid(), raw.gid(), projid(raw, inode.record.len())],
+        space,
+        1 + ea_refs,
+    ))
+}
+
+/// How many of `inode`'s xattr entries, in its body and in its xattr block
+/// as `block` reads it, keep their value in a value inode: e2fsck pass 1
+/// (`check_ea_in_inode`, `check_ext_attr`) adds one inode to the owner's
+/// charge for each, and the kernel's `ext4_xattr_inode_alloc_quota`
+/// charges one. A shared block charges every inode that names it.
+pub(super) fn ea_inode_entries(
+    fs: &Filesystem,
+    inode: &Inode,
+    block: impl FnOnce(u64) -> Result<Arc<[u8]>>,
+) -> Result<u64> {
+    use ext4kit_format::features::IncompatFeatures;
+    use ext4kit_format::xattr::{self, XattrEntry, XattrValue};
+    if !fs.geo.features.incompat.contains(IncompatFeatures::EA_INODE) || inode.raw.i_mode.get() == 0 {
+        return Ok(0);
+    }
+    let at = Location::Inode(inode.ino);
+    let outside = |es: &[XattrEntry<'_>]| {
+        es.iter()
+            .filter(|e| matches!(e.value, XattrValue::EaInode { .. }))
+            .count() as u64
+    };
+    let mut n = 0;
+    if inode.record.len() > 128 {
+        let region =
+            xattr::ibody_region(&inode.record, inode.raw.i_extra_isize.get()).map_err(|e| Error::format(at, e))?;
+        n += outside(&xattr::parse_ibody(region).map_err(|e| Error::format(at, e))?);
+    }
+    let blk = inode.raw.file_acl();
+    if blk != 0 {
+        let buf = block(blk)?;
+        let at = Location::Block {
+            block: blk,
+            inode: inode.ino,
+        };
+        n += outside(&xattr::parse_block(&buf).map_err(|e| Error::format(at, e))?.entries);
+    }
+    Ok(n)
 }
 
 /// `i_projid` when the record holds it (`i_extra_isize` reaches past it).
@@ -75,9 +122,9 @@ impl Filesystem {
 }
 
 /// Per (type, id): bytes and inodes added (negative: released).
-type Deltas = BTreeMap<(QuotaType, u32), (i64, i64)>;
+pub(super) type Deltas = BTreeMap<(QuotaType, u32), (i64, i64)>;
 
-fn add(d: &mut Deltas, c: Option<Charge>, sign: i64) {
+pub(super) fn add(d: &mut Deltas, c: Option<Charge>, sign: i64) {
     if let Some((ids, space, inodes)) = c {
         for t in QuotaType::ALL {
             let e = d.entry((t, ids[t as usize])).or_default();
@@ -105,9 +152,21 @@ impl Txn<'_> {
         let mut deltas = Deltas::new();
         for ino in inos {
             let before = fs.inode_on_disk(ino)?;
-            add(&mut deltas, charge_of(fs, &before, fs.committed_in_use(ino)?), -1);
+            let used = fs.committed_in_use(ino)?;
+            let refs = if used {
+                ea_inode_entries(fs, &before, |b| fs.meta_block(b, ino))?
+            } else {
+                0
+            };
+            add(&mut deltas, charge_of(fs, &before, used, refs), -1);
             let after = self.inode(ino)?;
-            add(&mut deltas, charge_of(fs, &after, self.inode_in_use(ino)?), 1);
+            let used = self.inode_in_use(ino)?;
+            let refs = if used {
+                ea_inode_entries(fs, &after, |b| self.block(b, ino))?
+            } else {
+                0
+            };
+            add(&mut deltas, charge_of(fs, &after, used, refs), 1);
         }
         let limits = std::mem::take(&mut self.quota.limits);
         if deltas.values().all(|&d| d == (0, 0)) && limits.is_empty() {

@@ -18,6 +18,7 @@
 //! ([`set_caller_uid`]: root, or no caller named).
 
 mod charge;
+mod create;
 mod file;
 mod project;
 
@@ -113,6 +114,22 @@ impl Filesystem {
     /// rather than at a later write-back.
     pub(crate) fn quota_binds_caller(&self) -> bool {
         !caller_exempt() && self.quota.lock().enabled()
+    }
+
+    /// Whether writes on behalf of `uid` can meet a limit here: quotas are
+    /// kept, `uid` is not root and some id has a limit. A front end that
+    /// caches writes and sends them later without their writer (FUSE's
+    /// write-back cache) sends such a writer's data straight instead, so
+    /// that EDQUOT reaches `write(2)`.
+    pub fn quota_limits_bind(&self, uid: u32) -> bool {
+        uid != 0
+            && self
+                .quota
+                .lock()
+                .files
+                .iter()
+                .flatten()
+                .any(|f| f.dquots.values().any(Dquot::has_limits))
     }
 
     fn quota_feature(&self) -> bool {

@@ -54,14 +54,14 @@ fn tree_has_four_levels_and_shared_data_blocks() {
     }
     let f = build(&Info::new(QuotaType::User), &es);
     let blk = |q: usize| &f[q * QBLK..(q + 1) * QBLK];
-    // Header, root, then for id 0 a data block, L1, L2 and L3; 1000 and
-    // 1001 share L1, L2 and the data block (new L3); 70000 needs a new L2
-    // and L3.
+    // Header, root, then for id 0 L1, L2, L3 and a data block (the data
+    // block last, as mke2fs and e2fsck lay it out); 1000 and 1001 share
+    // L1, L2 and the data block (new L3); 70000 needs a new L2 and L3.
     assert_eq!(f.len() / QBLK, 9);
-    assert_eq!(le32(blk(0), 28), 2, "the partial data block heads the free list");
-    assert_eq!(u16::from_le_bytes([blk(2)[8], blk(2)[9]]), 4);
-    assert_eq!(le32(blk(1), 0), 3);
-    assert_eq!(le32(blk(5), 0), 2, "L3 of id 0 points at the data block");
+    assert_eq!(le32(blk(0), 28), 5, "the partial data block heads the free list");
+    assert_eq!(u16::from_le_bytes([blk(5)[8], blk(5)[9]]), 4);
+    assert_eq!(le32(blk(1), 0), 2);
+    assert_eq!(le32(blk(4), 0), 5, "L3 of id 0 points at the data block");
 }
 
 #[test]

@@ -102,19 +102,25 @@ pub fn build(info: &Info, entries: &BTreeMap<u32, Dquot>) -> Vec<u8> {
     let mut blocks: Vec<Vec<u8>> = vec![vec![0; QBLK], vec![0; QBLK]];
     let mut data: Option<(usize, usize)> = None;
     for (&id, d) in entries {
-        let (blk, slot) = match data {
-            Some((b, n)) if n < PER_BLOCK => (b, n),
-            _ => {
-                blocks.push(vec![0; QBLK]);
-                (blocks.len() - 1, 0)
-            }
-        };
-        data = Some((blk, slot + 1));
         let mut at = 1;
+        let mut blk = 0;
+        let mut slot = 0;
         for depth in 0..DEPTH {
             let idx = ((id >> (8 * (DEPTH - 1 - depth))) & 0xff) as usize * 4;
             let r = le32(&blocks[at], idx) as usize;
             let next = if depth == DEPTH - 1 {
+                // The data block is found (or added) once the path to the
+                // leaf exists, as `do_insert_tree` calls
+                // `find_free_dqentry` last: a new one follows the new
+                // index blocks.
+                (blk, slot) = match data {
+                    Some((b, n)) if n < PER_BLOCK => (b, n),
+                    _ => {
+                        blocks.push(vec![0; QBLK]);
+                        (blocks.len() - 1, 0)
+                    }
+                };
+                data = Some((blk, slot + 1));
                 blk
             } else if r == 0 {
                 blocks.push(vec![0; QBLK]);

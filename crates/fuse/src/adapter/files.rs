@@ -1,7 +1,7 @@
 //! File data operations: open/create/release (the engine counts open files
 //! so an unlinked file lives until its last close), read/write, fsync,
 //! fallocate, SEEK_DATA/SEEK_HOLE, copy_file_range and the inode-flags
-//! ioctls (`chattr`/`lsattr`).
+//! ioctls (`chattr`/`lsattr`, with project ids: `chattr -p`, `lsattr -p`).
 
 use ext4kit_engine::NodeKind;
 use fuser::{Errno, INodeNo, ReplyWrite, Request};
@@ -316,6 +316,23 @@ impl Ext4Fuse {
         Ok(done as u32)
     }
 
+    /// `fsx_projid` of an `FS_IOC_FSSETXATTR`: a changed project id moves
+    /// the inode's usage to the new project, held to its limits
+    /// (`ext4_ioctl_setproject`); without the project feature only 0 is
+    /// accepted (EOPNOTSUPP otherwise).
+    fn set_projid(&self, req: &Request, ino: u32, input: &[u8]) -> Res<()> {
+        let Some(raw) = input.get(12..16).and_then(|b| <[u8; 4]>::try_from(b).ok()) else {
+            return Ok(());
+        };
+        let projid = u32::from_le_bytes(raw);
+        let (now, _) = self.fs.project(ino).map_err(|e| self.errno(e))?;
+        if projid == now {
+            return Ok(());
+        }
+        self.quota_caller(req);
+        self.fs.set_project(ino, Some(projid), None).map_err(|e| self.errno(e))
+    }
+
     pub(super) fn inode_ioctl(
         &self,
         req: &Request,
@@ -344,6 +361,8 @@ impl Ext4Fuse {
             FS_IOC_FSGETXATTR => {
                 let mut out = vec![0u8; 28];
                 out[..4].copy_from_slice(&to_xflags(self.inode(ino)?.raw.flags()).to_le_bytes());
+                let (projid, _) = self.fs.project(ino).map_err(|e| self.errno(e))?;
+                out[12..16].copy_from_slice(&projid.to_le_bytes());
                 out.truncate(out_size as usize);
                 Ok(out)
             }
@@ -355,6 +374,7 @@ impl Ext4Fuse {
                 self.fs
                     .set_flags(ino, flags, req.uid() == 0)
                     .map_err(|e| self.errno(e))?;
+                self.set_projid(req, ino, input)?;
                 Ok(Vec::new())
             }
             _ => Err(Errno::ENOTTY),

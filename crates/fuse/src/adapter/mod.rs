@@ -94,7 +94,31 @@ impl Ext4Fuse {
     /// Every request starts here: it keeps the mount busy. The request is
     /// served while the returned guard lives.
     fn request_arrived(&self) -> Option<crate::poll::Serving<'_>> {
+        // No user is held to quota limits until the request names one
+        // ([`Ext4Fuse::quota_caller`]): the caller is per thread, and this
+        // thread's last request may have been another user's.
+        ext4kit_engine::set_caller_uid(None);
         self.poller.get().map(crate::poll::Poller::request)
+    }
+
+    /// Names this request's user (its image uid, after `uid=`) to the
+    /// engine, which holds that user to quota limits in the transactions
+    /// this thread runs for the request.
+    pub(crate) fn quota_caller(&self, req: &Request) {
+        let uid = crate::options::IdMap::to_image(self.cfg.uid_map, req.uid());
+        ext4kit_engine::set_caller_uid(Some(uid));
+    }
+
+    /// [`open_flags`], and direct I/O for a writer held to quota limits
+    /// under the write-back cache: cached pages reach us later from the
+    /// kernel's flusher, without their writer, too late for EDQUOT.
+    fn open_flags_for(&self, req: &Request, flags: i32) -> FopenFlags {
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let uid = crate::options::IdMap::to_image(self.cfg.uid_map, req.uid());
+        if writing && self.cfg.writeback_cache && self.fs.quota_limits_bind(uid) {
+            return FopenFlags::FOPEN_DIRECT_IO;
+        }
+        open_flags(flags)
     }
 
     /// The reserve for cached writes, which the session sizes once the
@@ -394,10 +418,10 @@ impl fuser::Filesystem for Ext4Fuse {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _serving = self.request_arrived();
         match self.open_file(ino, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), open_flags(flags.0)),
+            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags_for(req, flags.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -444,6 +468,9 @@ impl fuser::Filesystem for Ext4Fuse {
         // as ext4 without delalloc does; write-back comes from the
         // kernel's flusher and gets none, as ext4's delalloc gets none.
         ext4kit_engine::set_caller_pid((!cached).then(|| req.pid()));
+        if !cached {
+            self.quota_caller(req);
+        }
         if self.cfg.sync {
             match self.write_data(ino, offset, data, cached) {
                 Ok(n) => reply.written(n),
@@ -562,6 +589,7 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         let _serving = self.request_arrived();
+        self.quota_caller(req);
         reply_empty(self.set_xattr(req, ino, name_bytes(name), value, flags), reply);
     }
 
@@ -612,7 +640,7 @@ impl fuser::Filesystem for Ext4Fuse {
                     &a,
                     Generation(u64::from(inode.raw.i_generation.get())),
                     FileHandle(fh),
-                    open_flags(flags),
+                    self.open_flags_for(req, flags),
                 ),
                 Err(e) => reply.error(e),
             },
@@ -640,7 +668,7 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -649,6 +677,7 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         let _serving = self.request_arrived();
+        self.quota_caller(req);
         reply_empty(self.allocate(ino, offset, length, mode), reply);
     }
 
@@ -662,7 +691,7 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         ino_in: INodeNo,
         _fh_in: FileHandle,
         offset_in: u64,
@@ -674,6 +703,7 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyWrite,
     ) {
         let _serving = self.request_arrived();
+        self.quota_caller(req);
         match self.copy_range(ino_in, offset_in, ino_out, offset_out, len) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),

@@ -109,6 +109,7 @@ impl Ext4Fuse {
         mode: u32,
         umask: u32,
     ) -> Res<Inode> {
+        self.quota_caller(req);
         self.writable()?;
         self.check_space()?;
         let parent = self.ino(parent)?;
