@@ -95,6 +95,12 @@ pub struct JournalStats {
     pub fast_commits: u64,
     /// Fast-commit area blocks written.
     pub fast_commit_blocks: u64,
+    /// Superblock blocks written home before a fast commit, so that
+    /// e2fsck's replay of it finds the logged superblock there.
+    pub superblock_homes: u64,
+    /// Fast-commit area heads zeroed after the full commit that carried
+    /// their fast commits.
+    pub fast_commit_resets: u64,
 }
 
 /// The writer's state of an internal journal.
@@ -190,6 +196,9 @@ impl Log {
             stats: JournalStats::default(),
         };
         log.device_block(end - 1)?;
+        if fc > 0 && end + 1 < jsb.s_maxlen.get() {
+            log.clear_fc_head(fs, end + 1)?;
+        }
         Ok(log)
     }
 
