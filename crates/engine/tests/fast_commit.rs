@@ -393,8 +393,9 @@ fn engine_fast_commits_replay_everywhere() {
     assert_fsck_clean(&img).unwrap();
 }
 
-/// A file's content as the engine's open of `img` replays it.
-fn engine_reads(img: Vec<u8>, name: &[u8]) -> Vec<u8> {
+/// A file's content as the engine's open of `img` replays it, and what
+/// the recovery found.
+fn engine_reads(img: Vec<u8>, name: &[u8]) -> (Vec<u8>, Option<ext4kit_engine::journal::Recovered>) {
     use ext4kit_engine::device::MemDevice;
     use ext4kit_engine::{Filesystem, OpenOptions, ROOT_INO};
     let fs = Filesystem::open(Box::new(MemDevice::new(img)), OpenOptions::default()).unwrap();
@@ -402,7 +403,33 @@ fn engine_reads(img: Vec<u8>, name: &[u8]) -> Vec<u8> {
     let mut got = vec![0u8; fs.inode(ino).unwrap().size() as usize];
     let n = fs.read_file_at(ino, 0, &mut got).unwrap();
     got.truncate(n);
-    got
+    (got, fs.journal_info().recovered.clone())
+}
+
+/// `/log` of the image at `copy` after `e2fsck -fy` recovered it, which
+/// `e2fsck -fn` must then find clean.
+fn e2fsck_reads(copy: &Path, point: usize) -> Vec<u8> {
+    if let Some(keep) = std::env::var_os("EXT4KIT_FC_KEEP") {
+        fs::copy(copy, Path::new(&keep).join(format!("p{point}.img"))).unwrap();
+    }
+    let out = std::process::Command::new("e2fsck")
+        .arg("-fy")
+        .arg(copy)
+        .output()
+        .unwrap();
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "point {point}: e2fsck -fy: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_fsck_clean(copy).unwrap_or_else(|e| panic!("point {point}: {e}"));
+    let cat = std::process::Command::new("debugfs")
+        .args(["-R", "cat /log"])
+        .arg(copy)
+        .output()
+        .unwrap();
+    cat.stdout
 }
 
 /// Power lost at every write of a run of fast-committed appends, the
@@ -462,43 +489,24 @@ fn engine_fast_commits_survive_crashes_for_e2fsck() {
             reorder: true,
         };
         let image = dev.crash_image(point, survivors);
-        let by_engine = engine_reads(image.clone(), b"log");
+        let (by_engine, _) = engine_reads(image.clone(), b"log");
         assert!(
             by_engine.len() >= kept && content.starts_with(&by_engine),
             "point {point}: the engine's replay has {} bytes, {kept} promised",
             by_engine.len()
         );
         fs::write(&copy, &image).unwrap();
-        if let Some(keep) = std::env::var_os("EXT4KIT_FC_KEEP") {
-            fs::write(Path::new(&keep).join(format!("p{point}.img")), &image).unwrap();
-        }
         if stale_head(&copy) {
             // The commit block is down, the zeroed head not yet: e2fsck
             // would give up on the log (see `journal/fast_commit/area.rs`).
             stale += 1;
             continue;
         }
-        let out = std::process::Command::new("e2fsck")
-            .arg("-fy")
-            .arg(&copy)
-            .output()
-            .unwrap();
+        let cat = e2fsck_reads(&copy, point);
         assert!(
-            matches!(out.status.code(), Some(0 | 1)),
-            "point {point}: e2fsck -fy: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_fsck_clean(&copy).unwrap_or_else(|e| panic!("point {point}: {e}"));
-        let cat = std::process::Command::new("debugfs")
-            .args(["-R", "cat /log"])
-            .arg(&copy)
-            .output()
-            .unwrap();
-        assert!(
-            cat.stdout.len() >= kept && content.starts_with(&cat.stdout),
+            cat.len() >= kept && content.starts_with(&cat),
             "point {point}: e2fsck's replay has {} bytes, {kept} promised",
-            cat.stdout.len()
+            cat.len()
         );
     }
     println!(
@@ -539,4 +547,89 @@ fn stale_head(img: &Path) -> bool {
     });
     let expected = last.map(|t| t + 1).or(start);
     matches!((head, expected), (Some(h), Some(e)) if h != e)
+}
+
+/// A long run of fast-committed appends with creates between them (full
+/// commits) fills the log, so checkpoints come while the area holds fast
+/// commits of the transaction about to be logged: at every flush the
+/// durable image still gives the file all every returned fsync promised,
+/// through the engine's open and (at a sample of points) e2fsck's replay.
+#[test]
+fn fast_commits_outlive_checkpoints() {
+    use ext4kit_engine::device::{CrashDevice, Survivors};
+    use ext4kit_engine::journal::JournalOptions;
+    use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(dir.path(), None, &["-O", "fast_commit", "-b", "4096"], "16M") else {
+        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
+        return;
+    };
+    let dev = Arc::new(CrashDevice::with_atomic_unit(fs::read(&img).unwrap(), 4096));
+    let opts = OpenOptions {
+        journal: JournalOptions {
+            fast_commit: true,
+            ..JournalOptions::default()
+        },
+        ..OpenOptions::default()
+    };
+    let fs = Filesystem::open(Box::new(dev.clone()), opts).unwrap();
+    let attr = Attr {
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+    };
+    let f = fs.create(ROOT_INO, b"log", NodeKind::Regular, attr).unwrap().ino;
+    let mut content = Vec::new();
+    let mut promised = Vec::new();
+    for i in 0..400 {
+        if i % 3 == 2 {
+            let name = format!("f{i}");
+            fs.create(ROOT_INO, name.as_bytes(), NodeKind::Regular, attr).unwrap();
+        }
+        let rec = bytes(100 + i % 50, i as u32 + 7);
+        fs.write(f, content.len() as u64, &rec).unwrap();
+        content.extend_from_slice(&rec);
+        fs.sync_inode(f).unwrap();
+        promised.push((dev.writes(), content.len()));
+    }
+    let stats = fs.journal_stats().unwrap();
+    drop(fs);
+    println!("{stats:?}");
+    assert!(stats.checkpoints > 0 && stats.fast_commits > 100, "{stats:?}");
+    let copy = dir.path().join("ckpt.img");
+    let mut stale = 0;
+    for (n, point) in dev
+        .flush_points()
+        .into_iter()
+        .filter(|&p| p >= promised[0].0)
+        .enumerate()
+    {
+        let kept = promised.iter().rev().find(|(w, _)| *w <= point).map_or(0, |p| p.1);
+        let image = dev.crash_image(point, Survivors::None);
+        let (got, rec) = engine_reads(image.clone(), b"log");
+        assert!(
+            got.len() >= kept && content.starts_with(&got),
+            "point {point}: the engine's replay has {} bytes, {kept} promised",
+            got.len()
+        );
+        // Every point right after a checkpoint (an empty log, fast commits
+        // after it), and a sample of the rest.
+        if n % 25 != 0 && rec.is_none_or(|r| r.transactions > 0) {
+            continue;
+        }
+        fs::write(&copy, &image).unwrap();
+        if stale_head(&copy) {
+            stale += 1;
+            continue;
+        }
+        let cat = e2fsck_reads(&copy, point);
+        assert!(
+            cat.len() >= kept && content.starts_with(&cat),
+            "point {point}: e2fsck's replay has {} bytes, {kept} promised",
+            cat.len()
+        );
+    }
+    // A stale head only at the flush after a full commit's commit block.
+    assert!(stale <= stats.fast_commit_resets as usize, "{stale} stale-head points");
 }

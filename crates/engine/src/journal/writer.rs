@@ -267,6 +267,18 @@ impl Log {
         self.head == self.first
     }
 
+    /// `s_start` once a checkpoint has emptied the log: 0, unless the
+    /// area holds fast commits of the next transaction. jbd2 reads the
+    /// area only when `s_start` is set (`jbd2_journal_recover`), so the log
+    /// is then left empty but to be recovered from `s_first`, where no block
+    /// of that transaction is yet; the kernel's tail update leaves the same.
+    pub(crate) fn emptied_start(&self) -> u32 {
+        match &self.fc {
+            Some(fc) if fc.used() > 0 => self.first,
+            _ => 0,
+        }
+    }
+
     /// Forgets the logged transactions after a checkpoint: the next one
     /// starts the log again at `s_first`.
     pub(crate) fn restart(&mut self) {
