@@ -633,3 +633,68 @@ fn fast_commits_outlive_checkpoints() {
     // A stale head only at the flush after a full commit's commit block.
     assert!(stale <= stats.fast_commit_resets as usize, "{stale} stale-head points");
 }
+
+/// Modeled disk time of an fsync-heavy loop (100 appends of ~1 KB, each
+/// fsync'd) on the engine's disk model, with fast commits and without:
+/// deterministic figures, printed (`cargo test -p ext4kit-engine --test
+/// fast_commit modeled -- --nocapture`).
+#[test]
+fn fsync_loop_modeled_disk_time() {
+    use ext4kit_engine::device::{DiskModel, DiskProfile, MemDevice};
+    use ext4kit_engine::journal::JournalOptions;
+    use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(dir.path(), None, &["-O", "fast_commit", "-b", "4096"], "64M") else {
+        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
+        return;
+    };
+    let image = fs::read(&img).unwrap();
+    for profile in ["hp-sas-10k", "ssd"] {
+        let mut per = Vec::new();
+        for fast in [true, false] {
+            let p: DiskProfile = profile.parse().unwrap();
+            let disk = Arc::new(DiskModel::new(MemDevice::new(image.clone()), &p).unwrap());
+            let opts = OpenOptions {
+                journal: JournalOptions {
+                    fast_commit: fast,
+                    ..JournalOptions::default()
+                },
+                ..OpenOptions::default()
+            };
+            let fs = Filesystem::open(Box::new(disk.clone()), opts).unwrap();
+            let attr = Attr {
+                perm: 0o644,
+                uid: 0,
+                gid: 0,
+            };
+            let f = fs.create(ROOT_INO, b"log", NodeKind::Regular, attr).unwrap().ino;
+            fs.sync_inode(f).unwrap();
+            disk.reset();
+            let mut at = 0u64;
+            for i in 0..100 {
+                let rec = bytes(900 + i * 7, i as u32 + 3);
+                fs.write(f, at, &rec).unwrap();
+                at += rec.len() as u64;
+                fs.sync_inode(f).unwrap();
+            }
+            let s = disk.stats();
+            let j = fs.journal_stats().unwrap();
+            println!(
+                "{profile}, fast commits {}: {:.3} ms per fsync modeled, {} writes, {} flushes, {} fast commits, {} full commits",
+                if fast { "on" } else { "off" },
+                s.modeled_ns as f64 / 100.0 / 1e6,
+                s.writes,
+                s.flushes,
+                j.fast_commits,
+                j.commits
+            );
+            per.push(s.modeled_ns);
+            fs.unmount().unwrap();
+        }
+        assert!(
+            per[0] < per[1],
+            "{profile}: fast commits must take less modeled time: {per:?}"
+        );
+    }
+}

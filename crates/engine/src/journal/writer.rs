@@ -39,13 +39,10 @@ pub struct JournalOptions {
     pub async_commit: bool,
     /// On a file system with `fast_commit`, an fsync whose changes fast
     /// commits can carry writes one to the fast-commit area instead of
-    /// committing the whole running transaction. Off by default (the
-    /// kernel writes them whenever the feature is on): the kernel's mount
-    /// replays what this writer writes, but e2fsck 1.47.0's replay of it
-    /// leaves a superblock whose checksum fails (its fast-commit replay
-    /// writes the superblock bytes that differ from a copy older than the
-    /// logged superblock block its log replay wrote home), so an image
-    /// that may meet e2fsck after a crash is better without.
+    /// committing the whole running transaction, as the kernel does
+    /// whenever the feature is on (`-o nofast_commit` turns it off). The
+    /// kernel's mount and e2fsck replay what this writer writes
+    /// (`journal::fast_commit`).
     pub fast_commit: bool,
 }
 
@@ -55,7 +52,7 @@ impl Default for JournalOptions {
             data: DataMode::Ordered,
             checksum: None,
             async_commit: false,
-            fast_commit: false,
+            fast_commit: true,
         }
     }
 }
