@@ -352,11 +352,29 @@ fn engine_fast_commits_replay_everywhere() {
     e.unmount().unwrap();
     assert_fsck_clean(&ours).unwrap();
 
-    // e2fsck 1.47.0 replays these records but leaves a superblock whose
-    // checksum fails (`e2fsck -fy`: "Superblock checksum does not match
-    // superblock while trying to re-open"); the kernel-written area of
-    // the first test does not trigger it. Writing fast commits is
-    // therefore off by default (`JournalOptions::fast_commit`).
+    // e2fsck replays them too: `-fy` recovers the journal (log, then fast
+    // commits) and the result is clean, with the content every fsync
+    // promised.
+    let by_e2fsck = dir.path().join("e2fsck.img");
+    fs::copy(&img, &by_e2fsck).unwrap();
+    let out = std::process::Command::new("e2fsck")
+        .arg("-fy")
+        .arg(&by_e2fsck)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(matches!(out.status.code(), Some(0 | 1)), "e2fsck -fy: {said}");
+    assert_fsck_clean(&by_e2fsck).unwrap();
+    let cat = std::process::Command::new("debugfs")
+        .args(["-R", "cat /log"])
+        .arg(&by_e2fsck)
+        .output()
+        .unwrap();
+    assert_eq!(cat.stdout, content, "e2fsck's replay");
 
     // The full-commit copy needs no fast commit to be right.
     let m = common::open_rw(&full_img);
@@ -373,4 +391,310 @@ fn engine_fast_commits_replay_everywhere() {
     assert_eq!(fs::read(m.path().join("log")).unwrap(), content, "the kernel's replay");
     m.unmount().unwrap();
     assert_fsck_clean(&img).unwrap();
+}
+
+/// A file's content as the engine's open of `img` replays it, and what
+/// the recovery found.
+fn engine_reads(img: Vec<u8>, name: &[u8]) -> (Vec<u8>, Option<ext4kit_engine::journal::Recovered>) {
+    use ext4kit_engine::device::MemDevice;
+    use ext4kit_engine::{Filesystem, OpenOptions, ROOT_INO};
+    let fs = Filesystem::open(Box::new(MemDevice::new(img)), OpenOptions::default()).unwrap();
+    let ino = fs.lookup(&fs.inode(ROOT_INO).unwrap(), name).unwrap();
+    let mut got = vec![0u8; fs.inode(ino).unwrap().size() as usize];
+    let n = fs.read_file_at(ino, 0, &mut got).unwrap();
+    got.truncate(n);
+    (got, fs.journal_info().recovered.clone())
+}
+
+/// `/log` of the image at `copy` after `e2fsck -fy` recovered it, which
+/// `e2fsck -fn` must then find clean.
+fn e2fsck_reads(copy: &Path, point: usize) -> Vec<u8> {
+    if let Some(keep) = std::env::var_os("EXT4KIT_FC_KEEP") {
+        fs::copy(copy, Path::new(&keep).join(format!("p{point}.img"))).unwrap();
+    }
+    let out = std::process::Command::new("e2fsck")
+        .arg("-fy")
+        .arg(copy)
+        .output()
+        .unwrap();
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "point {point}: e2fsck -fy: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_fsck_clean(copy).unwrap_or_else(|e| panic!("point {point}: {e}"));
+    let cat = std::process::Command::new("debugfs")
+        .args(["-R", "cat /log"])
+        .arg(copy)
+        .output()
+        .unwrap();
+    cat.stdout
+}
+
+/// Power lost at every write of a run of fast-committed appends, the
+/// writes since the last flush kept, dropped and reordered at random:
+/// `e2fsck -fy` replays the journal (log and fast commits) into an image
+/// `e2fsck -fn` finds clean, and it and the engine's open give the file
+/// a prefix of what was written that holds all every returned fsync
+/// promised.
+#[test]
+fn engine_fast_commits_survive_crashes_for_e2fsck() {
+    use ext4kit_engine::device::{CrashDevice, Survivors};
+    use ext4kit_engine::journal::JournalOptions;
+    use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(dir.path(), None, &["-O", "fast_commit", "-b", "4096"], "16M") else {
+        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
+        return;
+    };
+    // 4 KiB atomic writes, as `tests/crash.rs`: the superblock is written
+    // in place (checkpoints, and here before a round of fast commits), as
+    // the kernel writes it, and a torn one fails its checksum anywhere.
+    let dev = Arc::new(CrashDevice::with_atomic_unit(fs::read(&img).unwrap(), 4096));
+    let opts = OpenOptions {
+        journal: JournalOptions {
+            fast_commit: true,
+            ..JournalOptions::default()
+        },
+        ..OpenOptions::default()
+    };
+    let fs = Filesystem::open(Box::new(dev.clone()), opts).unwrap();
+    let attr = Attr {
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+    };
+    let f = fs.create(ROOT_INO, b"log", NodeKind::Regular, attr).unwrap().ino;
+    let mut content = Vec::new();
+    let mut promised = Vec::new();
+    for i in 0..24 {
+        let rec = bytes(700 + i * 301, i as u32 + 100);
+        fs.write(f, content.len() as u64, &rec).unwrap();
+        content.extend_from_slice(&rec);
+        fs.sync_inode(f).unwrap();
+        promised.push((dev.writes(), content.len()));
+    }
+    let stats = fs.journal_stats().unwrap();
+    assert!(stats.fast_commits >= 20, "{stats:?}");
+    drop(fs);
+    let copy = dir.path().join("crash.img");
+    let mut stale = 0;
+    for point in promised[0].0..=dev.writes() {
+        let kept = promised.iter().rev().find(|(w, _)| *w <= point).map_or(0, |p| p.1);
+        let survivors = Survivors::Random {
+            seed: point as u64,
+            torn: true,
+            reorder: true,
+        };
+        let image = dev.crash_image(point, survivors);
+        let (by_engine, _) = engine_reads(image.clone(), b"log");
+        assert!(
+            by_engine.len() >= kept && content.starts_with(&by_engine),
+            "point {point}: the engine's replay has {} bytes, {kept} promised",
+            by_engine.len()
+        );
+        fs::write(&copy, &image).unwrap();
+        if stale_head(&copy) {
+            // The commit block is down, the zeroed head not yet: e2fsck
+            // would give up on the log (see `journal/fast_commit/area.rs`).
+            stale += 1;
+            continue;
+        }
+        let cat = e2fsck_reads(&copy, point);
+        assert!(
+            cat.len() >= kept && content.starts_with(&cat),
+            "point {point}: e2fsck's replay has {} bytes, {kept} promised",
+            cat.len()
+        );
+    }
+    println!(
+        "{} crash points, {stale} between a full commit and its zeroed area head; {stats:?}",
+        dev.writes() + 1 - promised[0].0
+    );
+    // Only the crash points around each head's zeroing (before it is
+    // issued, while it is volatile).
+    assert!(
+        stale <= 2 * stats.fast_commit_resets as usize,
+        "{stale} stale-head points"
+    );
+}
+
+/// Whether the image's fast-commit area starts with a `HEAD` naming a
+/// transaction other than the first one its log lacks (`debugfs logdump`).
+fn stale_head(img: &Path) -> bool {
+    let out = debugfs(img, "logdump").unwrap();
+    let last = out
+        .lines()
+        .rev()
+        .filter(|l| l.contains("(commit block)"))
+        .find_map(|l| l.split_whitespace().nth(3)?.trim_end_matches(',').parse::<u32>().ok());
+    let start = out.lines().find_map(|l| {
+        l.strip_prefix("Journal starts at block ")?
+            .split("transaction ")
+            .nth(1)?
+            .parse::<u32>()
+            .ok()
+    });
+    let head = out.lines().find_map(|l| {
+        l.strip_prefix("tag HEAD, features ")?
+            .split("tid ")
+            .nth(1)?
+            .trim()
+            .parse::<u32>()
+            .ok()
+    });
+    let expected = last.map(|t| t + 1).or(start);
+    matches!((head, expected), (Some(h), Some(e)) if h != e)
+}
+
+/// A long run of fast-committed appends with creates between them (full
+/// commits) fills the log, so checkpoints come while the area holds fast
+/// commits of the transaction about to be logged: at every flush the
+/// durable image still gives the file all every returned fsync promised,
+/// through the engine's open and (at a sample of points) e2fsck's replay.
+#[test]
+fn fast_commits_outlive_checkpoints() {
+    use ext4kit_engine::device::{CrashDevice, Survivors};
+    use ext4kit_engine::journal::JournalOptions;
+    use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(dir.path(), None, &["-O", "fast_commit", "-b", "4096"], "16M") else {
+        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
+        return;
+    };
+    let dev = Arc::new(CrashDevice::with_atomic_unit(fs::read(&img).unwrap(), 4096));
+    let opts = OpenOptions {
+        journal: JournalOptions {
+            fast_commit: true,
+            ..JournalOptions::default()
+        },
+        ..OpenOptions::default()
+    };
+    let fs = Filesystem::open(Box::new(dev.clone()), opts).unwrap();
+    let attr = Attr {
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+    };
+    let f = fs.create(ROOT_INO, b"log", NodeKind::Regular, attr).unwrap().ino;
+    let mut content = Vec::new();
+    let mut promised = Vec::new();
+    for i in 0..400 {
+        if i % 3 == 2 {
+            let name = format!("f{i}");
+            fs.create(ROOT_INO, name.as_bytes(), NodeKind::Regular, attr).unwrap();
+        }
+        let rec = bytes(100 + i % 50, i as u32 + 7);
+        fs.write(f, content.len() as u64, &rec).unwrap();
+        content.extend_from_slice(&rec);
+        fs.sync_inode(f).unwrap();
+        promised.push((dev.writes(), content.len()));
+    }
+    let stats = fs.journal_stats().unwrap();
+    drop(fs);
+    println!("{stats:?}");
+    assert!(stats.checkpoints > 0 && stats.fast_commits > 100, "{stats:?}");
+    let copy = dir.path().join("ckpt.img");
+    let mut stale = 0;
+    for (n, point) in dev
+        .flush_points()
+        .into_iter()
+        .filter(|&p| p >= promised[0].0)
+        .enumerate()
+    {
+        let kept = promised.iter().rev().find(|(w, _)| *w <= point).map_or(0, |p| p.1);
+        let image = dev.crash_image(point, Survivors::None);
+        let (got, rec) = engine_reads(image.clone(), b"log");
+        assert!(
+            got.len() >= kept && content.starts_with(&got),
+            "point {point}: the engine's replay has {} bytes, {kept} promised",
+            got.len()
+        );
+        // Every point right after a checkpoint (an empty log, fast commits
+        // after it), and a sample of the rest.
+        if n % 25 != 0 && rec.is_none_or(|r| r.transactions > 0) {
+            continue;
+        }
+        fs::write(&copy, &image).unwrap();
+        if stale_head(&copy) {
+            stale += 1;
+            continue;
+        }
+        let cat = e2fsck_reads(&copy, point);
+        assert!(
+            cat.len() >= kept && content.starts_with(&cat),
+            "point {point}: e2fsck's replay has {} bytes, {kept} promised",
+            cat.len()
+        );
+    }
+    // A stale head only at the flush after a full commit's commit block.
+    assert!(stale <= stats.fast_commit_resets as usize, "{stale} stale-head points");
+}
+
+/// Modeled disk time of an fsync-heavy loop (100 appends of ~1 KB, each
+/// fsync'd) on the engine's disk model, with fast commits and without:
+/// deterministic figures, printed (`cargo test -p ext4kit-engine --test
+/// fast_commit modeled -- --nocapture`).
+#[test]
+fn fsync_loop_modeled_disk_time() {
+    use ext4kit_engine::device::{DiskModel, DiskProfile, MemDevice};
+    use ext4kit_engine::journal::JournalOptions;
+    use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(dir.path(), None, &["-O", "fast_commit", "-b", "4096"], "64M") else {
+        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
+        return;
+    };
+    let image = fs::read(&img).unwrap();
+    for profile in ["hp-sas-10k", "ssd"] {
+        let mut per = Vec::new();
+        for fast in [true, false] {
+            let p: DiskProfile = profile.parse().unwrap();
+            let disk = Arc::new(DiskModel::new(MemDevice::new(image.clone()), &p).unwrap());
+            let opts = OpenOptions {
+                journal: JournalOptions {
+                    fast_commit: fast,
+                    ..JournalOptions::default()
+                },
+                ..OpenOptions::default()
+            };
+            let fs = Filesystem::open(Box::new(disk.clone()), opts).unwrap();
+            let attr = Attr {
+                perm: 0o644,
+                uid: 0,
+                gid: 0,
+            };
+            let f = fs.create(ROOT_INO, b"log", NodeKind::Regular, attr).unwrap().ino;
+            fs.sync_inode(f).unwrap();
+            disk.reset();
+            let mut at = 0u64;
+            for i in 0..100 {
+                let rec = bytes(900 + i * 7, i as u32 + 3);
+                fs.write(f, at, &rec).unwrap();
+                at += rec.len() as u64;
+                fs.sync_inode(f).unwrap();
+            }
+            let s = disk.stats();
+            let j = fs.journal_stats().unwrap();
+            println!(
+                "{profile}, fast commits {}: {:.3} ms per fsync modeled, {} writes, {} flushes, {} fast commits, {} full commits",
+                if fast { "on" } else { "off" },
+                s.modeled_ns as f64 / 100.0 / 1e6,
+                s.writes,
+                s.flushes,
+                j.fast_commits,
+                j.commits
+            );
+            per.push(s.modeled_ns);
+            fs.unmount().unwrap();
+        }
+        assert!(
+            per[0] < per[1],
+            "{profile}: fast commits must take less modeled time: {per:?}"
+        );
+    }
 }

@@ -157,7 +157,7 @@ pub struct MountConfig {
     pub fsname: Option<String>,
     /// How the journal is written: `data=ordered|writeback|journal`,
     /// `journal_checksum`/`nojournal_checksum`, `journal_async_commit`,
-    /// `fast_commit`/`nofast_commit` (fsyncs as fast commits, off by default).
+    /// `fast_commit`/`nofast_commit` (fsyncs as fast commits, on by default).
     pub journal: JournalOptions,
     /// Longest a change waits in memory before it is committed
     /// (`commit=`, seconds; 0 means the default, 5, as in ext4).
@@ -586,11 +586,11 @@ mod tests {
         assert_eq!(c.commit, Duration::from_secs(30));
         assert!(c.journal.async_commit);
         assert_eq!(c.journal.checksum, Some(false));
-        assert!(!c.journal.fast_commit);
-        c.apply("fast_commit").unwrap();
         assert!(c.journal.fast_commit);
         c.apply("nofast_commit").unwrap();
         assert!(!c.journal.fast_commit);
+        c.apply("fast_commit").unwrap();
+        assert!(c.journal.fast_commit);
         c.apply("sb=131072").unwrap();
         assert_eq!(c.superblock, Some(131_072));
         assert!(c.apply("sb=x").is_err() && c.apply("sb").is_err());

@@ -1,7 +1,8 @@
 //! Checkpointing (`jbd2_log_do_checkpoint`, `jbd2_mark_journal_empty`): the
 //! logged blocks are written to their homes and flushed, then the journal
 //! superblock says the log is empty (`s_start = 0`, `s_sequence` = the next
-//! transaction ID) and is flushed, so a crash either replays the log onto
+//! transaction ID; `s_start = s_first` while fast commits of that
+//! transaction wait in their area) and is flushed, so a crash either replays the log onto
 //! homes that may be half written or finds nothing to replay.
 
 use std::collections::BTreeMap;
@@ -22,7 +23,7 @@ impl Log {
         let log2 = fs.geo.block_size_log2;
         write_runs(fs, logged.iter().map(|(b, bytes)| (b << log2, &bytes[..])))?;
         flush(fs)?;
-        self.jsb.s_start.set(0);
+        self.jsb.s_start.set(self.emptied_start());
         self.jsb.s_sequence.set(self.sequence);
         self.write_superblock(fs)?;
         match self.ext {

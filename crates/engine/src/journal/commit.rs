@@ -59,10 +59,8 @@ impl Log {
         }
         self.stats.log_blocks += u64::from(lblk + 1 - self.head);
         // A full commit carries everything the fast commits since the last
-        // one did: the area starts over (`jbd2_fc_release_bufs`).
-        if let Some(fc) = self.fc.as_mut() {
-            fc.reset();
-        }
+        // one did: the area starts over.
+        self.retire_fast_commits(fs)?;
         self.head = lblk + 1;
         self.sequence = seq.wrapping_add(1);
         self.stats.commits += 1;

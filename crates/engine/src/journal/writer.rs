@@ -39,13 +39,10 @@ pub struct JournalOptions {
     pub async_commit: bool,
     /// On a file system with `fast_commit`, an fsync whose changes fast
     /// commits can carry writes one to the fast-commit area instead of
-    /// committing the whole running transaction. Off by default (the
-    /// kernel writes them whenever the feature is on): the kernel's mount
-    /// replays what this writer writes, but e2fsck 1.47.0's replay of it
-    /// leaves a superblock whose checksum fails (its fast-commit replay
-    /// writes the superblock bytes that differ from a copy older than the
-    /// logged superblock block its log replay wrote home), so an image
-    /// that may meet e2fsck after a crash is better without.
+    /// committing the whole running transaction, as the kernel does
+    /// whenever the feature is on (`-o nofast_commit` turns it off). The
+    /// kernel's mount and e2fsck replay what this writer writes
+    /// (`journal::fast_commit`).
     pub fast_commit: bool,
 }
 
@@ -55,7 +52,7 @@ impl Default for JournalOptions {
             data: DataMode::Ordered,
             checksum: None,
             async_commit: false,
-            fast_commit: false,
+            fast_commit: true,
         }
     }
 }
@@ -95,6 +92,12 @@ pub struct JournalStats {
     pub fast_commits: u64,
     /// Fast-commit area blocks written.
     pub fast_commit_blocks: u64,
+    /// Superblock blocks written home before a fast commit, so that
+    /// e2fsck's replay of it finds the logged superblock there.
+    pub superblock_homes: u64,
+    /// Fast-commit area heads zeroed after the full commit that carried
+    /// their fast commits.
+    pub fast_commit_resets: u64,
 }
 
 /// The writer's state of an internal journal.
@@ -190,6 +193,9 @@ impl Log {
             stats: JournalStats::default(),
         };
         log.device_block(end - 1)?;
+        if fc > 0 && end + 1 < jsb.s_maxlen.get() {
+            log.clear_fc_head(fs, end + 1)?;
+        }
         Ok(log)
     }
 
@@ -256,6 +262,18 @@ impl Log {
     /// True when nothing has been logged since the log was last emptied.
     pub(crate) fn is_empty(&self) -> bool {
         self.head == self.first
+    }
+
+    /// `s_start` once a checkpoint has emptied the log: 0, unless the
+    /// area holds fast commits of the next transaction. jbd2 reads the
+    /// area only when `s_start` is set (`jbd2_journal_recover`), so the log
+    /// is then left empty but to be recovered from `s_first`, where no block
+    /// of that transaction is yet; the kernel's tail update leaves the same.
+    pub(crate) fn emptied_start(&self) -> u32 {
+        match &self.fc {
+            Some(fc) if fc.used() > 0 => self.first,
+            _ => 0,
+        }
     }
 
     /// Forgets the logged transactions after a checkpoint: the next one

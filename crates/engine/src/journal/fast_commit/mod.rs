@@ -13,6 +13,7 @@
 //! lost, as they would be had the crash come before they were written.
 
 mod apply;
+mod area;
 mod write;
 
 pub(crate) use write::FcArea;

@@ -43,9 +43,29 @@ impl FcArea {
         (first < end).then_some(Self { first, end, off: 0 })
     }
 
+    /// Blocks a fast commit may still take. The area's last block is
+    /// never written: jbd2's scan of the area (`fc_do_one_pass`, the
+    /// kernel's and e2fsck's) reads one block past the last valid commit
+    /// and runs up to `j_fc_last` = `s_maxlen` inclusive, so a valid
+    /// commit in block `s_maxlen − 1` makes it read past the journal and
+    /// fail the whole recovery ("corrupted journal superblock").
+    fn room(&self) -> u32 {
+        (self.end - self.first).saturating_sub(self.off + 1)
+    }
+
     /// A full commit made the area's fast commits obsolete.
     pub(crate) fn reset(&mut self) {
         self.off = 0;
+    }
+
+    /// Blocks this transaction's fast commits have written.
+    pub(crate) fn used(&self) -> u32 {
+        self.off
+    }
+
+    /// The area's first journal block (`j_fc_first`).
+    pub(crate) fn first(&self) -> u32 {
+        self.first
     }
 }
 
@@ -181,12 +201,58 @@ impl Filesystem {
         Ok(Some(()))
     }
 
+    /// The block holding the primary superblock (byte 1024).
+    fn sb_home_block(&self) -> u64 {
+        1024 >> self.geo.block_size_log2
+    }
+
+    /// Writes the superblock's block home as the log holds it, before the
+    /// first fast commit that follows a full commit (made durable by the
+    /// flush before that commit's tail). e2fsck replays fast
+    /// commits with the superblock it read before its log replay and
+    /// writes back only the bytes it changed since (`ext2fs_flush`,
+    /// `write_primary_superblock`); were the home copy older than the
+    /// logged one, the result would mix two superblocks under one
+    /// checksum. The kernel seldom logs the superblock, so its fast
+    /// commits do not meet this; the engine logs it in every commit.
+    fn superblock_home_as_logged(&self, log: &mut Log) -> Result<()> {
+        let home = self.sb_home_block();
+        let Some(bytes) = self.dirty.lock().logged.get(&home).cloned() else {
+            return Ok(());
+        };
+        let at = home << self.geo.block_size_log2;
+        self.dev
+            .write_at(at, &bytes)
+            .map_err(|source| self.write_failed(at, source))?;
+        log.stats.superblock_homes += 1;
+        Ok(())
+    }
+
+    /// Writes `blocks` to the fast-commit area from journal block `lblk`.
+    fn write_fc_blocks(&self, log: &Log, lblk: u32, blocks: &[Vec<u8>]) -> Result<()> {
+        let log2 = self.geo.block_size_log2;
+        for (i, b) in blocks.iter().enumerate() {
+            let at = log.device_block(lblk + i as u32)? << log2;
+            log.device(self)
+                .write_at(at, b)
+                .map_err(|source| self.write_failed(at, source))?;
+        }
+        Ok(())
+    }
+
+    /// Makes what was written durable: the file system's device, and the
+    /// external journal's when there is one.
+    fn flush_journal(&self, log: &Log) -> Result<()> {
+        crate::journal::commit::flush(self)?;
+        log.flush_external(self)
+    }
+
     /// Blocks a fast commit may leave dirty in the running transaction:
     /// the superblock's, the group descriptors', bitmaps and inode tables.
     fn fc_block_ok(&self, b: u64, bitmaps: &HashSet<u64>, tables: &[(u64, u64)]) -> bool {
         let geo = &self.geo;
         let fdb = u64::from(geo.first_data_block);
-        let sb_home = 1024 >> geo.block_size_log2;
+        let sb_home = self.sb_home_block();
         let gdt = (u64::from(geo.group_count) * u64::from(geo.desc_size)).div_ceil(u64::from(geo.block_size));
         let meta_bg = geo.features.incompat.contains(IncompatFeatures::META_BG);
         b == sb_home
@@ -246,17 +312,20 @@ impl Filesystem {
         }
         let out = lay.finish(log.sequence);
         let n = out.len() as u32;
-        if fc.off + n > fc.end - fc.first {
+        if n > fc.room() {
             return Ok(false);
         }
-        let log2 = self.geo.block_size_log2;
-        for (i, b) in out.iter().enumerate() {
-            let at = log.device_block(fc.first + fc.off + i as u32)? << log2;
-            self.dev
-                .write_at(at, b)
-                .map_err(|source| self.write_failed(at, source))?;
+        if fc.off == 0 {
+            self.superblock_home_as_logged(log)?;
         }
-        crate::journal::commit::flush(self)?;
+        let (body, tail) = out.split_at(out.len() - 1);
+        self.write_fc_blocks(log, fc.first + fc.off, body)?;
+        // As the kernel's tail write (`REQ_PREFLUSH | REQ_FUA`): the data,
+        // the superblock and the commit's other blocks are durable before
+        // the tail that makes the commit valid.
+        self.flush_journal(log)?;
+        self.write_fc_blocks(log, fc.first + fc.off + n - 1, tail)?;
+        self.flush_journal(log)?;
         if let Some(area) = log.fc.as_mut() {
             area.off += n;
         }
