@@ -18,11 +18,10 @@
 //! Needs root, loop devices and /dev/fuse; skips loudly otherwise (and
 //! fails under CI).
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-use ext4kit_testkit::compare::{CompareOptions, compare_trees, format_differences};
+use ext4kit_testkit::compare::{CompareOptions, compare_trees, format_differences, sizes_and_blocks};
 use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::{e2fsck_fn, require_tools};
@@ -227,27 +226,6 @@ fn run_script(script: &str, dir: &Path, spec: &Spec) {
     );
 }
 
-/// Every path below `root` with its size and `st_blocks`.
-fn sizes(root: &Path) -> Vec<(String, u64, u64)> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let p = e.unwrap().path();
-            let md = std::fs::symlink_metadata(&p).unwrap();
-            if md.is_dir() {
-                stack.push(p.clone());
-            }
-            let name = p.strip_prefix(root).unwrap().display().to_string();
-            if name != "lost+found" {
-                out.push((name, md.size(), md.blocks()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 fn assert_clean(img: &Path, what: &str) {
     let r = e2fsck_fn(img).unwrap();
     assert!(r.is_clean(), "{what}: e2fsck -fn:\n{}", r.output);
@@ -269,8 +247,8 @@ fn assert_read_exact(img: &Path, spec: &Spec, what: &str) {
         format_differences(&diffs)
     );
     assert_eq!(
-        sizes(ours.path()),
-        sizes(kernel.path()),
+        sizes_and_blocks(ours.path()),
+        sizes_and_blocks(kernel.path()),
         "{}: {what}: sizes",
         spec.label
     );

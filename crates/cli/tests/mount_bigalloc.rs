@@ -9,11 +9,10 @@
 //! Needs root, a loop device and /dev/fuse; skips loudly otherwise (and
 //! fails under CI).
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-use ext4kit_testkit::compare::{CompareOptions, compare_trees, format_differences};
+use ext4kit_testkit::compare::{CompareOptions, compare_trees, format_differences, sizes_and_blocks};
 use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::{e2fsck_fn, require_tools};
@@ -85,28 +84,6 @@ fn statfs(p: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Every path below `root` with its size and `st_blocks`.
-fn sizes(root: &Path) -> Vec<(String, u64, u64)> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let p = e.unwrap().path();
-            let md = std::fs::symlink_metadata(&p).unwrap();
-            if md.is_dir() {
-                stack.push(p.clone());
-            }
-            out.push((
-                p.strip_prefix(root).unwrap().display().to_string(),
-                md.size(),
-                md.blocks(),
-            ));
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn kernel_filled_bigalloc_image_is_served_read_only_then_written_as_the_kernel_sees_it() {
     if !ready() {
@@ -134,7 +111,7 @@ fn kernel_filled_bigalloc_image_is_served_read_only_then_written_as_the_kernel_s
     let kernel = LoopMount::ro(&img).unwrap();
     let diffs = compare_trees(kernel.path(), ours.path(), CompareOptions::default());
     assert!(diffs.is_empty(), "{}", format_differences(&diffs));
-    assert_eq!(sizes(ours.path()), sizes(kernel.path()));
+    assert_eq!(sizes_and_blocks(ours.path()), sizes_and_blocks(kernel.path()));
     assert_eq!(statfs(ours.path()), statfs(kernel.path()));
     let dest = tmp.path().join("export");
     let st = Command::new(exe())
@@ -191,7 +168,7 @@ fn read_write_workload(img: &Path, host: &Path) {
     let diffs = compare_trees(host, kernel.path(), opts);
     assert!(diffs.is_empty(), "{}", format_differences(&diffs));
     let ours = FuseMount::start(exe(), img, "ro").unwrap();
-    assert_eq!(sizes(ours.path()), sizes(kernel.path()));
+    assert_eq!(sizes_and_blocks(ours.path()), sizes_and_blocks(kernel.path()));
     assert_eq!(statfs(ours.path()), statfs(kernel.path()));
     assert!(ours.unmount().unwrap().success());
     kernel.unmount().unwrap();

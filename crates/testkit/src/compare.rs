@@ -721,6 +721,31 @@ fn compare_link_groups(exp: &BTreeMap<PathBuf, Entry>, act: &BTreeMap<PathBuf, E
     }
 }
 
+/// Every path below `root` (but a top-level `lost+found`), sorted, with
+/// its size and `st_blocks`: how two mounts of one image account space.
+///
+/// # Panics
+/// A directory or entry below `root` cannot be read.
+pub fn sizes_and_blocks(root: &Path) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            if md.is_dir() {
+                stack.push(p.clone());
+            }
+            let name = p.strip_prefix(root).unwrap().display().to_string();
+            if name != "lost+found" {
+                out.push((name, md.size(), md.blocks()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

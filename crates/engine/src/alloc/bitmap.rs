@@ -14,6 +14,18 @@ pub(crate) fn test_bit(map: &[u8], i: u32) -> bool {
     map.get((i / 8) as usize).is_some_and(|b| b & (1 << (i % 8)) != 0)
 }
 
+/// The first run of clear bits found from `from` to `limit`, wrapping to
+/// 0 if none is there: its start and length (at most `want`). The goal
+/// scans of both block and cluster allocation use it.
+pub(crate) fn free_run(map: &[u8], from: u32, limit: u32, want: u32) -> Option<(u32, u32)> {
+    let start = find_zero(map, from, limit).or_else(|| find_zero(map, 0, from))?;
+    let len = (start..limit)
+        .take(want as usize)
+        .take_while(|&i| !test_bit(map, i))
+        .count();
+    Some((start, len as u32))
+}
+
 /// The first clear bit in `from..limit`, skipping full 64-bit words (then
 /// full bytes) at once: a group filled from its start is passed over in a
 /// few hundred word compares rather than bit by bit.

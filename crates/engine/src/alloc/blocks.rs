@@ -2,7 +2,7 @@
 //! goal, searched group by group and wrapping around (the `Goal` policy).
 
 use super::BlockAllocator;
-use super::bitmap::{find_zero, set_bit, test_bit};
+use super::bitmap::{free_run, set_bit, test_bit};
 use crate::error::{Error, Location, Result};
 use crate::txn::Txn;
 
@@ -55,26 +55,25 @@ impl Txn<'_> {
             let from = if g == g0 { (goal - first) as u32 } else { 0 };
             let limit = t.fs.geo.blocks_in_group(g);
             let view = t.alloc_view(g)?;
-            let start = find_zero(&view, from, limit).or_else(|| find_zero(&view, 0, from));
-            Ok(start.map(|s| {
-                let len = (s..limit)
-                    .take(want as usize)
-                    .take_while(|&b| !test_bit(&view, b))
-                    .count();
-                (g, s, len as u32)
-            }))
+            Ok(free_run(&view, from, limit, want).map(|(s, len)| (g, s, len)))
         })?;
         let Some((g, start, len)) = found else {
             return Err(Error::NoSpace);
         };
+        self.claim_bits(g, start, len)?;
+        let first = self.fs.geo.group_first_block(g);
+        self.fs.mb_forget(first + u64::from(start), u64::from(len));
+        Ok((first + u64::from(start), len))
+    }
+
+    /// Sets `len` bits of group `g`'s block bitmap from `start` (blocks,
+    /// or clusters under bigalloc) and takes them from its free count.
+    pub(crate) fn claim_bits(&mut self, g: u32, start: u32, len: u32) -> Result<()> {
         let map = self.block_bitmap_mut(g)?;
         for bit in start..start + len {
             set_bit(map, bit, true);
         }
-        self.adjust_group_blocks(g, -i64::from(len))?;
-        let first = self.fs.geo.group_first_block(g);
-        self.fs.mb_forget(first + u64::from(start), u64::from(len));
-        Ok((first + u64::from(start), len))
+        self.adjust_group_blocks(g, -i64::from(len))
     }
 
     /// Calls `f` on every group from `g0` on, wrapping, whose descriptor

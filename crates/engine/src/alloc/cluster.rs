@@ -20,7 +20,7 @@
 
 use std::collections::BTreeSet;
 
-use super::bitmap::{find_zero, set_bit, test_bit};
+use super::bitmap::{free_run, set_bit, test_bit};
 use crate::error::{Error, Location, Result};
 use crate::inode::Inode;
 use crate::txn::Txn;
@@ -114,23 +114,12 @@ impl Txn<'_> {
             };
             let limit = geo.clusters_in_group(g);
             let view = t.cluster_view(g)?;
-            let start = find_zero(&view, from, limit).or_else(|| find_zero(&view, 0, from));
-            Ok(start.map(|s| {
-                let len = (s..limit)
-                    .take(want as usize)
-                    .take_while(|&c| !test_bit(&view, c))
-                    .count();
-                (g, s, len as u32)
-            }))
+            Ok(free_run(&view, from, limit, want).map(|(s, len)| (g, s, len)))
         })?;
         let Some((g, start, len)) = found else {
             return Err(Error::NoSpace);
         };
-        let map = self.block_bitmap_mut(g)?;
-        for bit in start..start + len {
-            set_bit(map, bit, true);
-        }
-        self.adjust_group_blocks(g, -i64::from(len))?;
+        self.claim_bits(g, start, len)?;
         let first = geo.group_first_block(g) + (u64::from(start) << geo.cluster_bits);
         self.fs.mb_forget(first, u64::from(len) << geo.cluster_bits);
         Ok((first, len))

@@ -15,7 +15,7 @@ use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, bitmap_checksum};
 
 use super::plan::Plan;
 use super::stage::Stage;
-use super::{resize_inode, superblocks, usage};
+use super::{superblocks, usage};
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::mkfs::layout::GroupTables;
@@ -77,21 +77,8 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
             .set(d.compute_checksum(&p.new.features, p.new_sb.csum_seed(), &p.new_sb.s_uuid, g, ds));
     }
     let removed = (p.old.group_count - p.new.group_count) * p.new.inodes_per_group;
-    let mut sb = p.new_sb;
-    sb.s_free_blocks_count_lo.set(free_blocks as u32);
-    if p.new
-        .features
-        .incompat
-        .contains(ext4kit_format::features::IncompatFeatures::BIT64)
-    {
-        sb.s_free_blocks_count_hi.set((free_blocks >> 32) as u32);
-    }
-    sb.s_free_inodes_count
-        .set(p.old_sb.s_free_inodes_count.get().saturating_sub(removed));
-    st.sb = sb;
-    superblocks::stage_descs(fs, p, &descs, &mut st)?;
-    resize_inode::rebuild(fs, p, &tables, &mut st)?;
-    Ok(st)
+    let free_inodes = p.old_sb.s_free_inodes_count.get().saturating_sub(removed);
+    superblocks::finish(fs, p, (&descs, &tables), st, (free_blocks, free_inodes))
 }
 
 fn group_of(p: &Plan, b: u64) -> u32 {

@@ -12,6 +12,7 @@ use super::plan::Plan;
 use super::stage::Stage;
 use crate::error::Result;
 use crate::fs::Filesystem;
+use crate::mkfs::layout::GroupTables;
 
 /// First block of the primary descriptor table (after the superblock's
 /// block, which is block 1 with 1 KiB blocks and 0 otherwise).
@@ -63,4 +64,26 @@ fn backup(sb: &RawSuperblock, g: u32) -> RawSuperblock {
     let f = b.s_feature_incompat.get() & !IncompatFeatures::RECOVER.0;
     b.s_feature_incompat.set(f);
     b
+}
+
+/// The last staging step of a grow or a shrink: the new superblock takes
+/// `free_blocks` (recounted from the bitmaps) and `free_inodes`, then the
+/// descriptor table and the resize inode are staged for it.
+pub(crate) fn finish(
+    fs: &Filesystem,
+    p: &Plan,
+    (descs, tables): (&[RawGroupDesc], &[GroupTables]),
+    mut st: Stage,
+    (free_blocks, free_inodes): (u64, u32),
+) -> Result<Stage> {
+    let mut sb = p.new_sb;
+    sb.s_free_blocks_count_lo.set(free_blocks as u32);
+    if p.new.features.incompat.contains(IncompatFeatures::BIT64) {
+        sb.s_free_blocks_count_hi.set((free_blocks >> 32) as u32);
+    }
+    sb.s_free_inodes_count.set(free_inodes);
+    st.sb = sb;
+    stage_descs(fs, p, descs, &mut st)?;
+    super::resize_inode::rebuild(fs, p, tables, &mut st)?;
+    Ok(st)
 }
