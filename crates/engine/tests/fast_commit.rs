@@ -432,27 +432,25 @@ fn e2fsck_reads(copy: &Path, point: usize) -> Vec<u8> {
     cat.stdout
 }
 
-/// Power lost at every write of a run of fast-committed appends, the
-/// writes since the last flush kept, dropped and reordered at random:
-/// `e2fsck -fy` replays the journal (log and fast commits) into an image
-/// `e2fsck -fn` finds clean, and it and the engine's open give the file
-/// a prefix of what was written that holds all every returned fsync
-/// promised.
-#[test]
-fn engine_fast_commits_survive_crashes_for_e2fsck() {
-    use ext4kit_engine::device::{CrashDevice, Survivors};
+/// A fresh 16 MiB `fast_commit` image on a crash device, open with fast
+/// commits written, holding an empty file `log` (its inode returned).
+/// 4 KiB atomic writes, as `tests/crash.rs`: the superblock is written in
+/// place (checkpoints, and here before a round of fast commits), as the
+/// kernel writes it, and a torn one fails its checksum anywhere.
+fn crash_fast_commit_fs(
+    dir: &Path,
+) -> Option<(
+    std::sync::Arc<ext4kit_engine::device::CrashDevice>,
+    ext4kit_engine::Filesystem,
+    u32,
+)> {
     use ext4kit_engine::journal::JournalOptions;
-    use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
-    use std::sync::Arc;
-    let dir = tempfile::tempdir().unwrap();
-    let Some(img) = common::mkfs(dir.path(), None, &["-O", "fast_commit", "-b", "4096"], "16M") else {
-        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
-        return;
-    };
-    // 4 KiB atomic writes, as `tests/crash.rs`: the superblock is written
-    // in place (checkpoints, and here before a round of fast commits), as
-    // the kernel writes it, and a torn one fails its checksum anywhere.
-    let dev = Arc::new(CrashDevice::with_atomic_unit(fs::read(&img).unwrap(), 4096));
+    use ext4kit_engine::{Filesystem, NodeKind, OpenOptions, ROOT_INO};
+    let img = common::mkfs(dir, None, &["-O", "fast_commit", "-b", "4096"], "16M")?;
+    let dev = std::sync::Arc::new(ext4kit_engine::device::CrashDevice::with_atomic_unit(
+        fs::read(&img).unwrap(),
+        4096,
+    ));
     let opts = OpenOptions {
         journal: JournalOptions {
             fast_commit: true,
@@ -461,12 +459,30 @@ fn engine_fast_commits_survive_crashes_for_e2fsck() {
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev.clone()), opts).unwrap();
-    let attr = Attr {
-        perm: 0o644,
-        uid: 0,
-        gid: 0,
+    let f = fs.create(ROOT_INO, b"log", NodeKind::Regular, LOG_ATTR).unwrap().ino;
+    Some((dev, fs, f))
+}
+
+const LOG_ATTR: ext4kit_engine::Attr = ext4kit_engine::Attr {
+    perm: 0o644,
+    uid: 0,
+    gid: 0,
+};
+
+/// Power lost at every write of a run of fast-committed appends, the
+/// writes since the last flush kept, dropped and reordered at random:
+/// `e2fsck -fy` replays the journal (log and fast commits) into an image
+/// `e2fsck -fn` finds clean, and it and the engine's open give the file
+/// a prefix of what was written that holds all every returned fsync
+/// promised.
+#[test]
+fn engine_fast_commits_survive_crashes_for_e2fsck() {
+    use ext4kit_engine::device::Survivors;
+    let dir = tempfile::tempdir().unwrap();
+    let Some((dev, fs, f)) = crash_fast_commit_fs(dir.path()) else {
+        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
+        return;
     };
-    let f = fs.create(ROOT_INO, b"log", NodeKind::Regular, attr).unwrap().ino;
     let mut content = Vec::new();
     let mut promised = Vec::new();
     for i in 0..24 {
@@ -556,36 +572,20 @@ fn stale_head(img: &Path) -> bool {
 /// through the engine's open and (at a sample of points) e2fsck's replay.
 #[test]
 fn fast_commits_outlive_checkpoints() {
-    use ext4kit_engine::device::{CrashDevice, Survivors};
-    use ext4kit_engine::journal::JournalOptions;
-    use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
-    use std::sync::Arc;
+    use ext4kit_engine::device::Survivors;
+    use ext4kit_engine::{NodeKind, ROOT_INO};
     let dir = tempfile::tempdir().unwrap();
-    let Some(img) = common::mkfs(dir.path(), None, &["-O", "fast_commit", "-b", "4096"], "16M") else {
+    let Some((dev, fs, f)) = crash_fast_commit_fs(dir.path()) else {
         assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
         return;
     };
-    let dev = Arc::new(CrashDevice::with_atomic_unit(fs::read(&img).unwrap(), 4096));
-    let opts = OpenOptions {
-        journal: JournalOptions {
-            fast_commit: true,
-            ..JournalOptions::default()
-        },
-        ..OpenOptions::default()
-    };
-    let fs = Filesystem::open(Box::new(dev.clone()), opts).unwrap();
-    let attr = Attr {
-        perm: 0o644,
-        uid: 0,
-        gid: 0,
-    };
-    let f = fs.create(ROOT_INO, b"log", NodeKind::Regular, attr).unwrap().ino;
     let mut content = Vec::new();
     let mut promised = Vec::new();
     for i in 0..400 {
         if i % 3 == 2 {
             let name = format!("f{i}");
-            fs.create(ROOT_INO, name.as_bytes(), NodeKind::Regular, attr).unwrap();
+            fs.create(ROOT_INO, name.as_bytes(), NodeKind::Regular, LOG_ATTR)
+                .unwrap();
         }
         let rec = bytes(100 + i % 50, i as u32 + 7);
         fs.write(f, content.len() as u64, &rec).unwrap();
