@@ -239,6 +239,10 @@ fn matches_mke2fs() {
             "64M",
             &["-t", "ext4", "-b", "4096", "-O", "inline_data,^metadata_csum"][..],
         ),
+        ("64M", &["-t", "ext4", "-O", "ea_inode,large_dir,^huge_file"][..]),
+        ("64M", &["-t", "ext4", "-b", "4096", "-O", "ea_inode,inline_data"][..]),
+        ("64M", &["-t", "ext4", "-O", "^filetype,^dir_index,^flex_bg"][..]),
+        ("64M", &["-t", "ext4", "-I", "128", "-O", "^has_journal,^dir_nlink"][..]),
         ("64M", &["-t", "ext4", "-b", "4096", "-O", "sparse_super2"][..]),
         ("1G", &["-t", "ext4", "-O", "sparse_super2"][..]),
         ("1G", &["-t", "ext4"][..]),
@@ -355,6 +359,47 @@ fn populate_from_a_directory() {
         format_differences(&diffs)
     );
     mnt.unmount().unwrap();
+}
+
+/// `mkfs -O ea_inode -d` from the root of a mounted ext4 (the usual way to
+/// build an image from another one): the source's `lost+found` is merged
+/// into the new one as mke2fs does (it used to fail on the name), and
+/// 20,000-byte xattr values go to EA inodes. The kernel reads the copy as
+/// the source, e2fsck-clean.
+#[test]
+fn populate_from_a_mounted_ext4_with_large_xattrs() {
+    use ext4kit_testkit::compare::{CompareOptions, compare_trees, format_differences};
+    let Some(dir) = setup() else { return };
+    if skip_unless(can_loop_mount()).is_none() {
+        return;
+    }
+    let src_img = dir.path().join("src.img");
+    run_mke2fs(&src_img, 64 << 20, &["-t", "ext4", "-O", "ea_inode"]);
+    let src = LoopMount::rw(&src_img, &[]).unwrap();
+    let root = src.path();
+    std::fs::write(root.join("lost+found/kept"), b"found").unwrap();
+    std::fs::create_dir(root.join("d")).unwrap();
+    for (name, big) in [("a", b'x'), ("d/b", b'y'), ("d/c", b'x')] {
+        let f = root.join(name);
+        std::fs::write(&f, name.as_bytes()).unwrap();
+        xattr::set(&f, "user.big", &vec![big; 20_000]).unwrap();
+        xattr::set(&f, "user.small", b"s").unwrap();
+    }
+    let img = dir.path().join("d.img");
+    let out = ext4kit_mkfs(&img, "64M", &["-O", "ea_inode", "-d", root.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_fsck_clean(&img).unwrap();
+    let copy = LoopMount::ro(&img).unwrap();
+    let diffs = compare_trees(root, copy.path(), CompareOptions::default());
+    assert!(
+        diffs.is_empty(),
+        "{} differences:\n{}",
+        diffs.len(),
+        format_differences(&diffs)
+    );
+    assert_eq!(std::fs::read(copy.path().join("lost+found/kept")).unwrap(), b"found");
+    copy.unmount().unwrap();
+    src.unmount().unwrap();
 }
 
 /// `-O mmp` lays out the MMP block where mke2fs puts it (the first free

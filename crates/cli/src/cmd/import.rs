@@ -185,10 +185,13 @@ impl Importer<'_> {
                     uid: st.st_uid,
                     gid: st.st_gid,
                 };
-                let sub = self
-                    .create(level.ino, level.fresh, name.as_bytes(), NodeKind::Directory, attr)
-                    .with_context(|| path.display().to_string())?
-                    .ino;
+                let (sub, fresh) = match self.lost_and_found(level, &name)? {
+                    Some(ino) => (ino, false),
+                    None => {
+                        let made = self.create(level.ino, level.fresh, name.as_bytes(), NodeKind::Directory, attr);
+                        (made.with_context(|| path.display().to_string())?.ino, true)
+                    }
+                };
                 cur = open_dir_at(&cur, &name).with_context(|| path.display().to_string())?;
                 shown = path;
                 let names = names(&cur, &shown)?;
@@ -196,7 +199,7 @@ impl Importer<'_> {
                     ino: sub,
                     names,
                     st,
-                    fresh: true,
+                    fresh,
                 });
                 continue;
             }
@@ -209,6 +212,20 @@ impl Importer<'_> {
             shown.pop();
         }
         Ok(cur)
+    }
+
+    /// The image's own `lost+found` when the host directory `name` is the
+    /// root's `lost+found` (a tree copied from a mounted ext2/3/4 has one):
+    /// its contents go into the existing directory, as mke2fs's `-d` does,
+    /// instead of failing on the name mkfs already made.
+    fn lost_and_found(&self, level: &Level, name: &OsStr) -> Result<Option<u32>> {
+        if level.fresh || level.ino != ext4kit_engine::ROOT_INO || name.as_bytes() != b"lost+found" {
+            return Ok(None);
+        }
+        match self.fs.lookup(level.ino, b"lost+found") {
+            Ok(ino) if self.fs.inode(ino)?.is_dir() => Ok(Some(ino)),
+            _ => Ok(None),
+        }
     }
 
     /// Creates `name` in image directory `parent`, without a lookup when

@@ -382,7 +382,8 @@ const SUPPORTED: Features = Features {
             | IncompatFeatures::FLEX_BG.0
             | IncompatFeatures::CSUM_SEED.0
             | IncompatFeatures::LARGEDIR.0
-            | IncompatFeatures::INLINE_DATA.0,
+            | IncompatFeatures::INLINE_DATA.0
+            | IncompatFeatures::EA_INODE.0,
     ),
     ro_compat: RoCompatFeatures(
         RoCompatFeatures::SPARSE_SUPER.0
