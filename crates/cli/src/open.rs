@@ -29,7 +29,21 @@ pub fn open_rw(a: &ImageArgs) -> Result<Filesystem> {
     Ok(fs)
 }
 
+/// Opens the image for raw edits (`debug -w`): written like [`open_rw`],
+/// but not counted as a mount, as debugfs's writes are not.
+pub fn open_rw_uncounted(a: &ImageArgs) -> Result<Filesystem> {
+    let fs = open_with(a, true, false)?;
+    if let Some(why) = fs.read_only_reason() {
+        anyhow::bail!("{}: cannot be written: {why}", a.image.display());
+    }
+    Ok(fs)
+}
+
 fn open(a: &ImageArgs, writable: bool) -> Result<Filesystem> {
+    open_with(a, writable, true)
+}
+
+fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesystem> {
     let superblock = a.superblock.map(|block| SuperblockAt::Block {
         block,
         block_size: a.block_size,
@@ -50,6 +64,7 @@ fn open(a: &ImageArgs, writable: bool) -> Result<Filesystem> {
             DirtyJournal::Replay
         },
         superblock,
+        count_mount,
         journal_device: a
             .journal
             .as_deref()

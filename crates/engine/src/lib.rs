@@ -66,6 +66,7 @@ mod ordered;
 mod orphan;
 mod path;
 mod quota;
+pub mod raw_edit;
 mod readonly;
 pub mod resize;
 mod session;

@@ -49,6 +49,11 @@ impl Session {
         self.mount_state.fetch_or(STATE_ERROR, Ordering::AcqRel);
     }
 
+    /// A raw edit set `s_state`: unmount writes that back instead.
+    pub(crate) fn set_mount_state(&self, state: u16) {
+        self.mount_state.store(state, Ordering::Release);
+    }
+
     /// Called by [`Txn::commit`] once the superblock is on the device.
     pub(crate) fn committed(&self, closing: bool) {
         self.in_use.store(!closing, Ordering::Release);

@@ -17,6 +17,7 @@ pub mod dir_entry;
 pub mod error;
 pub mod extent;
 pub mod features;
+pub mod fields;
 pub mod group_desc;
 pub mod hash;
 pub mod htree;

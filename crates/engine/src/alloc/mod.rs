@@ -7,7 +7,7 @@
 //! the parent's group ([`ialloc`]). The bitmaps are the only state on
 //! disk; every other structure here is in memory and rebuilt on demand.
 
-mod bitmap;
+pub(crate) mod bitmap;
 mod blocks;
 pub(crate) mod busy;
 mod cluster;

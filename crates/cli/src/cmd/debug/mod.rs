@@ -1,6 +1,6 @@
 //! `ext4kit debug IMAGE [CMD [ARGS]…]`: the debugfs commands an ext4
-//! engineer reaches for, read-only, with debugfs's output so the answers
-//! read (and parse) the same. Without CMD, a prompt reads commands from
+//! engineer reaches for, with debugfs's output so the answers read (and
+//! parse) the same; with `-w`, also its raw writing commands. Without CMD, a prompt reads commands from
 //! stdin (plain line reading: no history or completion); `-f FILE` runs a
 //! command file as debugfs -f. The image is read as is, a dirty journal
 //! not replayed (as debugfs), unless `--replay`.
@@ -8,6 +8,7 @@
 mod blocks;
 mod dir;
 mod journal;
+mod write;
 
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -16,7 +17,7 @@ use anyhow::{Result, bail};
 use ext4kit_engine::{Filesystem, Inode};
 
 use crate::ImageArgs;
-use crate::open::open_ro;
+use crate::open::{open_ro, open_rw_uncounted};
 
 /// Arguments of `debug`.
 #[derive(clap::Args)]
@@ -26,6 +27,11 @@ pub struct Args {
     /// Replay a dirty journal in memory first (debugfs reads the image as is).
     #[arg(long)]
     replay: bool,
+    /// Open for writing (debugfs -w): the journal is replayed first, and
+    /// set_super_value, set_inode_field, set_bg, freeb/setb, freei/seti,
+    /// link and unlink are allowed, each one journaled transaction.
+    #[arg(short = 'w', long = "writable")]
+    write: bool,
     /// Run the commands of this file, one a line (debugfs -f); `-` is stdin.
     #[arg(short = 'f', value_name = "FILE", conflicts_with = "cmd")]
     file: Option<PathBuf>,
@@ -36,8 +42,12 @@ pub struct Args {
 
 /// Opens the image and runs one command, a command file, or the prompt.
 pub fn run(mut a: Args) -> Result<()> {
-    a.image.ignore_journal = !a.replay;
-    let fs = open_ro(&a.image)?;
+    a.image.ignore_journal = !a.replay && !a.write;
+    let fs = if a.write {
+        open_rw_uncounted(&a.image)?
+    } else {
+        open_ro(&a.image)?
+    };
     if !a.cmd.is_empty() {
         return exec(&fs, &a.cmd);
     }
@@ -95,9 +105,25 @@ fn exec(fs: &Filesystem, words: &[String]) -> Result<()> {
         "htree" | "htree_dump" => dir::htree(fs, args),
         "dx_hash" | "hash" => dir::dx_hash(fs, args),
         "logdump" => journal::logdump(fs, args),
+        "ssv" | "set_super_value" | "sif" | "set_inode_field" | "set_bg" | "set_block_group" => {
+            writable(fs)?;
+            write::set_field(fs, cmd, args)
+        }
+        "freeb" | "setb" => writable(fs).and_then(|()| write::mark_blocks(fs, cmd, args)),
+        "freei" | "seti" => writable(fs).and_then(|()| write::mark_inodes(fs, cmd, args)),
+        "link" | "ln" => writable(fs).and_then(|()| write::link(fs, args)),
+        "unlink" => writable(fs).and_then(|()| write::unlink(fs, args)),
         "help" | "?" | "lr" | "list_requests" => help(),
         _ => bail!("unknown command (try help)"),
     }
+}
+
+/// Writing commands need `-w`, as debugfs's need `debugfs -w`.
+fn writable(fs: &Filesystem) -> Result<()> {
+    if fs.read_only_reason().is_some() {
+        bail!("the image is open read-only (use debug -w)");
+    }
+    Ok(())
 }
 
 fn help() -> Result<()> {
@@ -113,6 +139,19 @@ fn help() -> Result<()> {
         ("htree DIR", "a hashed directory's index and leaves"),
         ("dx_hash [-h HASH] [-s SEED] NAME", "a name's directory hash"),
         ("logdump", "the journal's transactions"),
+        ("ssv FIELD VALUE | -l", "set a superblock field (-w)"),
+        ("sif FILE FIELD VALUE | -l", "set an inode field (-w)"),
+        ("set_bg GROUP FIELD VALUE | -l", "set a group descriptor field (-w)"),
+        (
+            "setb/freeb BLOCK [COUNT]",
+            "mark blocks in use / free, counts untouched (-w)",
+        ),
+        (
+            "seti/freei FILE [COUNT]",
+            "mark inodes in use / free, counts untouched (-w)",
+        ),
+        ("link FILE DEST", "add a name, link count untouched (-w)"),
+        ("unlink PATH", "remove a name, inode untouched (-w)"),
         ("quit", "leave the prompt"),
     ] {
         outln!("{c:<34} {what}");
