@@ -117,7 +117,7 @@ fn write_commands_damage_as_debugfs_does() {
     assert_eq!(ours_report, report(&t));
     let keep = |s: String| -> Vec<String> {
         s.lines()
-            .filter(|l| !l.to_lowercase().contains("checksum") && !l.contains("Journal"))
+            .filter(|l| !l.to_lowercase().contains("checksum") && !l.contains("Journal") && !l.contains("write time"))
             .map(str::to_string)
             .collect()
     };
