@@ -1,13 +1,15 @@
 //! `ext4kit debug IMAGE [CMD [ARGS]…]`: the debugfs commands an ext4
 //! engineer reaches for, with debugfs's output so the answers read (and
-//! parse) the same; with `-w`, also its raw writing commands. Without CMD, a prompt reads commands from
-//! stdin (plain line reading: no history or completion); `-f FILE` runs a
-//! command file as debugfs -f. The image is read as is, a dirty journal
-//! not replayed (as debugfs), unless `--replay`.
+//! parse) the same; with `-w`, also its raw writing commands. Without
+//! CMD, a prompt reads commands from stdin (on a terminal with line
+//! editing, history and Tab completion of commands and image paths);
+//! `-f FILE` runs a command file as debugfs -f. The image is read as is,
+//! a dirty journal not replayed (as debugfs), unless `--replay` or `-w`.
 
 mod blocks;
 mod dir;
 mod journal;
+mod shell;
 mod write;
 
 use std::io::BufRead;
@@ -54,6 +56,9 @@ pub fn run(mut a: Args) -> Result<()> {
     match &a.file {
         Some(p) if p.as_os_str() != "-" => lines(&fs, std::io::BufReader::new(std::fs::File::open(p)?), true),
         Some(_) => lines(&fs, std::io::stdin().lock(), true),
+        None if std::io::IsTerminal::is_terminal(&std::io::stdin()) => {
+            shell::prompt(&fs, |line| one_line(&fs, line, false))
+        }
         None => lines(&fs, std::io::stdin().lock(), false),
     }
 }
@@ -61,33 +66,33 @@ pub fn run(mut a: Args) -> Result<()> {
 /// Runs each line; a failing command is reported and the next one read.
 /// `echo` prints each command first, as debugfs -f does.
 fn lines(fs: &Filesystem, input: impl BufRead, echo: bool) -> Result<()> {
-    let prompt = !echo && std::io::IsTerminal::is_terminal(&std::io::stdin());
-    let mut input = input.lines();
-    loop {
-        if prompt {
-            use std::io::Write as _;
-            print!("ext4kit debug: ");
-            std::io::stdout().flush()?;
-        }
-        let Some(line) = input.next().transpose()? else { break };
-        let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
-        match words.first().map(String::as_str) {
-            None => continue,
-            Some(w) if w.starts_with('#') => continue,
-            Some("q" | "quit" | "exit") => break,
-            _ => {}
-        }
-        if echo {
-            outln!("debugfs: {line}");
-        }
-        if let Err(e) = exec(fs, &words) {
-            if crate::is_broken_pipe(&e) {
-                return Err(e);
-            }
-            eprintln!("{}: {e:#}", words[0]);
+    for line in input.lines() {
+        if !one_line(fs, &line?, echo)? {
+            break;
         }
     }
     Ok(())
+}
+
+/// Runs the command on `line`; false when it asks to leave.
+fn one_line(fs: &Filesystem, line: &str, echo: bool) -> Result<bool> {
+    let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+    match words.first().map(String::as_str) {
+        None => return Ok(true),
+        Some(w) if w.starts_with('#') => return Ok(true),
+        Some("q" | "quit" | "exit") => return Ok(false),
+        _ => {}
+    }
+    if echo {
+        outln!("debugfs: {line}");
+    }
+    if let Err(e) = exec(fs, &words) {
+        if crate::is_broken_pipe(&e) {
+            return Err(e);
+        }
+        eprintln!("{}: {e:#}", words[0]);
+    }
+    Ok(true)
 }
 
 /// Runs one command.
