@@ -6,10 +6,12 @@
 //! `-o nodelalloc` (the engine allocates at each write under bigalloc)
 //! and with delayed allocation: a 64 MiB file written in order, 3 and 2
 //! (2 is the fewest: an extent maps at most 32,768 blocks); two 32 MiB
-//! files written alternately, 3 + 2 and 1 + 1. The bound is the kernel's
-//! `nodelalloc` count plus one. Before cluster-granular windows the engine
-//! gave 2 and 256 + 256 (every piece of the interleaved files its own
-//! extent: the other file took the clusters after each piece).
+//! files written alternately, 3 + 2 and 1 + 1; a 64 MiB file written in
+//! pieces swapped in pairs (1, 0, 3, 2, …), 2 and 2. The bound is the
+//! kernel's `nodelalloc` count plus one. Before cluster-granular windows
+//! the engine gave 2, 256 + 256 (every piece of the interleaved files its
+//! own extent: the other file took the clusters after each piece) and
+//! 512 (no piece next to the one before it).
 
 mod common;
 
@@ -37,10 +39,10 @@ fn open(img: &Path) -> Filesystem {
     Filesystem::open(Box::new(dev), OpenOptions::default()).expect("open fs")
 }
 
-/// Creates and opens `names` in the root, writes `pieces` pieces of
-/// [`PIECE`] bytes to each in turn (one file after the other when
-/// `alternate` is false), closes them and unmounts.
-fn write_files(img: &Path, names: &[&str], pieces: usize, alternate: bool) {
+/// Creates and opens `names` in the root, writes a piece of [`PIECE`]
+/// bytes at each `(file index, piece number)` of `order`, closes them and
+/// unmounts.
+fn write_files(img: &Path, names: &[&str], order: &[(usize, usize)]) {
     let fs = open(img);
     let inos: Vec<u32> = names
         .iter()
@@ -51,13 +53,8 @@ fn write_files(img: &Path, names: &[&str], pieces: usize, alternate: bool) {
         })
         .collect();
     let data: Vec<u8> = (0..PIECE).map(|i| (i % 251) as u8).collect();
-    let order: Vec<(u32, usize)> = if alternate {
-        (0..pieces).flat_map(|p| inos.iter().map(move |&i| (i, p))).collect()
-    } else {
-        inos.iter().flat_map(|&i| (0..pieces).map(move |p| (i, p))).collect()
-    };
-    for (ino, p) in order {
-        fs.write(ino, (p * PIECE) as u64, &data).unwrap();
+    for &(f, p) in order {
+        fs.write(inos[f], (p * PIECE) as u64, &data).unwrap();
     }
     for &ino in &inos {
         fs.release_file(ino).unwrap();
@@ -69,7 +66,8 @@ fn write_files(img: &Path, names: &[&str], pieces: usize, alternate: bool) {
 fn a_file_written_in_order_takes_about_the_kernels_extents() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(img) = bigalloc_image(tmp.path()) else { return };
-    write_files(&img, &["seq"], 512, false);
+    let order: Vec<(usize, usize)> = (0..512).map(|p| (0, p)).collect();
+    write_files(&img, &["seq"], &order);
     assert_fsck_clean(&img).unwrap();
     let n = extent_count(&img, "/seq").unwrap();
     eprintln!("in order: {n} extents");
@@ -83,7 +81,8 @@ fn a_file_written_in_order_takes_about_the_kernels_extents() {
 fn two_files_written_alternately_take_about_the_kernels_extents() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(img) = bigalloc_image(tmp.path()) else { return };
-    write_files(&img, &["a", "b"], 256, true);
+    let order: Vec<(usize, usize)> = (0..256).flat_map(|p| [(0, p), (1, p)]).collect();
+    write_files(&img, &["a", "b"], &order);
     assert_fsck_clean(&img).unwrap();
     let (a, b) = (extent_count(&img, "/a").unwrap(), extent_count(&img, "/b").unwrap());
     eprintln!("alternately: {a} and {b} extents");
@@ -91,4 +90,18 @@ fn two_files_written_alternately_take_about_the_kernels_extents() {
         a <= 3 + 1 && b <= 2 + 1,
         "two 32 MiB files written alternately: {a} and {b} extents, the kernel 3 and 2 (nodelalloc) or 1 and 1"
     );
+}
+
+/// Pieces arriving out of order, as FUSE write-back sends them: each pair
+/// written second piece first (`pwrite` in that order on the kernel).
+#[test]
+fn a_file_written_in_swapped_pairs_takes_about_the_kernels_extents() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(img) = bigalloc_image(tmp.path()) else { return };
+    let order: Vec<(usize, usize)> = (0..512).step_by(2).flat_map(|p| [(0, p + 1), (0, p)]).collect();
+    write_files(&img, &["swap"], &order);
+    assert_fsck_clean(&img).unwrap();
+    let n = extent_count(&img, "/swap").unwrap();
+    eprintln!("swapped pairs: {n} extents");
+    assert!(n <= 2 + 1, "64 MiB in swapped pairs: {n} extents, the kernel 2");
 }
