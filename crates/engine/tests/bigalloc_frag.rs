@@ -19,7 +19,7 @@ use std::path::Path;
 
 use common::mkfs;
 use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
+use ext4kit_engine::{Attr, Error, FallocMode, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_testkit::tools::{assert_fsck_clean, extent_count};
 
 const FILE: Attr = Attr {
@@ -104,4 +104,55 @@ fn a_file_written_in_swapped_pairs_takes_about_the_kernels_extents() {
     let n = extent_count(&img, "/swap").unwrap();
     eprintln!("swapped pairs: {n} extents");
     assert!(n <= 2 + 1, "64 MiB in swapped pairs: {n} extents, the kernel 2");
+}
+
+/// Windows are memory only and give way: two open files written
+/// alternately (with a punch, a truncate and a rewrite on the way) fill
+/// the image to its last clusters before ENOSPC, and it stays
+/// e2fsck-clean.
+#[test]
+fn windows_give_way_to_punch_truncate_and_a_full_image() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(
+        tmp.path(),
+        None,
+        &["-b", "1024", "-O", "bigalloc", "-C", "16384"],
+        "32M",
+    ) else {
+        return;
+    };
+    let fs = open(&img);
+    let inos: Vec<u32> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let ino = fs.create(ROOT_INO, n.as_bytes(), NodeKind::Regular, FILE).unwrap().ino;
+            fs.open_file(ino).unwrap();
+            ino
+        })
+        .collect();
+    let data = vec![0x5a_u8; PIECE];
+    for p in 0..8u64 {
+        for &ino in &inos {
+            fs.write(ino, p * PIECE as u64, &data).unwrap();
+        }
+    }
+    fs.fallocate(inos[0], 100_000, 300_000, FallocMode::PunchHole).unwrap();
+    fs.truncate(inos[1], 200_000).unwrap();
+    fs.write(inos[0], 150_000, &data).unwrap();
+    let mut p = 8u64;
+    let full = loop {
+        let ino = inos[(p % 2) as usize];
+        match fs.write(ino, p / 2 * PIECE as u64 + 8 * PIECE as u64, &data) {
+            Ok(_) => p += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(full, Error::NoSpace), "{full:?}");
+    let left = fs.statfs().blocks_free;
+    assert!(left < 16 * 16, "ENOSPC with {left} blocks free");
+    for &ino in &inos {
+        fs.release_file(ino).unwrap();
+    }
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img).unwrap();
 }
