@@ -14,13 +14,17 @@
 //! counts whole clusters: each data cluster once, each metadata block
 //! (extent node, xattr block) as a cluster of its own.
 //!
-//! Under bigalloc every block policy takes clusters by this goal scan:
-//! mballoc's buddies, normalization and preallocation windows work in
-//! blocks and are not used; the ext3 allocator is refused at open.
+//! Under bigalloc every block policy takes clusters by this goal scan,
+//! which leaves the preallocation windows alone; mballoc's buddies work
+//! in blocks and are not used, and a file's data goes through its
+//! normalization and windows in clusters (`cluster_pa`). The ext3
+//! allocator is refused at open.
 
 use std::collections::BTreeSet;
 
 use super::bitmap::{free_run, set_bit, test_bit};
+pub(crate) use super::cluster_pa::ClusterRequest;
+use super::cluster_pa::before_mapped_cluster;
 use crate::error::{Error, Location, Result};
 use crate::inode::Inode;
 use crate::txn::Txn;
@@ -53,15 +57,30 @@ impl Txn<'_> {
         }
         // The last logical cluster may already have its physical cluster
         // (a hole filled up to a mapped block of it): stop before it.
-        let mut want = u64::from(want);
-        let last = (lblk + want - 1) >> bits;
-        if last != lblk >> bits && near.iter().any(|e| touches(e, last, bits)) {
-            want = (last << bits) - lblk;
-        }
+        let want = u64::from(before_mapped_cluster(near, lblk, want, bits));
         let clusters = (off + want).div_ceil(ratio) as u32;
         let (start, got) = self.alloc_clusters(goal, clusters)?;
         let blocks = want.min((u64::from(got) << bits) - off) as u32;
         Ok((start + off, blocks, i64::from(got) << bits))
+    }
+
+    /// [`Self::alloc_clustered`] for a file's data written through
+    /// `map_new` (`req.lblk` not mapped; `near` as there): under mballoc
+    /// a request needing new clusters is normalized and served from, or
+    /// opens, the file's window in clusters (`cluster_pa`).
+    pub(crate) fn alloc_clustered_for(
+        &mut self,
+        inode: &Inode,
+        near: &[Extent],
+        req: ClusterRequest,
+    ) -> Result<ClusterRun> {
+        let bits = self.fs.geo.cluster_bits;
+        let mballoc = self.fs.opts.alloc.blocks == super::BlockAllocator::Mballoc;
+        if !mballoc || implied(near, req.lblk, bits).is_some() {
+            return self.alloc_clustered(near, req.lblk, req.want, req.goal);
+        }
+        let want = before_mapped_cluster(near, req.lblk, req.want, bits);
+        self.alloc_clusters_for(inode, ClusterRequest { want, ..req })
     }
 
     /// Metadata (and any caller that does not map file data) under
@@ -93,6 +112,8 @@ impl Txn<'_> {
     /// [`Error::NoSpace`] when every group is full.
     pub(crate) fn alloc_clusters(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
         match self.scan_clusters(goal, want) {
+            // Clusters kept for streaming files go before ENOSPC does.
+            Err(Error::NoSpace) if self.fs.prealloc.release_all() => self.alloc_clusters(goal, want),
             // Clusters freed but not committed may be all that is left.
             Err(Error::NoSpace) if !self.fs.busy.is_empty() => {
                 self.fs.write_back()?;
@@ -113,7 +134,7 @@ impl Txn<'_> {
                 0
             };
             let limit = geo.clusters_in_group(g);
-            let view = t.cluster_view(g)?;
+            let view = t.cluster_view(g, true)?;
             Ok(free_run(&view, from, limit, want).map(|(s, len)| (g, s, len)))
         })?;
         let Some((g, start, len)) = found else {
@@ -127,8 +148,9 @@ impl Txn<'_> {
 
     /// Group `g`'s cluster bitmap as the allocator must see it: with the
     /// clusters freed but not committed (by this transaction or an
-    /// earlier one) and this transaction's holds taken.
-    fn cluster_view(&mut self, g: u32) -> Result<Vec<u8>> {
+    /// earlier one), this transaction's holds and, with `windows`, the
+    /// preallocation windows taken.
+    pub(super) fn cluster_view(&mut self, g: u32, windows: bool) -> Result<Vec<u8>> {
         let geo = self.fs.geo.clone();
         let mut view = self.block_bitmap_read(g)?;
         let first = geo.group_first_block(g);
@@ -140,6 +162,11 @@ impl Txn<'_> {
         };
         for &(s, l) in self.held_ranges() {
             mark(s, l);
+        }
+        if windows {
+            for (s, l) in self.fs.prealloc.ranges() {
+                mark(s, l);
+            }
         }
         if self.fs.journaling {
             for &(s, l) in self.freed_ranges() {
@@ -251,7 +278,7 @@ fn implied(near: &[Extent], lblk: u64, bits: u32) -> Option<u64> {
 }
 
 /// True when extent `e` maps a block of logical cluster `lc`.
-fn touches(e: &Extent, lc: u64, bits: u32) -> bool {
+pub(super) fn touches(e: &Extent, lc: u64, bits: u32) -> bool {
     let (lo, hi) = (u64::from(e.logical), u64::from(e.logical) + u64::from(e.len));
     e.len > 0 && lo < (lc + 1) << bits && hi > lc << bits
 }

@@ -11,6 +11,7 @@ pub(crate) mod bitmap;
 mod blocks;
 pub(crate) mod busy;
 mod cluster;
+mod cluster_pa;
 mod cpu;
 mod data;
 mod ext3;
@@ -20,7 +21,7 @@ pub(crate) mod mballoc;
 mod options;
 pub(crate) mod prealloc;
 
-pub(crate) use cluster::check_bigalloc_policy;
+pub(crate) use cluster::{ClusterRequest, check_bigalloc_policy};
 pub(crate) use data::DataRequest;
 pub use data::set_caller_pid;
 pub use mballoc::criteria::MbStats;

@@ -179,6 +179,15 @@ impl Preallocs {
         std::mem::take(&mut *self.changed.lock())
     }
 
+    /// Every window's physical range (the per-inode ones, the locality
+    /// group's, the ext3 reservations): for views kept in clusters.
+    pub(crate) fn ranges(&self) -> Vec<(u64, u64)> {
+        let mut all: Vec<(u64, u64)> = self.by_ino.lock().values().map(|w| (w.physical, w.len)).collect();
+        all.extend(*self.locality.lock());
+        all.extend(self.reservations.lock().values().map(|r| (r.start, r.len)));
+        all
+    }
+
     /// Marks the windows' blocks inside `first..first + bits` as taken in
     /// the group bitmap copy `view`.
     pub(crate) fn lay_over(&self, first: u64, bits: u64, view: &mut [u8]) {

@@ -48,6 +48,13 @@ fn insert_sorted(v: &mut Vec<Extent>, e: Extent) {
     };
     if pos > 0 && joins(&v[pos - 1], &e) {
         v[pos - 1].len += e.len;
+        // A piece that fills the gap between two extents joins both
+        // (`ext4_ext_try_to_merge`): pieces written out of order into a
+        // preallocation window leave such gaps.
+        if pos < v.len() && joins(&v[pos - 1], &v[pos]) {
+            let right = v.remove(pos);
+            v[pos - 1].len += right.len;
+        }
         return;
     }
     if pos < v.len() && joins(&e, &v[pos]) {
@@ -381,5 +388,30 @@ impl Txn<'_> {
         let (mut out, mut blocks) = (Vec::new(), Vec::new());
         self.collect(inode, self.root(inode)?, &mut out, &mut blocks)?;
         Ok((out, blocks))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ext(logical: u32, len: u16, physical: u64) -> Extent {
+        Extent {
+            logical,
+            len,
+            physical,
+            unwritten: false,
+        }
+    }
+
+    #[test]
+    fn a_piece_filling_a_gap_joins_both_neighbours() {
+        let mut v = vec![ext(0, 8, 100), ext(16, 8, 116)];
+        insert_sorted(&mut v, ext(8, 8, 108));
+        assert_eq!(v, [ext(0, 24, 100)]);
+        // Not contiguous on the right: joins the left only.
+        let mut v = vec![ext(0, 8, 100), ext(16, 8, 200)];
+        insert_sorted(&mut v, ext(8, 8, 108));
+        assert_eq!(v, [ext(0, 16, 100), ext(16, 8, 200)]);
     }
 }

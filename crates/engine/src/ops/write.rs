@@ -152,7 +152,7 @@ impl Txn<'_> {
             .unwrap_or(u64::MAX);
         let want = (next.min(last + 1) - lblk).min(u64::from(EXT_INIT_MAX_LEN)) as u32;
         if self.bigalloc() {
-            return self.map_new_clustered(inode, lblk, want);
+            return self.map_new_clustered(inode, lblk, want, next);
         }
         let (phys, got) = self.timed_data_alloc(|t| t.choose_new(inode, lblk, want, next))?;
         self.map_fresh(inode, lblk, phys, got)
@@ -160,20 +160,25 @@ impl Txn<'_> {
 
     /// [`Self::map_new`] under bigalloc: the block at its offset in the
     /// logical cluster's physical cluster when it has one, else whole new
-    /// clusters near the file's previous block (see [`crate::alloc`]'s
-    /// `cluster` module); only new clusters are charged.
-    fn map_new_clustered(&mut self, inode: &mut Inode, lblk: u64, want: u32) -> Result<(u64, u64, bool)> {
+    /// clusters near the file's previous block or from its window (see
+    /// [`crate::alloc`]'s `cluster` and `cluster_pa` modules; `next`: the
+    /// file's next mapped logical block); only new clusters are charged.
+    fn map_new_clustered(&mut self, inode: &mut Inode, lblk: u64, want: u32, next: u64) -> Result<(u64, u64, bool)> {
         let bits = self.fs.geo.cluster_bits;
         let (lo, hi) = (
             (lblk >> bits) << bits,
             (lblk + u64::from(want)).next_multiple_of(1 << bits),
         );
         let near = self.runs_in(inode, lo, hi)?;
-        let goal = match self.mapped_before(inode, lblk)? {
-            Some((l, p)) => p + (lblk - l),
-            None => self.first_goal(inode),
+        let before = self.mapped_before(inode, lblk)?;
+        let req = crate::alloc::ClusterRequest {
+            lblk,
+            want,
+            goal: before.map_or_else(|| self.first_goal(inode), |(l, p)| p + (lblk - l)),
+            left: before.map(|b| b.0),
+            next: (next != u64::MAX).then_some(next),
         };
-        let (phys, got, charge) = self.alloc_clustered(&near, lblk, want, goal)?;
+        let (phys, got, charge) = self.alloc_clustered_for(inode, &near, req)?;
         let e = Extent {
             logical: lblk as u32,
             len: got as u16,
