@@ -19,6 +19,7 @@ pub mod mkfs;
 pub mod mount;
 pub mod precheck;
 pub mod quota;
+pub mod remount;
 pub mod resize;
 pub mod stat;
 pub mod sync;
