@@ -8,6 +8,7 @@ pub mod debug;
 pub mod defrag;
 pub mod edit;
 pub mod export;
+pub mod fallocate;
 pub mod frag;
 pub mod fsck;
 pub mod import;
