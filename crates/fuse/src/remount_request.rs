@@ -154,3 +154,26 @@ impl Ext4Fuse {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_names_carry_their_options() {
+        let name = request_name("ro,commit=10");
+        assert_eq!(parse_request(name.as_bytes()), Some("ro,commit=10"));
+        assert_eq!(parse_request(b"ext4kit.remount"), None);
+        assert_eq!(parse_request(b"ext4kit.remountx.ro"), None);
+        assert_eq!(parse_request(b"user.ext4kit.remount.ro"), None);
+    }
+
+    #[test]
+    fn the_commit_interval_follows_the_slot() {
+        let live = Live::new(&MountConfig::default());
+        let slot = live.commit_slot();
+        assert_eq!(commit_interval(&slot), MountConfig::default().commit);
+        live.commit_ms.store(10_000, Ordering::Relaxed);
+        assert_eq!(commit_interval(&slot), Duration::from_secs(10));
+    }
+}
