@@ -7,11 +7,16 @@
 //! `e2fsck -fn`.
 
 mod common;
+#[path = "common/mem_image.rs"]
+mod mem_image;
 
 use std::path::Path;
 
 use common::mkfs;
-use ext4kit_engine::{Attr, FallocMode, Filesystem, NodeKind, ROOT_INO};
+use std::sync::Arc;
+
+use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
+use ext4kit_engine::{Attr, FallocMode, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::e2fsck_fn;
 
@@ -231,4 +236,77 @@ fn collapse_and_insert_through_a_fragmented_tree() {
         Step::Collapse(2000 * u, 1500 * u),
     ];
     cross_check(&["-b", "1024"], 2000 * 1024, &setup, &steps);
+}
+
+/// `/f` of the image as the engine reads it after opening it (which
+/// replays the journal); the image must then pass `e2fsck -fn`.
+fn file_after_crash(img: Vec<u8>, what: &str) -> Vec<u8> {
+    let dev = Arc::new(MemDevice::new(img));
+    let fs = Filesystem::open(Box::new(dev.clone()), OpenOptions::default()).expect(what);
+    let f = fs.resolve(b"/f").expect(what);
+    let mut buf = vec![0u8; f.size() as usize];
+    let n = fs.read_file_at(f.ino, 0, &mut buf).expect(what);
+    buf.truncate(n);
+    fs.unmount().expect(what);
+    mem_image::assert_clean(&dev.snapshot(), what);
+    buf
+}
+
+/// A collapse then an insert, each followed by a sync, with a power loss
+/// at every write in between (volatile writes kept, dropped, torn and
+/// reordered): the file is always whole before, after the collapse or
+/// after the insert, never in between, never older than the last sync,
+/// and the image passes `e2fsck -fn`.
+#[test]
+fn a_crash_leaves_the_file_before_or_after_each_shift() {
+    if ext4kit_testkit::tools::skip_unless(ext4kit_testkit::tools::require_tool("e2fsck")).is_none() {
+        assert!(std::env::var_os("CI").is_none(), "shift_range crash test skipped on CI");
+        return;
+    }
+    let dev = Arc::new(CrashDevice::new(mem_image::fresh_image(8 << 20)));
+    let fs = Filesystem::open(Box::new(dev.clone()), OpenOptions::default()).unwrap();
+    let bs = u64::from(fs.geometry().block_size);
+    let f = fs.create(ROOT_INO, b"f", NodeKind::Regular, ATTR).unwrap().ino;
+    let mut states = vec![pattern(40 * bs as usize + 10)];
+    fs.write(f, 0, &states[0]).unwrap();
+    fs.fallocate(f, 20 * bs, 3 * bs, FallocMode::PunchHole).unwrap();
+    states[0][20 * bs as usize..23 * bs as usize].fill(0);
+    fs.sync().unwrap();
+    let start = dev.writes();
+    fs.collapse_range(f, 8 * bs, 4 * bs).unwrap();
+    fs.sync().unwrap();
+    let collapsed = dev.writes();
+    let mut s1 = states[0].clone();
+    s1.drain(8 * bs as usize..12 * bs as usize);
+    fs.insert_range(f, 2 * bs, 3 * bs).unwrap();
+    fs.sync().unwrap();
+    let end = dev.writes();
+    let mut s2 = s1.clone();
+    s2.splice(2 * bs as usize..2 * bs as usize, vec![0u8; 3 * bs as usize]);
+    states.extend([s1, s2]);
+    drop(fs);
+    let mut checked = 0;
+    for point in start..=end {
+        let oldest = usize::from(point >= collapsed) + usize::from(point >= end);
+        let picks = [
+            Survivors::All,
+            Survivors::None,
+            Survivors::Random {
+                seed: point as u64,
+                torn: true,
+                reorder: true,
+            },
+        ];
+        for survivors in picks {
+            let what = format!("crash at write {point} of {start}..{end} ({survivors:?})");
+            let got = file_after_crash(dev.crash_image(point, survivors), &what);
+            let at = states.iter().position(|s| *s == got);
+            assert!(
+                at.is_some_and(|i| i >= oldest),
+                "{what}: the file is in state {at:?}, wanted one from {oldest} on"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 6, "{checked} crash images");
 }
