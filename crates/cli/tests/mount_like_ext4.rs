@@ -366,23 +366,36 @@ fn a_file_opened_with_o_direct_can_be_mapped() {
 
 /// `/sbin/mount.fuse.ext4kit`, where mount(8) looks for the helper of type
 /// `fuse.ext4kit`: made a link to the built binary for the test (and
-/// removed after) unless one is installed, which is then used.
-struct Helper(Option<PathBuf>);
+/// removed after) unless one is installed, which is then used. The tests
+/// that use it take turns, so none removes it under another.
+struct Helper {
+    link: Option<PathBuf>,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+static HELPER_USERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Helper {
     fn install() -> Helper {
+        let turn = HELPER_USERS.lock().unwrap_or_else(|e| e.into_inner());
         let at = Path::new("/sbin/mount.fuse.ext4kit");
         if at.symlink_metadata().is_ok() {
-            return Helper(None);
+            return Helper {
+                link: None,
+                _turn: turn,
+            };
         }
         std::os::unix::fs::symlink(exe(), at).expect("link the mount helper into /sbin");
-        Helper(Some(at.to_path_buf()))
+        Helper {
+            link: Some(at.to_path_buf()),
+            _turn: turn,
+        }
     }
 }
 
 impl Drop for Helper {
     fn drop(&mut self) {
-        if let Some(p) = &self.0 {
+        if let Some(p) = &self.link {
             let _ = std::fs::remove_file(p);
         }
     }
@@ -462,4 +475,31 @@ fn remount_read_only_and_back() {
     assert_clean(&img);
     let cat = Command::new(exe()).arg("cat").arg(&img).arg("/b").output().unwrap();
     assert_eq!(cat.stdout, b"written after remount,rw");
+}
+
+/// A mount made with `-o ro` holds the image shared: `remount,rw` is
+/// refused with a message and leaves it read-only; a remount that only
+/// changes the atime mode works.
+#[test]
+fn remount_rw_of_a_read_only_mount_is_refused() {
+    if !ready(&["mkfs.ext4", "mount"]) {
+        return;
+    }
+    let _helper = Helper::install();
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "img.ext4");
+    let m = FuseMount::start(exe(), &img, "ro").unwrap();
+    let out = Command::new("mount")
+        .args(["-o", "remount,rw"])
+        .arg(m.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "remount,rw of a ro mount succeeded");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mounted -o ro"), "{err}");
+    assert!(is_read_only(m.path()));
+    mount_cmd(&["-o", "remount,noatime"], m.path());
+    assert!(is_read_only(m.path()));
+    assert!(m.unmount().unwrap().success());
+    assert_clean(&img);
 }

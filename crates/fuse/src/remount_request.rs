@@ -63,7 +63,7 @@ pub(crate) fn parse_request(name: &[u8]) -> Option<&str> {
 /// The settings a remount may change, as the serving threads read them.
 #[derive(Debug)]
 pub(crate) struct Live {
-    /// Remounted read-only.
+    /// Read-only: mounted so (`ro`) or remounted so.
     pub(crate) read_only: AtomicBool,
     atime: parking_lot::Mutex<AtimeMode>,
     errors: parking_lot::Mutex<OnError>,
@@ -74,7 +74,7 @@ pub(crate) struct Live {
 impl Live {
     pub(crate) fn new(cfg: &MountConfig) -> Self {
         Self {
-            read_only: AtomicBool::new(false),
+            read_only: AtomicBool::new(cfg.read_only),
             atime: parking_lot::Mutex::new(cfg.atime),
             errors: parking_lot::Mutex::new(cfg.errors),
             commit_ms: Arc::new(AtomicU64::new(cfg.commit.as_millis() as u64)),
@@ -122,7 +122,9 @@ impl Ext4Fuse {
                 Errno::EINVAL
             })?;
         }
-        self.switch_read_only(next.read_only)?;
+        if options.split(',').any(|o| o == "ro" || o == "rw") {
+            self.switch_read_only(next.read_only)?;
+        }
         *self.live.atime.lock() = next.atime;
         *self.live.errors.lock() = next.errors;
         if options.split(',').any(|o| o.starts_with("commit=")) {
@@ -144,9 +146,18 @@ impl Ext4Fuse {
             }
             return Ok(());
         }
-        if self.cfg.read_only || self.forced_ro.load(Ordering::Relaxed) {
+        if self.forced_ro.load(Ordering::Relaxed) {
             log::error!(
-                "ext4kit: remount: the image was opened read-only or had errors; unmount, check it and mount it read-write"
+                "ext4kit: remount: errors were found (errors=remount-ro); unmount, check the image and mount it again"
+            );
+            return Err(Errno::EROFS);
+        }
+        if !self.live.read_only.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if self.cfg.read_only {
+            log::error!(
+                "ext4kit: remount: mounted with -o ro (the image is held shared); unmount and mount it read-write"
             );
             return Err(Errno::EROFS);
         }
@@ -166,6 +177,16 @@ mod tests {
         assert_eq!(parse_request(b"ext4kit.remount"), None);
         assert_eq!(parse_request(b"ext4kit.remountx.ro"), None);
         assert_eq!(parse_request(b"user.ext4kit.remount.ro"), None);
+    }
+
+    #[test]
+    fn a_read_only_mount_starts_read_only() {
+        let cfg = MountConfig {
+            read_only: true,
+            ..MountConfig::default()
+        };
+        assert!(Live::new(&cfg).read_only.load(Ordering::Relaxed));
+        assert!(!Live::new(&MountConfig::default()).read_only.load(Ordering::Relaxed));
     }
 
     #[test]
