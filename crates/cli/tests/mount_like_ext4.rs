@@ -450,6 +450,12 @@ fn remount_read_only_and_back() {
     mount_cmd(&["-o", "remount,rw,noatime,commit=1,errors=continue"], &dir);
     assert!(!is_read_only(&dir), "the kernel's view after remount,rw");
     std::fs::write(dir.join("b"), b"written after remount,rw").unwrap();
+    // Committed: the image is in use again, as after ext4's remount,rw.
+    let out = Command::new(exe()).arg("sync").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let sb = Command::new("dumpe2fs").arg("-h").arg(&img).output().unwrap();
+    let sb = String::from_utf8_lossy(&sb.stdout);
+    assert!(sb.contains("needs_recovery"), "{sb}");
     let f = dir.join("b");
     run("touch", &["-a", "-d", "2 days ago"], &f);
     let before = atime(&f);
