@@ -33,7 +33,8 @@ pub struct Args {
     mountpoint: PathBuf,
     /// Mount options, comma-separated (ro, noatime, errors=, uid=IMAGE:HOST,
     /// allow_other, fstype=fuse, alloc=, inode_alloc=, stripe=…; see the
-    /// README).
+    /// README). `remount,ro|rw,…` changes the live mount at MOUNTPOINT
+    /// instead (ro/rw, atime modes, commit=, errors=).
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Return once mounted, serving in the background.
