@@ -94,6 +94,9 @@ enum Command {
     Chmod(cmd::edit::ChmodArgs),
     /// Change owner and group.
     Chown(cmd::edit::ChownArgs),
+    /// Preallocate, punch, zero, collapse or insert a range of a file
+    /// (fallocate(1)'s options).
+    Fallocate(cmd::fallocate::Args),
     /// Create a new, empty file system (like mke2fs).
     Mkfs(cmd::mkfs::Args),
     /// Check (-n) or repair (-p, -y) an image as e2fsck does.
@@ -163,6 +166,7 @@ fn main() -> ExitCode {
         Command::Write(a) => cmd::edit::write(a),
         Command::Chmod(a) => cmd::edit::chmod(a),
         Command::Chown(a) => cmd::edit::chown(a),
+        Command::Fallocate(a) => cmd::fallocate::run(a),
         Command::Mkfs(a) => cmd::mkfs::run(a),
         Command::Fsck(a) => cmd::fsck::run(a),
         Command::Mount(a) => cmd::mount::run(a),

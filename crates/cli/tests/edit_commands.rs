@@ -317,3 +317,56 @@ fn stat_of_a_fast_symlink_reads_no_block_map() {
     }
     assert_fsck_clean(&img);
 }
+
+/// `ext4kit fallocate` with fallocate(1)'s options: collapse and insert
+/// range (which a FUSE mount cannot pass), punch hole and keep-size
+/// preallocation change the file as the kernel would; a collapse that is
+/// not block-aligned is refused; the image stays clean.
+#[test]
+fn fallocate_collapses_and_inserts_ranges() {
+    if skip_unless(require_tool("mkfs.ext4")).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img");
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "4096"])
+        .arg(&img)
+        .arg("32M")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let block = |i: u8| vec![i; 4096];
+    let data: Vec<u8> = (1..=8).flat_map(block).collect();
+    ext4kit(&img, &["write", "/f"], Some(&data));
+    ext4kit(&img, &["fallocate", "/f", "-c", "-o", "4096", "-l", "8K"], None);
+    ext4kit(
+        &img,
+        &["fallocate", "/f", "--insert-range", "-o", "0", "-l", "4096"],
+        None,
+    );
+    ext4kit(&img, &["fallocate", "/f", "-p", "-o", "8192", "-l", "4096"], None);
+    ext4kit(&img, &["fallocate", "/f", "-n", "-o", "1M", "-l", "1M"], None);
+    let refused = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args(["fallocate"])
+        .arg(&img)
+        .args(["/f", "-c", "-o", "100", "-l", "4096"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("multiples of the cluster size"), "{err}");
+    let fsck = e2fsck_fn(&img).unwrap();
+    assert!(fsck.is_clean(), "e2fsck -fn:\n{}", fsck.output);
+    let mut want = vec![0u8; 4096];
+    for i in [1, 0, 5, 6, 7, 8] {
+        want.extend(if i == 0 { vec![0; 4096] } else { block(i) });
+    }
+    let cat = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .arg("cat")
+        .arg(&img)
+        .arg("/f")
+        .output()
+        .unwrap();
+    assert!(cat.stdout == want, "contents after collapse, insert and punch");
+}

@@ -282,3 +282,230 @@ fn reads_update_access_times_as_the_atime_option_says() {
         assert_eq!(got, kernel, "the FUSE mount and kernel ext4 differ");
     }
 }
+
+/// Opens `f` with O_DIRECT, maps it shared, writes block 0 through the
+/// map and block 1 with an aligned `pwrite`, changes block 2 through the
+/// map and then block 2's first half again by direct I/O; checks that the
+/// map, a direct `pread` and a buffered reader agree at each step, and
+/// prints the final contents' blocks as hex digests.
+const DIRECT_AND_MAP: &str = r#"
+import mmap, os, sys, hashlib
+p, bs = sys.argv[1], 4096
+fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644)
+os.ftruncate(fd, 4 * bs)
+m = mmap.mmap(fd, 4 * bs)
+def aligned(data):
+    buf = mmap.mmap(-1, len(data))
+    buf.write(data)
+    return buf
+def check(step):
+    m.flush()
+    with open(p, "rb") as f:
+        buffered = f.read()
+    direct = aligned(bytes(4 * bs))
+    os.preadv(fd, [direct], 0)
+    if not (m[:] == buffered == direct[:]):
+        sys.exit(f"{step}: the map, a buffered read and a direct read differ")
+m[0:bs] = b"m" * bs
+check("map write")
+os.pwritev(fd, [aligned(b"d" * bs)], bs)
+check("direct write")
+m[2 * bs:3 * bs] = b"M" * bs
+os.pwritev(fd, [aligned(b"D" * 512)], 2 * bs)
+check("direct write over mapped data")
+print(" ".join(hashlib.sha1(m[i * bs:(i + 1) * bs]).hexdigest()[:8] for i in range(4)))
+m.close()
+os.close(fd)
+"#;
+
+fn direct_and_map(root: &Path) -> String {
+    let out = Command::new("python3")
+        .args(["-c", DIRECT_AND_MAP])
+        .arg(root.join("dm"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "O_DIRECT and mmap: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A file opened with O_DIRECT can be mapped shared, as on ext4, and the
+/// map, direct I/O and buffered reads see the same data; the file is on
+/// the image after unmount.
+#[test]
+fn a_file_opened_with_o_direct_can_be_mapped() {
+    if !ready(&["mkfs.ext4", "python3"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "fuse.ext4");
+    let m = FuseMount::start(exe(), &img, "").unwrap();
+    let got = direct_and_map(m.path());
+    assert!(m.unmount().unwrap().success());
+    assert_clean(&img);
+    let mut want = b"m".repeat(4096);
+    want.extend(b"d".repeat(4096));
+    want.extend(b"D".repeat(512));
+    want.extend(b"M".repeat(4096 - 512));
+    want.extend([0u8; 4096]);
+    let cat = Command::new(exe()).arg("cat").arg(&img).arg("/dm").output().unwrap();
+    assert!(cat.status.success(), "{}", String::from_utf8_lossy(&cat.stderr));
+    assert!(cat.stdout == want, "the file on the image after unmount");
+    if skip_unless(can_loop_mount()).is_some() {
+        let kimg = make_image(work.path(), "kernel.ext4");
+        let k = LoopMount::rw(&kimg, &[]).unwrap();
+        let kernel = direct_and_map(k.path());
+        k.unmount().unwrap();
+        assert_clean(&kimg);
+        assert_eq!(got, kernel, "the FUSE mount and kernel ext4 differ");
+    }
+}
+
+/// `/sbin/mount.fuse.ext4kit`, where mount(8) looks for the helper of type
+/// `fuse.ext4kit`: made a link to the built binary for the test (and
+/// removed after) unless one is installed, which is then used. The tests
+/// that use it take turns, so none removes it under another.
+struct Helper {
+    link: Option<PathBuf>,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+static HELPER_USERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Helper {
+    fn install() -> Helper {
+        let turn = HELPER_USERS.lock().unwrap_or_else(|e| e.into_inner());
+        let at = Path::new("/sbin/mount.fuse.ext4kit");
+        if at.symlink_metadata().is_ok() {
+            return Helper {
+                link: None,
+                _turn: turn,
+            };
+        }
+        std::os::unix::fs::symlink(exe(), at).expect("link the mount helper into /sbin");
+        Helper {
+            link: Some(at.to_path_buf()),
+            _turn: turn,
+        }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        if let Some(p) = &self.link {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn mount_cmd(args: &[&str], dir: &Path) {
+    let out = Command::new("mount").args(args).arg(dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "mount {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn is_read_only(dir: &Path) -> bool {
+    let v = nix::sys::statvfs::statvfs(dir).unwrap();
+    v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY)
+}
+
+/// `mount -o remount,ro` through mount(8) and the installed helper: the
+/// mount turns read-only (writes fail with EROFS), the image is marked
+/// clean and passes `e2fsck -fn` while mounted; `remount,rw` makes it
+/// writable again; a remount changes the atime mode; `ext4kit mount -o
+/// remount,…` does the same; every file is there after unmount.
+#[test]
+fn remount_read_only_and_back() {
+    if !ready(&["mkfs.ext4", "mount", "dumpe2fs", "touch", "cat"]) {
+        return;
+    }
+    let _helper = Helper::install();
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "img.ext4");
+    let dir = work.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let mut mount = Command::new("mount");
+    let out = mount.args(["-t", "fuse.ext4kit"]).arg(&img).arg(&dir).output().unwrap();
+    assert!(out.status.success(), "mount: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(dir.join("a"), vec![7u8; 300 << 10]).unwrap();
+
+    mount_cmd(&["-o", "remount,ro"], &dir);
+    assert!(is_read_only(&dir), "the kernel's view after remount,ro");
+    let err = std::fs::write(dir.join("b"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    assert_clean(&img);
+    let sb = Command::new("dumpe2fs").arg("-h").arg(&img).output().unwrap();
+    let sb = String::from_utf8_lossy(&sb.stdout);
+    assert!(sb.contains("Filesystem state:         clean"), "{sb}");
+    assert!(!sb.contains("needs_recovery"), "{sb}");
+    assert_eq!(std::fs::read(dir.join("a")).unwrap(), vec![7u8; 300 << 10]);
+
+    mount_cmd(&["-o", "remount,rw,noatime,commit=1,errors=continue"], &dir);
+    assert!(!is_read_only(&dir), "the kernel's view after remount,rw");
+    std::fs::write(dir.join("b"), b"written after remount,rw").unwrap();
+    // Committed: the image is in use again, as after ext4's remount,rw.
+    let out = Command::new(exe()).arg("sync").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let sb = Command::new("dumpe2fs").arg("-h").arg(&img).output().unwrap();
+    let sb = String::from_utf8_lossy(&sb.stdout);
+    assert!(sb.contains("needs_recovery"), "{sb}");
+    let f = dir.join("b");
+    run("touch", &["-a", "-d", "2 days ago"], &f);
+    let before = atime(&f);
+    run("cat", &[], &f);
+    assert_eq!(atime(&f), before, "noatime after remount");
+    mount_cmd(&["-o", "remount,strictatime"], &dir);
+    run("cat", &[], &f);
+    assert_ne!(atime(&f), before, "strictatime after remount");
+
+    // The ext4kit spelling.
+    let out = Command::new(exe())
+        .args(["mount", "-o", "remount,ro"])
+        .arg(&img)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(is_read_only(&dir));
+    assert_clean(&img);
+
+    let out = Command::new(exe()).arg("umount").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_clean(&img);
+    let cat = Command::new(exe()).arg("cat").arg(&img).arg("/b").output().unwrap();
+    assert_eq!(cat.stdout, b"written after remount,rw");
+}
+
+/// A mount made with `-o ro` holds the image shared: `remount,rw` is
+/// refused with a message and leaves it read-only; a remount that only
+/// changes the atime mode works.
+#[test]
+fn remount_rw_of_a_read_only_mount_is_refused() {
+    if !ready(&["mkfs.ext4", "mount"]) {
+        return;
+    }
+    let _helper = Helper::install();
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "img.ext4");
+    let m = FuseMount::start(exe(), &img, "ro").unwrap();
+    let out = Command::new("mount")
+        .args(["-o", "remount,rw"])
+        .arg(m.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "remount,rw of a ro mount succeeded");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mounted -o ro"), "{err}");
+    assert!(is_read_only(m.path()));
+    mount_cmd(&["-o", "remount,noatime"], m.path());
+    assert!(is_read_only(m.path()));
+    assert!(m.unmount().unwrap().success());
+    assert_clean(&img);
+}

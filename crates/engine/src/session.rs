@@ -98,6 +98,25 @@ impl Filesystem {
         self.close()
     }
 
+    /// Remounting read-only (`ext4_remount` on the way to `SB_RDONLY`):
+    /// writes back what delayed allocation holds, commits, and puts back
+    /// the superblock state found at open, so the image is clean on disk
+    /// while it stays open. Unlike [`Filesystem::unmount`] it keeps open
+    /// files. The caller refuses writes from then on; once it allows them
+    /// again, the first committed one marks the image in use, as a
+    /// remount read-write does (`ext4_setup_super`).
+    ///
+    /// # Errors
+    /// The first failure of writing back, committing or flushing.
+    pub fn settle(&self) -> Result<()> {
+        self.flush_all()?;
+        self.commit_errors()?;
+        if self.session.in_use() {
+            self.mark_clean()?;
+        }
+        self.sync()
+    }
+
     /// The work of [`Filesystem::unmount`]; idempotent, so that the drop
     /// after an unmount changes nothing.
     pub(crate) fn close(&self) -> Result<()> {

@@ -19,6 +19,7 @@ mod handles;
 mod host_space;
 pub mod options;
 mod poll;
+pub mod remount_request;
 mod session;
 mod space;
 pub mod sync_request;

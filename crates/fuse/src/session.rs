@@ -195,8 +195,8 @@ pub fn serve(
     let _server = lock_server(mountpoint)?;
     let fs = Arc::new(fs);
     let config = fuse_config(&cfg, source);
-    let commit = cfg.commit;
     let adapter = Ext4Fuse::new(fs.clone(), cfg.clone());
+    let commit = adapter.commit_slot();
     let notifier = adapter.notifier_slot();
     let space = adapter.space_slot();
     if let Some(host) = image.and_then(|i| crate::host_space::HostSpace::open(i, journal_bytes(&fs))) {
@@ -391,17 +391,18 @@ fn spawn_buddy_warmer(
     Ok((stop, warmer))
 }
 
-/// Commits (writes back) what changed every `interval` (`commit=`) until
-/// told to stop through the returned sender.
+/// Commits (writes back) what changed every `commit=` interval (which a
+/// remount may change) until told to stop through the returned sender.
 fn spawn_flusher(
     fs: Arc<Filesystem>,
-    interval: std::time::Duration,
+    commit_ms: Arc<std::sync::atomic::AtomicU64>,
 ) -> io::Result<(mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
     let (stop, stopped) = mpsc::channel::<()>();
     let flusher = std::thread::Builder::new()
         .name("ext4kit-writeback".into())
         .spawn(move || {
-            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+            let interval = || crate::remount_request::commit_interval(&commit_ms);
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval()) {
                 if let Err(e) = fs.sync() {
                     log::error!("ext4kit: writing back: {e}");
                 }

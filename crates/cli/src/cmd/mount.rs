@@ -4,6 +4,8 @@
 //! `mount` serves in the foreground unless `--daemon`: then the process
 //! starts itself again detached, waits until the kernel accepted the
 //! mount, and returns — the child's first line on stdout says it did.
+//! With `-o remount,…` it changes a live mount instead (see
+//! [`super::remount`]).
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -31,7 +33,8 @@ pub struct Args {
     mountpoint: PathBuf,
     /// Mount options, comma-separated (ro, noatime, errors=, uid=IMAGE:HOST,
     /// allow_other, fstype=fuse, alloc=, inode_alloc=, stripe=…; see the
-    /// README).
+    /// README). `remount,ro|rw,…` changes the live mount at MOUNTPOINT
+    /// instead (ro/rw, atime modes, commit=, errors=).
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Return once mounted, serving in the background.
@@ -52,6 +55,9 @@ pub struct UmountArgs {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if super::remount::asked(&a.options) {
+        return super::remount::run(&a.mountpoint, &a.options);
+    }
     let mut cfg = MountConfig::default();
     for o in &a.options {
         cfg.apply(o).map_err(anyhow::Error::msg)?;
@@ -321,7 +327,7 @@ pub fn umount(a: UmountArgs) -> Result<()> {
 /// plain `fuse` mount (`-o fstype=fuse`) whose server holds the lock
 /// [`ext4kit_fuse::server_lock_path`] names. A tmpfs or a kernel ext4
 /// mount is left to umount(8).
-fn check_ours(mountpoint: &Path, lock: &Path) -> Result<()> {
+pub(super) fn check_ours(mountpoint: &Path, lock: &Path) -> Result<()> {
     let at = ext4kit_fuse::resolve_mount_point(mountpoint)?;
     let Some(m) = ext4kit_engine::device::inuse::mounts()
         .into_iter()

@@ -73,7 +73,8 @@ impl FallocMode {
     /// [`Error::Unsupported`] (`EOPNOTSUPP`) for everything else: unknown
     /// bits, several operations at once (the kernel answers `EOPNOTSUPP` to
     /// those too, not `EINVAL`), punch without keep-size, and the operations
-    /// this engine does not do: collapse and insert range (ext4 has them),
+    /// this mode type does not carry: collapse and insert range (ext4 has
+    /// them: [`Filesystem::collapse_range`], [`Filesystem::insert_range`]),
     /// unshare range, no-hide-stale and write-zeroes (ext4 has not).
     pub fn from_linux_flags(flags: u32) -> Result<Self> {
         let keep_size = flags & Self::FL_KEEP_SIZE != 0;

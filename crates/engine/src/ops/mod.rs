@@ -18,6 +18,7 @@ pub(crate) mod remove;
 mod remove_tree;
 mod rename;
 mod seek;
+mod shift_range;
 mod tmpfile;
 mod truncate;
 mod write;

@@ -139,7 +139,7 @@ impl Ext4Fuse {
 
     fn atime_policy(&self) -> ext4kit_engine::AtimePolicy {
         use crate::options::AtimeMode;
-        match self.cfg.atime {
+        match self.live.atime() {
             AtimeMode::NoAtime => ext4kit_engine::AtimePolicy::NoAtime,
             AtimeMode::Relatime => ext4kit_engine::AtimePolicy::Relatime,
             AtimeMode::Strict => ext4kit_engine::AtimePolicy::Strict,

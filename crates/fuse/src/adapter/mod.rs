@@ -42,6 +42,8 @@ pub struct Ext4Fuse {
     pub(crate) handles: Handles,
     /// Set by `errors=remount-ro` after corruption is found.
     pub(crate) forced_ro: AtomicBool,
+    /// What `mount -o remount,…` changed (see [`crate::remount_request`]).
+    pub(crate) live: crate::remount_request::Live,
     /// Tells the kernel when its cached attributes went stale behind its
     /// back (set once the session exists).
     pub(crate) notifier: Arc<OnceLock<Notifier>>,
@@ -74,6 +76,7 @@ impl Ext4Fuse {
         };
         Self {
             space: Arc::new(crate::space::Space::new(max_dirty)),
+            live: crate::remount_request::Live::new(&cfg),
             fs,
             cfg,
             handles: Handles::default(),
@@ -84,6 +87,11 @@ impl Ext4Fuse {
             write_back: Default::default(),
             poller: Arc::default(),
         }
+    }
+
+    /// The `commit=` interval, which a remount may change.
+    pub(crate) fn commit_slot(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.live.commit_slot()
     }
 
     /// Where the session puts its poller.
@@ -190,7 +198,7 @@ impl Ext4Fuse {
             if let Err(e) = self.fs.commit_errors() {
                 log::error!("ext4kit: recording the error in the superblock: {e}");
             }
-            match self.cfg.errors {
+            match self.live.errors() {
                 OnError::Continue => {}
                 OnError::RemountRo => {
                     if !self.forced_ro.swap(true, Ordering::Relaxed) {
@@ -208,7 +216,7 @@ impl Ext4Fuse {
 
     /// Errors with EROFS unless changes are allowed.
     pub(crate) fn writable(&self) -> Res<()> {
-        if self.cfg.read_only || self.forced_ro.load(Ordering::Relaxed) {
+        if self.cfg.read_only || self.forced_ro.load(Ordering::Relaxed) || self.live.read_only.load(Ordering::Acquire) {
             return Err(Errno::EROFS);
         }
         Ok(())
@@ -274,7 +282,12 @@ impl fuser::Filesystem for Ext4Fuse {
             // The kernel checks permissions against our POSIX ACLs and
             // leaves umask and default-ACL inheritance to the engine.
             | InitFlags::FUSE_POSIX_ACL
-            | InitFlags::FUSE_DONT_MASK;
+            | InitFlags::FUSE_DONT_MASK
+            // A file opened with O_DIRECT may be mapped shared, as on
+            // ext4: the kernel then flushes and drops the cached pages
+            // around each direct read and write, which keeps the map and
+            // direct I/O coherent (without this, mmap fails with ENODEV).
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         if self.cfg.writeback_cache && !self.cfg.read_only {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -597,6 +610,8 @@ impl fuser::Filesystem for Ext4Fuse {
         let _serving = self.request_arrived();
         let r = if name == crate::sync_request::SYNC_XATTR {
             self.sync_request(size)
+        } else if let Some(options) = crate::remount_request::parse_request(name_bytes(name)) {
+            self.remount_request(options, size)
         } else if let Some(opts) = crate::defrag_request::parse_request(name_bytes(name)) {
             opts.ok_or(Errno::EINVAL)
                 .and_then(|o| self.defrag_request(req, ino, o, size))
