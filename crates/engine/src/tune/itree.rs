@@ -43,7 +43,9 @@ pub(crate) fn requested(fs: &Filesystem, req: &TuneRequest) -> Result<Option<boo
         return Ok(Some(e.enable));
     }
     let has = fs.geo.features.ro_compat.contains(RoCompatFeatures::ITREE);
-    if has && (!req.features.is_empty() || req.uuid.is_some() || req.hash_seed.is_some()) {
+    // Quota switches go through the engine, which keeps the trees.
+    let layout = req.features.iter().any(|e| e.name != "quota" && e.name != "project");
+    if has && (layout || req.uuid.is_some() || req.hash_seed.is_some()) {
         return Err(Error::InvalidArgument(
             "the image has itrees, which -O, -U and -E hash_seed would invalidate: run tune -O ^itree first".into(),
         ));
