@@ -183,3 +183,60 @@ fn links_and_renames_into_another_project_through_the_mount() {
         "h released: {gone:?}"
     );
 }
+
+/// A link or rename that grows a directory charges the block to the
+/// directory's owner and holds the caller to that limit, as the kernel's
+/// `ext4_link`/`ext4_rename` do through `dquot_alloc_block`: user 1000,
+/// at its hard limit, cannot add a sixth long name to its full one-block
+/// directory by `ln` or `mv` ("Disk quota exceeded"); root can.
+#[test]
+fn links_and_renames_that_grow_a_directory_meet_the_limit() {
+    for check in [can_fuse_mount(), require_tools(&["setpriv", "ln", "mv", "e2fsck"])] {
+        if let Err(why) = check {
+            ext4kit_testkit::skipped!("{why}");
+            assert!(std::env::var_os("CI").is_none(), "CI must run this: {why}");
+            return;
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("img");
+    let p = img.to_str().unwrap();
+    ext4kit(&["mkfs", "-q", p, "16M", "-b", "1024", "-O", "quota"]);
+    // 200-byte names take 208-byte entries: four fill what a 1 KiB block
+    // keeps beside `.`, `..` and the checksum tail.
+    let long = |i: u32| format!("{}{i}", "n".repeat(199));
+    let m = FuseMount::start(exe(), &img, "allow_other").expect("mounted");
+    let (d, e) = (m.path().join("d"), m.path().join("e"));
+    std::fs::create_dir(&d).unwrap();
+    std::fs::create_dir(&e).unwrap();
+    for i in 0..4 {
+        std::fs::write(d.join(long(i)), b"").unwrap();
+    }
+    std::fs::write(m.path().join("src"), b"").unwrap();
+    std::fs::write(e.join("g"), b"").unwrap();
+    for f in [&d, &m.path().join("src"), &e.join("g")] {
+        std::os::unix::fs::chown(f, Some(1000), Some(1000)).unwrap();
+    }
+    std::fs::set_permissions(&e, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    m.unmount().expect("unmount");
+    ext4kit(&["quota", p, "--set", "user", "1000", "--blocks-hard", "1"]);
+    let m = FuseMount::start(exe(), &img, "allow_other").expect("mounted");
+    let (d, e) = (m.path().join("d"), m.path().join("e"));
+    let as_user = |cmd: &str, from: &Path, to: &Path| {
+        let out = Command::new("setpriv")
+            .args(["--reuid=1000", "--regid=1000", "--clear-groups", cmd])
+            .arg(from)
+            .arg(to)
+            .output()
+            .expect("setpriv");
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = as_user("ln", &m.path().join("src"), &d.join(long(4)));
+    assert!(!ok && err.contains("Disk quota exceeded"), "ln: {err}");
+    let (ok, err) = as_user("mv", &e.join("g"), &d.join(long(5)));
+    assert!(!ok && err.contains("Disk quota exceeded"), "mv: {err}");
+    assert!(e.join("g").exists(), "g stays where it was");
+    std::fs::hard_link(m.path().join("src"), d.join(long(4))).expect("root is not held to limits");
+    m.unmount().expect("unmount");
+    assert_fsck_clean(&img).expect("e2fsck -fn clean");
+}
