@@ -464,7 +464,7 @@ fn crash_anywhere_recovers_with_inline_data() {
     assert!(failures.is_empty(), "seed {seed}: failing points {failures:?}");
 }
 
-/// Quotas (`quota` with user, group and project files): every
+/// Quotas (`quota` with user, group and project files, on inline data): every
 /// transaction carries its quota blocks, so whatever crash point the
 /// journal recovers, e2fsck's quota check finds usage exact (orphans
 /// finished at the next open included). A quarter of the points.
@@ -474,7 +474,7 @@ fn crash_anywhere_recovers_with_quota() {
         return;
     }
     let seed = seed();
-    let image = fresh_image_featuring(IMAGE_BYTES, &["quota", "project"]);
+    let image = fresh_image_featuring(IMAGE_BYTES, &["quota", "project", "inline_data"]);
     let run = record_on(image, seed, 1, STEPS, AllocOptions::default());
     let n = points_wanted() / 4;
     let failures = run.check_random_points(seed, 6, n);
