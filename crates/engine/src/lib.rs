@@ -88,7 +88,7 @@ pub use mount::{BIGALLOC_NO_EXTENTS, READ_ONLY_DEVICE};
 pub use ops::FallocMode;
 pub use ops::{AtimePolicy, Attr, NodeKind, RemoveTreeError, RenameFlags, SetAttr, XattrSet};
 pub use ops::{DEFAULT_CHUNK_BLOCKS, DefragOptions, DefragOutcome, DefragSkip};
-pub use quota::{PROJINHERIT, QuotaLimits, set_caller_uid};
+pub use quota::{PROJINHERIT, QuotaLimits, QuotaSwitch, set_caller_uid};
 pub use statfs::StatFs;
 /// Inode flag masks of `FS_IOC_GETFLAGS`/`FS_IOC_SETFLAGS`.
 pub mod flags {

@@ -322,6 +322,7 @@ fn tune_converts_kernel_built_directories_both_ways() {
         ..TuneRequest::default()
     };
     tune_image(&img, &label).expect("a label does not touch the itrees");
+    tune_image(&img, &features_edit("quota")).expect("quota files go through the engine, which keeps the trees");
     let fs = open_rw(&img);
     let big = fs.resolve(b"/big").unwrap().ino;
     let listed = listed_in_inode_order(&fs, big);

@@ -6,6 +6,7 @@
 //! the image's tree must equal the model (types, contents, symlink targets,
 //! device numbers, modes, owners, link counts, flags, xattrs, times set
 //! explicitly) and `e2fsck -fn` must be clean.
+//! Variants run with inline data, bigalloc, block maps and quotas.
 //! `PROPTEST_CASES` raises the number of sequences (CI runs the default).
 
 mod common;
@@ -684,11 +685,17 @@ fn run(ops: &[Op], args: &[&str]) {
 }
 
 fn run_with(ops: &[Op], args: &[&str], opts: OpenOptions) {
+    run_prepared(ops, args, opts, |_| {});
+}
+
+/// [`run_with`], with `prepare` run on the fresh file system first.
+fn run_prepared(ops: &[Op], args: &[&str], opts: OpenOptions, prepare: impl FnOnce(&Filesystem)) {
     let dir = tempfile::tempdir().unwrap();
     let Some(img) = common::mkfs(dir.path(), None, args, "16M") else {
         return;
     };
     let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), opts).unwrap();
+    prepare(&fs);
     let root = fs.metadata(&fs.inode(ROOT_INO).unwrap()).unwrap();
     let mut m = Model {
         paths: BTreeMap::new(),
@@ -778,5 +785,32 @@ proptest! {
     #[test]
     fn ops_match_the_model_on_1k_ext4_without_csum(ops in prop::collection::vec(op(), 1..60)) {
         run(&ops, &["-b", "1024", "-O", "^metadata_csum,uninit_bg"]);
+    }
+}
+
+/// The quota variants run half as many sequences: they repeat the write
+/// paths above with usage kept at every commit.
+fn quota_cases() -> u32 {
+    cases().div_ceil(2)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: quota_cases(), ..ProptestConfig::default() })]
+
+    /// User, group and project quota with inline bodies, the root in
+    /// project 42 with PROJINHERIT so every node is charged to it: the
+    /// closing e2fsck -fn checks the usage of every id.
+    #[test]
+    fn ops_match_the_model_with_quota_project_and_inline_data(ops in prop::collection::vec(op(), 1..60)) {
+        let args = ["-b", "4096", "-I", "256", "-O", "quota,project,inline_data"];
+        run_prepared(&ops, &args, OpenOptions::default(), |fs| {
+            fs.set_project(ROOT_INO, Some(42), Some(true)).unwrap();
+        });
+    }
+
+    /// Quota on bigalloc: usage moves by whole clusters.
+    #[test]
+    fn ops_match_the_model_on_1k_bigalloc_with_quota(ops in prop::collection::vec(op(), 1..60)) {
+        run(&ops, &["-b", "1024", "-O", "bigalloc,quota", "-C", "16384"]);
     }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::{mkfs, open_rw};
-use ext4kit_engine::{Attr, Filesystem, NodeKind, QuotaLimits, ROOT_INO, XattrSet, set_caller_uid};
+use ext4kit_engine::{Attr, Filesystem, NodeKind, QuotaLimits, ROOT_INO, RenameFlags, XattrSet, set_caller_uid};
 use ext4kit_format::quota::QuotaType;
 use ext4kit_testkit::tools::{assert_fsck_clean, debugfs};
 
@@ -112,6 +112,56 @@ fn usage_follows_a_workload_and_e2fsck_agrees() {
     let u = check(fs, &img);
     assert!(!u[QuotaType::User as usize].contains_key(&1001));
     assert!(!u[QuotaType::User as usize].contains_key(&1002));
+}
+
+/// Renames as `ext4_rename` and `ext4_cross_rename` allow them: into a
+/// PROJINHERIT directory of another project is EXDEV (either side of an
+/// exchange), within one project it moves no usage, and a replaced
+/// target's charge is released with it.
+#[test]
+fn renames_keep_projects_apart_and_release_replaced_targets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(img) = image(tmp.path()) else { return };
+    let fs = open_rw(&img);
+    let a = Attr {
+        perm: 0o755,
+        uid: 0,
+        gid: 0,
+    };
+    let p = fs.create(ROOT_INO, b"p", NodeKind::Directory, a).expect("mkdir").ino;
+    fs.set_project(p, Some(7), Some(true)).expect("project");
+    let inside = file(&fs, p, "in", 1000, 100);
+    fs.write(inside, 0, &vec![1u8; 40 << 10]).expect("write");
+    let outside = file(&fs, ROOT_INO, "out", 1001, 101);
+    fs.write(outside, 0, &vec![2u8; 20 << 10]).expect("write");
+    let plain = RenameFlags::default();
+    let e = fs
+        .rename(ROOT_INO, b"out", p, b"out", plain)
+        .expect_err("into project 7");
+    assert_eq!(e.errno(), libc::EXDEV);
+    let swap = RenameFlags {
+        exchange: true,
+        ..plain
+    };
+    let e = fs
+        .rename(ROOT_INO, b"out", p, b"in", swap)
+        .expect_err("exchange across");
+    assert_eq!(e.errno(), libc::EXDEV);
+    let sub = fs.create(p, b"sub", NodeKind::Directory, a).expect("mkdir").ino;
+    fs.rename(p, b"in", sub, b"in", plain).expect("within project 7");
+    let victim = file(&fs, ROOT_INO, "victim", 1002, 102);
+    fs.write(victim, 0, &vec![3u8; 60 << 10]).expect("write");
+    let u = check(fs, &img);
+    assert_eq!(u[QuotaType::Project as usize][&7], ((40 << 10) + 2 * 4096, 3));
+    assert_eq!(u[QuotaType::User as usize][&1002], (60 << 10, 1));
+
+    let fs = open_rw(&img);
+    fs.rename(ROOT_INO, b"out", ROOT_INO, b"victim", plain)
+        .expect("replace");
+    let u = check(fs, &img);
+    assert!(!u[QuotaType::User as usize].contains_key(&1002), "{u:?}");
+    assert!(!u[QuotaType::Group as usize].contains_key(&102), "{u:?}");
+    assert_eq!(u[QuotaType::User as usize][&1001], (20 << 10, 1));
 }
 
 #[test]

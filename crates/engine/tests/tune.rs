@@ -706,6 +706,30 @@ fn crash_during_metadata_csum_removal_leaves_old_or_new() {
     crash_everywhere(&img, &features(&["^metadata_csum"]), &old, &new);
 }
 
+/// `-O quota,project`: the quota files, made from a scan, and the
+/// feature bits land in one transaction; every crash point is e2fsck
+/// clean, its quota check included.
+#[test]
+fn crash_while_turning_quota_on_leaves_old_or_new() {
+    let Some((_d, img, _)) = setup(200, &["-b", "1024", "-I", "256"], "12M") else {
+        return;
+    };
+    let old = |p: &Path| !has_feature(p, "quota") && !has_feature(p, "project");
+    let new = |p: &Path| has_feature(p, "quota") && has_feature(p, "project");
+    crash_everywhere(&img, &features(&["quota", "project"]), &old, &new);
+}
+
+/// `-O ^quota`: the files freed and the feature bits cleared at once.
+#[test]
+fn crash_while_turning_quota_off_leaves_old_or_new() {
+    let Some((_d, img, _)) = setup(200, &["-b", "1024", "-I", "256", "-O", "quota,project"], "12M") else {
+        return;
+    };
+    let old = |p: &Path| has_feature(p, "quota") && has_feature(p, "project");
+    let new = |p: &Path| !has_feature(p, "quota") && !has_feature(p, "project");
+    crash_everywhere(&img, &features(&["^quota"]), &old, &new);
+}
+
 #[test]
 fn crash_while_writing_out_uninitialized_groups_leaves_old_or_new() {
     let Some((_d, img, _)) = setup(300, &["-b", "1024", "-O", "^metadata_csum,uninit_bg"], "12M") else {

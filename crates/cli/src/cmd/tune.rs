@@ -1,5 +1,6 @@
-//! `ext4kit tune [-O [^]feature,…] [-L label] [-U uuid] [-e behavior] [-c
-//! count] [-i interval] [-E hash_seed=UUID] IMAGE`: tune2fs's options,
+//! `ext4kit tune [-O [^]feature,…] [-Q [^]usrquota,…] [-L label] [-U uuid]
+//! [-e behavior] [-c count] [-i interval] [-E hash_seed=UUID] IMAGE`:
+//! tune2fs's options,
 //! parsed here and carried out by `ext4kit_engine::tune`, which validates
 //! the whole request, refuses an image in use, and changes it atomically.
 
@@ -7,7 +8,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::mkfs::parse_uuid;
-use ext4kit_engine::tune::{ErrorBehavior, FeatureEdit, TuneRequest, UuidChange, parse_interval, tune_image};
+use ext4kit_engine::tune::{
+    ErrorBehavior, FeatureEdit, TuneRequest, UuidChange, parse_interval, parse_quota_edit, tune_image,
+};
 
 /// Arguments of `tune`.
 #[derive(clap::Args)]
@@ -15,6 +18,9 @@ pub struct Args {
     /// Features to turn on (name) or off (^name), comma-separated.
     #[arg(short = 'O', value_name = "[^]FEATURE[,...]")]
     features: Vec<String>,
+    /// Quota types to turn on or off: [^]usrquota, [^]grpquota, [^]prjquota.
+    #[arg(short = 'Q', value_name = "[^]TYPE[,...]")]
+    quota: Vec<String>,
     /// Volume label (at most 16 bytes).
     #[arg(short = 'L', value_name = "LABEL")]
     label: Option<String>,
@@ -41,7 +47,7 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     let req = request(&a)?;
     if req == TuneRequest::default() {
-        bail!("nothing to do: give at least one of -O -L -U -e -c -i -E");
+        bail!("nothing to do: give at least one of -O -Q -L -U -e -c -i -E");
     }
     let report = tune_image(&a.image, &req).with_context(|| format!("{}", a.image.display()))?;
     for n in &report.notes {
@@ -72,6 +78,9 @@ fn request(a: &Args) -> Result<TuneRequest> {
             name: name.to_string(),
             enable,
         });
+    }
+    for item in a.quota.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
+        req.quota.push(parse_quota_edit(item)?);
     }
     req.uuid = a.uuid.as_deref().map(uuid_change).transpose()?;
     req.errors = a.errors.as_deref().map(errors).transpose()?;

@@ -56,7 +56,7 @@ impl Filesystem {
 
     /// Every in-use inode's charge, summed per type and id, as e2fsck's
     /// pass 1 counts it.
-    fn usage_of_all_inodes(&self) -> Result<Deltas> {
+    pub(super) fn usage_of_all_inodes(&self) -> Result<Deltas> {
         let mut d = Deltas::new();
         let ipg = self.geo.inodes_per_group;
         let csum = self.geo.features.has_group_csum();
@@ -81,7 +81,7 @@ impl Txn<'_> {
     /// One quota file: its inode (3, 4, or a new one for projects) made
     /// afresh as `quota_inode_init_new` makes it, its entries written, the
     /// superblock pointed at it.
-    fn create_quota_file(&mut self, t: QuotaType, usage: &Deltas) -> Result<()> {
+    pub(super) fn create_quota_file(&mut self, t: QuotaType, usage: &Deltas) -> Result<()> {
         let ino = match t {
             QuotaType::User | QuotaType::Group => RESERVED[t as usize],
             QuotaType::Project => {

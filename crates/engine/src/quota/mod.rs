@@ -21,6 +21,7 @@ mod charge;
 mod create;
 mod file;
 mod project;
+mod switch;
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -32,6 +33,7 @@ use crate::fs::Filesystem;
 
 pub(crate) use charge::Pending;
 pub use project::PROJINHERIT;
+pub use switch::QuotaSwitch;
 
 thread_local! {
     static CALLER_UID: Cell<Option<u32>> = const { Cell::new(None) };

@@ -90,7 +90,7 @@ pub(crate) static FEATURES: &[FeatureEntry] = &[
 /// The names `-O` accepts, for help texts.
 pub fn tunable_features() -> Vec<&'static str> {
     let table = FEATURES.iter().map(|e| e.name);
-    table.chain([super::itree::NAME]).collect()
+    table.chain([super::itree::NAME, "quota", "project"]).collect()
 }
 
 /// Why a known feature outside the table is refused.

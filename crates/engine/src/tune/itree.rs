@@ -32,7 +32,8 @@ pub(crate) fn requested(fs: &Filesystem, req: &TuneRequest) -> Result<Option<boo
         && req.errors.is_none()
         && req.max_mount_count.is_none()
         && req.check_interval.is_none()
-        && req.hash_seed.is_none();
+        && req.hash_seed.is_none()
+        && req.quota.is_empty();
     if let Some(e) = edit {
         if !alone {
             return Err(Error::InvalidArgument(
@@ -42,7 +43,9 @@ pub(crate) fn requested(fs: &Filesystem, req: &TuneRequest) -> Result<Option<boo
         return Ok(Some(e.enable));
     }
     let has = fs.geo.features.ro_compat.contains(RoCompatFeatures::ITREE);
-    if has && (!req.features.is_empty() || req.uuid.is_some() || req.hash_seed.is_some()) {
+    // Quota switches go through the engine, which keeps the trees.
+    let layout = req.features.iter().any(|e| e.name != "quota" && e.name != "project");
+    if has && (layout || req.uuid.is_some() || req.hash_seed.is_some()) {
         return Err(Error::InvalidArgument(
             "the image has itrees, which -O, -U and -E hash_seed would invalidate: run tune -O ^itree first".into(),
         ));
@@ -94,7 +97,7 @@ pub(crate) fn run(fs: Filesystem, enable: bool) -> Result<TuneReport> {
 /// after `-O itree` would let the trees go stale). The conversion's own
 /// transactions change the primary only; this is one more, after the
 /// session is closed so the log is empty. Returns the blocks written.
-fn carry_to_backups(fs: &Filesystem) -> Result<usize> {
+pub(super) fn carry_to_backups(fs: &Filesystem) -> Result<usize> {
     fs.close()?;
     let plan = super::features::plan(fs, &TuneRequest::default())?;
     let mut rw = super::rewrite::Rewrite::new(fs);

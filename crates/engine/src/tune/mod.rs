@@ -24,6 +24,7 @@ mod features;
 mod groups;
 mod itree;
 mod mounted;
+mod quota;
 mod rewrite;
 mod superblock;
 mod uninit;
@@ -36,6 +37,7 @@ use crate::fs::{Filesystem, OpenOptions};
 
 pub use features::tunable_features;
 pub use mounted::{open_for_tune, tune_image};
+pub use quota::{QuotaEdit, parse_quota_edit};
 pub use superblock::{parse_interval, time_uuid};
 
 /// How `-U` changes the file-system UUID.
@@ -89,6 +91,8 @@ pub struct TuneRequest {
     pub check_interval: Option<u32>,
     /// `-E hash_seed=UUID`.
     pub hash_seed: Option<[u8; 16]>,
+    /// `-Q`, applied in order (see `tune::quota`).
+    pub quota: Vec<QuotaEdit>,
 }
 
 /// What [`tune`] did.
@@ -133,6 +137,9 @@ pub fn tune(dev: Box<dyn BlockDevice>, req: &TuneRequest) -> Result<TuneReport> 
     }
     if let Some(enable) = itree::requested(&fs, req)? {
         return itree::run(fs, enable);
+    }
+    if let Some(want) = quota::requested(&fs, req)? {
+        return quota::run(fs, want);
     }
     let plan = features::plan(&fs, req)?;
     let unchanged = plan.new.encode() == plan.old.encode();

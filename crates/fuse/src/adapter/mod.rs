@@ -410,7 +410,7 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -419,12 +419,14 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         let _serving = self.request_arrived();
+        self.quota_caller(req);
         let r = self.rename_entry(parent, name_bytes(name), newparent, name_bytes(newname), flags);
         reply_empty(r, reply);
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let _serving = self.request_arrived();
+        self.quota_caller(req);
         match self.hard_link(ino, newparent, name_bytes(newname)) {
             Ok(inode) => self.reply_entry(&inode, reply),
             Err(e) => reply.error(e),
