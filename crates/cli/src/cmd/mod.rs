@@ -10,6 +10,7 @@ pub mod edit;
 pub mod export;
 pub mod frag;
 pub mod fsck;
+pub mod image;
 pub mod import;
 pub mod info;
 pub mod layout;
