@@ -44,6 +44,8 @@ struct Dir {
     /// Next stand-in number per name length, and candidates found for
     /// other leaves meanwhile, by (length, leaf).
     next: HashMap<usize, u64>,
+    /// Names handed out or kept, so no two entries share one.
+    used: HashSet<Vec<u8>>,
     spare: HashMap<(usize, u64), Vec<Vec<u8>>>,
 }
 
@@ -87,6 +89,7 @@ impl Scrambler {
                 by_hash: Vec::new(),
                 index: HashSet::new(),
                 next: HashMap::new(),
+                used: HashSet::new(),
                 spare: HashMap::new(),
             };
             if d.htree {
@@ -128,9 +131,11 @@ impl Scrambler {
                     name.copy_from_slice(&n);
                     self.scrambled += 1;
                 } else {
+                    self.dirs[d].used.insert(name.to_vec());
                     self.kept += 1;
                 }
             } else if keep && ino != 0 && name_len > 2 {
+                self.dirs[d].used.insert(name.to_vec());
                 self.kept += 1;
             }
             pos += rec;
@@ -144,25 +149,30 @@ impl Scrambler {
     fn stand_in(&mut self, d: usize, logical: u64, len: usize) -> Option<Vec<u8>> {
         let seed = self.seed;
         let dir = &mut self.dirs[d];
-        let Some(version) = dir.hash else {
-            if dir.htree {
-                return None;
-            }
-            let id = dir.next.entry(len).or_insert(0);
-            let n = name_for(*id, len)?;
-            *id += 1;
-            return Some(n);
+        let range = match dir.hash {
+            None if dir.htree => return None,
+            None => None,
+            Some(v) => Some((v, *dir.leaves.get(&logical)?)),
         };
-        let &(lo, hi) = dir.leaves.get(&logical)?;
-        if let Some(n) = dir.spare.get_mut(&(len, logical)).and_then(Vec::pop) {
-            return Some(n);
+        while let Some(n) = dir.spare.get_mut(&(len, logical)).and_then(Vec::pop) {
+            if dir.used.insert(n.clone()) {
+                return Some(n);
+            }
         }
         for _ in 0..MAX_TRIES {
             let id = dir.next.entry(len).or_insert(0);
             let n = name_for(*id, len)?;
             *id += 1;
+            if dir.used.contains(&n) {
+                continue;
+            }
+            let Some((version, (lo, hi))) = range else {
+                dir.used.insert(n.clone());
+                return Some(n);
+            };
             let h = dx_hash(&n, version, &seed).ok()?.major;
             if (lo..hi).contains(&h) {
+                dir.used.insert(n.clone());
                 return Some(n);
             }
             let i = dir.by_hash.partition_point(|x| x.0 <= h);
@@ -177,16 +187,27 @@ impl Scrambler {
     }
 }
 
-/// Stand-in number `id` as a name of `len` bytes: base-N digits over
-/// letters, digits, then the other bytes a name may hold (not NUL, `/` or
-/// `.`), padded with `A`; `None` once `id` needs more than `len` digits.
-fn name_for(mut id: u64, len: usize) -> Option<Vec<u8>> {
-    static ALPHABET: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    let alphabet = ALPHABET.get_or_init(|| {
-        const FIRST: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+/// Stand-in number `id` as a name of `len` bytes: base-62 digits over
+/// letters and digits, padded with `A`, while they last; then base-253
+/// over every byte a name may hold (not NUL, `/` or `.`), which only
+/// one- and two-byte names in large directories reach. `None` when `id`
+/// is past both.
+fn name_for(id: u64, len: usize) -> Option<Vec<u8>> {
+    const FIRST: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    static ALL: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let all = ALL.get_or_init(|| {
         let rest = (1u8..=255).filter(|b| !FIRST.contains(b) && *b != b'/' && *b != b'.');
         FIRST.iter().copied().chain(rest).collect()
     });
+    let small = u32::try_from(len)
+        .ok()
+        .and_then(|l| 62u64.checked_pow(l))
+        .unwrap_or(u64::MAX);
+    let (mut id, alphabet) = if id < small {
+        (id, FIRST)
+    } else {
+        (id - small, all.as_slice())
+    };
     let base = alphabet.len() as u64;
     let mut out = vec![b'A'; len];
     for c in &mut out {

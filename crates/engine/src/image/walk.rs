@@ -15,6 +15,10 @@ use super::{DirBlocks, ImageOptions, MetadataBlocks};
 use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 
+/// Blocks a directory may map (ext4's 2 GiB limit in 1 KiB blocks, and
+/// `large_dir`'s 4 GiB ones in 64 KiB blocks, stay well below).
+const MAX_DIR_BLOCKS: usize = 1 << 22;
+
 /// Blocks of inode table read at once.
 const ITABLE_CHUNK: u64 = 64;
 
@@ -58,8 +62,13 @@ impl Filesystem {
         self.scan_inodes(&scan, &mut runs, &mut out)?;
         let total = self.geo.blocks_count;
         runs.retain(|&(s, n)| n > 0 && s < total);
+        // With bigalloc e2image's block map is a cluster map: a block in
+        // the set brings its whole cluster.
+        let mask = (1u64 << self.geo.cluster_bits) - 1;
         for r in &mut runs {
-            r.1 = r.1.min(total - r.0);
+            let end = r.0.saturating_add(r.1).saturating_add(mask) & !mask;
+            r.0 &= !mask;
+            r.1 = end.min(total) - r.0;
         }
         runs.sort_unstable();
         for (s, n) in runs {
@@ -243,11 +252,16 @@ impl Filesystem {
             match node.entries {
                 NodeEntries::Leaf(v) if keep.data => {
                     for e in v {
-                        runs.push((e.physical, e.len.into()));
                         if let Some(d) = &mut keep.dir {
-                            let n = u64::from(e.len).min(self.geo.blocks_count);
-                            d.extend((0..n).map(|i| (u64::from(e.logical) + i, e.physical + i)));
+                            if d.len() + usize::from(e.len) > MAX_DIR_BLOCKS {
+                                return Err(Error::inconsistent(
+                                    Location::Inode(keep.ino),
+                                    "directory maps more blocks than one can hold",
+                                ));
+                            }
+                            d.extend((0..u64::from(e.len)).map(|i| (u64::from(e.logical) + i, e.physical + i)));
                         }
+                        runs.push((e.physical, e.len.into()));
                     }
                 }
                 NodeEntries::Leaf(_) => {}
@@ -310,7 +324,7 @@ impl Filesystem {
             if level == 0 {
                 if keep.data {
                     runs.push((p64, 1));
-                    if let Some(d) = &mut keep.dir {
+                    if let Some(d) = keep.dir.as_mut().filter(|d| d.len() < MAX_DIR_BLOCKS) {
                         d.push((logical, p64));
                     }
                 }
