@@ -286,3 +286,31 @@ fn damaged_inputs_end_in_errors_not_panics() {
         }
     }
 }
+
+#[test]
+fn scramble_keeps_a_two_level_htree_clean() {
+    let Some(()) = tools() else {
+        assert!(std::env::var_os("CI").is_none(), "tools missing under CI");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("h")).unwrap();
+    // 900 names of 207 bytes in 1 KiB blocks: ~200 leaves, past one index block.
+    for i in 0..900 {
+        std::fs::write(src.join("h").join(format!("n{i:05}_{}", "q".repeat(200))), b"").unwrap();
+    }
+    let img = dir.path().join("h.img");
+    run(
+        "mkfs.ext4",
+        &["-q", "-F", "-b", "1024", "-d"],
+        &[&src, &img, Path::new("64M")],
+    );
+    let fsck = Command::new("e2fsck").arg("-fyD").arg(&img).output().unwrap();
+    assert!(fsck.status.code().unwrap_or(8) <= 1);
+    assert!(debugfs(&img, "htree /h").unwrap().contains("Indirect levels: 1"));
+    let out = dir.path().join("s.raw");
+    let said = ok(&["image", "-r", "-s"], &[&img, &out]);
+    assert!(said.contains("names scrambled: 901, kept: 1"), "{said}");
+    assert_fsck_clean(&out).unwrap();
+}
