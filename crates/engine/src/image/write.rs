@@ -46,31 +46,20 @@ impl Filesystem {
     pub fn write_qcow2_image(&self, set: &MetadataBlocks, out: &File) -> Result<ImageStats> {
         let bits = self.geo.block_size_log2;
         let size = self.geo.blocks_count << bits;
-        let probe = qcow2::Header {
-            cluster_bits: bits,
-            ..Default::default()
-        };
-        let mut used_l1: Vec<u64> = Vec::new();
-        for &(s, n) in &set.runs {
-            for l1 in s / probe.l2_entries()..=(s + n - 1) / probe.l2_entries() {
-                if used_l1.last() != Some(&l1) {
-                    used_l1.push(l1);
-                }
-            }
-        }
-        let layout = Layout::plan(bits, size, &used_l1, set.count())
+        let layout = Layout::plan(bits, size, &used_l1(set, bits), set.count())
             .map_err(|e| Error::Unsupported(format!("QCOW2 image of this file system: {e}")))?;
         let cs = layout.header.cluster_size();
         let mut cursor = layout.data_offset;
         // The L2 table being filled: (L1 index, table).
         let mut l2: Option<(u64, Vec<u8>)> = None;
         let flush = |l2: &Option<(u64, Vec<u8>)>| -> Result<()> {
-            if let Some((l1, table)) = l2 {
-                let i = layout.l2_tables.partition_point(|t| t.0 < *l1);
-                let at = layout.l2_tables[i].1;
-                out.write_all_at(table, at).map_err(out_err(at))?;
-            }
-            Ok(())
+            let Some((l1, table)) = l2 else {
+                return Ok(());
+            };
+            let i = layout.l2_tables.partition_point(|t| t.0 < *l1);
+            let at = layout.l2_tables.get(i).filter(|t| t.0 == *l1).map(|t| t.1);
+            let at = at.ok_or_else(|| Error::InvalidArgument(format!("no L2 table planned for L1 entry {l1}")))?;
+            out.write_all_at(table, at).map_err(out_err(at))
         };
         let mut stats = self.each_image_block(set, |block, data| {
             let (l1, l2i) = layout.header.indexes(block);
@@ -86,22 +75,7 @@ impl Filesystem {
             Ok(())
         })?;
         flush(&l2)?;
-        let clusters = cursor / cs;
-        let h = &layout.header;
-        let mut parts = vec![
-            (0, h.encode().to_vec()),
-            (h.l1_table_offset, layout.l1_table()),
-            (h.refcount_table_offset, layout.refcount_table()),
-        ];
-        for i in 0..layout.refcount_blocks {
-            parts.push((
-                layout.refcount_blocks_offset + i * cs,
-                layout.refcount_block(i, clusters),
-            ));
-        }
-        for (at, bytes) in parts {
-            out.write_all_at(&bytes, at).map_err(out_err(at))?;
-        }
+        write_qcow2_tables(&layout, cursor / cs, out)?;
         out.set_len(cursor).map_err(out_err(cursor))?;
         stats.file_bytes = cursor;
         Ok(stats)
@@ -146,4 +120,35 @@ impl Filesystem {
         }
         Ok(stats)
     }
+}
+
+/// The L1 entries whose range holds a block of `set`, ascending.
+fn used_l1(set: &MetadataBlocks, cluster_bits: u32) -> Vec<u64> {
+    let per_l2 = 1u64 << (cluster_bits - 3);
+    let mut out: Vec<u64> = Vec::new();
+    for &(s, n) in &set.runs {
+        for l1 in s / per_l2..=(s + n - 1) / per_l2 {
+            if out.last() != Some(&l1) {
+                out.push(l1);
+            }
+        }
+    }
+    out
+}
+
+/// Header, L1 table, refcount table and refcount blocks of a file of
+/// `clusters` clusters.
+fn write_qcow2_tables(layout: &Layout, clusters: u64, out: &File) -> Result<()> {
+    let (h, cs) = (&layout.header, layout.header.cluster_size());
+    let put = |at: u64, bytes: &[u8]| out.write_all_at(bytes, at).map_err(out_err(at));
+    put(0, &h.encode())?;
+    put(h.l1_table_offset, &layout.l1_table())?;
+    put(h.refcount_table_offset, &layout.refcount_table())?;
+    for i in 0..layout.refcount_blocks {
+        put(
+            layout.refcount_blocks_offset + i * cs,
+            &layout.refcount_block(i, clusters),
+        )?;
+    }
+    Ok(())
 }
