@@ -278,3 +278,37 @@ fn ranges(entries: &[ext4kit_format::htree::DxEntry], lo: u32, hi: u32, levels: 
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stand_ins_are_unique_legal_and_run_out_only_past_every_byte() {
+        assert_eq!(name_for(0, 3).unwrap(), b"AAA");
+        assert_eq!(name_for(1, 3).unwrap(), b"BAA");
+        let ones: Vec<Vec<u8>> = (0..62 + 253).map_while(|i| name_for(i, 1)).collect();
+        let distinct: HashSet<&Vec<u8>> = ones.iter().collect();
+        assert_eq!(ones.len(), 62 + 253);
+        // Base-253 names restart at the letters: 62 of them repeat, which
+        // the per-directory `used` set skips; 253 distinct bytes in all.
+        assert_eq!(distinct.len(), 253);
+        assert!(ones.iter().all(|n| n[0] != 0 && n[0] != b'/' && n[0] != b'.'));
+        assert!(name_for(62 + 253, 1).is_none());
+        assert!((0..5000).all(|i| name_for(i, 4).unwrap().iter().all(u8::is_ascii_alphanumeric)));
+    }
+
+    #[test]
+    fn leaf_ranges_nest_inside_the_parent_range() {
+        let e = |hash, block| ext4kit_format::htree::DxEntry { hash, block };
+        let r = ranges(
+            &[e(0, 1), e(0x1000_0001, 2), e(0x8000_0000, 3)],
+            0x0800_0000,
+            0x9000_0000,
+            0,
+        );
+        assert_eq!(r[0], (1, 0x0800_0000, 0x1000_0000, 0));
+        assert_eq!(r[1], (2, 0x1000_0000, 0x8000_0000, 0));
+        assert_eq!(r[2], (3, 0x8000_0000, 0x9000_0000, 0));
+    }
+}
