@@ -314,3 +314,34 @@ fn scramble_keeps_a_two_level_htree_clean() {
     assert!(said.contains("names scrambled: 901, kept: 1"), "{said}");
     assert_fsck_clean(&out).unwrap();
 }
+
+#[test]
+fn a_backup_superblock_image_equals_e2image_b() {
+    let Some(()) = tools() else {
+        assert!(std::env::var_os("CI").is_none(), "tools missing under CI");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let img = make_image(dir.path(), "b", &["-b", "1024"]);
+    // The primary superblock zeroed: only the backup in group 1 opens it.
+    let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 1024], 1024).unwrap();
+    let p = |s: &str| dir.path().join(s);
+    run("e2image", &["-r", "-b", "8193", "-B", "1024"], &[&img, &p("e2.raw")]);
+    ok(&["image", "-r", "-b", "8193", "-B", "1024"], &[&img, &p("our.raw")]);
+    assert_same(&p("e2.raw"), &p("our.raw"));
+    ok(&["image", "-Q", "-b", "8193"], &[&img, &p("our.qcow2")]);
+    ok(&["image", "-r"], &[&p("our.qcow2"), &p("back.raw")]);
+    assert_same(&p("e2.raw"), &p("back.raw"));
+    // The backup and its descriptors are in the image: e2fsck -b reads it.
+    let fsck = Command::new("e2fsck")
+        .args(["-fn", "-b", "8193", "-B", "1024"])
+        .arg(p("our.raw"))
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.code().unwrap_or(8) < 8,
+        "{}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+}

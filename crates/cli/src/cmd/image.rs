@@ -33,6 +33,13 @@ pub struct Args {
     /// Replace directory entry names by stand-ins of the same length.
     #[arg(short = 's')]
     scramble: bool,
+    /// Read the file system through the backup superblock at this block
+    /// and copy it and its descriptors too, as e2image -b.
+    #[arg(short = 'b', value_name = "BLOCK")]
+    superblock: Option<u64>,
+    /// The block size -b counts in (without it each size is tried).
+    #[arg(short = 'B', value_name = "SIZE", requires = "superblock", value_parser = crate::open::parse_block_size)]
+    block_size: Option<u32>,
 }
 
 /// Writes the image and says what went into it.
@@ -42,7 +49,7 @@ pub fn run(a: Args) -> Result<()> {
         bail!("{}: the output would overwrite the input", a.out.display());
     }
     if image::is_qcow2(&input) {
-        if !a.raw || a.all_data || a.scramble {
+        if !a.raw || a.all_data || a.scramble || a.superblock.is_some() {
             bail!(
                 "{}: a QCOW2 image can only be turned back into raw (-r alone)",
                 a.image.display()
@@ -58,8 +65,8 @@ pub fn run(a: Args) -> Result<()> {
         image: a.image.clone(),
         ignore_checksums: true,
         ignore_journal: true,
-        superblock: None,
-        block_size: None,
+        superblock: a.superblock,
+        block_size: a.block_size,
         journal: None,
     })?;
     let opts = ImageOptions {

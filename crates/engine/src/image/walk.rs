@@ -1,5 +1,6 @@
 //! The block set of an image, chosen as e2image's `write_raw_image_file`
-//! chooses it: the primary superblock and descriptors, the MMP block, each
+//! chooses it: the primary superblock and descriptors (and the backup's,
+//! when opened through one), the MMP block, each
 //! group's initialised bitmaps and the used part of its inode table, and,
 //! per in-use inode (links not zero), the xattr block, then every block of
 //! directories, symlinks, the journal, quota and orphan-file inodes, and
@@ -8,8 +9,10 @@
 use std::collections::HashSet;
 
 use ext4kit_format::extent::{self, NodeEntries};
+use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ext4kit_format::inode::{FileType, I_BLOCK_SIZE, RawInode, flags};
+use ext4kit_format::superblock::SUPERBLOCK_OFFSET;
 
 use super::{DirBlocks, ImageOptions, MetadataBlocks};
 use crate::error::{Error, Location, Result};
@@ -86,10 +89,17 @@ impl Filesystem {
         let geo = &self.geo;
         let mut runs = vec![(u64::from(geo.first_data_block), 1)];
         let per = geo.descs_per_block();
+        let sb = self.superblock();
+        let backup = self.sb_offset != SUPERBLOCK_OFFSET;
         for j in 0..geo.group_count.div_ceil(per) {
             runs.push((self.group_desc_block(j * per), 1));
+            if backup {
+                runs.push((self.primary_desc_block(j, sb.s_first_meta_bg.get()), 1));
+            }
         }
-        let sb = self.superblock();
+        if backup {
+            runs.push((self.sb_offset >> geo.block_size_log2, 1));
+        }
         if geo
             .features
             .incompat
@@ -120,6 +130,17 @@ impl Filesystem {
             }
         }
         runs
+    }
+
+    /// Where the primary copy of descriptor block `j` lies, for an image
+    /// opened through a backup (`-b`): e2image copies both.
+    fn primary_desc_block(&self, j: u32, first_meta_bg: u32) -> u64 {
+        let meta_bg = self.geo.features.incompat.contains(IncompatFeatures::META_BG);
+        if !meta_bg || j < first_meta_bg {
+            return self.geo.superblock_block(0) + 1 + u64::from(j);
+        }
+        let g = j * self.geo.descs_per_block();
+        self.geo.superblock_block(g) + u64::from(self.group_has_super(g))
     }
 
     /// The inode scan (`ext2fs_get_next_inode`, lazy groups skipped) with
