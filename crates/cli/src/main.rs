@@ -120,6 +120,9 @@ enum Command {
     Resize(cmd::resize::Args),
     /// Benchmarks: `bench mount` compares kernel ext4, fuse2fs and ext4kit.
     Bench(cmd::bench::Args),
+    /// A metadata-only image for bug reports (like e2image -r/-Q, -s, -a);
+    /// -r on a QCOW2 image turns it back into raw.
+    Image(cmd::image::Args),
     /// debugfs's inspection commands (icheck, ncheck, htree, logdump…);
     /// without a command, an interactive prompt.
     Debug(cmd::debug::Args),
@@ -177,6 +180,7 @@ fn main() -> ExitCode {
         Command::Project(a) => cmd::quota::project(a),
         Command::Resize(a) => cmd::resize::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Image(a) => cmd::image::run(a),
         Command::Debug(a) => cmd::debug::run(a),
         Command::Completions(a) => cmd::completions::run(a, Cli::command()),
         Command::Man(a) => cmd::man::run(a, Cli::command()),

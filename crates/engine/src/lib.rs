@@ -54,6 +54,7 @@ pub mod error;
 pub mod frag;
 mod fs;
 mod fs_error;
+pub mod image;
 pub mod inode;
 mod inode_locks;
 pub mod inspect;

@@ -29,6 +29,7 @@ pub mod mmp;
 pub mod names;
 pub mod orphan;
 pub mod probe;
+pub mod qcow2;
 pub mod quota;
 pub mod superblock;
 pub mod xattr;

@@ -11,6 +11,7 @@ pub mod export;
 pub mod fallocate;
 pub mod frag;
 pub mod fsck;
+pub mod image;
 pub mod import;
 pub mod info;
 pub mod layout;
