@@ -565,8 +565,8 @@ fn stale_head(img: &Path) -> bool {
     matches!((head, expected), (Some(h), Some(e)) if h != e)
 }
 
-/// A long run of fast-committed appends with creates between them (full
-/// commits) fills the log, so checkpoints come while the area holds fast
+/// A long run of fast-committed appends with a mkdir between every few
+/// (ineligible: full commits) fills the log, so checkpoints come while the area holds fast
 /// commits of the transaction about to be logged: at every flush the
 /// durable image still gives the file all every returned fsync promised,
 /// through the engine's open and (at a sample of points) e2fsck's replay.
@@ -583,8 +583,8 @@ fn fast_commits_outlive_checkpoints() {
     let mut promised = Vec::new();
     for i in 0..400 {
         if i % 3 == 2 {
-            let name = format!("f{i}");
-            fs.create(ROOT_INO, name.as_bytes(), NodeKind::Regular, LOG_ATTR)
+            let name = format!("d{i}");
+            fs.create(ROOT_INO, name.as_bytes(), NodeKind::Directory, LOG_ATTR)
                 .unwrap();
         }
         let rec = bytes(100 + i % 50, i as u32 + 7);
@@ -697,4 +697,238 @@ fn fsync_loop_modeled_disk_time() {
             "{profile}: fast commits must take less modeled time: {per:?}"
         );
     }
+}
+
+/// Path → (inode, links, size, content) of every name under the root
+/// but lost+found, as the engine reads `fs`.
+fn engine_tree(fs: &ext4kit_engine::Filesystem) -> Vec<(String, u32, u16, u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![(String::new(), ext4kit_engine::ROOT_INO)];
+    while let Some((path, dir)) = todo.pop() {
+        for e in fs.read_dir(&fs.inode(dir).unwrap()).unwrap() {
+            if e.name == b"." || e.name == b".." || (dir == ext4kit_engine::ROOT_INO && e.name == b"lost+found") {
+                continue;
+            }
+            let p = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+            let inode = fs.inode(e.ino).unwrap();
+            let mut body = Vec::new();
+            if inode.is_dir() {
+                todo.push((p.clone(), e.ino));
+            } else {
+                body = vec![0u8; inode.size() as usize];
+                let n = fs.read_file_at(e.ino, 0, &mut body).unwrap();
+                body.truncate(n);
+            }
+            out.push((p, e.ino, inode.raw.links(), inode.size(), body));
+        }
+    }
+    out.sort();
+    out
+}
+
+type Tree = Vec<(String, u32, u16, u64, Vec<u8>)>;
+
+fn assert_same_tree(want: &Tree, got: &Tree, what: &str) {
+    let show = |t: &Tree| {
+        t.iter()
+            .map(|(p, i, l, s, _)| format!("{p} ino {i} links {l} size {s}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(want == got, "{what}: want\n{}\ngot\n{}", show(want), show(got));
+}
+
+/// A 64 MiB `fast_commit` image open in the engine, with a base tree a
+/// full commit made durable: `/a` holding `keep`, `victim` (also
+/// `/b/victim2`), `solo`, `far` and the directory `sub`; `/b`.
+fn namespace_base(dir: &Path) -> Option<(std::path::PathBuf, ext4kit_engine::Filesystem)> {
+    use ext4kit_engine::device::FileDevice;
+    use ext4kit_engine::journal::JournalOptions;
+    use ext4kit_engine::{Filesystem, NodeKind, OpenOptions, ROOT_INO};
+    let img = common::mkfs(dir, None, &["-O", "fast_commit", "-b", "4096"], "64M")?;
+    let opts = OpenOptions {
+        journal: JournalOptions {
+            fast_commit: true,
+            ..JournalOptions::default()
+        },
+        ..OpenOptions::default()
+    };
+    let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), opts).unwrap();
+    let a = fs.create(ROOT_INO, b"a", NodeKind::Directory, LOG_ATTR).unwrap().ino;
+    let b = fs.create(ROOT_INO, b"b", NodeKind::Directory, LOG_ATTR).unwrap().ino;
+    for (i, name) in [&b"keep"[..], b"victim", b"solo", b"far"].into_iter().enumerate() {
+        let f = fs.create(a, name, NodeKind::Regular, LOG_ATTR).unwrap().ino;
+        fs.write(f, 0, &bytes(3000 + i * 500, i as u32 + 11)).unwrap();
+    }
+    fs.create(a, b"sub", NodeKind::Directory, LOG_ATTR).unwrap();
+    let victim = fs.lookup(&fs.inode(a).unwrap(), b"victim").unwrap();
+    fs.link(victim, b, b"victim2").unwrap();
+    fs.sync_inode(victim).unwrap();
+    Some((img, fs))
+}
+
+fn lookup_path(fs: &ext4kit_engine::Filesystem, path: &[&str]) -> u32 {
+    let mut ino = ext4kit_engine::ROOT_INO;
+    for p in path {
+        ino = fs.lookup(&fs.inode(ino).unwrap(), p.as_bytes()).unwrap();
+    }
+    ino
+}
+
+/// Name changes fsync'd as fast commits (creates, link, unlink of a
+/// file with another name, rename within and across directories) are
+/// replayed from a copy taken right after the last fsync — before any
+/// full commit — by the kernel's mount, by `e2fsck -fy` and by the
+/// engine's open, each giving the tree (names, inode numbers, links,
+/// sizes, contents) the fsyncs promised, and an image `e2fsck -fn` finds
+/// clean.
+#[test]
+fn name_changes_fast_commit_and_replay_everywhere() {
+    use ext4kit_engine::{NodeKind, RenameFlags};
+    let dir = tempfile::tempdir().unwrap();
+    let Some((img, fs)) = namespace_base(dir.path()) else {
+        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
+        return;
+    };
+    let before = fs.journal_stats().unwrap();
+    let (a, b) = (lookup_path(&fs, &["a"]), lookup_path(&fs, &["b"]));
+    let new1 = fs.create(a, b"new1", NodeKind::Regular, LOG_ATTR).unwrap().ino;
+    fs.write(new1, 0, &bytes(5000, 3)).unwrap();
+    fs.sync_inode(new1).unwrap();
+    let sub = lookup_path(&fs, &["a", "sub"]);
+    let inner = fs.create(sub, b"inner", NodeKind::Regular, LOG_ATTR).unwrap().ino;
+    fs.write(inner, 0, &bytes(9000, 4)).unwrap();
+    fs.sync_inode(inner).unwrap();
+    let keep = lookup_path(&fs, &["a", "keep"]);
+    fs.link(keep, b, b"keep_link").unwrap();
+    fs.sync_inode(keep).unwrap();
+    fs.unlink(a, b"victim").unwrap();
+    fs.sync_inode(lookup_path(&fs, &["b", "victim2"])).unwrap();
+    fs.rename(a, b"solo", a, b"solo2", RenameFlags::default()).unwrap();
+    fs.sync_inode(a).unwrap();
+    fs.rename(a, b"far", b, b"far", RenameFlags::default()).unwrap();
+    let far = lookup_path(&fs, &["b", "far"]);
+    fs.write(far, 100, b"moved").unwrap();
+    fs.sync_inode(far).unwrap();
+    let after = fs.journal_stats().unwrap();
+    println!("name changes: {before:?}\n -> {after:?}");
+    assert_eq!(after.commits, before.commits, "every fsync a fast commit: {after:?}");
+    assert_eq!(after.fast_commits - before.fast_commits, 6, "{after:?}");
+    let want = engine_tree(&fs);
+    let copies: Vec<_> = ["kernel", "e2fsck", "engine"]
+        .iter()
+        .map(|w| {
+            let p = dir.path().join(format!("{w}.img"));
+            fs::copy(&img, &p).unwrap();
+            p
+        })
+        .collect();
+    drop(fs);
+
+    // (c) the engine's open.
+    let e = common::open_rw(&copies[2]);
+    assert!(e.journal_info().recovered.clone().unwrap().fast_commits > 0);
+    assert_same_tree(&want, &engine_tree(&e), "the engine's replay");
+    e.unmount().unwrap();
+    assert_fsck_clean(&copies[2]).unwrap();
+
+    // (b) e2fsck.
+    let out = std::process::Command::new("e2fsck")
+        .arg("-fy")
+        .arg(&copies[1])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(matches!(out.status.code(), Some(0 | 1)), "e2fsck -fy: {said}");
+    assert_fsck_clean(&copies[1]).unwrap();
+    let e = common::open_rw(&copies[1]);
+    assert_same_tree(&want, &engine_tree(&e), &format!("e2fsck's replay ({said})"));
+    drop(e);
+
+    // (a) the kernel's mount.
+    if let Err(why) = can_loop_mount() {
+        ext4kit_testkit::skipped!("the kernel's replay of name changes: {why}");
+        assert!(std::env::var_os("CI").is_none(), "CI must run the kernel tests");
+        return;
+    }
+    let m = LoopMount::rw(&copies[0], &[]).unwrap();
+    m.unmount().unwrap();
+    assert_fsck_clean(&copies[0]).unwrap();
+    let e = common::open_rw(&copies[0]);
+    assert_same_tree(&want, &engine_tree(&e), "the kernel's replay");
+    drop(e);
+}
+
+/// Changes no fast commit carries make the fsync a full commit, as the
+/// kernel's ineligible operations do: removing a last link, renaming a
+/// directory, an xattr, a symlink, a mkdir (see `fc_note_create`); the
+/// image stays clean.
+#[test]
+fn ineligible_name_changes_commit_in_full() {
+    use ext4kit_engine::{NodeKind, RenameFlags, XattrSet};
+    let dir = tempfile::tempdir().unwrap();
+    let Some((img, fs)) = namespace_base(dir.path()) else {
+        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
+        return;
+    };
+    let (a, b) = (lookup_path(&fs, &["a"]), lookup_path(&fs, &["b"]));
+    let keep = lookup_path(&fs, &["a", "keep"]);
+    // Each step returns the inode to fsync.
+    type Step = Box<dyn Fn(&ext4kit_engine::Filesystem) -> u32>;
+    let steps: Vec<(&str, Step)> = vec![
+        (
+            "unlink of a last link",
+            Box::new(move |fs| {
+                fs.unlink(a, b"solo").unwrap();
+                a
+            }),
+        ),
+        (
+            "directory rename",
+            Box::new(move |fs| {
+                fs.rename(ext4kit_engine::ROOT_INO, b"b", a, b"b", RenameFlags::default())
+                    .unwrap();
+                a
+            }),
+        ),
+        (
+            "xattr",
+            Box::new(move |fs| {
+                fs.set_xattr(keep, b"user.x", b"1", XattrSet::Any).unwrap();
+                keep
+            }),
+        ),
+        (
+            "symlink",
+            Box::new(move |fs| {
+                fs.create(a, b"sl", NodeKind::Symlink(b"keep".to_vec()), LOG_ATTR)
+                    .unwrap()
+                    .ino
+            }),
+        ),
+        (
+            "mkdir",
+            Box::new(move |fs| fs.create(a, b"made", NodeKind::Directory, LOG_ATTR).unwrap().ino),
+        ),
+        (
+            "control: a create",
+            Box::new(move |fs| fs.create(a, b"plain", NodeKind::Regular, LOG_ATTR).unwrap().ino),
+        ),
+    ];
+    let _ = b;
+    for (what, step) in steps {
+        let s0 = fs.journal_stats().unwrap();
+        let ino = step(&fs);
+        fs.sync_inode(ino).unwrap();
+        let s1 = fs.journal_stats().unwrap();
+        let full = s1.commits - s0.commits;
+        let fast = s1.fast_commits - s0.fast_commits;
+        if what.starts_with("control") {
+            assert_eq!((full, fast), (0, 1), "{what}: {s1:?}");
+        } else {
+            assert_eq!((full, fast), (1, 0), "{what}: {s1:?}");
+        }
+    }
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img).unwrap();
 }

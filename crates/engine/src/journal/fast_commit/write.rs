@@ -28,6 +28,8 @@ use crate::fs::Filesystem;
 use crate::inode::Inode;
 use crate::journal::writer::Log;
 
+use super::track::NameChange;
+
 /// The fast-commit area's blocks (`j_fc_first..s_maxlen`) and how many
 /// this transaction's fast commits have used (`j_fc_off`).
 #[derive(Debug, Clone)]
@@ -173,22 +175,30 @@ fn root_extents(inode: &Inode) -> Option<Vec<Extent>> {
 }
 
 impl Filesystem {
-    /// The records of inode `ino` for a fast commit, or `None` when it is
-    /// not something this writer carries.
-    fn fc_inode_records(&self, ino: u32, out: &mut Layout) -> Result<Option<()>> {
-        let inode = self.inode(ino)?;
-        let plain = inode.file_type().ok() == Some(FileType::Regular)
+    /// The records of `inode` for a fast commit: with `ranges`, its whole
+    /// mapping first (a `DEL_RANGE` per hole, an `ADD_RANGE` per extent),
+    /// then its `INODE` record. `None` when it is not something this
+    /// writer carries: a regular file or directory mapped by in-inode
+    /// extents, linked.
+    fn fc_inode_records(&self, inode: &Inode, ranges: bool, out: &mut Layout) -> Option<()> {
+        let ino = inode.ino;
+        let kind = inode.file_type().ok()?;
+        // The kernel tracks no reserved inode's data (`__track_range`).
+        let first = self.sb.read().s_first_ino.get().max(11);
+        let ours = ino >= first || ino == crate::inode::ROOT_INO && !ranges;
+        let plain = ours
+            && matches!(kind, FileType::Regular | FileType::Directory)
             && inode.uses_extents()
             && !inode.has_inline_data()
             && inode.raw.links() > 0;
-        let Some(exts) = plain.then(|| root_extents(&inode)).flatten() else {
-            return Ok(None);
-        };
-        for (lblk, len) in holes(&exts) {
-            out.push(&encode(&Tag::DelRange { ino, lblk, len }));
-        }
-        for extent in exts {
-            out.push(&encode(&Tag::AddRange { ino, extent }));
+        let exts = plain.then(|| root_extents(inode)).flatten()?;
+        if ranges {
+            for (lblk, len) in holes(&exts) {
+                out.push(&encode(&Tag::DelRange { ino, lblk, len }));
+            }
+            for extent in exts {
+                out.push(&encode(&Tag::AddRange { ino, extent }));
+            }
         }
         let isz = usize::from(self.geo.inode_size);
         let len = if isz > 128 {
@@ -198,7 +208,48 @@ impl Filesystem {
         };
         let raw = inode.record.get(..len.min(isz)).unwrap_or(&inode.record).to_vec();
         out.push(&encode(&Tag::Inode { ino, raw }));
+        Some(())
+    }
+
+    /// The records of one fast commit (`ext4_fc_perform_commit`): the
+    /// name changes in order, a created inode's records before its
+    /// `CREAT` (replays read its mode from the inode), then every inode
+    /// written since the last fast commit. A directory goes as its
+    /// `INODE` record alone, for its times (the kernel logs none): its
+    /// mapping is as on disk, since a change to it made the transaction
+    /// ineligible. `None` when something cannot go in a fast commit.
+    fn fc_records(&self, fc: &Snapshot, out: &mut Layout) -> Result<Option<()>> {
+        for change in &fc.names {
+            if let NameChange::Create(d) = change
+                && self.fc_inode_records(&self.inode(d.ino)?, true, out).is_none()
+            {
+                return Ok(None);
+            }
+            out.push(&encode(&change.tag()));
+        }
+        for &ino in &fc.inodes {
+            let inode = self.inode(ino)?;
+            let dir = inode.is_dir();
+            if dir && !fc.dirs.contains(&ino) {
+                return Ok(None);
+            }
+            if self.fc_inode_records(&inode, !dir, out).is_none() {
+                return Ok(None);
+            }
+        }
         Ok(Some(()))
+    }
+
+    /// The blocks of directories `dirs`: dirty ones are those the noted
+    /// name changes wrote, which a replay rebuilds.
+    fn fc_dir_blocks(&self, dirs: &HashSet<u32>) -> Result<HashSet<u64>> {
+        let mut out = HashSet::new();
+        for &ino in dirs {
+            for (s, n) in self.inode_blocks(&self.inode(ino)?)? {
+                out.extend(s..s + n);
+            }
+        }
+        Ok(out)
     }
 
     /// The block holding the primary superblock (byte 1024).
@@ -263,22 +314,20 @@ impl Filesystem {
 
     /// Writes a fast commit for the running transaction if every change in
     /// it can go in one and the area has room; false when the caller must
-    /// commit in full. The caller holds the log and has written the files'
-    /// data.
+    /// commit in full. The caller holds the writer lock (no operation
+    /// publishes meanwhile) and the log, and has written the files' data.
     pub(crate) fn try_fast_commit(&self, log: &mut Log) -> Result<bool> {
         if log.fc.is_none() || log.is_empty() {
             return Ok(false);
         }
-        let (inodes, blocks): (Vec<u32>, Vec<u64>) = {
-            let d = self.dirty.lock();
-            if d.committing.is_some() {
-                return Ok(false);
-            }
-            (
-                d.running_changes.inodes.iter().copied().collect(),
-                d.blocks.keys().copied().collect(),
-            )
+        let Some((snap, blocks)) = self.fc_snapshot() else {
+            return Ok(false);
         };
+        if snap.names.is_empty() && snap.inodes.is_empty() {
+            // Fast commits already carry all of it: only the data was left.
+            self.flush_journal(log)?;
+            return Ok(true);
+        }
         let (bitmaps, tables) = {
             let groups = self.groups.read();
             let n = u64::from(self.geo.inode_table_blocks);
@@ -288,7 +337,11 @@ impl Filesystem {
                 .collect();
             (bitmaps, groups.iter().map(|g| (g.inode_table(), n)).collect::<Vec<_>>())
         };
-        if !blocks.iter().all(|&b| self.fc_block_ok(b, &bitmaps, &tables)) {
+        let dir_blocks = self.fc_dir_blocks(&snap.dirs)?;
+        if !blocks
+            .iter()
+            .all(|&b| self.fc_block_ok(b, &bitmaps, &tables) || dir_blocks.contains(&b))
+        {
             return Ok(false);
         }
         let fc = log.fc.clone().expect("checked above");
@@ -303,12 +356,8 @@ impl Filesystem {
                 tid: log.sequence,
             }));
         }
-        let mut sorted = inodes;
-        sorted.sort_unstable();
-        for ino in sorted {
-            if self.fc_inode_records(ino, &mut lay)?.is_none() {
-                return Ok(false);
-            }
+        if self.fc_records(&snap, &mut lay)?.is_none() {
+            return Ok(false);
         }
         let out = lay.finish(log.sequence);
         let n = out.len() as u32;
@@ -329,8 +378,35 @@ impl Filesystem {
         if let Some(area) = log.fc.as_mut() {
             area.off += n;
         }
+        self.dirty.lock().running_changes.fc.carried();
         log.stats.fast_commits += 1;
         log.stats.fast_commit_blocks += u64::from(n);
         Ok(true)
     }
+
+    /// What the running transaction's next fast commit must carry and its
+    /// dirty blocks; `None` when a full commit is due (one in flight, or
+    /// an ineligible change).
+    fn fc_snapshot(&self) -> Option<(Snapshot, Vec<u64>)> {
+        let d = self.dirty.lock();
+        let fc = &d.running_changes.fc;
+        if d.committing.is_some() || fc.ineligible.is_some() {
+            return None;
+        }
+        let mut inodes: Vec<u32> = fc.inodes.iter().copied().collect();
+        inodes.sort_unstable();
+        let snap = Snapshot {
+            names: fc.names.clone(),
+            inodes,
+            dirs: fc.dirs.clone(),
+        };
+        Some((snap, d.blocks.keys().copied().collect()))
+    }
+}
+
+/// The running transaction's fast-commit notes, copied out of the lock.
+struct Snapshot {
+    names: Vec<NameChange>,
+    inodes: Vec<u32>,
+    dirs: HashSet<u32>,
 }
