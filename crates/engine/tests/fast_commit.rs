@@ -932,3 +932,205 @@ fn ineligible_name_changes_commit_in_full() {
     fs.unmount().unwrap();
     assert_fsck_clean(&img).unwrap();
 }
+
+/// Modeled disk time and journal blocks of an fsync-heavy create loop
+/// (100 × create a file in one directory, write 4 KiB, fsync it), with
+/// fast commits and without: deterministic figures, printed (`cargo test
+/// -p ext4kit-engine --test fast_commit create_loop -- --nocapture`).
+#[test]
+fn create_loop_modeled_disk_time() {
+    use ext4kit_engine::device::{DiskModel, DiskProfile, MemDevice};
+    use ext4kit_engine::journal::JournalOptions;
+    use ext4kit_engine::{Filesystem, NodeKind, OpenOptions, ROOT_INO};
+    use std::sync::Arc;
+    const N: u64 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(dir.path(), None, &["-O", "fast_commit", "-b", "4096"], "64M") else {
+        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
+        return;
+    };
+    let image = fs::read(&img).unwrap();
+    for profile in ["hp-sas-10k", "ssd"] {
+        let mut per = Vec::new();
+        for fast in [true, false] {
+            let p: DiskProfile = profile.parse().unwrap();
+            let disk = Arc::new(DiskModel::new(MemDevice::new(image.clone()), &p).unwrap());
+            let opts = OpenOptions {
+                journal: JournalOptions {
+                    fast_commit: fast,
+                    ..JournalOptions::default()
+                },
+                ..OpenOptions::default()
+            };
+            let fs = Filesystem::open(Box::new(disk.clone()), opts).unwrap();
+            let d = fs.create(ROOT_INO, b"d", NodeKind::Directory, LOG_ATTR).unwrap().ino;
+            fs.sync_inode(d).unwrap();
+            disk.reset();
+            let j0 = fs.journal_stats().unwrap();
+            for i in 0..N {
+                let f = fs
+                    .create(d, format!("f{i:04}").as_bytes(), NodeKind::Regular, LOG_ATTR)
+                    .unwrap()
+                    .ino;
+                fs.write(f, 0, &bytes(4096, i as u32 + 5)).unwrap();
+                fs.sync_inode(f).unwrap();
+            }
+            let s = disk.stats();
+            let j = fs.journal_stats().unwrap();
+            let blocks = (j.log_blocks + j.fast_commit_blocks) - (j0.log_blocks + j0.fast_commit_blocks);
+            println!(
+                "create loop, {profile}, fast commits {}: {:.3} ms per fsync modeled, {:.2} journal blocks per fsync, {} writes, {} flushes, {} fast commits, {} full commits",
+                if fast { "on" } else { "off" },
+                s.modeled_ns as f64 / N as f64 / 1e6,
+                blocks as f64 / N as f64,
+                s.writes,
+                s.flushes,
+                j.fast_commits - j0.fast_commits,
+                j.commits - j0.commits
+            );
+            per.push((s.modeled_ns, blocks));
+            if fast {
+                assert!(j.fast_commits - j0.fast_commits >= N * 3 / 4, "{j:?}");
+            }
+            fs.unmount().unwrap();
+        }
+        assert!(
+            per[0].0 < per[1].0,
+            "{profile}: fast commits must take less modeled time: {per:?}"
+        );
+        assert!(per[0].1 < per[1].1, "{profile}: and fewer journal blocks: {per:?}");
+    }
+}
+
+/// Name → content of the root directory (lost+found aside) of the image
+/// `img` as the engine's open (and its replay) leaves it.
+fn root_names(img: Vec<u8>) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+    use ext4kit_engine::device::MemDevice;
+    use ext4kit_engine::{Filesystem, OpenOptions, ROOT_INO};
+    let fs = Filesystem::open(Box::new(MemDevice::new(img)), OpenOptions::default()).unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for e in fs.read_dir(&fs.inode(ROOT_INO).unwrap()).unwrap() {
+        if e.name == b"." || e.name == b".." || e.name == b"lost+found" {
+            continue;
+        }
+        let mut body = vec![0u8; fs.inode(e.ino).unwrap().size() as usize];
+        let n = fs.read_file_at(e.ino, 0, &mut body).unwrap();
+        body.truncate(n);
+        out.insert(e.name, body);
+    }
+    out
+}
+
+/// Power lost at every write of a run of fsync'd creates, links, renames
+/// and unlinks (writes since the last flush kept, dropped and reordered
+/// at random): the engine's open and `e2fsck -fy` (then `-fn` clean)
+/// each give the root directory as one fsync left it, never older than
+/// the last fsync that returned.
+#[test]
+fn name_fast_commits_survive_crashes() {
+    use ext4kit_engine::device::Survivors;
+    use ext4kit_engine::{NodeKind, ROOT_INO, RenameFlags};
+    use std::collections::BTreeMap;
+    let dir = tempfile::tempdir().unwrap();
+    let Some((dev, fs, _)) = crash_fast_commit_fs(dir.path()) else {
+        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
+        return;
+    };
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::from([(b"log".to_vec(), Vec::new())]);
+    let mut states = Vec::new();
+    let mut promise = |fs: &ext4kit_engine::Filesystem, ino: u32, model: &BTreeMap<Vec<u8>, Vec<u8>>| {
+        fs.sync_inode(ino).unwrap();
+        states.push((dev.writes(), model.clone()));
+    };
+    let look = |fs: &ext4kit_engine::Filesystem, name: &[u8]| fs.lookup(&fs.inode(ROOT_INO).unwrap(), name).unwrap();
+    for i in 0..12u32 {
+        let name = format!("n{i}").into_bytes();
+        let body = bytes(1500 + i as usize * 100, i + 40);
+        let f = fs.create(ROOT_INO, &name, NodeKind::Regular, LOG_ATTR).unwrap().ino;
+        fs.write(f, 0, &body).unwrap();
+        model.insert(name.clone(), body.clone());
+        promise(&fs, f, &model);
+        if i % 3 == 1 {
+            let h = format!("h{i}").into_bytes();
+            fs.link(f, ROOT_INO, &h).unwrap();
+            model.insert(h, body);
+            promise(&fs, f, &model);
+        } else if i % 3 == 2 {
+            let (from, to) = (format!("n{}", i - 1).into_bytes(), format!("m{i}").into_bytes());
+            fs.rename(ROOT_INO, &from, ROOT_INO, &to, RenameFlags::default())
+                .unwrap();
+            let moved = model.remove(&from).unwrap();
+            model.insert(to.clone(), moved);
+            promise(&fs, look(&fs, &to), &model);
+            // The name linked one step before goes; its file keeps `to`.
+            let h = format!("h{}", i - 1).into_bytes();
+            fs.unlink(ROOT_INO, &h).unwrap();
+            model.remove(&h);
+            promise(&fs, look(&fs, &to), &model);
+        }
+    }
+    let stats = fs.journal_stats().unwrap();
+    assert!(stats.fast_commits >= 20, "{stats:?}");
+    drop(fs);
+    let copy = dir.path().join("crash.img");
+    let mut stale = 0;
+    let first = states[0].0;
+    for point in first..=dev.writes() {
+        let k = states.iter().rposition(|(w, _)| *w <= point).unwrap_or(0);
+        let allowed = &states[k..];
+        let survivors = Survivors::Random {
+            seed: point as u64 + 7,
+            torn: true,
+            reorder: true,
+        };
+        let image = dev.crash_image(point, survivors);
+        let got = root_names(image.clone());
+        assert!(
+            allowed.iter().any(|(_, m)| *m == got),
+            "point {point}: the engine's replay gives {:?}, fsync {k} promised {:?}",
+            got.keys()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect::<Vec<_>>(),
+            states[k]
+                .1
+                .keys()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect::<Vec<_>>()
+        );
+        fs::write(&copy, &image).unwrap();
+        if let Some(keep) = std::env::var_os("EXT4KIT_FC_KEEP") {
+            fs::copy(&copy, Path::new(&keep).join(format!("n{point}.img"))).unwrap();
+        }
+        if stale_head(&copy) {
+            stale += 1;
+            continue;
+        }
+        let out = std::process::Command::new("e2fsck")
+            .arg("-fy")
+            .arg(&copy)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "point {point}: e2fsck -fy: {said}"
+        );
+        assert_fsck_clean(&copy).unwrap_or_else(|e| panic!("point {point}: {e}"));
+        let got = root_names(fs::read(&copy).unwrap());
+        assert!(
+            allowed.iter().any(|(_, m)| *m == got),
+            "point {point}: e2fsck's replay gives {:?} ({said})",
+            got.keys()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect::<Vec<_>>()
+        );
+    }
+    println!(
+        "{} crash points, {stale} stale heads; {stats:?}",
+        dev.writes() + 1 - first
+    );
+    assert!(
+        stale <= 2 * stats.fast_commit_resets as usize,
+        "{stale} stale-head points"
+    );
+}

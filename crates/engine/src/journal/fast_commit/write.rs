@@ -257,25 +257,43 @@ impl Filesystem {
         1024 >> self.geo.block_size_log2
     }
 
-    /// Writes the superblock's block home as the log holds it, before the
-    /// first fast commit that follows a full commit (made durable by the
-    /// flush before that commit's tail). e2fsck replays fast
-    /// commits with the superblock it read before its log replay and
-    /// writes back only the bytes it changed since (`ext2fs_flush`,
-    /// `write_primary_superblock`); were the home copy older than the
-    /// logged one, the result would mix two superblocks under one
-    /// checksum. The kernel seldom logs the superblock, so its fast
-    /// commits do not meet this; the engine logs it in every commit.
-    fn superblock_home_as_logged(&self, log: &mut Log) -> Result<()> {
-        let home = self.sb_home_block();
-        let Some(bytes) = self.dirty.lock().logged.get(&home).cloned() else {
-            return Ok(());
+    /// Writes home, as the log holds them, the blocks e2fsck reads before
+    /// its log replay and uses after it, in its fast-commit replay: before
+    /// the first fast commit that follows a full commit (made durable by
+    /// the flush before that commit's tail). Writing a logged block home
+    /// early is a checkpoint of that block: a replay writes the same.
+    ///
+    /// - The superblock: e2fsck writes back only the bytes it changed
+    ///   since it read it (`ext2fs_flush`, `write_primary_superblock`);
+    ///   an older home copy would mix two superblocks under one checksum.
+    ///   The kernel seldom logs the superblock; the engine logs it in every
+    ///   commit.
+    /// - The inode-table block holding the journal inode, which it read
+    ///   to find the journal: libext2fs keeps that block
+    ///   (`icache->buffer_blk`) and reads and writes inodes of it through
+    ///   the stale copy (the root directory's among them), so a record it
+    ///   replays would put back the other inodes as they were before the log.
+    fn early_reads_home_as_logged(&self, log: &mut Log) -> Result<()> {
+        let mut wanted = vec![self.sb_home_block()];
+        let jino = self.sb.read().s_journal_inum.get();
+        if jino != 0 {
+            wanted.push(self.inode_slot(jino)?.block);
+        }
+        wanted.dedup();
+        let found: Vec<(u64, std::sync::Arc<[u8]>)> = {
+            let d = self.dirty.lock();
+            wanted
+                .iter()
+                .filter_map(|b| d.logged.get(b).map(|v| (*b, v.clone())))
+                .collect()
         };
-        let at = home << self.geo.block_size_log2;
-        self.dev
-            .write_at(at, &bytes)
-            .map_err(|source| self.write_failed(at, source))?;
-        log.stats.superblock_homes += 1;
+        for (b, bytes) in found {
+            let at = b << self.geo.block_size_log2;
+            self.dev
+                .write_at(at, &bytes)
+                .map_err(|source| self.write_failed(at, source))?;
+            log.stats.superblock_homes += 1;
+        }
         Ok(())
     }
 
@@ -365,7 +383,7 @@ impl Filesystem {
             return Ok(false);
         }
         if fc.off == 0 {
-            self.superblock_home_as_logged(log)?;
+            self.early_reads_home_as_logged(log)?;
         }
         let (body, tail) = out.split_at(out.len() - 1);
         self.write_fc_blocks(log, fc.first + fc.off, body)?;
