@@ -815,11 +815,19 @@ fn name_changes_fast_commit_and_replay_everywhere() {
     assert_eq!(after.commits, before.commits, "every fsync a fast commit: {after:?}");
     assert_eq!(after.fast_commits - before.fast_commits, 6, "{after:?}");
     let want = engine_tree(&fs);
+    replays_agree(dir.path(), &img, &want, fs);
+}
+
+/// Copies `img` (crash-cut: `fs` is still open, nothing committed since
+/// its last fsync) three times and asserts that the engine's open,
+/// `e2fsck -fy` and the kernel's mount each replay it to `want`, each
+/// leaving an image `e2fsck -fn` finds clean.
+fn replays_agree(dir: &Path, img: &Path, want: &Tree, fs: ext4kit_engine::Filesystem) {
     let copies: Vec<_> = ["kernel", "e2fsck", "engine"]
         .iter()
         .map(|w| {
-            let p = dir.path().join(format!("{w}.img"));
-            fs::copy(&img, &p).unwrap();
+            let p = dir.join(format!("{w}.img"));
+            fs::copy(img, &p).unwrap();
             p
         })
         .collect();
@@ -828,7 +836,7 @@ fn name_changes_fast_commit_and_replay_everywhere() {
     // (c) the engine's open.
     let e = common::open_rw(&copies[2]);
     assert!(e.journal_info().recovered.clone().unwrap().fast_commits > 0);
-    assert_same_tree(&want, &engine_tree(&e), "the engine's replay");
+    assert_same_tree(want, &engine_tree(&e), "the engine's replay");
     e.unmount().unwrap();
     assert_fsck_clean(&copies[2]).unwrap();
 
@@ -842,7 +850,7 @@ fn name_changes_fast_commit_and_replay_everywhere() {
     assert!(matches!(out.status.code(), Some(0 | 1)), "e2fsck -fy: {said}");
     assert_fsck_clean(&copies[1]).unwrap();
     let e = common::open_rw(&copies[1]);
-    assert_same_tree(&want, &engine_tree(&e), &format!("e2fsck's replay ({said})"));
+    assert_same_tree(want, &engine_tree(&e), &format!("e2fsck's replay ({said})"));
     drop(e);
 
     // (a) the kernel's mount.
@@ -855,8 +863,50 @@ fn name_changes_fast_commit_and_replay_everywhere() {
     m.unmount().unwrap();
     assert_fsck_clean(&copies[0]).unwrap();
     let e = common::open_rw(&copies[0]);
-    assert_same_tree(&want, &engine_tree(&e), "the kernel's replay");
+    assert_same_tree(want, &engine_tree(&e), "the kernel's replay");
     drop(e);
+}
+
+/// Creates and unlinks fsync'd into a directory with an htree index
+/// (300 names before): the replays add and remove the names through the
+/// index (a leaf split grows the directory: that fsync is a full commit).
+#[test]
+fn htree_name_changes_replay_everywhere() {
+    use ext4kit_engine::NodeKind;
+    let dir = tempfile::tempdir().unwrap();
+    let Some((img, fs)) = namespace_base(dir.path()) else {
+        assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
+        return;
+    };
+    let b = lookup_path(&fs, &["b"]);
+    let big = fs.create(b, b"big", NodeKind::Directory, LOG_ATTR).unwrap().ino;
+    let mut last = 0;
+    for i in 0..300 {
+        let name = format!("entry-with-a-longer-name-{i:05}");
+        last = fs
+            .create(big, name.as_bytes(), NodeKind::Regular, LOG_ATTR)
+            .unwrap()
+            .ino;
+    }
+    fs.link(last, big, b"second-name").unwrap();
+    fs.sync_inode(big).unwrap();
+    assert!(fs.inode(big).unwrap().raw.flags() & 0x1000 != 0, "an htree directory");
+    let s0 = fs.journal_stats().unwrap();
+    for i in 0..30u32 {
+        let f = fs
+            .create(big, format!("late-{i:03}").as_bytes(), NodeKind::Regular, LOG_ATTR)
+            .unwrap()
+            .ino;
+        fs.write(f, 0, &bytes(700 + i as usize, i + 90)).unwrap();
+        fs.sync_inode(f).unwrap();
+    }
+    fs.unlink(big, b"second-name").unwrap();
+    fs.sync_inode(last).unwrap();
+    let s1 = fs.journal_stats().unwrap();
+    println!("htree: {s1:?}");
+    assert!(s1.fast_commits - s0.fast_commits >= 20, "{s1:?}");
+    let want = engine_tree(&fs);
+    replays_agree(dir.path(), &img, &want, fs);
 }
 
 /// Changes no fast commit carries make the fsync a full commit, as the
