@@ -22,6 +22,7 @@ use ext4kit_format::extent::{EXT4_EXT_MAGIC, Extent};
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::inode::FileType;
 use ext4kit_format::journal::fast_commit::{TAG_PAD, TL_SIZE, Tag, encode};
+use ext4kit_format::superblock::RawSuperblock;
 
 use crate::error::Result;
 use crate::fs::Filesystem;
@@ -297,6 +298,37 @@ impl Filesystem {
         Ok(())
     }
 
+    /// Whether the running superblock differs from the last full
+    /// commit's only in what the replays set again (free counts, write
+    /// and mount times, kbytes written, checksum): no fast commit carries
+    /// the superblock, so any other change — an orphan list head, a
+    /// feature, a resize, an error record — needs a full commit.
+    fn superblock_carried(&self) -> Result<bool> {
+        let home = self.sb_home_block();
+        let (running, logged) = {
+            let d = self.dirty.lock();
+            (d.superblock, d.logged.get(&home).cloned())
+        };
+        let Some(now) = running else {
+            return Ok(true);
+        };
+        let off = 1024 - (home << self.geo.block_size_log2) as usize;
+        let then = match logged {
+            Some(b) => b[off..off + 1024].to_vec(),
+            None => {
+                let mut b = vec![0u8; 1024];
+                self.dev
+                    .read_at(1024, &mut b)
+                    .map_err(|source| crate::Error::Io { offset: 1024, source })?;
+                b
+            }
+        };
+        let Ok(then) = RawSuperblock::parse(&then) else {
+            return Ok(false);
+        };
+        Ok(replay_neutral(now) == replay_neutral(then))
+    }
+
     /// Writes `blocks` to the fast-commit area from journal block `lblk`.
     fn write_fc_blocks(&self, log: &Log, lblk: u32, blocks: &[Vec<u8>]) -> Result<()> {
         let log2 = self.geo.block_size_log2;
@@ -341,6 +373,9 @@ impl Filesystem {
         let Some((snap, blocks)) = self.fc_snapshot() else {
             return Ok(false);
         };
+        if !self.superblock_carried()? {
+            return Ok(false);
+        }
         if snap.names.is_empty() && snap.inodes.is_empty() {
             // Fast commits already carry all of it: only the data was left.
             self.flush_journal(log)?;
@@ -420,6 +455,20 @@ impl Filesystem {
         };
         Some((snap, d.blocks.keys().copied().collect()))
     }
+}
+
+/// `sb` without the fields a fast commit's replay sets again.
+fn replay_neutral(mut sb: RawSuperblock) -> [u8; 1024] {
+    sb.s_free_blocks_count_lo.set(0);
+    sb.s_free_blocks_count_hi.set(0);
+    sb.s_free_inodes_count.set(0);
+    sb.s_wtime.set(0);
+    sb.s_wtime_hi = 0;
+    sb.s_mtime.set(0);
+    sb.s_mtime_hi = 0;
+    sb.s_kbytes_written.set(0);
+    sb.s_checksum.set(0);
+    sb.encode()
 }
 
 /// The running transaction's fast-commit notes, copied out of the lock.
