@@ -911,8 +911,8 @@ fn htree_name_changes_replay_everywhere() {
 
 /// Changes no fast commit carries make the fsync a full commit, as the
 /// kernel's ineligible operations do: removing a last link, renaming a
-/// directory, an xattr, a symlink, a mkdir (see `fc_note_create`); the
-/// image stays clean.
+/// directory, an xattr, a symlink, a mkdir (see `fc_note_create`), the
+/// journal-data flag; the image stays clean.
 #[test]
 fn ineligible_name_changes_commit_in_full() {
     use ext4kit_engine::{NodeKind, RenameFlags, XattrSet};
@@ -959,6 +959,14 @@ fn ineligible_name_changes_commit_in_full() {
         (
             "mkdir",
             Box::new(move |fs| fs.create(a, b"made", NodeKind::Directory, LOG_ATTR).unwrap().ino),
+        ),
+        (
+            "journal flag",
+            Box::new(move |fs| {
+                let old = fs.inode(keep).unwrap().raw.flags();
+                fs.set_flags(keep, old | 0x4000, true).unwrap();
+                keep
+            }),
         ),
         (
             "control: a create",
