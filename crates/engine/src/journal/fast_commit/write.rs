@@ -1,19 +1,23 @@
 //! Writing fast commits at fsync (the kernel's `ext4_fc_commit`): when
-//! every change of the running transaction is something a fast commit
-//! carries, the fsync writes the changed inodes' records and mappings to
-//! the fast-commit area instead of logging the transaction's blocks. The
+//! everything the running transaction changed since the previous fast
+//! commit is something a fast commit carries, the fsync writes the name
+//! changes and the changed inodes' records and mappings to the
+//! fast-commit area instead of logging the transaction's blocks. The
 //! transaction keeps running; its full commit later supersedes the area.
 //!
-//! What this writer carries: regular files mapped by at most four extents
-//! in the inode (no tree blocks), changed in data, size, times or mode.
-//! Each goes as a `DEL_RANGE` per hole (everything unmapped, up to
-//! `EXT_MAX_BLOCKS`), an `ADD_RANGE` per extent and its `INODE` record,
-//! so the replay needs nothing of the file's past mapping. (Ranges that
-//! delete a whole lone extent are avoided: e2fsck 1.47's replay leaves a
-//! zero-length extent behind then.) Anything else in the running transaction — a
-//! directory or name change, an extent tree block, an xattr block, a
-//! journal whose log is empty (jbd2 would not look at the area) — makes
-//! the fsync a full commit, as the kernel's ineligible operations do.
+//! What this writer carries: the name changes `track` noted (`CREAT` of a
+//! regular file, `LINK`, `UNLINK` of a name that is not the last), regular
+//! files mapped by at most four extents in the inode (no tree blocks),
+//! changed in data, size, times, mode or links, and the `INODE` records of
+//! the directories whose names changed. A file goes as a `DEL_RANGE` per
+//! hole (everything unmapped, up to `EXT_MAX_BLOCKS`), an `ADD_RANGE` per
+//! extent and its `INODE` record, so the replay needs nothing of the
+//! file's past mapping. (Ranges that delete a whole lone extent are
+//! avoided: e2fsck 1.47's replay leaves a zero-length extent behind
+//! then.) Anything else — an ineligible change (`track`), an extent tree
+//! or xattr block, a superblock change beyond the counts, a journal whose
+//! log is empty (jbd2 would not look at the area) — makes the fsync a full
+//! commit, as the kernel's ineligible operations do.
 
 use std::collections::HashSet;
 
@@ -349,7 +353,8 @@ impl Filesystem {
     }
 
     /// Blocks a fast commit may leave dirty in the running transaction:
-    /// the superblock's, the group descriptors', bitmaps and inode tables.
+    /// the superblock's, the group descriptors', bitmaps and inode tables
+    /// (and, the caller checks, blocks of directories with noted names).
     fn fc_block_ok(&self, b: u64, bitmaps: &HashSet<u64>, tables: &[(u64, u64)]) -> bool {
         let geo = &self.geo;
         let fdb = u64::from(geo.first_data_block);
