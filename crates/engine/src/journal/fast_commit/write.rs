@@ -386,20 +386,7 @@ impl Filesystem {
             self.flush_journal(log)?;
             return Ok(true);
         }
-        let (bitmaps, tables) = {
-            let groups = self.groups.read();
-            let n = u64::from(self.geo.inode_table_blocks);
-            let bitmaps: HashSet<u64> = groups
-                .iter()
-                .flat_map(|g| [g.block_bitmap(), g.inode_bitmap()])
-                .collect();
-            (bitmaps, groups.iter().map(|g| (g.inode_table(), n)).collect::<Vec<_>>())
-        };
-        let dir_blocks = self.fc_dir_blocks(&snap.dirs)?;
-        if !blocks
-            .iter()
-            .all(|&b| self.fc_block_ok(b, &bitmaps, &tables) || dir_blocks.contains(&b))
-        {
+        if !self.dirty_blocks_carried(&snap, &blocks)? {
             return Ok(false);
         }
         let fc = log.fc.clone().expect("checked above");
@@ -422,6 +409,34 @@ impl Filesystem {
         if n > fc.room() {
             return Ok(false);
         }
+        self.write_fast_commit(log, &fc, &out)?;
+        self.dirty.lock().running_changes.fc.carried();
+        Ok(true)
+    }
+
+    /// Whether every dirty block of the running transaction is one a
+    /// replay rebuilds: see [`Filesystem::fc_block_ok`], and blocks of
+    /// the directories whose names changed.
+    fn dirty_blocks_carried(&self, snap: &Snapshot, blocks: &[u64]) -> Result<bool> {
+        let (bitmaps, tables) = {
+            let groups = self.groups.read();
+            let n = u64::from(self.geo.inode_table_blocks);
+            let bitmaps: HashSet<u64> = groups
+                .iter()
+                .flat_map(|g| [g.block_bitmap(), g.inode_bitmap()])
+                .collect();
+            (bitmaps, groups.iter().map(|g| (g.inode_table(), n)).collect::<Vec<_>>())
+        };
+        let dir_blocks = self.fc_dir_blocks(&snap.dirs)?;
+        Ok(blocks
+            .iter()
+            .all(|&b| self.fc_block_ok(b, &bitmaps, &tables) || dir_blocks.contains(&b)))
+    }
+
+    /// Writes the laid-out commit `out` at the area's next block, its tail
+    /// last, and counts it.
+    fn write_fast_commit(&self, log: &mut Log, fc: &FcArea, out: &[Vec<u8>]) -> Result<()> {
+        let n = out.len() as u32;
         if fc.off == 0 {
             self.early_reads_home_as_logged(log)?;
         }
@@ -436,10 +451,9 @@ impl Filesystem {
         if let Some(area) = log.fc.as_mut() {
             area.off += n;
         }
-        self.dirty.lock().running_changes.fc.carried();
         log.stats.fast_commits += 1;
         log.stats.fast_commit_blocks += u64::from(n);
-        Ok(true)
+        Ok(())
     }
 
     /// What the running transaction's next fast commit must carry and its
