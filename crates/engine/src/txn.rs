@@ -74,6 +74,9 @@ pub(crate) struct Txn<'a> {
     claim: u64,
     /// Quota work besides the inodes written ([`crate::quota`]).
     pub(crate) quota: crate::quota::Pending,
+    /// Name changes and ineligible changes for fast commits
+    /// (`journal::fast_commit::track`).
+    pub(crate) fc: crate::journal::fast_commit::FcNotes,
 }
 
 impl Drop for Txn<'_> {
@@ -126,6 +129,7 @@ impl<'a> Txn<'a> {
             held: Vec::new(),
             claim: 0,
             quota: Default::default(),
+            fc: Default::default(),
         })
     }
 
@@ -480,7 +484,8 @@ impl<'a> Txn<'a> {
         }
         let freed = std::mem::take(&mut self.freed);
         let inodes = std::mem::take(&mut self.inodes);
-        fs.publish(std::mem::take(&mut self.blocks), &freed, &inodes, sb)?;
+        let fc = std::mem::take(&mut self.fc);
+        fs.publish(std::mem::take(&mut self.blocks), &freed, &inodes, sb, fc)?;
         self.sb = None;
         self.free_blocks_delta = 0;
         self.free_inodes_delta = 0;

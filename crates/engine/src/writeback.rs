@@ -88,6 +88,8 @@ pub(crate) struct Changes {
     pub(crate) inodes: HashSet<u32>,
     /// Block ranges it freed: their logged copies go when it commits.
     pub(crate) freed: Vec<(u64, u64)>,
+    /// What its fast commits must carry (`journal::fast_commit::track`).
+    pub(crate) fc: crate::journal::fast_commit::FcPending,
 }
 
 impl Changes {
@@ -96,6 +98,7 @@ impl Changes {
     pub(crate) fn absorb(&mut self, later: Changes) {
         self.inodes.extend(later.inodes);
         self.freed.extend(later.freed);
+        self.fc.absorb(later.fc);
     }
 }
 
@@ -179,10 +182,12 @@ impl Filesystem {
         freed: &[(u64, u64)],
         inodes: &[u32],
         sb: RawSuperblock,
+        fc: crate::journal::fast_commit::FcNotes,
     ) -> Result<()> {
         let mut d = self.dirty.lock();
         if self.journaling {
             d.running_changes.inodes.extend(inodes);
+            d.running_changes.fc.note(fc, inodes);
         }
         for &(start, len) in freed {
             d.forget(start, len);
@@ -294,6 +299,9 @@ impl Filesystem {
         for ino in inodes {
             self.flush_file(ino)?;
         }
+        // No operation publishes while the fast commit reads what the
+        // running transaction noted and marks it carried.
+        let _writer = self.writer.lock();
         let mut log = self.log.lock();
         match log.as_mut() {
             Some(log) if self.dirty.lock().tid == tid => self.try_fast_commit(log),

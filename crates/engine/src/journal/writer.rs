@@ -92,8 +92,10 @@ pub struct JournalStats {
     pub fast_commits: u64,
     /// Fast-commit area blocks written.
     pub fast_commit_blocks: u64,
-    /// Superblock blocks written home before a fast commit, so that
-    /// e2fsck's replay of it finds the logged superblock there.
+    /// Logged blocks e2fsck reads before its log replay (superblock, the
+    /// journal inode's table block) written home before
+    /// a fast commit, so that its replay of the fast commit finds them as
+    /// logged (`journal::fast_commit`).
     pub superblock_homes: u64,
     /// Fast-commit area heads zeroed after the full commit that carried
     /// their fast commits.

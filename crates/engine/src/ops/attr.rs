@@ -138,8 +138,12 @@ impl Txn<'_> {
             return Err(Error::Exists(shown()));
         }
         let mut dir = self.inode(parent)?;
+        let before = dir.clone();
         self.check_project_move(&dir, &target)?;
         self.add_dir_name(&mut dir, name, ino, target.file_type()?.dirent_code(), spot)?;
+        let change =
+            crate::journal::fast_commit::NameChange::Link(crate::journal::fast_commit::dentry(parent, ino, name));
+        self.fc_name(&before, &dir, change);
         target.raw.i_links_count.set(target.raw.links() + 1);
         let now = clock::now();
         touch_ctime(&mut target.raw, now);

@@ -157,6 +157,7 @@ impl Txn<'_> {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
         super::require_live(&dir)?;
+        let before = dir.clone();
         let place = if lookup == Lookup::Skip && !dir.has_inline_data() {
             self.place_new(&dir, name)?
         } else {
@@ -188,6 +189,7 @@ impl Txn<'_> {
         if !(dir.has_inline_data() && self.add_inline_entry(&mut dir, name, ino, ft.dirent_code())?) {
             self.add_entry_placed(&mut dir, name, ino, ft.dirent_code(), place)?;
         }
+        self.fc_note_create(&before, &dir, &kind, ino, name);
         if is_dir {
             let links = dir.raw.links();
             // 1 means uncounted (dir_nlink): it stays so.
@@ -213,6 +215,22 @@ impl Txn<'_> {
             }
         }
         self.inode_for_change(parent)
+    }
+
+    /// A fast commit carries the creation of regular files
+    /// (`ext4_fc_track_create`). The others fall back to a full commit:
+    /// a replay keeps `i_block` as on disk, so a device number or fast
+    /// symlink target would be lost; e2fsck 1.47's replay links no
+    /// symlink; and the kernel's replay of a `mkdir` (which 6.18 does
+    /// fast-commit) leaves the group's directory count one short, which
+    /// e2fsck then reports.
+    fn fc_note_create(&mut self, before: &Inode, dir: &Inode, kind: &NodeKind, ino: u32, name: &[u8]) {
+        use crate::journal::fast_commit::{NameChange, dentry};
+        match kind {
+            NodeKind::Regular => self.fc_name(before, dir, NameChange::Create(dentry(dir.ino, ino, name))),
+            NodeKind::Directory => self.fc_ineligible("mkdir"),
+            _ => self.fc_ineligible("special file or symlink"),
+        }
     }
 
     fn dir_nlink(&self) -> bool {

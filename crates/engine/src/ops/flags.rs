@@ -133,6 +133,10 @@ impl Filesystem {
         let mut inode = txn.inode(ino)?;
         let old = inode.raw.flags();
         let new = checked_flags(&inode, old, flags, privileged)?;
+        if (old ^ new) & JOURNAL_DATA != 0 {
+            // EXT4_FC_REASON_JOURNAL_FLAG_CHANGE.
+            txn.fc_ineligible("journal flag changed");
+        }
         inode.raw.i_flags.set((old & !USER_MODIFIABLE) | new);
         touch_ctime(&mut inode.raw, clock::now());
         txn.write_inode(&mut inode)?;

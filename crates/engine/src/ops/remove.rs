@@ -52,6 +52,7 @@ impl Txn<'_> {
         }
         let ino = self.find_entry(&dir, name)?.0.ok_or_else(|| Error::NotFound(shown()))?;
         let mut dir = self.inode(parent)?;
+        let before = dir.clone();
         let mut target = self.inode(ino)?;
         super::flags::require_changeable(&dir)?;
         super::flags::require_changeable(&target)?;
@@ -68,12 +69,28 @@ impl Txn<'_> {
             let (_, at) = self.remove_entry_at(&dir, name)?;
             self.after_removal(&mut dir, at)?;
         }
+        self.fc_note_unlink(&before, &dir, &target, name);
         drop_link(self, &mut target)?;
         if want_dir && dir.raw.links() > 2 {
             dir.raw.i_links_count.set(dir.raw.links() - 1);
         }
         set_times(&mut dir.raw, clock::now(), false);
         self.write_inode(&mut dir)
+    }
+}
+
+impl Txn<'_> {
+    /// Notes the removal of `name` of `target` from `dir` for fast
+    /// commits (`ext4_fc_track_unlink`) when `target` keeps another name.
+    /// Removing the last one needs a full commit: e2fsck's replay of an
+    /// `UNLINK` removes the entry only, and its pass 4 then puts the inode,
+    /// still linked on disk, in lost+found.
+    pub(crate) fn fc_note_unlink(&mut self, before: &Inode, dir: &Inode, target: &Inode, name: &[u8]) {
+        use crate::journal::fast_commit::{NameChange, dentry};
+        if target.is_dir() || target.raw.links() <= 1 {
+            return self.fc_ineligible("last link removed");
+        }
+        self.fc_name(before, dir, NameChange::Unlink(dentry(dir.ino, target.ino, name)));
     }
 }
 

@@ -160,6 +160,8 @@ fn move_entry(txn: &mut Txn<'_>, from: (u32, &[u8], Inode), to: (u32, &[u8]), ds
             _ => {}
         }
     }
+    let dirs_before = (txn.inode(op)?, txn.inode(np)?);
+    let replaced = dst.as_ref().map(|d| (d.ino, d.is_dir(), d.raw.links()));
     // The new name first, then the old one goes, as ext4_rename orders
     // them (which decides where the names land in an inline directory).
     match &dst {
@@ -188,13 +190,47 @@ fn move_entry(txn: &mut Txn<'_>, from: (u32, &[u8], Inode), to: (u32, &[u8]), ds
             adjust_links(txn, np, 0)?;
         }
     }
+    fc_note_move(txn, dirs_before, (oname, nname), src.ino, replaced)?;
     touch_ctime(&mut src.raw, clock::now());
     txn.write_inode(&mut src)
+}
+
+/// Notes a rename for fast commits as `ext4_rename` does: a replaced
+/// name's `UNLINK`, the new name's `LINK`, the old name's `UNLINK`. A
+/// directory's move needs a full commit (a replay cannot change "..",
+/// EXT4_FC_REASON_RENAME_DIR), as does replacing a last link (see
+/// [`Txn::fc_note_unlink`]).
+fn fc_note_move(
+    txn: &mut Txn<'_>,
+    before: (Inode, Inode),
+    names: (&[u8], &[u8]),
+    src: u32,
+    replaced: Option<(u32, bool, u16)>,
+) -> Result<()> {
+    use crate::journal::fast_commit::{NameChange, dentry};
+    let (op, np) = (before.0.ino, before.1.ino);
+    if txn.inode(src)?.is_dir() {
+        txn.fc_ineligible("directory renamed");
+        return Ok(());
+    }
+    let after = (txn.inode(op)?, txn.inode(np)?);
+    if let Some((d, is_dir, links)) = replaced {
+        if is_dir || links <= 1 {
+            txn.fc_ineligible("last link replaced");
+            return Ok(());
+        }
+        txn.fc_name(&before.1, &after.1, NameChange::Unlink(dentry(np, d, names.1)));
+    }
+    txn.fc_name(&before.1, &after.1, NameChange::Link(dentry(np, src, names.1)));
+    txn.fc_name(&before.0, &after.0, NameChange::Unlink(dentry(op, src, names.0)));
+    Ok(())
 }
 
 fn exchange(txn: &mut Txn<'_>, a: (u32, &[u8], Inode), b: (u32, &[u8], Inode)) -> Result<()> {
     let (ap, aname, mut ai) = a;
     let (bp, bname, mut bi) = b;
+    // EXT4_FC_REASON_CROSS_RENAME.
+    txn.fc_ineligible("cross rename");
     txn.set_dir_name(ap, aname, bi.ino, code(&bi)?)?;
     txn.set_dir_name(bp, bname, ai.ino, code(&ai)?)?;
     if ap != bp {

@@ -68,6 +68,8 @@ impl Txn<'_> {
         if found.is_some() {
             return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
         }
+        // The orphan list's head moves: no fast commit carries that.
+        self.fc_ineligible("tmpfile linked");
         self.orphan_del(&mut target, at)?;
         let mut dir = self.inode(parent)?;
         self.add_dir_name(&mut dir, name, ino, FileType::Regular.dirent_code(), spot)?;

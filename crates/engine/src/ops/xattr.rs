@@ -385,6 +385,9 @@ impl Txn<'_> {
         mut ibody: Vec<Stored>,
         mut block: Vec<Stored>,
     ) -> Result<()> {
+        // An inode record in a fast commit stops at i_extra_isize: the
+        // attributes would be lost (EXT4_FC_REASON_XATTR).
+        self.fc_ineligible("xattr");
         let start = 128 + usize::from(inode.raw.i_extra_isize.get());
         let region_len = inode.record.len().saturating_sub(start);
         while !ibody.is_empty() && (region_len == 0 || encode_ibody(&as_new(&ibody), region_len).is_err()) {

@@ -14,8 +14,10 @@
 
 mod apply;
 mod area;
+mod track;
 mod write;
 
+pub(crate) use track::{FcNotes, FcPending, NameChange, dentry};
 pub(crate) use write::FcArea;
 
 use ext4kit_format::journal::fast_commit::{self, Area};

@@ -1,19 +1,23 @@
 //! Writing fast commits at fsync (the kernel's `ext4_fc_commit`): when
-//! every change of the running transaction is something a fast commit
-//! carries, the fsync writes the changed inodes' records and mappings to
-//! the fast-commit area instead of logging the transaction's blocks. The
+//! everything the running transaction changed since the previous fast
+//! commit is something a fast commit carries, the fsync writes the name
+//! changes and the changed inodes' records and mappings to the
+//! fast-commit area instead of logging the transaction's blocks. The
 //! transaction keeps running; its full commit later supersedes the area.
 //!
-//! What this writer carries: regular files mapped by at most four extents
-//! in the inode (no tree blocks), changed in data, size, times or mode.
-//! Each goes as a `DEL_RANGE` per hole (everything unmapped, up to
-//! `EXT_MAX_BLOCKS`), an `ADD_RANGE` per extent and its `INODE` record,
-//! so the replay needs nothing of the file's past mapping. (Ranges that
-//! delete a whole lone extent are avoided: e2fsck 1.47's replay leaves a
-//! zero-length extent behind then.) Anything else in the running transaction — a
-//! directory or name change, an extent tree block, an xattr block, a
-//! journal whose log is empty (jbd2 would not look at the area) — makes
-//! the fsync a full commit, as the kernel's ineligible operations do.
+//! What this writer carries: the name changes `track` noted (`CREAT` of a
+//! regular file, `LINK`, `UNLINK` of a name that is not the last), regular
+//! files mapped by at most four extents in the inode (no tree blocks),
+//! changed in data, size, times, mode or links, and the `INODE` records of
+//! the directories whose names changed. A file goes as a `DEL_RANGE` per
+//! hole (everything unmapped, up to `EXT_MAX_BLOCKS`), an `ADD_RANGE` per
+//! extent and its `INODE` record, so the replay needs nothing of the
+//! file's past mapping. (Ranges that delete a whole lone extent are
+//! avoided: e2fsck 1.47's replay leaves a zero-length extent behind
+//! then.) Anything else — an ineligible change (`track`), an extent tree
+//! or xattr block, a superblock change beyond the counts, a journal whose
+//! log is empty (jbd2 would not look at the area) — makes the fsync a full
+//! commit, as the kernel's ineligible operations do.
 
 use std::collections::HashSet;
 
@@ -22,11 +26,14 @@ use ext4kit_format::extent::{EXT4_EXT_MAGIC, Extent};
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::inode::FileType;
 use ext4kit_format::journal::fast_commit::{TAG_PAD, TL_SIZE, Tag, encode};
+use ext4kit_format::superblock::RawSuperblock;
 
 use crate::error::Result;
 use crate::fs::Filesystem;
 use crate::inode::Inode;
 use crate::journal::writer::Log;
+
+use super::track::NameChange;
 
 /// The fast-commit area's blocks (`j_fc_first..s_maxlen`) and how many
 /// this transaction's fast commits have used (`j_fc_off`).
@@ -173,22 +180,30 @@ fn root_extents(inode: &Inode) -> Option<Vec<Extent>> {
 }
 
 impl Filesystem {
-    /// The records of inode `ino` for a fast commit, or `None` when it is
-    /// not something this writer carries.
-    fn fc_inode_records(&self, ino: u32, out: &mut Layout) -> Result<Option<()>> {
-        let inode = self.inode(ino)?;
-        let plain = inode.file_type().ok() == Some(FileType::Regular)
+    /// The records of `inode` for a fast commit: with `ranges`, its whole
+    /// mapping first (a `DEL_RANGE` per hole, an `ADD_RANGE` per extent),
+    /// then its `INODE` record. `None` when it is not something this
+    /// writer carries: a regular file or directory mapped by in-inode
+    /// extents, linked.
+    fn fc_inode_records(&self, inode: &Inode, ranges: bool, out: &mut Layout) -> Option<()> {
+        let ino = inode.ino;
+        let kind = inode.file_type().ok()?;
+        // The kernel tracks no reserved inode's data (`__track_range`).
+        let first = self.sb.read().s_first_ino.get().max(11);
+        let ours = ino >= first || ino == crate::inode::ROOT_INO && !ranges;
+        let plain = ours
+            && matches!(kind, FileType::Regular | FileType::Directory)
             && inode.uses_extents()
             && !inode.has_inline_data()
             && inode.raw.links() > 0;
-        let Some(exts) = plain.then(|| root_extents(&inode)).flatten() else {
-            return Ok(None);
-        };
-        for (lblk, len) in holes(&exts) {
-            out.push(&encode(&Tag::DelRange { ino, lblk, len }));
-        }
-        for extent in exts {
-            out.push(&encode(&Tag::AddRange { ino, extent }));
+        let exts = plain.then(|| root_extents(inode)).flatten()?;
+        if ranges {
+            for (lblk, len) in holes(&exts) {
+                out.push(&encode(&Tag::DelRange { ino, lblk, len }));
+            }
+            for extent in exts {
+                out.push(&encode(&Tag::AddRange { ino, extent }));
+            }
         }
         let isz = usize::from(self.geo.inode_size);
         let len = if isz > 128 {
@@ -198,7 +213,48 @@ impl Filesystem {
         };
         let raw = inode.record.get(..len.min(isz)).unwrap_or(&inode.record).to_vec();
         out.push(&encode(&Tag::Inode { ino, raw }));
+        Some(())
+    }
+
+    /// The records of one fast commit (`ext4_fc_perform_commit`): the
+    /// name changes in order, a created inode's records before its
+    /// `CREAT` (replays read its mode from the inode), then every inode
+    /// written since the last fast commit. A directory goes as its
+    /// `INODE` record alone, for its times (the kernel logs none): its
+    /// mapping is as on disk, since a change to it made the transaction
+    /// ineligible. `None` when something cannot go in a fast commit.
+    fn fc_records(&self, fc: &Snapshot, out: &mut Layout) -> Result<Option<()>> {
+        for change in &fc.names {
+            if let NameChange::Create(d) = change
+                && self.fc_inode_records(&self.inode(d.ino)?, true, out).is_none()
+            {
+                return Ok(None);
+            }
+            out.push(&encode(&change.tag()));
+        }
+        for &ino in &fc.inodes {
+            let inode = self.inode(ino)?;
+            let dir = inode.is_dir();
+            if dir && !fc.dirs.contains(&ino) {
+                return Ok(None);
+            }
+            if self.fc_inode_records(&inode, !dir, out).is_none() {
+                return Ok(None);
+            }
+        }
         Ok(Some(()))
+    }
+
+    /// The blocks of directories `dirs`: dirty ones are those the noted
+    /// name changes wrote, which a replay rebuilds.
+    fn fc_dir_blocks(&self, dirs: &HashSet<u32>) -> Result<HashSet<u64>> {
+        let mut out = HashSet::new();
+        for &ino in dirs {
+            for (s, n) in self.inode_blocks(&self.inode(ino)?)? {
+                out.extend(s..s + n);
+            }
+        }
+        Ok(out)
     }
 
     /// The block holding the primary superblock (byte 1024).
@@ -206,26 +262,75 @@ impl Filesystem {
         1024 >> self.geo.block_size_log2
     }
 
-    /// Writes the superblock's block home as the log holds it, before the
-    /// first fast commit that follows a full commit (made durable by the
-    /// flush before that commit's tail). e2fsck replays fast
-    /// commits with the superblock it read before its log replay and
-    /// writes back only the bytes it changed since (`ext2fs_flush`,
-    /// `write_primary_superblock`); were the home copy older than the
-    /// logged one, the result would mix two superblocks under one
-    /// checksum. The kernel seldom logs the superblock, so its fast
-    /// commits do not meet this; the engine logs it in every commit.
-    fn superblock_home_as_logged(&self, log: &mut Log) -> Result<()> {
-        let home = self.sb_home_block();
-        let Some(bytes) = self.dirty.lock().logged.get(&home).cloned() else {
-            return Ok(());
+    /// Writes home, as the log holds them, the blocks e2fsck reads before
+    /// its log replay and uses after it, in its fast-commit replay: before
+    /// the first fast commit that follows a full commit (made durable by
+    /// the flush before that commit's tail). Writing a logged block home
+    /// early is a checkpoint of that block: a replay writes the same.
+    ///
+    /// - The superblock: e2fsck writes back only the bytes it changed
+    ///   since it read it (`ext2fs_flush`, `write_primary_superblock`);
+    ///   an older home copy would mix two superblocks under one checksum.
+    ///   The kernel seldom logs the superblock; the engine logs it in every
+    ///   commit.
+    /// - The inode-table block holding the journal inode, which it read
+    ///   to find the journal: libext2fs keeps that block
+    ///   (`icache->buffer_blk`) and reads and writes inodes of it through
+    ///   the stale copy (the root directory's among them), so a record it
+    ///   replays would put back the other inodes as they were before the log.
+    fn early_reads_home_as_logged(&self, log: &mut Log) -> Result<()> {
+        let mut wanted = vec![self.sb_home_block()];
+        let jino = self.sb.read().s_journal_inum.get();
+        if jino != 0 {
+            wanted.push(self.inode_slot(jino)?.block);
+        }
+        wanted.dedup();
+        let found: Vec<(u64, std::sync::Arc<[u8]>)> = {
+            let d = self.dirty.lock();
+            wanted
+                .iter()
+                .filter_map(|b| d.logged.get(b).map(|v| (*b, v.clone())))
+                .collect()
         };
-        let at = home << self.geo.block_size_log2;
-        self.dev
-            .write_at(at, &bytes)
-            .map_err(|source| self.write_failed(at, source))?;
-        log.stats.superblock_homes += 1;
+        for (b, bytes) in found {
+            let at = b << self.geo.block_size_log2;
+            self.dev
+                .write_at(at, &bytes)
+                .map_err(|source| self.write_failed(at, source))?;
+            log.stats.superblock_homes += 1;
+        }
         Ok(())
+    }
+
+    /// Whether the running superblock differs from the last full
+    /// commit's only in what the replays set again (free counts, write
+    /// and mount times, kbytes written, checksum): no fast commit carries
+    /// the superblock, so any other change — an orphan list head, a
+    /// feature, a resize, an error record — needs a full commit.
+    fn superblock_carried(&self) -> Result<bool> {
+        let home = self.sb_home_block();
+        let (running, logged) = {
+            let d = self.dirty.lock();
+            (d.superblock, d.logged.get(&home).cloned())
+        };
+        let Some(now) = running else {
+            return Ok(true);
+        };
+        let off = 1024 - (home << self.geo.block_size_log2) as usize;
+        let then = match logged {
+            Some(b) => b[off..off + 1024].to_vec(),
+            None => {
+                let mut b = vec![0u8; 1024];
+                self.dev
+                    .read_at(1024, &mut b)
+                    .map_err(|source| crate::Error::Io { offset: 1024, source })?;
+                b
+            }
+        };
+        let Ok(then) = RawSuperblock::parse(&then) else {
+            return Ok(false);
+        };
+        Ok(replay_neutral(now) == replay_neutral(then))
     }
 
     /// Writes `blocks` to the fast-commit area from journal block `lblk`.
@@ -248,7 +353,8 @@ impl Filesystem {
     }
 
     /// Blocks a fast commit may leave dirty in the running transaction:
-    /// the superblock's, the group descriptors', bitmaps and inode tables.
+    /// the superblock's, the group descriptors', bitmaps and inode tables
+    /// (and, the caller checks, blocks of directories with noted names).
     fn fc_block_ok(&self, b: u64, bitmaps: &HashSet<u64>, tables: &[(u64, u64)]) -> bool {
         let geo = &self.geo;
         let fdb = u64::from(geo.first_data_block);
@@ -263,32 +369,24 @@ impl Filesystem {
 
     /// Writes a fast commit for the running transaction if every change in
     /// it can go in one and the area has room; false when the caller must
-    /// commit in full. The caller holds the log and has written the files'
-    /// data.
+    /// commit in full. The caller holds the writer lock (no operation
+    /// publishes meanwhile) and the log, and has written the files' data.
     pub(crate) fn try_fast_commit(&self, log: &mut Log) -> Result<bool> {
         if log.fc.is_none() || log.is_empty() {
             return Ok(false);
         }
-        let (inodes, blocks): (Vec<u32>, Vec<u64>) = {
-            let d = self.dirty.lock();
-            if d.committing.is_some() {
-                return Ok(false);
-            }
-            (
-                d.running_changes.inodes.iter().copied().collect(),
-                d.blocks.keys().copied().collect(),
-            )
+        let Some((snap, blocks)) = self.fc_snapshot() else {
+            return Ok(false);
         };
-        let (bitmaps, tables) = {
-            let groups = self.groups.read();
-            let n = u64::from(self.geo.inode_table_blocks);
-            let bitmaps: HashSet<u64> = groups
-                .iter()
-                .flat_map(|g| [g.block_bitmap(), g.inode_bitmap()])
-                .collect();
-            (bitmaps, groups.iter().map(|g| (g.inode_table(), n)).collect::<Vec<_>>())
-        };
-        if !blocks.iter().all(|&b| self.fc_block_ok(b, &bitmaps, &tables)) {
+        if !self.superblock_carried()? {
+            return Ok(false);
+        }
+        if snap.names.is_empty() && snap.inodes.is_empty() {
+            // Fast commits already carry all of it: only the data was left.
+            self.flush_journal(log)?;
+            return Ok(true);
+        }
+        if !self.dirty_blocks_carried(&snap, &blocks)? {
             return Ok(false);
         }
         let fc = log.fc.clone().expect("checked above");
@@ -303,20 +401,44 @@ impl Filesystem {
                 tid: log.sequence,
             }));
         }
-        let mut sorted = inodes;
-        sorted.sort_unstable();
-        for ino in sorted {
-            if self.fc_inode_records(ino, &mut lay)?.is_none() {
-                return Ok(false);
-            }
+        if self.fc_records(&snap, &mut lay)?.is_none() {
+            return Ok(false);
         }
         let out = lay.finish(log.sequence);
         let n = out.len() as u32;
         if n > fc.room() {
             return Ok(false);
         }
+        self.write_fast_commit(log, &fc, &out)?;
+        self.dirty.lock().running_changes.fc.carried();
+        Ok(true)
+    }
+
+    /// Whether every dirty block of the running transaction is one a
+    /// replay rebuilds: see [`Filesystem::fc_block_ok`], and blocks of
+    /// the directories whose names changed.
+    fn dirty_blocks_carried(&self, snap: &Snapshot, blocks: &[u64]) -> Result<bool> {
+        let (bitmaps, tables) = {
+            let groups = self.groups.read();
+            let n = u64::from(self.geo.inode_table_blocks);
+            let bitmaps: HashSet<u64> = groups
+                .iter()
+                .flat_map(|g| [g.block_bitmap(), g.inode_bitmap()])
+                .collect();
+            (bitmaps, groups.iter().map(|g| (g.inode_table(), n)).collect::<Vec<_>>())
+        };
+        let dir_blocks = self.fc_dir_blocks(&snap.dirs)?;
+        Ok(blocks
+            .iter()
+            .all(|&b| self.fc_block_ok(b, &bitmaps, &tables) || dir_blocks.contains(&b)))
+    }
+
+    /// Writes the laid-out commit `out` at the area's next block, its tail
+    /// last, and counts it.
+    fn write_fast_commit(&self, log: &mut Log, fc: &FcArea, out: &[Vec<u8>]) -> Result<()> {
+        let n = out.len() as u32;
         if fc.off == 0 {
-            self.superblock_home_as_logged(log)?;
+            self.early_reads_home_as_logged(log)?;
         }
         let (body, tail) = out.split_at(out.len() - 1);
         self.write_fc_blocks(log, fc.first + fc.off, body)?;
@@ -331,6 +453,46 @@ impl Filesystem {
         }
         log.stats.fast_commits += 1;
         log.stats.fast_commit_blocks += u64::from(n);
-        Ok(true)
+        Ok(())
     }
+
+    /// What the running transaction's next fast commit must carry and its
+    /// dirty blocks; `None` when a full commit is due (one in flight, or
+    /// an ineligible change).
+    fn fc_snapshot(&self) -> Option<(Snapshot, Vec<u64>)> {
+        let d = self.dirty.lock();
+        let fc = &d.running_changes.fc;
+        if d.committing.is_some() || fc.ineligible.is_some() {
+            return None;
+        }
+        let mut inodes: Vec<u32> = fc.inodes.iter().copied().collect();
+        inodes.sort_unstable();
+        let snap = Snapshot {
+            names: fc.names.clone(),
+            inodes,
+            dirs: fc.dirs.clone(),
+        };
+        Some((snap, d.blocks.keys().copied().collect()))
+    }
+}
+
+/// `sb` without the fields a fast commit's replay sets again.
+fn replay_neutral(mut sb: RawSuperblock) -> [u8; 1024] {
+    sb.s_free_blocks_count_lo.set(0);
+    sb.s_free_blocks_count_hi.set(0);
+    sb.s_free_inodes_count.set(0);
+    sb.s_wtime.set(0);
+    sb.s_wtime_hi = 0;
+    sb.s_mtime.set(0);
+    sb.s_mtime_hi = 0;
+    sb.s_kbytes_written.set(0);
+    sb.s_checksum.set(0);
+    sb.encode()
+}
+
+/// The running transaction's fast-commit notes, copied out of the lock.
+struct Snapshot {
+    names: Vec<NameChange>,
+    inodes: Vec<u32>,
+    dirs: HashSet<u32>,
 }
