@@ -30,6 +30,7 @@ pub mod orphan;
 pub mod probe;
 pub mod quota;
 pub mod superblock;
+pub mod undo;
 pub mod xattr;
 
 mod util;

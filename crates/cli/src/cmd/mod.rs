@@ -23,4 +23,5 @@ pub mod resize;
 pub mod stat;
 pub mod sync;
 pub mod tune;
+pub mod undo;
 mod util;
