@@ -2,10 +2,10 @@
 //! what the command overwrites in e2fsprogs' `E2UNDO02` format, and
 //! `ext4kit undo FILE IMAGE` puts the image back byte for byte. Both
 //! directions with e2fsprogs: `e2undo` replays our files, `ext4kit undo`
-//! replays those of `mke2fs -z`, `tune2fs -z` and `resize2fs -z`. A
-//! damaged undo file, or one made for another image, is refused with the
-//! image untouched. Every image written is e2fsck -fn clean where it
-//! should be.
+//! replays those of `mke2fs -z`, `tune2fs -z`, `resize2fs -z` and
+//! `e2fsck -z`. A damaged undo file, or one made for another image, is
+//! refused with the image untouched. Every image written is e2fsck -fn
+//! clean where it should be.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -180,6 +180,13 @@ fn a_fsck_repair_is_undone() {
         bytes(&img) == damaged,
         "ext4kit undo did not bring the damaged image back"
     );
+    // e2fsck's undo file, replayed by ext4kit undo.
+    let e2undo_file = dir.path().join("e2fsck.undo");
+    let e = ext4kit_testkit::tools::run("e2fsck", &["-fy", "-z", s(&e2undo_file), s(&img)]).unwrap();
+    assert_eq!(e.code, Some(1), "{}", e.combined());
+    assert_fsck_clean(&img).unwrap();
+    ok(&["undo", s(&e2undo_file), s(&img)]);
+    assert!(bytes(&img) == damaged, "ext4kit undo did not undo e2fsck");
 }
 
 #[test]
