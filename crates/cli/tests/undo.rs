@@ -13,7 +13,15 @@ use std::process::{Command, Output};
 use ext4kit_testkit::tools::{assert_fsck_clean, e2fsck_fn, require_tools, run_ok};
 
 fn have_tools() -> bool {
-    match require_tools(&["mkfs.ext4", "e2fsck", "e2undo", "tune2fs", "resize2fs", "debugfs"]) {
+    match require_tools(&[
+        "mkfs.ext4",
+        "e2fsck",
+        "e2undo",
+        "tune2fs",
+        "resize2fs",
+        "debugfs",
+        "dumpe2fs",
+    ]) {
         Ok(()) => true,
         Err(why) => {
             assert!(std::env::var_os("CI").is_none(), "CI must have e2fsprogs: {why}");
@@ -289,5 +297,31 @@ fn an_existing_undo_file_is_not_overwritten_and_a_failed_command_leaves_none() {
     let out = ext4kit(&["tune", "-z", s(&fresh), "-O", "no_such_feature", s(&img)]);
     assert!(!out.status.success());
     assert!(!fresh.exists(), "a tune that wrote nothing left an undo file");
+    assert_fsck_clean(&img).unwrap();
+}
+
+#[test]
+fn an_unfinished_undo_file_replays_and_marks_the_image_for_a_check() {
+    use ext4kit_format::undo::{HEADER_SIZE, UndoHeader};
+    if !have_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = populated(dir.path(), &[], "32M", 32 << 20);
+    let undo = dir.path().join("cut.undo");
+    ok(&["tune", "-z", s(&undo), "-O", "^dir_index", "-L", "cut", s(&img)]);
+    // As a command interrupted after its last write would leave it.
+    let mut file = bytes(&undo);
+    let (mut h, crc) = UndoHeader::decode(&file).unwrap();
+    assert!(crc.is_ok() && h.finished());
+    h.state = 0;
+    file[..HEADER_SIZE].copy_from_slice(&h.encode());
+    std::fs::write(&undo, file).unwrap();
+    let out = ext4kit(&["undo", s(&undo), s(&img)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("incomplete undo record"));
+    let sb = run_ok("dumpe2fs", &["-h", s(&img)]).unwrap().stdout;
+    assert!(sb.contains("Filesystem volume name:   <none>"), "{sb}");
+    assert!(sb.contains("not clean"), "{sb}");
     assert_fsck_clean(&img).unwrap();
 }
