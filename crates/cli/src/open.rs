@@ -170,7 +170,7 @@ pub fn with_undo<T>(
         Err(e) => {
             // Nothing overwritten: an undo file would only get in the way
             // (e2undo replays even an empty one, marking the image unclean).
-            if wrapped.saved_bytes() == 0 {
+            if wrapped.holds_nothing() {
                 drop(wrapped);
                 let _ = std::fs::remove_file(undo);
             }

@@ -325,3 +325,38 @@ fn an_unfinished_undo_file_replays_and_marks_the_image_for_a_check() {
     assert!(sb.contains("not clean"), "{sb}");
     assert_fsck_clean(&img).unwrap();
 }
+
+#[test]
+fn one_undo_file_undoes_a_series_of_commands_from_either_suite() {
+    if !have_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = populated(dir.path(), &[], "32M", 64 << 20);
+    let before = bytes(&img);
+    // ext4kit, then e2fsprogs, then ext4kit again, into one file.
+    let undo = dir.path().join("series.undo");
+    let z = s(&undo);
+    ok(&["tune", "-z", z, "-O", "^dir_index", "-L", "one", s(&img)]);
+    run_ok("tune2fs", &["-z", z, "-L", "two", s(&img)]).unwrap();
+    ok(&["resize", "-z", z, s(&img)]);
+    assert_fsck_clean(&img).unwrap();
+    ok(&["undo", z, s(&img)]);
+    assert!(bytes(&img) == before, "ext4kit undo did not undo the series");
+    // e2fsprogs first, ext4kit after, replayed by e2undo.
+    let undo2 = dir.path().join("series2.undo");
+    let z2 = s(&undo2);
+    run_ok("tune2fs", &["-z", z2, "-O", "^dir_index", s(&img)]).unwrap();
+    ok(&["tune", "-z", z2, "-L", "three", s(&img)]);
+    ok(&["mkfs", "-q", "-F", "-z", z2, s(&img)]);
+    e2undo(&undo2, &img);
+    assert!(bytes(&img) == before, "e2undo did not undo the series");
+    // A file made for the image as it was before is not continued.
+    let stale = dir.path().join("stale.undo");
+    ok(&["tune", "-z", s(&stale), "-L", "four", s(&img)]);
+    ok(&["tune", "-L", "five", s(&img)]);
+    let out = ext4kit(&["tune", "-z", s(&stale), "-L", "six", s(&img)]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not this image's undo file"));
+    assert_fsck_clean(&img).unwrap();
+}

@@ -73,7 +73,8 @@ pub struct Args {
     /// device (made with `-O journal_dev`), as mke2fs -J device=.
     #[arg(short = 'J')]
     journal: Vec<String>,
-    /// Save the blocks mkfs overwrites in FILE first (a new file), which
+    /// Save the blocks mkfs overwrites in FILE first (a new file, or the undo
+    /// file of the commands before it to continue), which
     /// `ext4kit undo FILE IMAGE` or e2fsprogs' `e2undo` replays; the image
     /// is then written over in place rather than truncated.
     #[arg(short = 'z', value_name = "FILE")]

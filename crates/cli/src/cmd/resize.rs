@@ -28,8 +28,9 @@ pub struct Args {
     /// initialise them lazily.
     #[arg(long)]
     zero_itables: bool,
-    /// Save what the resize overwrites in FILE first (a new file), which
-    /// `ext4kit undo FILE IMAGE` or e2fsprogs' `e2undo` replays.
+    /// Save what the resize overwrites in FILE first (a new file, or the
+    /// undo file of the commands before it to continue), which `ext4kit
+    /// undo FILE IMAGE` or e2fsprogs' `e2undo` replays.
     #[arg(short = 'z', value_name = "FILE")]
     undo: Option<PathBuf>,
     /// The image file; it must not be mounted.

@@ -35,8 +35,9 @@ pub struct Args {
     /// Extended options: hash_seed=UUID.
     #[arg(short = 'E', value_name = "OPTIONS")]
     extended: Vec<String>,
-    /// Save what the tune overwrites in FILE first (a new file), which
-    /// `ext4kit undo FILE IMAGE` or e2fsprogs' `e2undo` replays.
+    /// Save what the tune overwrites in FILE first (a new file, or the
+    /// undo file of the commands before it to continue), which `ext4kit
+    /// undo FILE IMAGE` or e2fsprogs' `e2undo` replays.
     #[arg(short = 'z', value_name = "FILE")]
     undo: Option<PathBuf>,
     /// The image file (or block device); it must not be mounted.

@@ -59,18 +59,19 @@ struct UndoLog {
     next: u64,
     num_keys: u64,
     finished: bool,
-    /// Bytes of old contents saved.
-    saved_bytes: u64,
 }
 
 impl UndoDevice {
     /// Wraps `inner`, creating the undo file at `path` with undo blocks of
     /// `block_size` bytes (the file system's block size: keys count in it).
-    /// A file that exists and is not empty is refused rather than
-    /// overwritten (it may be the undo file of an earlier run).
+    /// An undo file already there for this image, as the last command left
+    /// it (its superblock copy equal to the image's), is continued in its
+    /// own block size, as e2fsprogs does, so one file undoes a series of
+    /// commands; any other non-empty file is refused, never overwritten.
     ///
     /// # Errors
-    /// A block size out of range, an existing file, the OS error.
+    /// A block size out of range, a file that is not this image's undo
+    /// file, the OS error.
     pub fn create(inner: Box<dyn BlockDevice>, path: &Path, block_size: u32) -> io::Result<Self> {
         if !(E2UNDO_MIN_BLOCK_SIZE..=E2UNDO_MAX_BLOCK_SIZE).contains(&block_size) || !block_size.is_power_of_two() {
             return Err(io::Error::new(
@@ -84,22 +85,19 @@ impl UndoDevice {
             .create(true)
             .truncate(false)
             .open(path)?;
-        if file.metadata()?.len() > 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{} exists: remove it or name another undo file", path.display()),
-            ));
-        }
-        let log = UndoLog {
-            file,
-            block_size,
-            saved: HashSet::new(),
-            keys: Vec::new(),
-            key_block: FIRST_KEY_BLOCK,
-            next: FIRST_KEY_BLOCK + 1,
-            num_keys: 0,
-            finished: false,
-            saved_bytes: 0,
+        let log = if file.metadata()?.len() > 0 {
+            UndoLog::reopen(file, inner.as_ref(), path)?
+        } else {
+            UndoLog {
+                file,
+                block_size,
+                saved: HashSet::new(),
+                keys: Vec::new(),
+                key_block: FIRST_KEY_BLOCK,
+                next: FIRST_KEY_BLOCK + 1,
+                num_keys: 0,
+                finished: false,
+            }
         };
         log.write_indexes(inner.as_ref())?;
         log.file.sync_all()?;
@@ -121,9 +119,10 @@ impl UndoDevice {
         log.file.sync_all()
     }
 
-    /// Bytes of old contents saved so far.
-    pub fn saved_bytes(&self) -> u64 {
-        self.lock().saved_bytes
+    /// True while the undo file holds no saved block (not even from an
+    /// earlier command).
+    pub fn holds_nothing(&self) -> bool {
+        self.lock().num_keys == 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, UndoLog> {
@@ -166,6 +165,55 @@ impl UndoDevice {
 }
 
 impl UndoLog {
+    /// Continues the undo file in `file` (`try_reopen_undo_file`): every
+    /// key read and checked, the blocks they cover counted as saved, new
+    /// keys going on in the last key block if it has room.
+    fn reopen(file: File, dev: &dyn BlockDevice, path: &Path) -> io::Result<Self> {
+        let refuse = |why: String| {
+            io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists and {why}: remove it or name another undo file",
+                    path.display()
+                ),
+            )
+        };
+        let u = replay::UndoFile::read(&file, false).map_err(|e| refuse(format!("is unusable ({e})")))?;
+        u.check_image(dev)
+            .map_err(|e| refuse(format!("is not this image's undo file ({e})")))?;
+        let h = u.header;
+        if h.fs_block_size != h.block_size || u.fs_offset() != 0 {
+            return Err(refuse("mixes block sizes or has an offset".into()));
+        }
+        let bs = u64::from(h.block_size);
+        let mut saved = HashSet::new();
+        let mut next = h.key_offset + 1;
+        for r in &u.runs {
+            let n = u64::from(r.key.size).div_ceil(bs);
+            saved.extend(r.key.fs_block..r.key.fs_block + n);
+            next = next.max(r.undo_block + n);
+        }
+        let in_last = (h.num_keys % keys_per_block(h.block_size).max(1) as u64) as usize;
+        let (key_block, keys) = match u.key_blocks.last() {
+            None => (h.key_offset, Vec::new()),
+            Some(&kb) if in_last > 0 => (kb, u.runs[u.runs.len() - in_last..].iter().map(|r| r.key).collect()),
+            Some(_) => {
+                next += 1;
+                (next - 1, Vec::new())
+            }
+        };
+        Ok(Self {
+            file,
+            block_size: h.block_size,
+            saved,
+            keys,
+            key_block,
+            next,
+            num_keys: h.num_keys,
+            finished: false,
+        })
+    }
+
     /// Reads undo blocks `blk..blk + run` of the image (what lies past
     /// its end is not saved: there is nothing to put back) and appends
     /// them, extending the last key when the run continues it.
@@ -183,7 +231,6 @@ impl UndoLog {
         dev.read_at(start, &mut old)?;
         self.file.write_all_at(&old, self.next * bs)?;
         self.next += avail.div_ceil(bs);
-        self.saved_bytes += avail;
         let limit = u64::from(E2UNDO_MAX_EXTENT_BLOCKS) * bs;
         match self.keys.last_mut() {
             Some(k)
@@ -349,6 +396,16 @@ mod tests {
             u.runs.len()
         );
         u.check_image(mem.as_ref()).unwrap();
+        assert!(replayed(&path, mem.snapshot()) == original);
+        // A second run continues the file: it still takes the image back
+        // to the very start, past both runs.
+        drop(undo);
+        let again = UndoDevice::create(Box::new(mem.clone()), &path, 4096).unwrap();
+        for i in 0..50u64 {
+            let at = xorshift(&mut seed) % (len as u64 - 5000);
+            again.write_at(at, &vec![0xA0 | i as u8; 4999]).unwrap();
+        }
+        again.finish().unwrap();
         assert!(replayed(&path, mem.snapshot()) == original);
     }
 }

@@ -103,8 +103,10 @@ pub struct SavedRun {
 pub struct UndoFile {
     /// The header.
     pub header: UndoHeader,
-    /// The runs, in file-system block order.
+    /// The runs, in the order the file holds them.
     pub runs: Vec<SavedRun>,
+    /// Undo blocks of the key blocks, in order.
+    pub key_blocks: Vec<u64>,
     /// Problems a forced read went past (header or run checksums, a key
     /// block that ends the keys early).
     pub damage: Vec<String>,
@@ -146,11 +148,11 @@ impl UndoFile {
         let sb = read_exact(file, sb_at, SUPERBLOCK_SIZE)?;
         let mut sb_copy = [0u8; SUPERBLOCK_SIZE];
         sb_copy.copy_from_slice(&sb);
-        let mut runs = read_keys(file, &header, force, &mut damage)?;
-        runs.sort_by_key(|r| r.key.fs_block);
+        let (runs, key_blocks) = read_keys(file, &header, force, &mut damage)?;
         Ok(Self {
             header,
             runs,
+            key_blocks,
             damage,
             sb_copy,
         })
@@ -231,10 +233,16 @@ fn differences(now: &[u8; SUPERBLOCK_SIZE], recorded: &[u8; SUPERBLOCK_SIZE]) ->
 
 /// Every key, from the key blocks that start at `key_offset` and follow
 /// their runs' data, each run's checksum checked.
-fn read_keys(file: &File, h: &UndoHeader, force: bool, damage: &mut Vec<String>) -> Result<Vec<SavedRun>, UndoError> {
+fn read_keys(
+    file: &File,
+    h: &UndoHeader,
+    force: bool,
+    damage: &mut Vec<String>,
+) -> Result<(Vec<SavedRun>, Vec<u64>), UndoError> {
     let bs = u64::from(h.block_size);
     let per_block = h.keys_per_block().max(1) as u64;
     let mut runs = Vec::new();
+    let mut key_blocks = Vec::new();
     let mut blk = h.key_offset;
     let mut done = 0u64;
     while done < h.num_keys {
@@ -253,6 +261,7 @@ fn read_keys(file: &File, h: &UndoHeader, force: bool, damage: &mut Vec<String>)
             Err(UndoError::Io(e)) => return Err(UndoError::KeyBlock(blk, format!("cannot be read ({e})"))),
             Err(e) => return Err(e),
         };
+        key_blocks.push(blk);
         blk += 1;
         for key in keys {
             if u64::from(key.size) > u64::from(E2UNDO_MAX_EXTENT_BLOCKS) * bs {
@@ -265,7 +274,7 @@ fn read_keys(file: &File, h: &UndoHeader, force: bool, damage: &mut Vec<String>)
         }
         done += count as u64;
     }
-    Ok(runs)
+    Ok((runs, key_blocks))
 }
 
 fn check_run(
@@ -330,7 +339,9 @@ pub fn replay(
         incomplete: !h.finished(),
         ..ReplayReport::default()
     };
-    for run in &undo.runs {
+    let mut order: Vec<&SavedRun> = undo.runs.iter().collect();
+    order.sort_by_key(|r| r.key.fs_block);
+    for run in order {
         each(run);
         report.runs += 1;
         report.bytes += u64::from(run.key.size);
