@@ -408,4 +408,53 @@ mod tests {
         again.finish().unwrap();
         assert!(replayed(&path, mem.snapshot()) == original);
     }
+
+    /// Damaged undo files (random bytes and lengths, huge sizes and
+    /// counts in the header and keys) are read, forced or not, without a
+    /// panic or an allocation the file's size does not bound.
+    #[test]
+    fn damaged_undo_files_never_panic() {
+        use ext4kit_format::undo::UndoHeader;
+        let mut seed = 0x1234_5678_9ABC_DEF1u64;
+        let mem = Arc::new(MemDevice::new(vec![7u8; 256 << 10]));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("u.undo");
+        let undo = UndoDevice::create(Box::new(mem.clone()), &path, 1024).unwrap();
+        for i in 0..20u64 {
+            undo.write_at(i * 9000, &[1u8; 3000]).unwrap();
+        }
+        undo.finish().unwrap();
+        let good = std::fs::read(&path).unwrap();
+        let bad = dir.path().join("bad.undo");
+        for round in 0..300 {
+            let mut b = good.clone();
+            for _ in 0..1 + round % 5 {
+                let at = (xorshift(&mut seed) % b.len() as u64) as usize;
+                b[at] = xorshift(&mut seed) as u8;
+            }
+            if round % 3 == 0 {
+                let (mut h, _) = UndoHeader::decode(&b).unwrap();
+                match round % 4 {
+                    0 => h.num_keys = xorshift(&mut seed),
+                    1 => h.block_size = xorshift(&mut seed) as u32,
+                    2 => h.key_offset = xorshift(&mut seed),
+                    _ => h.super_offset = xorshift(&mut seed) >> (round % 64),
+                }
+                b[..512].copy_from_slice(&h.encode());
+            }
+            b.truncate(
+                (xorshift(&mut seed) % (b.len() as u64 + 1)).max(if round % 2 == 0 { b.len() as u64 } else { 0 })
+                    as usize,
+            );
+            std::fs::write(&bad, &b).unwrap();
+            let file = File::open(&bad).unwrap();
+            for force in [false, true] {
+                if let Ok(u) = UndoFile::read(&file, force) {
+                    let copy = MemDevice::new(mem.snapshot());
+                    let opts = ReplayOptions { force, dry_run: false };
+                    let _ = replay(&u, &file, &copy, opts, &mut |_| {});
+                }
+            }
+        }
+    }
 }

@@ -18,8 +18,8 @@ use std::os::unix::fs::FileExt;
 use ext4kit_format::FormatError;
 use ext4kit_format::superblock::{RawSuperblock, STATE_ERROR, STATE_VALID};
 use ext4kit_format::undo::{
-    E2UNDO_FEATURE_COMPAT_FS_OFFSET, E2UNDO_MAX_EXTENT_BLOCKS, HEADER_SIZE, SUPERBLOCK_SIZE, UndoHeader, UndoKey,
-    data_crc, decode_key_block, superblock_from_copy,
+    E2UNDO_FEATURE_COMPAT_FS_OFFSET, E2UNDO_MAX_BLOCK_SIZE, E2UNDO_MAX_EXTENT_BLOCKS, HEADER_SIZE, SUPERBLOCK_SIZE,
+    UndoHeader, UndoKey, data_crc, decode_key_block, superblock_from_copy,
 };
 
 use crate::device::BlockDevice;
@@ -113,7 +113,16 @@ pub struct UndoFile {
     sb_copy: [u8; SUPERBLOCK_SIZE],
 }
 
+/// `len` bytes at `at`; what lies past the end of the file is refused
+/// before anything is allocated (the lengths come from the file itself).
 fn read_exact(file: &File, at: u64, len: usize) -> io::Result<Vec<u8>> {
+    let size = file.metadata()?.len();
+    if at.checked_add(len as u64).is_none_or(|end| end > size) {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("{len} bytes at byte {at} are past the end of the undo file"),
+        ));
+    }
     let mut buf = vec![0u8; len];
     file.read_exact_at(&mut buf, at)?;
     Ok(buf)
@@ -131,7 +140,8 @@ impl UndoFile {
         let (header, crc) = UndoHeader::decode(&head).map_err(UndoError::NotUndo)?;
         let mut damage = Vec::new();
         note(crc, force, &mut damage).map_err(UndoError::Header)?;
-        if header.block_size == 0 || header.fs_block_size == 0 {
+        // Zero, or past e2undo's limit, even forcing cannot read by.
+        if header.block_size == 0 || header.fs_block_size == 0 || header.block_size > E2UNDO_MAX_BLOCK_SIZE {
             return Err(UndoError::Header(FormatError::invalid(
                 "undo_header",
                 "block_size",
