@@ -118,6 +118,9 @@ enum Command {
     /// Grow or shrink an unmounted image (like resize2fs); -P prints the
     /// minimum size.
     Resize(cmd::resize::Args),
+    /// Put back what an undo file saved (`-z` of mkfs, tune, resize,
+    /// fsck; e2fsprogs' too), like e2undo.
+    Undo(cmd::undo::Args),
     /// Benchmarks: `bench mount` compares kernel ext4, fuse2fs and ext4kit.
     Bench(cmd::bench::Args),
     /// A metadata-only image for bug reports (like e2image -r/-Q, -s, -a);
@@ -179,6 +182,7 @@ fn main() -> ExitCode {
         Command::Quota(a) => cmd::quota::run(a),
         Command::Project(a) => cmd::quota::project(a),
         Command::Resize(a) => cmd::resize::run(a),
+        Command::Undo(a) => cmd::undo::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Image(a) => cmd::image::run(a),
         Command::Debug(a) => cmd::debug::run(a),

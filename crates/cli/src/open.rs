@@ -8,10 +8,15 @@
 //! on stderr and read what is on disk (the journal replayed in memory),
 //! which may be out of date.
 
+use std::path::Path;
+use std::sync::Arc;
+
 use anyhow::{Context, Result};
-use ext4kit_engine::device::FileDevice;
+use ext4kit_engine::BlockDevice;
+use ext4kit_engine::device::{FileDevice, UndoDevice};
 use ext4kit_engine::journal::JournalDevice;
 use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions, SuperblockAt, backup_sb};
+use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
 
 use crate::ImageArgs;
 
@@ -145,5 +150,72 @@ pub fn log_recovery(fs: &Filesystem) {
             r.blocks_written,
             r.blocks_revoked
         );
+    }
+}
+
+/// `-z FILE` of the editing commands: runs `op` on `dev`, wrapped when an
+/// undo file is asked for so that everything `op` overwrites is saved in
+/// it first (e2fsprogs' format: `e2undo` or `ext4kit undo` replays it).
+/// The file is marked finished only when `op` succeeds; `block_size` is
+/// the file system's (its keys count in it).
+pub fn with_undo<T>(
+    dev: Box<dyn BlockDevice>,
+    undo: Option<&Path>,
+    image: &Path,
+    block_size: u32,
+    op: impl FnOnce(Box<dyn BlockDevice>) -> Result<T>,
+) -> Result<T> {
+    let Some(undo) = undo else {
+        return op(dev);
+    };
+    if same_file(undo, image) {
+        anyhow::bail!("-z {}: the undo file cannot be the image itself", undo.display());
+    }
+    let wrapped = Arc::new(
+        UndoDevice::create(dev, undo, block_size)
+            .with_context(|| format!("cannot create the undo file {}", undo.display()))?,
+    );
+    eprintln!(
+        "Overwriting existing filesystem; this can be undone using the command:\n    ext4kit undo {} {}\n",
+        undo.display(),
+        image.display()
+    );
+    let r = match op(Box::new(wrapped.clone())) {
+        Ok(r) => r,
+        Err(e) => {
+            // Nothing overwritten: an undo file would only get in the way
+            // (e2undo replays even an empty one, marking the image unclean).
+            if wrapped.holds_nothing() {
+                drop(wrapped);
+                let _ = std::fs::remove_file(undo);
+            }
+            return Err(e);
+        }
+    };
+    wrapped
+        .finish()
+        .with_context(|| format!("finishing the undo file {}", undo.display()))?;
+    Ok(r)
+}
+
+/// The block size the superblock at byte 1024 of `dev` records, or 4096
+/// when it holds none (the undo file's unit only: any size is correct).
+pub fn fs_block_size(dev: &dyn BlockDevice) -> u32 {
+    let mut buf = [0u8; 1024];
+    match dev
+        .read_at(1024, &mut buf)
+        .ok()
+        .and_then(|()| RawSuperblock::parse(&buf).ok())
+    {
+        Some(sb) if sb.s_magic.get() == EXT4_SUPER_MAGIC => 1024 << sb.s_log_block_size.get().min(6),
+        _ => 4096,
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
     }
 }

@@ -32,6 +32,7 @@ pub mod probe;
 pub mod qcow2;
 pub mod quota;
 pub mod superblock;
+pub mod undo;
 pub mod xattr;
 
 mod util;

@@ -4,6 +4,7 @@ use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use ext4kit_engine::BlockDevice;
 use ext4kit_engine::device::FileDevice;
 use ext4kit_engine::mkfs::{Media, MkfsOptions, Plan, mkfs, parse_size, parse_uuid};
 use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
@@ -72,6 +73,12 @@ pub struct Args {
     /// device (made with `-O journal_dev`), as mke2fs -J device=.
     #[arg(short = 'J')]
     journal: Vec<String>,
+    /// Save the blocks mkfs overwrites in FILE first (a new file, or the undo
+    /// file of the commands before it to continue), which
+    /// `ext4kit undo FILE IMAGE` or e2fsprogs' `e2undo` replays; the image
+    /// is then written over in place rather than truncated.
+    #[arg(short = 'z', value_name = "FILE")]
+    undo: Option<PathBuf>,
 }
 
 /// Builds the options, prepares the image and lays out the file system.
@@ -92,9 +99,15 @@ fn make(a: &Args) -> Result<()> {
         .flat_map(|f| f.split(','))
         .any(|f| f.trim() == "journal_dev")
     {
+        if a.undo.is_some() {
+            bail!("-z with -O journal_dev is not supported");
+        }
         return journal_dev::make(a);
     }
     let jdev = journal_dev::device_option(&a.journal)?;
+    if jdev.is_some() && a.undo.is_some() {
+        bail!("-z with -J device= is not supported: the journal device is written outside the undo file");
+    }
     let mut opts = options(a)?;
     if let Some(j) = &jdev {
         journal_dev::prepare_fs(&mut opts, j)?;
@@ -108,28 +121,38 @@ fn make(a: &Args) -> Result<()> {
     opts.size_bytes = size;
     // Sizes and counts mkfs cannot lay out are refused before an
     // existing image is touched.
+    let mut block_size = opts.block_size.unwrap_or(4096);
     if let Some(bytes) = size.or_else(|| {
         std::fs::metadata(&a.image)
             .ok()
             .filter(|m| m.is_file())
             .map(|m| m.len())
     }) {
-        Plan::new(&opts, bytes).with_context(|| format!("{}", a.image.display()))?;
+        block_size = Plan::new(&opts, bytes)
+            .with_context(|| format!("{}", a.image.display()))?
+            .block_size;
     }
-    let (dev, zeroed) = prepare(&a.image, size, a.force)?;
+    let (dev, zeroed) = prepare(&a.image, size, a.force, a.undo.is_none())?;
     opts.device_zeroed = zeroed;
-    let r = mkfs(&dev, &opts).with_context(|| format!("{}", a.image.display()))?;
+    let r = crate::open::with_undo(Box::new(dev), a.undo.as_deref(), &a.image, block_size, |dev| {
+        let r = mkfs(dev.as_ref(), &opts).with_context(|| format!("{}", a.image.display()))?;
+        let quota = opts.quota_files(&r.plan.features);
+        if jdev.is_none() && (a.root_dir.is_some() || !quota.is_empty()) {
+            populate(dev, &a.image, a.root_dir.as_deref(), &quota)?;
+        }
+        Ok(r)
+    })?;
     if let (Some(why), false) = (&r.plan.flex_reason, a.quiet) {
         let media = opts.media.map_or("unknown".to_string(), |m| m.to_string());
         outln!("-G auto: {why}; media {media}");
     }
-    drop(dev);
     if let Some(j) = &jdev {
         journal_dev::attach(&a.image, j)?;
-    }
-    let quota = opts.quota_files(&r.plan.features);
-    if a.root_dir.is_some() || !quota.is_empty() {
-        populate(&a.image, a.root_dir.as_deref(), &quota)?;
+        let quota = opts.quota_files(&r.plan.features);
+        if a.root_dir.is_some() || !quota.is_empty() {
+            let dev = FileDevice::open(&a.image, true)?;
+            populate(Box::new(dev), &a.image, a.root_dir.as_deref(), &quota)?;
+        }
     }
     if !a.quiet {
         let p = &r.plan;
@@ -214,8 +237,9 @@ fn options(a: &Args) -> Result<MkfsOptions> {
 /// Opens (or creates) the image, claiming it before anything is changed
 /// (refused while it is mounted or written elsewhere). A regular file is
 /// truncated to zero and extended sparse, so it reads as zeros, which
-/// mkfs is told.
-fn prepare(path: &Path, size: Option<u64>, force: bool) -> Result<(FileDevice, bool)> {
+/// mkfs is told; unless `truncate` is false (`-z`: the old contents are
+/// saved as they are overwritten), when it is only extended as needed.
+fn prepare(path: &Path, size: Option<u64>, force: bool, truncate: bool) -> Result<(FileDevice, bool)> {
     if path.is_dir() {
         bail!(
             "{} is a directory: mkfs makes a file system in an image file or on a block device",
@@ -248,13 +272,16 @@ fn prepare(path: &Path, size: Option<u64>, force: bool) -> Result<(FileDevice, b
             .with_context(|| format!("cannot create {}", path.display()))?;
     }
     let mut dev = FileDevice::open(path, true)?;
-    if regular {
-        let keep = meta.as_ref().map_or(0, |m| m.len()).max(len);
+    let old = meta.as_ref().map_or(0, |m| m.len());
+    if regular && truncate {
         dev.set_len(0)
-            .and_then(|()| dev.set_len(keep))
+            .and_then(|()| dev.set_len(old.max(len)))
+            .with_context(|| format!("cannot size {}", path.display()))?;
+    } else if regular && len > old {
+        dev.set_len(len)
             .with_context(|| format!("cannot size {}", path.display()))?;
     }
-    Ok((dev, regular))
+    Ok((dev, regular && truncate))
 }
 
 /// "ext2/ext3/ext4" when the image already holds one.
@@ -282,9 +309,13 @@ fn existing_fs(path: &Path) -> Option<&'static str> {
 /// The steps mke2fs takes after the layout, in its order: the quota files
 /// (`create_quota_inodes`), then the copy of `src` (charged to the quota
 /// files as it is written).
-fn populate(image: &Path, src: Option<&Path>, quota: &[ext4kit_format::quota::QuotaType]) -> Result<()> {
+fn populate(
+    dev: Box<dyn BlockDevice>,
+    image: &Path,
+    src: Option<&Path>,
+    quota: &[ext4kit_format::quota::QuotaType],
+) -> Result<()> {
     use ext4kit_engine::{Filesystem, OpenOptions};
-    let dev = FileDevice::open(image, true)?;
     // Building the image is not a mount: no mount count, no mount time,
     // and no journal (as with mke2fs -d).
     let opts = OpenOptions {
@@ -293,7 +324,7 @@ fn populate(image: &Path, src: Option<&Path>, quota: &[ext4kit_format::quota::Qu
         inline: ext4kit_engine::InlinePolicy::Mke2fs,
         ..OpenOptions::default()
     };
-    let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;
+    let fs = Filesystem::open(dev, opts).with_context(|| format!("{}", image.display()))?;
     if !quota.is_empty() {
         fs.create_quota_files(quota).context("creating the quota files")?;
     }

@@ -26,4 +26,5 @@ pub mod resize;
 pub mod stat;
 pub mod sync;
 pub mod tune;
+pub mod undo;
 mod util;

@@ -9,8 +9,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::resize::{ResizeOptions, minimum_size, parse_size, resize_image};
-use ext4kit_engine::{Filesystem, OpenOptions};
+use ext4kit_engine::resize::{ResizeOptions, ResizeReport, SizeSpec, minimum_size, parse_size, resize, resize_image};
+use ext4kit_engine::tune::open_for_tune;
+use ext4kit_engine::{BlockDevice, Filesystem, OpenOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `resize`.
@@ -27,6 +28,11 @@ pub struct Args {
     /// initialise them lazily.
     #[arg(long)]
     zero_itables: bool,
+    /// Save what the resize overwrites in FILE first (a new file, or the
+    /// undo file of the commands before it to continue), which `ext4kit
+    /// undo FILE IMAGE` or e2fsprogs' `e2undo` replays.
+    #[arg(short = 'z', value_name = "FILE")]
+    undo: Option<PathBuf>,
     /// The image file; it must not be mounted.
     image: PathBuf,
     /// The new size: blocks, or a number with K, M, G, T or s (sectors).
@@ -51,10 +57,14 @@ pub fn run(a: Args) -> Result<()> {
     if let Ok(style) = ProgressStyle::with_template("resizing {bar:40} {percent}% {elapsed}") {
         bar.set_style(style);
     }
-    let r = resize_image(&a.image, size, &opts, &mut |done, total| {
+    let mut progress = |done, total| {
         bar.set_length(total);
         bar.set_position(done);
-    });
+    };
+    let r = match &a.undo {
+        None => resize_image(&a.image, size, &opts, &mut progress).map_err(anyhow::Error::from),
+        Some(z) => undoable_resize(&a.image, z, size, &opts, &mut progress),
+    };
     bar.finish_and_clear();
     let r = r.with_context(|| format!("{}", a.image.display()))?;
     let kib = r.block_size / 1024;
@@ -74,4 +84,28 @@ pub fn run(a: Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `resize -z`: as `resize_image`, through the undo wrapper. The image
+/// file is extended first, outside the undo file (e2undo puts blocks back
+/// but never shortens a file).
+fn undoable_resize(
+    image: &std::path::Path,
+    undo: &std::path::Path,
+    size: Option<SizeSpec>,
+    opts: &ResizeOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ResizeReport> {
+    let mut dev = open_for_tune(image)?;
+    let bs = crate::open::fs_block_size(&dev);
+    let want = size.map(|s| s.blocks(bs));
+    if let Some(bytes) = want.and_then(|w| w.checked_mul(u64::from(bs)))
+        && bytes > dev.len()
+    {
+        dev.set_len(bytes)
+            .with_context(|| format!("cannot extend {}", image.display()))?;
+    }
+    crate::open::with_undo(Box::new(dev), Some(undo), image, bs, |d| {
+        Ok(resize(d, want, opts, progress)?)
+    })
 }

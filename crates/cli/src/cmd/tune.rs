@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::mkfs::parse_uuid;
 use ext4kit_engine::tune::{
-    ErrorBehavior, FeatureEdit, TuneRequest, UuidChange, parse_interval, parse_quota_edit, tune_image,
+    ErrorBehavior, FeatureEdit, TuneRequest, UuidChange, open_for_tune, parse_interval, parse_quota_edit, tune,
+    tune_image,
 };
 
 /// Arguments of `tune`.
@@ -39,6 +40,11 @@ pub struct Args {
     /// Extended options: hash_seed=UUID.
     #[arg(short = 'E', value_name = "OPTIONS")]
     extended: Vec<String>,
+    /// Save what the tune overwrites in FILE first (a new file, or the
+    /// undo file of the commands before it to continue), which `ext4kit
+    /// undo FILE IMAGE` or e2fsprogs' `e2undo` replays.
+    #[arg(short = 'z', value_name = "FILE")]
+    undo: Option<PathBuf>,
     /// The image file (or block device); it must not be mounted.
     image: PathBuf,
 }
@@ -49,7 +55,16 @@ pub fn run(a: Args) -> Result<()> {
     if req == TuneRequest::default() {
         bail!("nothing to do: give at least one of -O -Q -L -U -e -c -i -E");
     }
-    let report = tune_image(&a.image, &req).with_context(|| format!("{}", a.image.display()))?;
+    let report = match &a.undo {
+        None => tune_image(&a.image, &req).with_context(|| format!("{}", a.image.display()))?,
+        Some(z) => {
+            let dev = open_for_tune(&a.image).with_context(|| format!("{}", a.image.display()))?;
+            let bs = crate::open::fs_block_size(&dev);
+            crate::open::with_undo(Box::new(dev), Some(z), &a.image, bs, |d| {
+                tune(d, &req).with_context(|| format!("{}", a.image.display()))
+            })?
+        }
+    };
     for n in &report.notes {
         outln!("{n}");
     }

@@ -10,6 +10,7 @@ mod file;
 pub mod inuse;
 mod mem;
 mod page_cache;
+pub mod undo;
 
 pub use crash::{CrashDevice, Survivors};
 pub use disk_model::{DiskModel, DiskProfile, DiskStats};
@@ -18,6 +19,7 @@ pub use file::FileDevice;
 pub use inuse::{InUse, InUseError};
 pub use mem::MemDevice;
 pub use page_cache::{DEFAULT_PAGE_SIZE, PageCache, PageCacheStats};
+pub use undo::UndoDevice;
 
 use std::io;
 use std::sync::Arc;

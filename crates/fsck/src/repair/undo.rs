@@ -21,18 +21,16 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use ext4kit_engine::BlockDevice;
-use ext4kit_format::checksum::crc32c_raw;
 use ext4kit_format::superblock::{RawSuperblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use ext4kit_format::undo::{
+    E2UNDO_MAX_EXTENT_BLOCKS, E2UNDO_STATE_FINISHED, HEADER_SIZE, UndoHeader, UndoKey, data_crc, encode_key_block,
+    keys_per_block, superblock_copy,
+};
 
 use super::overlay::{Overlay, PAGE};
 
-const MAGIC: &[u8; 8] = b"E2UNDO02";
-const KEY_MAGIC: u32 = 0xCADE_CADE;
-const STATE_FINISHED: u32 = 1;
-const HEADER_LEN: usize = 512;
-const KEY_LEN: usize = 16;
-/// Longest run of blocks one key may cover (`E2UNDO_MAX_EXTENT_BLOCKS`).
-const MAX_EXTENT_BLOCKS: u64 = 512;
+/// Longest run of blocks one key may cover.
+const MAX_EXTENT_BLOCKS: u64 = E2UNDO_MAX_EXTENT_BLOCKS as u64;
 
 /// What the undo file holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,7 +54,7 @@ pub fn write(path: &Path, o: &Overlay) -> io::Result<Saved> {
     let runs = runs(&changed_blocks(o, bs));
     let mut out = io::BufWriter::new(File::create(path)?);
     let mut file = vec![vec![0u8; bs as usize]; 2];
-    let per_key_block = bs as usize / KEY_LEN - 1;
+    let per_key_block = keys_per_block(bs as u32);
     let mut saved = Saved::default();
     for chunk in runs.chunks(per_key_block) {
         let key_at = file.len();
@@ -64,7 +62,11 @@ pub fn write(path: &Path, o: &Overlay) -> io::Result<Saved> {
         let mut keys = Vec::with_capacity(chunk.len());
         for &(first, count) in chunk {
             let data = original(o, first * bs, count * bs)?;
-            keys.push((first, crc32c_raw(!0, &data), data.len() as u32));
+            keys.push(UndoKey {
+                fs_block: first,
+                crc: data_crc(&data),
+                size: data.len() as u32,
+            });
             file.extend(data.chunks(bs as usize).map(|c| {
                 let mut b = c.to_vec();
                 b.resize(bs as usize, 0);
@@ -73,10 +75,21 @@ pub fn write(path: &Path, o: &Overlay) -> io::Result<Saved> {
             saved.blocks += count;
         }
         saved.keys += keys.len() as u64;
-        file[key_at] = key_block(bs as usize, &keys);
+        file[key_at] = encode_key_block(&keys, bs as u32);
     }
-    file[1][..SUPERBLOCK_SIZE].copy_from_slice(&stored_superblock(&sb_bytes));
-    file[0][..HEADER_LEN].copy_from_slice(&header(saved.keys, bs as u32, crc32c_raw(!0, &sb_bytes)));
+    let (sb_copy, sb_crc) = superblock_copy(&sb_bytes);
+    file[1][..SUPERBLOCK_SIZE].copy_from_slice(&sb_copy);
+    let header = UndoHeader {
+        num_keys: saved.keys,
+        super_offset: 1,
+        key_offset: 2,
+        block_size: bs as u32,
+        fs_block_size: bs as u32,
+        sb_crc,
+        state: E2UNDO_STATE_FINISHED,
+        ..UndoHeader::default()
+    };
+    file[0][..HEADER_SIZE].copy_from_slice(&header.encode());
     for b in &file {
         out.write_all(b)?;
     }
@@ -113,44 +126,6 @@ fn original(o: &Overlay, at: u64, len: u64) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len as usize];
     o.base().read_at(at, &mut buf)?;
     Ok(buf)
-}
-
-fn key_block(bs: usize, keys: &[(u64, u32, u32)]) -> Vec<u8> {
-    let mut b = vec![0u8; bs];
-    b[0..4].copy_from_slice(&KEY_MAGIC.to_le_bytes());
-    for (i, &(fsblk, crc, size)) in keys.iter().enumerate() {
-        let at = 16 + i * KEY_LEN;
-        b[at..at + 8].copy_from_slice(&fsblk.to_le_bytes());
-        b[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
-        b[at + 12..at + 16].copy_from_slice(&size.to_le_bytes());
-    }
-    let crc = crc32c_raw(!0, &b);
-    b[4..8].copy_from_slice(&crc.to_le_bytes());
-    b
-}
-
-/// The superblock as the undo file keeps it: magic inverted.
-fn stored_superblock(sb: &[u8; SUPERBLOCK_SIZE]) -> [u8; SUPERBLOCK_SIZE] {
-    let mut s = *sb;
-    // s_magic is the little-endian u16 at byte 0x38.
-    s[0x38] = !s[0x38];
-    s[0x39] = !s[0x39];
-    s
-}
-
-fn header(keys: u64, bs: u32, sb_crc: u32) -> [u8; HEADER_LEN] {
-    let mut h = [0u8; HEADER_LEN];
-    h[0..8].copy_from_slice(MAGIC);
-    h[8..16].copy_from_slice(&keys.to_le_bytes());
-    h[16..24].copy_from_slice(&1u64.to_le_bytes()); // superblock copy: block 1
-    h[24..32].copy_from_slice(&2u64.to_le_bytes()); // first key block: block 2
-    h[32..36].copy_from_slice(&bs.to_le_bytes()); // undo file block size
-    h[36..40].copy_from_slice(&bs.to_le_bytes()); // file-system block size
-    h[40..44].copy_from_slice(&sb_crc.to_le_bytes());
-    h[44..48].copy_from_slice(&STATE_FINISHED.to_le_bytes());
-    let crc = crc32c_raw(!0, &h[..HEADER_LEN - 4]);
-    h[HEADER_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
-    h
 }
 
 #[cfg(test)]

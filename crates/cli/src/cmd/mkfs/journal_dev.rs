@@ -27,7 +27,7 @@ pub(super) fn make(a: &Args) -> Result<()> {
         bail!("-O journal_dev makes a journal device: -d and -J do not apply");
     }
     let size = a.size.as_deref().map(|s| fs_size(s, a.block_size)).transpose()?;
-    let (dev, zeroed) = prepare(&a.image, size, a.force)?;
+    let (dev, zeroed) = prepare(&a.image, size, a.force, true)?;
     let o = JournalDevOptions {
         block_size: a.block_size,
         size_bytes: size,
