@@ -68,8 +68,11 @@ pub struct Args {
     /// Populate from a directory (copies the tree in, like `ext4kit import`).
     #[arg(short = 'd')]
     root_dir: Option<PathBuf>,
-    /// Journal options: `device=PATH` keeps the journal on that journal
-    /// device (made with `-O journal_dev`), as mke2fs -J device=.
+    /// Journal options, as mke2fs: `size=MiB` and `fast_commit_size=KiB`
+    /// (with `-O fast_commit`) size the internal journal (1024 to 10240000
+    /// blocks, at most half the free space) and turn has_journal on;
+    /// `device=PATH` keeps the journal on that journal device (made with
+    /// `-O journal_dev`).
     #[arg(short = 'J')]
     journal: Vec<String>,
 }
@@ -94,8 +97,9 @@ fn make(a: &Args) -> Result<()> {
     {
         return journal_dev::make(a);
     }
-    let jdev = journal_dev::device_option(&a.journal)?;
+    let (jdev, jsize) = journal_dev::journal_options(&a.journal)?;
     let mut opts = options(a)?;
+    opts.journal = jsize;
     if let Some(j) = &jdev {
         journal_dev::prepare_fs(&mut opts, j)?;
     }

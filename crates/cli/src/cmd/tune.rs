@@ -9,6 +9,8 @@ use anyhow::{Context, Result, bail};
 use ext4kit_engine::mkfs::parse_uuid;
 use ext4kit_engine::tune::{ErrorBehavior, FeatureEdit, TuneRequest, UuidChange, parse_interval, tune_image};
 
+mod journal;
+
 /// Arguments of `tune`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -30,6 +32,13 @@ pub struct Args {
     /// Time between checks: N[d|w|m|s] (days by default; 0: never).
     #[arg(short = 'i', value_name = "INTERVAL")]
     interval: Option<String>,
+    /// Add an internal journal of the default size (as -O has_journal).
+    #[arg(short = 'j')]
+    add_journal: bool,
+    /// Journal options: size=MiB, fast_commit_size=KiB (add an internal
+    /// journal of that size), device=PATH (attach a journal device).
+    #[arg(short = 'J', value_name = "OPTIONS")]
+    journal: Vec<String>,
     /// Extended options: hash_seed=UUID.
     #[arg(short = 'E', value_name = "OPTIONS")]
     extended: Vec<String>,
@@ -39,11 +48,20 @@ pub struct Args {
 
 /// Parses the options, tunes the image and prints what it noted.
 pub fn run(a: Args) -> Result<()> {
-    let req = request(&a)?;
-    if req == TuneRequest::default() {
-        bail!("nothing to do: give at least one of -O -L -U -e -c -i -E");
+    let mut req = request(&a)?;
+    let jc = journal::change(a.add_journal, &a.journal, &mut req.features)?;
+    if req == TuneRequest::default() && jc == journal::JournalChange::None {
+        bail!("nothing to do: give at least one of -O -L -U -e -c -i -E -j -J");
     }
-    let report = tune_image(&a.image, &req).with_context(|| format!("{}", a.image.display()))?;
+    let at = || format!("{}", a.image.display());
+    let mut reports: Vec<_> = journal::apply(&a.image, &jc).with_context(at)?.into_iter().collect();
+    if req != TuneRequest::default() {
+        reports.push(tune_image(&a.image, &req).with_context(at)?);
+    }
+    reports.iter().try_for_each(print)
+}
+
+fn print(report: &ext4kit_engine::tune::TuneReport) -> Result<()> {
     for n in &report.notes {
         outln!("{n}");
     }
