@@ -184,3 +184,64 @@ fn fsck_j_replays_a_journal_the_kernel_left_dirty() {
     assert_eq!(ls.lines().filter(|l| l.starts_with('f')).count(), 30, "{ls}");
     assert_e2fsck_clean(Path::new(&img), Path::new(&jnl));
 }
+
+/// `losetup -f --show FILE`, or `None` (skipped loudly) without loop devices.
+fn attach_loop(file: &str) -> Option<Loop> {
+    let out = Command::new("losetup").args(["-f", "--show", file]).output();
+    match out {
+        Ok(o) if o.status.success() => Some(Loop(String::from_utf8_lossy(&o.stdout).trim().to_string())),
+        other => {
+            ext4kit_testkit::skipped!("no loop device: {other:?}");
+            assert!(std::env::var_os("CI").is_none(), "loop devices are required in CI");
+            None
+        }
+    }
+}
+
+/// Without `--journal`, the journal device is found as e2fsprogs finds it
+/// through blkid: by `s_journal_dev` (mkfs -J device=/dev/loopN records
+/// the device number) or by UUID among the block devices (a journal made
+/// as a file, attached, then put on a loop device); its absence is said
+/// with the UUID. `mount -o journal_dev=MAJ:MIN` names it by number.
+#[test]
+fn the_journal_device_is_found_by_number_or_uuid() {
+    let dir = tempfile::tempdir().unwrap();
+    let jnl = dir.path().join("journal.img");
+    let jnl_s = jnl.to_str().unwrap();
+    ok(&["mkfs", "-q", "-O", "journal_dev", "-b", "4096", jnl_s, "8M"]);
+    let Some(lo) = attach_loop(jnl_s) else { return };
+    let img = dir.path().join("fs.img");
+    let img_s = img.to_str().unwrap();
+    ok(&["mkfs", "-q", "-J", &format!("device={}", lo.0), img_s, "64M"]);
+    let out = ext4kit(&["mkdir", img_s, "/by-number"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(&format!("found at {}", lo.0)), "{err}");
+    assert_e2fsck_clean(&img, Path::new(&lo.0));
+    // A file system whose superblock records no device number (attached
+    // to the file): found by UUID.
+    let img2 = dir.path().join("fs2.img");
+    let img2_s = img2.to_str().unwrap();
+    drop(lo);
+    ok(&["mkfs", "-q", "-O", "journal_dev", "-b", "4096", "-F", jnl_s, "8M"]);
+    ok(&["mkfs", "-q", "-J", &format!("device={jnl_s}"), img2_s, "64M"]);
+    let Some(lo) = attach_loop(jnl_s) else { return };
+    let out = ext4kit(&["mkdir", img2_s, "/by-uuid"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.contains(&format!("found at {}", lo.0)),
+        "{err}"
+    );
+    let rdev = std::fs::read_to_string(format!("/sys/class/block/{}/dev", lo.0.trim_start_matches("/dev/"))).unwrap();
+    if skip_unless(can_fuse_mount()).is_some() {
+        let m = FuseMount::start(exe(), &img2, &format!("journal_dev={}", rdev.trim())).unwrap();
+        std::fs::write(m.path().join("by-uuid/f"), b"through journal_dev=").unwrap();
+        assert!(m.unmount().unwrap().success());
+    }
+    assert_e2fsck_clean(&img2, Path::new(&lo.0));
+    drop(lo);
+    let out = ext4kit(&["mkdir", img2_s, "/gone"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("was not found") && err.contains("--journal PATH"), "{err}");
+}
