@@ -150,6 +150,7 @@ fn fsck_j_replays_a_journal_the_kernel_left_dirty() {
     let dir = tempfile::tempdir().unwrap();
     let (img, jnl) = make(dir.path(), "4096");
     let (copy, jcopy) = (dir.path().join("copy.img"), dir.path().join("copy.jnl"));
+    let (theirs, jtheirs) = (dir.path().join("theirs.img"), dir.path().join("theirs.jnl"));
     {
         let out = Command::new("losetup").args(["-f", "--show", &jnl]).output().unwrap();
         assert!(
@@ -166,6 +167,8 @@ fn fsck_j_replays_a_journal_the_kernel_left_dirty() {
         Command::new("sync").status().unwrap();
         std::fs::copy(&img, &copy).unwrap();
         std::fs::copy(&jnl, &jcopy).unwrap();
+        std::fs::copy(&img, &theirs).unwrap();
+        std::fs::copy(&jnl, &jtheirs).unwrap();
         mnt.unmount().expect("unmount");
     }
     let (copy_s, jcopy_s) = (copy.to_str().unwrap(), jcopy.to_str().unwrap());
@@ -180,6 +183,33 @@ fn fsck_j_replays_a_journal_the_kernel_left_dirty() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_e2fsck_clean(&copy, &jcopy);
+    // e2fsck's f_ext_journal case, built here: e2fsck -fy -j on the same
+    // bytes leaves the same journal device and the same image but for the
+    // primary superblock (e2fsck stamps its check time and mount count).
+    let e2 = Command::new("e2fsck")
+        .arg("-fy")
+        .arg("-j")
+        .arg(&jtheirs)
+        .arg(&theirs)
+        .output()
+        .unwrap();
+    assert!(
+        e2.status.code().is_some_and(|c| c <= 1),
+        "{}",
+        String::from_utf8_lossy(&e2.stdout)
+    );
+    assert!(
+        std::fs::read(&jcopy).unwrap() == std::fs::read(&jtheirs).unwrap(),
+        "journal devices differ"
+    );
+    let (a, b) = (std::fs::read(&copy).unwrap(), std::fs::read(&theirs).unwrap());
+    let diff = (0..a.len())
+        .filter(|&i| a[i] != b[i] && !(1024..2048).contains(&i))
+        .count();
+    assert_eq!(
+        diff, 0,
+        "bytes outside the primary superblock differ from e2fsck's result"
+    );
     let ls = ok(&["ls", "--journal", jcopy_s, copy_s, "/"]);
     assert_eq!(ls.lines().filter(|l| l.starts_with('f')).count(), 30, "{ls}");
     assert_e2fsck_clean(Path::new(&img), Path::new(&jnl));

@@ -264,6 +264,16 @@ mod tests {
     }
 
     #[test]
+    fn no_superblock_checksum_without_checksum_features() {
+        // As jbd2_superblock_csum_set: e2fsck's replay of f_ext_journal
+        // leaves s_checksum 0 on a journal without csum v2/v3.
+        let b = empty_superblock_block(4096, 1024, 0, &[7; 16]);
+        let mut j = RawJournalSuperblock::parse(&b).expect("parses");
+        j.set_checksum();
+        assert_eq!(j.s_checksum.get(), 0);
+    }
+
+    #[test]
     fn midpoint_prefers_the_freer_neighbour() {
         let l = GroupLayout {
             blocks_count: 8 * 8192,
