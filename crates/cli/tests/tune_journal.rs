@@ -246,4 +246,14 @@ fn attaching_a_journal_device() {
         !out.status.success() && e.contains("needs recovery") && e.contains("fsck -j"),
         "{e}"
     );
+    bytes[1024 + 0x60] &= !4;
+    std::fs::write(&img, &bytes).unwrap();
+    let fsck = Command::new("e2fsck")
+        .arg("-fn")
+        .arg("-j")
+        .arg(&jnl)
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert_eq!(fsck.status.code(), Some(0), "{}", String::from_utf8_lossy(&fsck.stdout));
 }
