@@ -257,3 +257,33 @@ fn attaching_a_journal_device() {
         .unwrap();
     assert_eq!(fsck.status.code(), Some(0), "{}", String::from_utf8_lossy(&fsck.stdout));
 }
+
+/// A crash of `tune -j` before its last write (the primary superblock)
+/// leaves the old superblock over a written journal inode: what e2fsck
+/// reports ("Journal inode is not in use, but contains data") and
+/// repairs, nothing worse.
+#[test]
+fn a_crash_before_the_superblock_leaves_only_leaked_blocks() {
+    let Some(dir) = setup() else { return };
+    let img = dir.path().join("fs.img");
+    mke2fs(&img, 64 << 20, &["-t", "ext4", "-O", "^has_journal"]);
+    let old_sb = std::fs::read(&img).unwrap()[1024..2048].to_vec();
+    let out = ext4kit(&["tune", "-j"], &img);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut bytes = std::fs::read(&img).unwrap();
+    bytes[1024..2048].copy_from_slice(&old_sb);
+    std::fs::write(&img, &bytes).unwrap();
+    let check = tools::e2fsck_fn(&img).unwrap();
+    assert!(
+        check.output.contains("Journal inode is not in use, but contains data"),
+        "{}",
+        check.output
+    );
+    let fix = Command::new("e2fsck").arg("-fy").arg(&img).output().unwrap();
+    assert!(
+        fix.status.code().is_some_and(|c| c <= 1),
+        "{}",
+        String::from_utf8_lossy(&fix.stdout)
+    );
+    assert_fsck_clean(&img).unwrap();
+}
