@@ -1,7 +1,9 @@
 //! `ext4kit tune [-O [^]feature,…] [-L label] [-U uuid] [-e behavior] [-c
-//! count] [-i interval] [-E hash_seed=UUID] IMAGE`: tune2fs's options,
-//! parsed here and carried out by `ext4kit_engine::tune`, which validates
-//! the whole request, refuses an image in use, and changes it atomically.
+//! count] [-i interval] [-E hash_seed=UUID] [-j] [-J size=|device=] IMAGE`:
+//! tune2fs's options, parsed here and carried out by `ext4kit_engine::tune`,
+//! which validates the whole request, refuses an image in use, and changes
+//! it atomically (adding or removing a journal, [`journal`], cannot be:
+//! it is written in an order a crash leaves repairable).
 
 use std::path::PathBuf;
 
