@@ -70,11 +70,7 @@ fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesys
         },
         superblock,
         count_mount,
-        journal_device: a
-            .journal
-            .as_deref()
-            .map(|p| journal_device(p, writable && superblock.is_none()))
-            .transpose()?,
+        journal_device: external_journal(&a.image, a.journal.as_deref(), writable && superblock.is_none())?,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev), opts).map_err(|e| {
@@ -105,6 +101,48 @@ pub fn journal_device(path: &std::path::Path, writable: bool) -> Result<JournalD
     let dev = FileDevice::open(path, writable)
         .with_context(|| format!("cannot open the journal device {}", path.display()))?;
     Ok(JournalDevice(std::sync::Arc::new(dev)))
+}
+
+/// The external journal of `image`: the one `given`, else, when the
+/// superblock names one (`s_journal_uuid`), the device found by its number
+/// or UUID (`ext4kit_engine::journal::external::find_device`), said on
+/// stderr either way; `None` for an internal journal or none found.
+pub fn external_journal(
+    image: &std::path::Path,
+    given: Option<&std::path::Path>,
+    writable: bool,
+) -> Result<Option<JournalDevice>> {
+    use ext4kit_format::features::CompatFeatures;
+    if let Some(p) = given {
+        return journal_device(p, writable).map(Some);
+    }
+    let mut buf = [0u8; 1024];
+    let sb = std::fs::File::open(image)
+        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 1024))
+        .ok()
+        .and_then(|()| ext4kit_format::superblock::RawSuperblock::parse(&buf).ok());
+    let Some(sb) = sb.filter(|sb| {
+        sb.features().compat.contains(CompatFeatures::HAS_JOURNAL)
+            && sb.s_journal_inum.get() == 0
+            && sb.s_journal_uuid != [0; 16]
+    }) else {
+        return Ok(None);
+    };
+    match ext4kit_engine::journal::external::find_device(&sb) {
+        Ok(p) => {
+            log::warn!(
+                "ext4kit: {}: using the journal device with UUID {} found at {}",
+                image.display(),
+                ext4kit_engine::journal::external::uuid(&sb.s_journal_uuid),
+                p.display()
+            );
+            journal_device(&p, writable).map(Some)
+        }
+        Err(why) => {
+            log::warn!("ext4kit: {}: {why}", image.display());
+            Ok(None)
+        }
+    }
 }
 
 /// `-B`: a block size ext2/3/4 can have.

@@ -150,6 +150,7 @@ fn fsck_j_replays_a_journal_the_kernel_left_dirty() {
     let dir = tempfile::tempdir().unwrap();
     let (img, jnl) = make(dir.path(), "4096");
     let (copy, jcopy) = (dir.path().join("copy.img"), dir.path().join("copy.jnl"));
+    let (theirs, jtheirs) = (dir.path().join("theirs.img"), dir.path().join("theirs.jnl"));
     {
         let out = Command::new("losetup").args(["-f", "--show", &jnl]).output().unwrap();
         assert!(
@@ -166,6 +167,8 @@ fn fsck_j_replays_a_journal_the_kernel_left_dirty() {
         Command::new("sync").status().unwrap();
         std::fs::copy(&img, &copy).unwrap();
         std::fs::copy(&jnl, &jcopy).unwrap();
+        std::fs::copy(&img, &theirs).unwrap();
+        std::fs::copy(&jnl, &jtheirs).unwrap();
         mnt.unmount().expect("unmount");
     }
     let (copy_s, jcopy_s) = (copy.to_str().unwrap(), jcopy.to_str().unwrap());
@@ -180,7 +183,95 @@ fn fsck_j_replays_a_journal_the_kernel_left_dirty() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_e2fsck_clean(&copy, &jcopy);
+    // e2fsck's f_ext_journal case, built here: e2fsck -fy -j on the same
+    // bytes leaves the same journal device and the same image but for the
+    // primary superblock (e2fsck stamps its check time and mount count).
+    let e2 = Command::new("e2fsck")
+        .arg("-fy")
+        .arg("-j")
+        .arg(&jtheirs)
+        .arg(&theirs)
+        .output()
+        .unwrap();
+    assert!(
+        e2.status.code().is_some_and(|c| c <= 1),
+        "{}",
+        String::from_utf8_lossy(&e2.stdout)
+    );
+    assert!(
+        std::fs::read(&jcopy).unwrap() == std::fs::read(&jtheirs).unwrap(),
+        "journal devices differ"
+    );
+    let (a, b) = (std::fs::read(&copy).unwrap(), std::fs::read(&theirs).unwrap());
+    let diff = (0..a.len())
+        .filter(|&i| a[i] != b[i] && !(1024..2048).contains(&i))
+        .count();
+    assert_eq!(
+        diff, 0,
+        "bytes outside the primary superblock differ from e2fsck's result"
+    );
     let ls = ok(&["ls", "--journal", jcopy_s, copy_s, "/"]);
     assert_eq!(ls.lines().filter(|l| l.starts_with('f')).count(), 30, "{ls}");
     assert_e2fsck_clean(Path::new(&img), Path::new(&jnl));
+}
+
+/// `losetup -f --show FILE`, or `None` (skipped loudly) without loop devices.
+fn attach_loop(file: &str) -> Option<Loop> {
+    let out = Command::new("losetup").args(["-f", "--show", file]).output();
+    match out {
+        Ok(o) if o.status.success() => Some(Loop(String::from_utf8_lossy(&o.stdout).trim().to_string())),
+        other => {
+            ext4kit_testkit::skipped!("no loop device: {other:?}");
+            assert!(std::env::var_os("CI").is_none(), "loop devices are required in CI");
+            None
+        }
+    }
+}
+
+/// Without `--journal`, the journal device is found as e2fsprogs finds it
+/// through blkid: by `s_journal_dev` (mkfs -J device=/dev/loopN records
+/// the device number) or by UUID among the block devices (a journal made
+/// as a file, attached, then put on a loop device); its absence is said
+/// with the UUID. `mount -o journal_dev=MAJ:MIN` names it by number.
+#[test]
+fn the_journal_device_is_found_by_number_or_uuid() {
+    let dir = tempfile::tempdir().unwrap();
+    let jnl = dir.path().join("journal.img");
+    let jnl_s = jnl.to_str().unwrap();
+    ok(&["mkfs", "-q", "-O", "journal_dev", "-b", "4096", jnl_s, "8M"]);
+    let Some(lo) = attach_loop(jnl_s) else { return };
+    let img = dir.path().join("fs.img");
+    let img_s = img.to_str().unwrap();
+    ok(&["mkfs", "-q", "-J", &format!("device={}", lo.0), img_s, "64M"]);
+    let out = ext4kit(&["mkdir", img_s, "/by-number"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(&format!("found at {}", lo.0)), "{err}");
+    assert_e2fsck_clean(&img, Path::new(&lo.0));
+    // A file system whose superblock records no device number (attached
+    // to the file): found by UUID.
+    let img2 = dir.path().join("fs2.img");
+    let img2_s = img2.to_str().unwrap();
+    drop(lo);
+    ok(&["mkfs", "-q", "-O", "journal_dev", "-b", "4096", "-F", jnl_s, "8M"]);
+    ok(&["mkfs", "-q", "-J", &format!("device={jnl_s}"), img2_s, "64M"]);
+    let Some(lo) = attach_loop(jnl_s) else { return };
+    let out = ext4kit(&["mkdir", img2_s, "/by-uuid"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.contains(&format!("found at {}", lo.0)),
+        "{err}"
+    );
+    let rdev = std::fs::read_to_string(format!("/sys/class/block/{}/dev", lo.0.trim_start_matches("/dev/"))).unwrap();
+    if skip_unless(can_fuse_mount()).is_some() {
+        let m = FuseMount::start(exe(), &img2, &format!("journal_dev={}", rdev.trim())).unwrap();
+        std::fs::write(m.path().join("by-uuid/f"), b"through journal_dev=").unwrap();
+        assert!(m.unmount().unwrap().success());
+    }
+    assert_e2fsck_clean(&img2, Path::new(&lo.0));
+    drop(lo);
+    let out = ext4kit(&["mkdir", img2_s, "/gone"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("was not found") && err.contains("--journal PATH"), "{err}");
 }

@@ -248,6 +248,17 @@ fn matches_mke2fs() {
         ("1G", &["-t", "ext4"][..]),
         ("1G", &["-t", "ext4", "-b", "65536"][..]),
         ("64G", &["-t", "ext4"][..]),
+        // -J size= (MiB) and fast_commit_size= (KiB); any -J turns
+        // has_journal on, even with -t ext2.
+        ("64M", &["-t", "ext4", "-J", "size=8"][..]),
+        ("64M", &["-t", "ext2", "-J", "size=4"][..]),
+        ("64M", &["-t", "ext3", "-b", "4096", "-J", "size=16"][..]),
+        ("64M", &["-t", "ext4", "-O", "fast_commit"][..]),
+        (
+            "64M",
+            &["-t", "ext4", "-O", "fast_commit", "-J", "size=8,fast_commit_size=512"][..],
+        ),
+        ("1G", &["-t", "ext4", "-J", "size=256"][..]),
     ] {
         let ours = dir.path().join("ours.img");
         let theirs = dir.path().join("theirs.img");
@@ -260,6 +271,47 @@ fn matches_mke2fs() {
             compare_bytes(&ours, &theirs, &format!("{args:?} {size}"));
         }
     }
+}
+
+/// Journal sizes mke2fs refuses are refused here too, with its reason;
+/// a fast-commit journal of a requested size mounts in the kernel.
+#[test]
+fn journal_sizes_out_of_range_are_refused_as_mke2fs() {
+    let Some(dir) = setup() else { return };
+    let (ours, theirs) = (dir.path().join("ours.img"), dir.path().join("theirs.img"));
+    for (args, reason) in [
+        // 1 MiB of 4 KiB blocks is 256 blocks, below JBD2_MIN_JOURNAL_BLOCKS.
+        (
+            &["-b", "4096", "-J", "size=1"][..],
+            "must be between 1024 and 10240000 blocks",
+        ),
+        // 40 MiB is 10240 blocks, more than half of what 64 MiB leaves free.
+        (&["-b", "4096", "-J", "size=40"][..], "too big"),
+        (&["-J", "size=lots"][..], "bad journal option"),
+        (&["-J", "location=0"][..], "bad journal option"),
+    ] {
+        std::fs::remove_file(&ours).ok();
+        let out = ext4kit_mkfs(&ours, "64M", args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(reason), "{args:?}: {err}");
+        assert!(!ours.exists(), "{args:?}: the refused image is removed");
+        std::fs::File::create(&theirs).unwrap().set_len(64 << 20).unwrap();
+        let mke2fs = Command::new("mke2fs")
+            .args(["-q", "-F"])
+            .args(args)
+            .arg(&theirs)
+            .output()
+            .unwrap();
+        if args[1] != "location=0" {
+            assert!(!mke2fs.status.success(), "mke2fs {args:?} succeeded");
+        }
+    }
+    check(
+        dir.path(),
+        "256M",
+        &["-O", "fast_commit", "-J", "size=16,fast_commit_size=1024"],
+        true,
+    );
 }
 
 /// `dumpe2fs` output without the lines that carry byte counts.

@@ -247,7 +247,6 @@ const NOT_YET: &[&str] = &[
     "grpquota",
     "prjquota",
     "quota",
-    "journal_dev",
     "norecovery",
     "noload",
     "inode_readahead_blks",
@@ -443,6 +442,15 @@ impl MountConfig {
             "journal_checksum" => flag(value).map(|()| self.journal.checksum = Some(true)),
             "nojournal_checksum" => flag(value).map(|()| self.journal.checksum = Some(false)),
             "journal_async_commit" => flag(value).map(|()| self.journal.async_commit = true),
+            // The kernel's journal_dev= (a device number, or MAJ:MIN),
+            // resolved to its node.
+            "journal_dev" => {
+                let (major, minor) = ext4kit_engine::journal::external::parse_device_number(value.unwrap_or(""))
+                    .map_err(|e| e.to_string())?;
+                let p = ext4kit_engine::journal::external::device_path(major, minor).map_err(|e| e.to_string())?;
+                self.journal_path = Some(p);
+                Ok(())
+            }
             "journal_path" => match value {
                 Some(p) if !p.is_empty() => {
                     self.journal_path = Some(p.into());

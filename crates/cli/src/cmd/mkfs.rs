@@ -69,8 +69,11 @@ pub struct Args {
     /// Populate from a directory (copies the tree in, like `ext4kit import`).
     #[arg(short = 'd')]
     root_dir: Option<PathBuf>,
-    /// Journal options: `device=PATH` keeps the journal on that journal
-    /// device (made with `-O journal_dev`), as mke2fs -J device=.
+    /// Journal options, as mke2fs: `size=MiB` and `fast_commit_size=KiB`
+    /// (with `-O fast_commit`) size the internal journal (1024 to 10240000
+    /// blocks, at most half the free space) and turn has_journal on;
+    /// `device=PATH` keeps the journal on that journal device (made with
+    /// `-O journal_dev`).
     #[arg(short = 'J')]
     journal: Vec<String>,
     /// Save the blocks mkfs overwrites in FILE first (a new file, or the undo
@@ -104,11 +107,12 @@ fn make(a: &Args) -> Result<()> {
         }
         return journal_dev::make(a);
     }
-    let jdev = journal_dev::device_option(&a.journal)?;
+    let (jdev, jsize) = journal_dev::journal_options(&a.journal)?;
     if jdev.is_some() && a.undo.is_some() {
         bail!("-z with -J device= is not supported: the journal device is written outside the undo file");
     }
     let mut opts = options(a)?;
+    opts.journal = jsize;
     if let Some(j) = &jdev {
         journal_dev::prepare_fs(&mut opts, j)?;
     }

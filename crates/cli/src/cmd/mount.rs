@@ -192,11 +192,7 @@ fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
         alloc: cfg.alloc,
         readdir: cfg.readdir,
         superblock: cfg.superblock.map(SuperblockAt::Kib),
-        journal_device: cfg
-            .journal_path
-            .as_deref()
-            .map(|p| crate::open::journal_device(p, !cfg.read_only))
-            .transpose()?,
+        journal_device: crate::open::external_journal(image, cfg.journal_path.as_deref(), !cfg.read_only)?,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev), opts).map_err(|e| {

@@ -1,8 +1,10 @@
 //! `ext4kit tune [-O [^]feature,…] [-Q [^]usrquota,…] [-L label] [-U uuid]
-//! [-e behavior] [-c count] [-i interval] [-E hash_seed=UUID] IMAGE`:
-//! tune2fs's options,
-//! parsed here and carried out by `ext4kit_engine::tune`, which validates
-//! the whole request, refuses an image in use, and changes it atomically.
+//! [-e behavior] [-c count] [-i interval] [-E hash_seed=UUID] [-j] [-J
+//! size=|device=] IMAGE`: tune2fs's options, parsed here and carried out
+//! by `ext4kit_engine::tune`, which validates the whole request, refuses
+//! an image in use, and changes it atomically (adding or removing a
+//! journal, [`journal`], cannot be: it is written in an order a crash
+//! leaves repairable).
 
 use std::path::PathBuf;
 
@@ -12,6 +14,8 @@ use ext4kit_engine::tune::{
     ErrorBehavior, FeatureEdit, TuneRequest, UuidChange, open_for_tune, parse_interval, parse_quota_edit, tune,
     tune_image,
 };
+
+mod journal;
 
 /// Arguments of `tune`.
 #[derive(clap::Args)]
@@ -37,6 +41,13 @@ pub struct Args {
     /// Time between checks: N[d|w|m|s] (days by default; 0: never).
     #[arg(short = 'i', value_name = "INTERVAL")]
     interval: Option<String>,
+    /// Add an internal journal of the default size (as -O has_journal).
+    #[arg(short = 'j')]
+    add_journal: bool,
+    /// Journal options: size=MiB, fast_commit_size=KiB (add an internal
+    /// journal of that size), device=PATH (attach a journal device).
+    #[arg(short = 'J', value_name = "OPTIONS")]
+    journal: Vec<String>,
     /// Extended options: hash_seed=UUID.
     #[arg(short = 'E', value_name = "OPTIONS")]
     extended: Vec<String>,
@@ -51,20 +62,30 @@ pub struct Args {
 
 /// Parses the options, tunes the image and prints what it noted.
 pub fn run(a: Args) -> Result<()> {
-    let req = request(&a)?;
-    if req == TuneRequest::default() {
-        bail!("nothing to do: give at least one of -O -Q -L -U -e -c -i -E");
+    let mut req = request(&a)?;
+    let jc = journal::change(a.add_journal, &a.journal, &mut req.features)?;
+    if req == TuneRequest::default() && jc == journal::JournalChange::None {
+        bail!("nothing to do: give at least one of -O -Q -L -U -e -c -i -E -j -J");
     }
-    let report = match &a.undo {
-        None => tune_image(&a.image, &req).with_context(|| format!("{}", a.image.display()))?,
-        Some(z) => {
-            let dev = open_for_tune(&a.image).with_context(|| format!("{}", a.image.display()))?;
-            let bs = crate::open::fs_block_size(&dev);
-            crate::open::with_undo(Box::new(dev), Some(z), &a.image, bs, |d| {
-                tune(d, &req).with_context(|| format!("{}", a.image.display()))
-            })?
-        }
-    };
+    if a.undo.is_some() && jc != journal::JournalChange::None {
+        bail!("-z with -j/-J/has_journal is not supported: adding or removing a journal is not written through the undo file");
+    }
+    let at = || format!("{}", a.image.display());
+    let mut reports: Vec<_> = journal::apply(&a.image, &jc).with_context(at)?.into_iter().collect();
+    if req != TuneRequest::default() {
+        reports.push(match &a.undo {
+            None => tune_image(&a.image, &req).with_context(at)?,
+            Some(z) => {
+                let dev = open_for_tune(&a.image).with_context(at)?;
+                let bs = crate::open::fs_block_size(&dev);
+                crate::open::with_undo(Box::new(dev), Some(z), &a.image, bs, |d| tune(d, &req).with_context(at))?
+            }
+        });
+    }
+    reports.iter().try_for_each(print)
+}
+
+fn print(report: &ext4kit_engine::tune::TuneReport) -> Result<()> {
     for n in &report.notes {
         outln!("{n}");
     }

@@ -209,3 +209,110 @@ pub fn uuid(b: &[u8]) -> String {
     }
     format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
+
+/// The kernel's `journal_dev=` (a device number, `new_decode_dev`
+/// encoding: the minor's low byte in bits 0–7, the major in bits 8–19,
+/// the rest of the minor above) or `MAJ:MIN`: (major, minor).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for anything else.
+pub fn parse_device_number(s: &str) -> Result<(u32, u32)> {
+    let bad = || Error::InvalidArgument(format!("journal_dev={s:?}: expected a device number or MAJOR:MINOR"));
+    if let Some((maj, min)) = s.split_once(':') {
+        return Ok((maj.parse().map_err(|_| bad())?, min.parse().map_err(|_| bad())?));
+    }
+    let n: u32 = s.parse().map_err(|_| bad())?;
+    Ok(decode_dev(n))
+}
+
+/// `new_decode_dev` of a 32-bit device number (`s_journal_dev`).
+pub fn decode_dev(n: u32) -> (u32, u32) {
+    ((n & 0xfff00) >> 8, (n & 0xff) | ((n >> 12) & 0xfff00))
+}
+
+/// The block device node of `major:minor`: the name in
+/// `/sys/dev/block/MAJ:MIN/uevent` under `/dev`, else the
+/// `/dev/block/MAJ:MIN` link.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming both places when neither exists.
+pub fn device_path(major: u32, minor: u32) -> Result<std::path::PathBuf> {
+    let sys = format!("/sys/dev/block/{major}:{minor}/uevent");
+    let name = std::fs::read_to_string(&sys).ok().and_then(|u| {
+        u.lines()
+            .find_map(|l| l.strip_prefix("DEVNAME=").map(|n| format!("/dev/{n}")))
+    });
+    if let Some(p) = name.map(std::path::PathBuf::from).filter(|p| p.exists()) {
+        return Ok(p);
+    }
+    let link = std::path::PathBuf::from(format!("/dev/block/{major}:{minor}"));
+    if link.exists() {
+        return Ok(link);
+    }
+    Err(Error::InvalidArgument(format!(
+        "no block device {major}:{minor} (neither {sys} nor {} exists)",
+        link.display()
+    )))
+}
+
+/// Finds the journal device of the file system whose superblock is
+/// `fs_sb` (which names an external journal by `s_journal_uuid`), as
+/// e2fsprogs asks blkid: the device numbered `s_journal_dev`, then
+/// `/dev/disk/by-uuid/UUID`, then every block device in `/sys/class/block`
+/// whose ext4 superblock has `journal_dev` and that UUID. `Err` says what
+/// was looked at.
+pub fn find_device(fs_sb: &RawSuperblock) -> std::result::Result<std::path::PathBuf, String> {
+    let want = fs_sb.s_journal_uuid;
+    let matches = |p: &std::path::Path| {
+        let Ok(f) = std::fs::File::open(p) else { return false };
+        let mut buf = [0u8; SUPERBLOCK_SIZE];
+        use std::os::unix::fs::FileExt;
+        f.read_exact_at(&mut buf, SUPERBLOCK_OFFSET).is_ok()
+            && RawSuperblock::parse(&buf).is_ok_and(|sb| {
+                sb.s_magic.get() == EXT4_SUPER_MAGIC
+                    && sb.features().incompat.contains(IncompatFeatures::JOURNAL_DEV)
+                    && sb.s_uuid == want
+            })
+    };
+    let numbered = Some(fs_sb.s_journal_dev.get())
+        .filter(|&n| n != 0)
+        .and_then(|n| device_path(decode_dev(n).0, decode_dev(n).1).ok());
+    let by_uuid = std::path::PathBuf::from(format!("/dev/disk/by-uuid/{}", uuid(&want)));
+    let probed = std::fs::read_dir("/sys/class/block")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| std::path::Path::new("/dev").join(e.file_name()));
+    numbered
+        .into_iter()
+        .chain(std::iter::once(by_uuid))
+        .chain(probed)
+        .find(|p| matches(p))
+        .ok_or_else(|| {
+            format!(
+                "the journal device with UUID {} was not found (looked at device number {:#x}, \
+                 /dev/disk/by-uuid and the block devices in /sys/class/block); give it with --journal PATH \
+                 (mount: -o journal_path=PATH)",
+                uuid(&want),
+                fs_sb.s_journal_dev.get()
+            )
+        })
+}
+
+#[cfg(test)]
+mod device_number_tests {
+    use super::*;
+
+    #[test]
+    fn journal_dev_numbers_decode_as_the_kernel() {
+        assert_eq!(parse_device_number("7:3").unwrap(), (7, 3));
+        assert_eq!(parse_device_number("1795").unwrap(), (7, 3));
+        // minor 256 of major 7: new_encode_dev puts minor bits 8+ at 20+.
+        assert_eq!(
+            parse_device_number(&((7 << 8) | (1 << 20)).to_string()).unwrap(),
+            (7, 256)
+        );
+        assert!(parse_device_number("loop0").is_err());
+        assert!(parse_device_number("7:").is_err());
+    }
+}

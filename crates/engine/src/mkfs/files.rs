@@ -145,7 +145,12 @@ impl Files {
             }
         }
         if let Some(j) = &self.journal {
-            let jsb = empty_superblock_block(b.plan.block_size, b.plan.journal_blocks, 0, &b.uuid);
+            let jsb = empty_superblock_block(
+                b.plan.block_size,
+                b.plan.journal_blocks - b.plan.fc_blocks,
+                b.plan.fc_blocks,
+                &b.uuid,
+            );
             w.write_block(b, j.runs[0].0, &jsb)?;
             if !b.opts.device_zeroed {
                 for &(s, n) in &j.runs {

@@ -8,6 +8,8 @@
 //! See `Documentation/filesystems/ext4/journal.rst`.
 
 use ext4kit_format::journal::JBD2_MAGIC;
+
+use crate::error::{Error, Result};
 use ext4kit_format::journal::superblock::{JOURNAL_SUPERBLOCK_SIZE, RawJournalSuperblock};
 
 /// `h_blocktype` of a version-2 journal superblock.
@@ -15,6 +17,99 @@ const JBD2_SUPERBLOCK_V2: u32 = 4;
 
 /// Log blocks per fast-commit block (`EXT2_JOURNAL_TO_FC_BLKS_RATIO`).
 pub const JOURNAL_TO_FC_BLOCKS_RATIO: u32 = 64;
+
+/// `JBD2_MIN_JOURNAL_BLOCKS`: the smallest journal a requested size may give.
+pub const MIN_JOURNAL_BLOCKS: u32 = 1024;
+/// `JBD2_MAX_JOURNAL_BLOCKS`: the largest.
+pub const MAX_JOURNAL_BLOCKS: u32 = MIN_JOURNAL_BLOCKS * 10000;
+
+/// A journal size asked for with `-J size=` (MiB) and `-J
+/// fast_commit_size=` (KiB), as mke2fs and tune2fs read them; `None` or 0
+/// takes the default for the file system's size.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalSize {
+    /// `size=`: the log, in MiB.
+    pub size_mib: Option<u32>,
+    /// `fast_commit_size=`: the fast-commit area, in KiB (only with the
+    /// fast_commit feature).
+    pub fc_kib: Option<u32>,
+}
+
+impl JournalSize {
+    /// Parses one `-J` item (`size=N`, `fast_commit_size=N`); `Ok(false)`
+    /// for an item that is not a size (`device=`, which the caller handles).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a size that is not a number.
+    pub fn parse_item(&mut self, item: &str) -> Result<bool> {
+        let (key, value) = item.split_once('=').unwrap_or((item, ""));
+        let slot = match key {
+            "size" => &mut self.size_mib,
+            "fast_commit_size" => &mut self.fc_kib,
+            _ => return Ok(false),
+        };
+        *slot = Some(value.parse().map_err(|_| {
+            Error::InvalidArgument(format!(
+                "bad journal option {item:?}: size= takes MiB and fast_commit_size= KiB, as whole numbers"
+            ))
+        })?);
+        Ok(true)
+    }
+}
+
+/// `figure_journal_size`: (log blocks, fast-commit blocks) for a file
+/// system of `blocks` blocks of `block_size` bytes with `free` free blocks
+/// (as `ext2fs_initialize` or the bitmaps count them). The default is
+/// [`default_journal_blocks`] plus a 64th for fast commits; a requested
+/// size must total 1024 to 10240000 blocks and at most half the free
+/// blocks, as e2fsprogs requires. (0, 0) when the file system is too
+/// small for any journal.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] with e2fsprogs' reason for a size out of range.
+pub fn figure_journal_blocks(
+    req: &JournalSize,
+    blocks: u64,
+    block_size: u32,
+    fast_commit: bool,
+    free: u64,
+) -> Result<(u32, u32)> {
+    let mut log = default_journal_blocks(blocks);
+    if log == 0 {
+        return Ok((0, 0));
+    }
+    let mut fc = if fast_commit {
+        log / JOURNAL_TO_FC_BLOCKS_RATIO
+    } else {
+        0
+    };
+    let size = req.size_mib.unwrap_or(0);
+    let fc_kib = req.fc_kib.filter(|_| fast_commit).unwrap_or(0);
+    if size == 0 && fc_kib == 0 {
+        return Ok((log, fc));
+    }
+    let to_blocks = |bytes: u64| u32::try_from(bytes / u64::from(block_size)).unwrap_or(u32::MAX);
+    if size > 0 {
+        log = to_blocks(u64::from(size) << 20);
+    }
+    if fc_kib > 0 {
+        fc = to_blocks(u64::from(fc_kib) << 10);
+    }
+    let total = u64::from(log) + u64::from(fc);
+    if total < u64::from(MIN_JOURNAL_BLOCKS) || total > u64::from(MAX_JOURNAL_BLOCKS) {
+        return Err(Error::InvalidArgument(format!(
+            "the total requested journal size is {total} blocks; it must be between \
+             {MIN_JOURNAL_BLOCKS} and {MAX_JOURNAL_BLOCKS} blocks"
+        )));
+    }
+    if total > free / 2 {
+        return Err(Error::InvalidArgument(format!(
+            "total journal size too big for the file system: {total} blocks, more than half of the \
+             {free} free blocks"
+        )));
+    }
+    Ok((log, fc))
+}
 
 /// `ext2fs_default_journal_size`: journal blocks for a file system of
 /// `blocks` blocks, whatever the block size; 0 below 2048 blocks, where
@@ -121,6 +216,44 @@ mod tests {
     }
 
     #[test]
+    fn requested_sizes_as_figure_journal_size() {
+        let req = |size, fc| JournalSize {
+            size_mib: size,
+            fc_kib: fc,
+        };
+        // 64 MiB of 1 KiB blocks: default 4096; size=8 gives 8192.
+        assert_eq!(
+            figure_journal_blocks(&req(None, None), 65536, 1024, false, 60000).unwrap(),
+            (4096, 0)
+        );
+        assert_eq!(
+            figure_journal_blocks(&req(None, None), 65536, 1024, true, 60000).unwrap(),
+            (4096, 64)
+        );
+        assert_eq!(
+            figure_journal_blocks(&req(Some(8), None), 65536, 1024, false, 60000).unwrap(),
+            (8192, 0)
+        );
+        assert_eq!(
+            figure_journal_blocks(&req(Some(8), Some(256)), 65536, 1024, true, 60000).unwrap(),
+            (8192, 256)
+        );
+        // fast_commit_size= without the feature is ignored, as mke2fs does.
+        assert_eq!(
+            figure_journal_blocks(&req(None, Some(256)), 65536, 1024, false, 60000).unwrap(),
+            (4096, 0)
+        );
+        let small = figure_journal_blocks(&req(Some(1), None), 16384, 4096, false, 16000).unwrap_err();
+        assert!(small.to_string().contains("256 blocks"), "{small}");
+        let big = figure_journal_blocks(&req(Some(40), None), 16384, 4096, false, 16000).unwrap_err();
+        assert!(big.to_string().contains("too big"), "{big}");
+        assert_eq!(
+            figure_journal_blocks(&req(Some(8), None), 1000, 1024, false, 900).unwrap(),
+            (0, 0)
+        );
+    }
+
+    #[test]
     fn empty_superblock_parses_as_clean_v2() {
         let b = empty_superblock_block(4096, 1024, 0, &[7; 16]);
         let j = RawJournalSuperblock::parse(&b).expect("parses");
@@ -128,6 +261,16 @@ mod tests {
         assert_eq!((j.s_maxlen.get(), j.s_first.get(), j.s_start.get()), (1024, 1, 0));
         assert_eq!((j.s_sequence.get(), j.s_nr_users.get()), (1, 1));
         assert_eq!(j.s_uuid, [7; 16]);
+    }
+
+    #[test]
+    fn no_superblock_checksum_without_checksum_features() {
+        // As jbd2_superblock_csum_set: e2fsck's replay of f_ext_journal
+        // leaves s_checksum 0 on a journal without csum v2/v3.
+        let b = empty_superblock_block(4096, 1024, 0, &[7; 16]);
+        let mut j = RawJournalSuperblock::parse(&b).expect("parses");
+        j.set_checksum();
+        assert_eq!(j.s_checksum.get(), 0);
     }
 
     #[test]

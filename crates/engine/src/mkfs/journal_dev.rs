@@ -236,7 +236,7 @@ fn add_user(jdev: &dyn BlockDevice, bs: u32, fs_uuid: &[u8; 16]) -> Result<()> {
 
 /// Applies `edit` to the primary superblock and every backup copy (a copy
 /// is one that decodes with the file system's UUID and its group number).
-fn patch_superblocks(
+pub(crate) fn patch_superblocks(
     dev: &dyn BlockDevice,
     sb: &RawSuperblock,
     bs: u32,

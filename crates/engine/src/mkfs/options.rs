@@ -7,6 +7,7 @@ use ext4kit_format::features::{CompatFeatures, Features, IncompatFeatures, RoCom
 use ext4kit_format::quota::QuotaType;
 
 use super::flexsize::Media;
+use super::journal::JournalSize;
 use crate::error::{Error, Result};
 
 /// Where mkfs puts each flex group's bitmaps and inode tables
@@ -154,6 +155,9 @@ pub struct MkfsOptions {
     /// `-O quota`; `None` is user and group, as mke2fs. Project quota also
     /// turns on the `project` feature, and `project` adds project quota.
     pub quota_types: Option<Vec<QuotaType>>,
+    /// `-J size=,fast_commit_size=`: `Some` turns has_journal on whatever
+    /// `-t` and `-O` said, as any `-J` does in mke2fs.
+    pub journal: Option<JournalSize>,
 }
 
 impl Default for MkfsOptions {
@@ -183,6 +187,7 @@ impl Default for MkfsOptions {
             mmp_update_interval: None,
             device_zeroed: false,
             quota_types: None,
+            journal: None,
         }
     }
 }
@@ -336,6 +341,9 @@ pub(crate) fn resolve_features(opts: &MkfsOptions) -> Result<Features> {
             return Err(Error::InvalidArgument(format!("unknown feature {name:?}")));
         }
     }
+    if opts.journal.is_some() {
+        f.compat.0 |= CompatFeatures::HAS_JOURNAL.0;
+    }
     if opts
         .quota_types
         .as_ref()
@@ -371,7 +379,8 @@ const SUPPORTED: Features = Features {
             | CompatFeatures::DIR_INDEX.0
             | CompatFeatures::ORPHAN_FILE.0
             | CompatFeatures::SPARSE_SUPER2.0
-            | CompatFeatures::STABLE_INODES.0,
+            | CompatFeatures::STABLE_INODES.0
+            | CompatFeatures::FAST_COMMIT.0,
     ),
     incompat: IncompatFeatures(
         IncompatFeatures::FILETYPE.0

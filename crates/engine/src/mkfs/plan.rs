@@ -59,8 +59,10 @@ pub struct Plan {
     pub flex_meta: FlexMeta,
     /// Blocks reserved for root.
     pub reserved_blocks: u64,
-    /// Journal blocks (0: no journal).
+    /// Journal blocks (0: no journal), the fast-commit area included.
     pub journal_blocks: u32,
+    /// Of those, the fast-commit blocks at the end (`s_num_fc_blks`).
+    pub fc_blocks: u32,
 }
 
 impl Plan {
@@ -150,6 +152,7 @@ impl Plan {
             flex_meta: opts.flex_meta,
             reserved_blocks,
             journal_blocks: 0,
+            fc_blocks: 0,
         };
         if let Some(shrunk) = plan.fit(want_inodes as u32)? {
             // As ext2fs_initialize: rescaled to the count after the last
@@ -169,7 +172,9 @@ impl Plan {
                 FIRST_INO + 1
             )));
         }
-        plan.journal_blocks = plan.journal_size();
+        let (log, fc) = plan.journal_size(opts)?;
+        plan.journal_blocks = log + fc;
+        plan.fc_blocks = fc;
         if plan.journal_blocks == 0 {
             plan.features.compat.0 &= !CompatFeatures::HAS_JOURNAL.0;
         }
@@ -300,12 +305,41 @@ impl Plan {
         (apb * apb + apb + 12) * u64::from(self.block_size)
     }
 
-    /// `ext2fs_default_journal_size` (in blocks, whatever the block size).
-    fn journal_size(&self) -> u32 {
+    /// `figure_journal_size`: (log, fast-commit) blocks, the default
+    /// for the size or `-J size=`.
+    fn journal_size(&self, opts: &MkfsOptions) -> Result<(u32, u32)> {
         if !self.features.compat.contains(CompatFeatures::HAS_JOURNAL) {
-            return 0;
+            return Ok((0, 0));
         }
-        super::journal::default_journal_blocks(self.blocks_count)
+        super::journal::figure_journal_blocks(
+            &opts.journal.unwrap_or_default(),
+            self.blocks_count,
+            self.block_size,
+            self.features.compat.contains(CompatFeatures::FAST_COMMIT),
+            self.initial_free_blocks(),
+        )
+    }
+
+    /// Free blocks as `ext2fs_initialize` counts them, before any file:
+    /// all but each group's superblock copy, descriptor and reserved GDT
+    /// blocks, bitmaps and inode table.
+    fn initial_free_blocks(&self) -> u64 {
+        let meta_bg = self.features.incompat.contains(IncompatFeatures::META_BG);
+        let used: u64 = (0..self.group_count)
+            .map(|g| {
+                let sb = if self.has_super(g) {
+                    1 + u64::from(if meta_bg {
+                        0
+                    } else {
+                        self.desc_blocks + self.reserved_gdt
+                    })
+                } else {
+                    0
+                };
+                sb + 2 + u64::from(self.inode_blocks_per_group)
+            })
+            .sum();
+        (self.blocks_count - u64::from(self.first_data_block)).saturating_sub(used)
     }
 
     /// Blocks per cluster (1 without bigalloc).

@@ -101,7 +101,9 @@ fn refusal(name: &str, enable: bool) -> String {
             "existing files would keep their block maps; use e2fsck -E bmap2extent semantics instead"
         }
         "64bit" => "the group descriptor size changes; this is resize2fs -b/-s work",
-        "has_journal" => "adding or removing the journal is not implemented",
+        "has_journal" => {
+            "the journal is added and removed by tune::add_journal and remove_journal (ext4kit tune -j, -O [^]has_journal)"
+        }
         "flex_bg" | "meta_bg" | "sparse_super" | "sparse_super2" | "resize_inode" | "bigalloc" => {
             "it changes the layout of block groups"
         }

@@ -23,6 +23,7 @@ mod dirs;
 mod features;
 mod groups;
 mod itree;
+mod journal;
 mod mounted;
 mod quota;
 mod rewrite;
@@ -36,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::fs::{Filesystem, OpenOptions};
 
 pub use features::tunable_features;
+pub use journal::{add_journal, attach_external, remove_journal};
 pub use mounted::{open_for_tune, tune_image};
 pub use quota::{QuotaEdit, parse_quota_edit};
 pub use superblock::{parse_interval, time_uuid};

@@ -84,7 +84,7 @@ fn overhead(fs: &Filesystem, group: u32) -> u64 {
 /// The block bitmap of a `BLOCK_UNINIT` group: a bit per cluster (per
 /// block without bigalloc), set for each cluster holding metadata, and
 /// every bit past the group's last cluster set as padding.
-fn block_bitmap(fs: &Filesystem, group: u32) -> Vec<u8> {
+pub(crate) fn block_bitmap(fs: &Filesystem, group: u32) -> Vec<u8> {
     let geo = &fs.geo;
     let bits = geo.cluster_bits;
     let mut map = vec![0u8; geo.block_size as usize];

@@ -118,9 +118,13 @@ impl RawJournalSuperblock {
         Ok(())
     }
 
-    /// Recomputes `s_checksum`.
+    /// Recomputes `s_checksum` when the journal has v2/v3 checksums;
+    /// without them the field is left as it is, as `jbd2_superblock_csum_set`
+    /// and e2fsprogs leave it.
     pub fn set_checksum(&mut self) {
-        self.s_checksum.set(self.compute_checksum());
+        if self.has_csum_v2or3() {
+            self.s_checksum.set(self.compute_checksum());
+        }
     }
 
     fn has_csum_v2or3(&self) -> bool {

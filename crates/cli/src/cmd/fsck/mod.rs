@@ -154,15 +154,12 @@ fn check(a: &Args) -> Result<i32> {
     let Some(dev) = open(a, mode) else {
         return Ok(fsck::EXIT_OPERATIONAL);
     };
-    let journal = match &a.journal {
-        Some(p) => match crate::open::journal_device(p, mode != Mode::Check) {
-            Ok(j) => Some(j),
-            Err(e) => {
-                eprintln!("ext4kit fsck: {e:#}");
-                return Ok(fsck::EXIT_OPERATIONAL);
-            }
-        },
-        None => None,
+    let journal = match crate::open::external_journal(&a.image, a.journal.as_deref(), mode != Mode::Check) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("ext4kit fsck: {e:#}");
+            return Ok(fsck::EXIT_OPERATIONAL);
+        }
     };
     let cancel = Arc::new(AtomicBool::new(false));
     let _sig = signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone())?;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::device::FileDevice;
 use ext4kit_engine::mkfs::MkfsOptions;
+use ext4kit_engine::mkfs::journal::JournalSize;
 use ext4kit_engine::mkfs::journal_dev::{
     JournalDevOptions, attach_journal_device, journal_device_block_size, make_journal_device,
 };
@@ -49,9 +50,11 @@ pub(super) fn make(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// The journal device of `-J device=PATH`, if given.
-pub(super) fn device_option(list: &[String]) -> Result<Option<PathBuf>> {
+/// The `-J` list: `device=PATH` (a journal device) or the internal
+/// journal's `size=` (MiB) and `fast_commit_size=` (KiB), as mke2fs reads them.
+pub(super) fn journal_options(list: &[String]) -> Result<(Option<PathBuf>, Option<JournalSize>)> {
     let mut device = None;
+    let mut size: Option<JournalSize> = None;
     for item in list
         .iter()
         .flat_map(|l| l.split(','))
@@ -60,12 +63,17 @@ pub(super) fn device_option(list: &[String]) -> Result<Option<PathBuf>> {
     {
         match item.split_once('=') {
             Some(("device", p)) if !p.is_empty() => device = Some(PathBuf::from(p)),
+            _ if size.get_or_insert_default().parse_item(item)? => {}
             _ => bail!(
-                "-J {item}: only device=PATH is supported (the internal journal's size follows the file system's)"
+                "bad journal option {item:?}: the journal options are size=MiB, fast_commit_size=KiB and \
+                 device=PATH (location= and v1_superblock are not supported)"
             ),
         }
     }
-    Ok(device)
+    if device.is_some() && size.is_some() {
+        bail!("-J device= keeps the journal on another device: size= and fast_commit_size= do not apply");
+    }
+    Ok((device, size))
 }
 
 /// No internal journal, and the journal device's block size unless `-b` says.
