@@ -16,8 +16,10 @@
 //! first (unless forced, as `resize2fs -f`), bigalloc, meta_bg (and a grow
 //! that would need converting to it), and a shrink that would move data.
 
+mod dest;
 mod grow;
 mod minimum;
+mod moves;
 mod place;
 mod plan;
 mod resize_inode;
@@ -82,6 +84,21 @@ pub fn resize(
     opts: &ResizeOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ResizeReport> {
+    let room = dev.len();
+    resize_within(dev, want, room, opts, progress, &mut |_| Ok(()))
+}
+
+/// [`resize`] on a device that `extend(bytes)` can lengthen to `room`
+/// bytes: it is called once the change is planned and staged, before the
+/// first write, so a refused resize leaves the device as it was.
+fn resize_within(
+    dev: Box<dyn BlockDevice>,
+    want: Option<u64>,
+    room: u64,
+    opts: &ResizeOptions,
+    progress: &mut dyn FnMut(u64, u64),
+    extend: &mut dyn FnMut(u64) -> Result<()>,
+) -> Result<ResizeReport> {
     let raw = read_superblock(dev.as_ref())?;
     if !opts.force
         && let Some(why) = needs_check(&raw)
@@ -107,10 +124,10 @@ pub fn resize(
     let bs = u64::from(fs.geo.block_size);
     let want = want.unwrap_or(fs.dev.len() / bs);
     let blocks = size::fit(&fs.superblock(), &fs.geo, want)?;
-    if blocks * bs > fs.dev.len() {
+    if blocks * bs > room {
         return Err(Error::InvalidArgument(format!(
             "the device holds {} blocks, fewer than the {blocks} asked for",
-            fs.dev.len() / bs
+            room / bs
         )));
     }
     let mut report = ResizeReport {
@@ -130,13 +147,17 @@ pub fn resize(
     } else {
         grow::stage(&fs, &p, opts.zero_itables)?
     };
+    if blocks * bs > fs.dev.len() {
+        extend(blocks * bs)?;
+    }
     report.journaled = write::write(&fs, &p, st, progress)?;
     report.new_groups = p.new.group_count;
     Ok(report)
 }
 
 /// [`resize`] of an image file, claimed for writing (an image in use is
-/// refused); a size past the end of the file extends it first.
+/// refused); a size past the end of the file extends it, once the resize
+/// is planned (a refused one leaves the file as it was).
 ///
 /// # Errors
 /// As [`resize`]; [`Error::InUseElsewhere`].
@@ -146,20 +167,37 @@ pub fn resize_image(
     opts: &ResizeOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ResizeReport> {
-    let mut dev = crate::tune::open_for_tune(path)?;
+    let dev = crate::tune::open_for_tune(path)?;
     let raw = read_superblock(&dev)?;
     let bs = 1024u32 << raw.s_log_block_size.get().min(6);
     let want = size.map(|s| s.blocks(bs));
+    let mut room = dev.len();
     if let Some(w) = want {
         let bytes = w
             .checked_mul(u64::from(bs))
             .ok_or_else(|| Error::InvalidArgument(format!("new size {w} blocks is too large")))?;
-        if bytes > dev.len() {
-            dev.set_len(bytes)
-                .map_err(|source| Error::Io { offset: bytes, source })?;
+        if bytes > room {
+            let meta = std::fs::metadata(path).map_err(|source| Error::Io { offset: 0, source })?;
+            if !meta.is_file() {
+                return Err(Error::InvalidArgument(format!(
+                    "the device holds {} blocks, fewer than the {w} asked for, and only an image file \
+                     can be extended",
+                    room / u64::from(bs)
+                )));
+            }
+            room = bytes;
         }
     }
-    resize(Box::new(dev), want, opts, progress)
+    // The claim stays with the device inside the file system; a second
+    // handle only sets the length (`ftruncate`), as resize2fs does.
+    let mut extend = |len: u64| -> Result<()> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_len(len))
+            .map_err(|source| Error::Io { offset: len, source })
+    };
+    resize_within(Box::new(dev), want, room, opts, progress, &mut extend)
 }
 
 /// Why resize2fs would ask for `e2fsck -f` first, if it would.
