@@ -391,10 +391,18 @@ fn filled_at_the_end(dir: &Path, args: &[&str], size: &str) -> PathBuf {
     for i in 0..n * 3 / 4 {
         std::fs::remove_file(root.join(format!("f{i:03}"))).unwrap();
     }
-    std::fs::create_dir(root.join("lost+found/names")).unwrap();
-    for i in 0..200 {
-        let f = root.join(format!("lost+found/names/entry_with_a_long_name_{i:04}"));
-        std::fs::write(&f, format!("small {i}")).unwrap();
+    // Top-level directories are spread over the groups (Orlov): some
+    // land in groups a shrink cuts, with their files.
+    for dir in 0..6 {
+        let d = root.join(format!("dir{dir}"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        for i in 0..(if dir == 0 { 300 } else { 20 }) {
+            let f = d.join(format!("entry_with_a_long_name_{i:04}"));
+            std::fs::write(&f, format!("small {i}").repeat(i % 7 * 100 + 1)).unwrap();
+        }
+        std::fs::write(d.join("sub/deeper"), vec![dir as u8; 20_000]).unwrap();
+        std::fs::hard_link(d.join("sub/deeper"), root.join(format!("link_to_deeper{dir}"))).unwrap();
     }
     for i in n * 3 / 4..n {
         let f = root.join(format!("f{i:03}"));
@@ -423,12 +431,13 @@ fn filled_at_the_end(dir: &Path, args: &[&str], size: &str) -> PathBuf {
 /// `targets` (ext4kit, and resize2fs on a copy): blocks are moved, the
 /// image is e2fsck-clean, the kernel mounts it and every file (names,
 /// contents, modes, links, xattrs) is as before.
-fn shrink_moving(args: &[&str], size: &str, targets: &[&str]) {
+fn shrink_moving(args: &[&str], size: &str, targets: &[&str]) -> (u64, u32) {
     if !have_all() {
-        return;
+        return (1, 1);
     }
     let d = tempfile::tempdir().unwrap();
     let img = filled_at_the_end(d.path(), args, size);
+    let mut moved = (0, 0);
     let before = walk(&img);
     for t in targets {
         let reference = d.path().join("ref");
@@ -441,27 +450,69 @@ fn shrink_moving(args: &[&str], size: &str, targets: &[&str]) {
         assert_fsck_clean(&img).unwrap_or_else(|e| panic!("{args:?} {size} → {t}: {e}"));
         assert_eq!(dumpe2fs_blocks(&img), dumpe2fs_blocks(&reference), "{t}");
         assert_eq!(walk(&img), before, "{args:?} → {t}: files changed");
+        moved.0 += r.moved_blocks;
+        moved.1 += r.moved_inodes;
     }
+    // Then to the minimum resize -P gives, which is resize2fs -P's.
+    let theirs = run_ok("resize2fs", &["-P", img.to_str().unwrap()]).unwrap().stdout;
+    let theirs: u64 = theirs.rsplit(':').next().unwrap().trim().parse().unwrap();
+    let fs = Filesystem::open(
+        Box::new(ext4kit_engine::device::FileDevice::open(&img, false).unwrap()),
+        OpenOptions::default(),
+    )
+    .unwrap();
+    let ours = ext4kit_engine::resize::minimum_size(&fs);
+    drop(fs);
+    assert_eq!(ours, theirs, "{args:?}: resize -P");
+    let opts = ResizeOptions::default();
+    let r = resize_image(&img, Some(SizeSpec::Blocks(ours)), &opts, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("{args:?} → minimum {ours}: {e}"));
+    assert_eq!(r.new_blocks, ours);
+    assert_fsck_clean(&img).unwrap_or_else(|e| panic!("{args:?} → minimum {ours}: {e}"));
+    assert_eq!(walk(&img), before, "{args:?} → minimum {ours}: files changed");
+    moved.0 += r.moved_blocks;
+    moved.1 += r.moved_inodes;
+    moved
 }
 
 #[test]
-fn shrink_moving_blocks_4k_extents_flex_bg() {
-    shrink_moving(&["-b", "4096"], "96M", &["80M", "60M", "45M"]);
+fn shrink_moving_blocks_and_inodes_4k_extents_flex_bg() {
+    let (blocks, inodes) = shrink_moving(&["-b", "4096"], "300M", &["250M", "180M", "120M"]);
+    assert!(
+        blocks > 0 && inodes > 0,
+        "nothing moved: {blocks} blocks, {inodes} inodes"
+    );
 }
 
 #[test]
-fn shrink_moving_blocks_1k_metadata_csum() {
-    shrink_moving(&["-b", "1024", "-O", "metadata_csum"], "24M", &["20M", "15M", "10M"]);
+fn shrink_moving_blocks_and_inodes_1k_metadata_csum() {
+    let (blocks, inodes) = shrink_moving(
+        &["-b", "1024", "-O", "metadata_csum", "-G", "2"],
+        "64M",
+        &["48M", "40M", "32M"],
+    );
+    assert!(
+        blocks > 0 && inodes > 0,
+        "nothing moved: {blocks} blocks, {inodes} inodes"
+    );
 }
 
 #[test]
-fn shrink_moving_blocks_ext2_block_mapped() {
-    shrink_moving(&["-t", "ext2", "-b", "1024"], "24M", &["18M", "12M"]);
+fn shrink_moving_blocks_and_inodes_ext2_block_mapped() {
+    let (blocks, inodes) = shrink_moving(&["-t", "ext2", "-b", "1024"], "24M", &["18M", "12M"]);
+    assert!(
+        blocks > 0 && inodes > 0,
+        "nothing moved: {blocks} blocks, {inodes} inodes"
+    );
 }
 
 #[test]
-fn shrink_moving_blocks_ext3_4k() {
-    shrink_moving(&["-t", "ext3", "-b", "4096"], "96M", &["70M", "50M"]);
+fn shrink_moving_blocks_and_inodes_ext3_4k() {
+    let (blocks, inodes) = shrink_moving(&["-t", "ext3", "-b", "4096"], "300M", &["200M", "130M"]);
+    assert!(
+        blocks > 0 && inodes > 0,
+        "nothing moved: {blocks} blocks, {inodes} inodes"
+    );
 }
 
 #[test]
@@ -472,15 +523,20 @@ fn shrink_that_does_not_fit_is_refused_and_changes_nothing() {
     let d = tempfile::tempdir().unwrap();
     let img = filled(d.path(), &["-b", "4096"], "64M");
     let bytes = std::fs::read(&img).unwrap();
-    let e = resize_image(
-        &img,
-        Some(SizeSpec::Bytes(40 << 20)),
-        &ResizeOptions::default(),
-        &mut |_, _| {},
-    )
-    .unwrap_err();
-    assert!(e.to_string().contains("do not fit"), "{e}");
-    assert!(std::fs::read(&img).unwrap() == bytes, "the image changed");
+    let forced = ResizeOptions {
+        force: true,
+        ..ResizeOptions::default()
+    };
+    // Below resize -P's estimate, as resize2fs; forced, the blocks to move
+    // are counted against the free ones and found too many.
+    for (opts, why) in [
+        (ResizeOptions::default(), "smaller than the minimum"),
+        (forced, "do not fit"),
+    ] {
+        let e = resize_image(&img, Some(SizeSpec::Bytes(40 << 20)), &opts, &mut |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains(why), "{e}");
+        assert!(std::fs::read(&img).unwrap() == bytes, "the image changed");
+    }
     assert_fsck_clean(&img).unwrap();
 }
 

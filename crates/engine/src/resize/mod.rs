@@ -18,6 +18,7 @@
 
 mod dest;
 mod grow;
+mod inodes;
 mod minimum;
 mod moves;
 mod place;
@@ -45,7 +46,8 @@ pub use size::{SizeSpec, parse_size};
 /// How to resize.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResizeOptions {
-    /// Resize an image that should be checked first (`resize2fs -f`).
+    /// Resize an image that should be checked first, or shrink below the
+    /// estimated minimum (`resize2fs -f`).
     pub force: bool,
     /// Zero the new inode tables even where a group checksum lets them be
     /// left for the kernel's lazy initialisation (resize2fs's
@@ -69,6 +71,10 @@ pub struct ResizeReport {
     pub block_size: u32,
     /// True when the switch was one journal transaction.
     pub journaled: bool,
+    /// Blocks a shrink moved below the new end.
+    pub moved_blocks: u64,
+    /// Inodes a shrink renumbered out of the groups it cut.
+    pub moved_inodes: u32,
 }
 
 /// Resizes the file system on `dev` to `want` blocks (`None`: as many as
@@ -141,12 +147,22 @@ fn resize_within(
         report.new_groups = fs.geo.group_count;
         return Ok(report);
     }
+    if blocks < fs.geo.blocks_count && !opts.force {
+        let min = minimum_size(&fs);
+        if blocks < min {
+            return Err(Error::InvalidArgument(format!(
+                "new size {blocks} is smaller than the minimum ({min}, as resize -P estimates it; \
+                 force the resize to try anyway)"
+            )));
+        }
+    }
     let p = plan::plan(&fs, blocks)?;
     let st = if blocks < fs.geo.blocks_count {
         shrink::stage(&fs, &p)?
     } else {
         grow::stage(&fs, &p, opts.zero_itables)?
     };
+    (report.moved_blocks, report.moved_inodes) = st.moved;
     if blocks * bs > fs.dev.len() {
         extend(blocks * bs)?;
     }

@@ -24,10 +24,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use ext4kit_format::extent::{
     self, EXT4_EXT_MAGIC, Extent, ExtentIdx, ExtentNode, MAX_DEPTH, NodeEntries, RawExtentHeader,
 };
-use ext4kit_format::group_desc::{BG_INODE_UNINIT, RawGroupDesc};
 use ext4kit_format::inode::{FileType, RawInode, set_inode_checksum};
 
 use super::dest::Dest;
+use super::inodes::Renumbered;
 use super::plan::Plan;
 use super::stage::Stage;
 use crate::error::{Error, Location, Result};
@@ -54,6 +54,14 @@ pub(crate) struct Moved {
 struct Mover<'a> {
     fs: &'a Filesystem,
     p: &'a Plan,
+    /// Inodes renumbered, old → new, and their new numbers.
+    renumber: &'a HashMap<u32, u32>,
+    /// New number → old number.
+    renumbered: HashMap<u32, u32>,
+    /// The checksum seed of the directory being walked, if any.
+    dir_seed: Option<u32>,
+    /// The inode being walked was renumbered.
+    current_renumbered: bool,
     dest: Dest,
     /// Blocks past the end accounted for.
     moved: u64,
@@ -71,14 +79,14 @@ struct Mover<'a> {
 pub(crate) fn move_blocks(
     fs: &Filesystem,
     p: &Plan,
-    kept: &[RawGroupDesc],
+    ren: &Renumbered,
     map: UsedMap,
     released: &[(u64, u64)],
     st: &mut Stage,
 ) -> Result<Moved> {
     let end = p.new.blocks_count;
     let past = map.used_in(end, p.old.blocks_count);
-    if past == 0 {
+    if past == 0 && ren.map.is_empty() {
         return Ok(Moved {
             map,
             touched: BTreeSet::new(),
@@ -93,20 +101,22 @@ pub(crate) fn move_blocks(
     let mut m = Mover {
         fs,
         p,
+        renumber: &ren.map,
+        renumbered: ren.map.iter().map(|(&o, &n)| (n, o)).collect(),
+        dir_seed: None,
+        current_renumbered: false,
         dest: Dest::new(busy, first, end),
         moved: 0,
         freed: BTreeSet::new(),
         xattr: HashMap::new(),
         before: BTreeMap::new(),
-        txn: BTreeMap::new(),
+        txn: std::mem::take(&mut st.txn),
         copies: Vec::new(),
         journal: None,
     };
-    for (g, d) in kept.iter().enumerate() {
-        for ino in inodes_in_use(fs, p, d, g as u32)? {
-            if !SKIPPED.contains(&ino) {
-                m.inode(ino).map_err(|e| no_room(e, past))?;
-            }
+    for &ino in &ren.in_use {
+        if !SKIPPED.contains(&ino) {
+            m.inode(ino).map_err(|e| no_room(e, past))?;
         }
     }
     if m.moved != past {
@@ -121,6 +131,7 @@ pub(crate) fn move_blocks(
     st.before.append(&mut m.before);
     st.txn.append(&mut m.txn);
     st.copy = m.copies;
+    st.moved = (m.moved, ren.map.len() as u32);
     Ok(Moved {
         map,
         touched,
@@ -137,22 +148,6 @@ fn no_room(e: Error, past: u64) -> Error {
         )),
         e => e,
     }
-}
-
-/// Inodes marked in use in group `g` (none in an uninitialised table).
-fn inodes_in_use(fs: &Filesystem, p: &Plan, d: &RawGroupDesc, g: u32) -> Result<Vec<u32>> {
-    let csum = p.old.features.has_group_csum();
-    if csum && d.flags() & BG_INODE_UNINIT != 0 {
-        return Ok(Vec::new());
-    }
-    let ipg = p.old.inodes_per_group;
-    let limit = if csum { ipg - d.itable_unused().min(ipg) } else { ipg };
-    let mut bits = vec![0u8; p.old.block_size as usize];
-    fs.read_bytes(d.inode_bitmap() << p.old.block_size_log2, &mut bits)?;
-    Ok((0..limit)
-        .filter(|i| bits[(i / 8) as usize] & (1 << (i % 8)) != 0)
-        .map(|i| g * ipg + i + 1)
-        .collect())
 }
 
 /// `map` without `freed`, with `taken`.
@@ -203,8 +198,19 @@ impl Mover<'_> {
         }
     }
 
+    /// Inode `ino` as staged (a renumbered one is only there).
+    fn staged_inode(&self, ino: u32) -> Result<Inode> {
+        let slot = self.fs.inode_slot(ino)?;
+        match self.txn.get(&slot.block) {
+            Some(b) => self
+                .fs
+                .decode_inode(ino, &b[slot.offset..slot.offset + usize::from(self.p.old.inode_size)]),
+            None => self.fs.inode_on_disk(ino),
+        }
+    }
+
     fn inode(&mut self, ino: u32) -> Result<()> {
-        let inode = self.fs.inode_on_disk(ino)?;
+        let inode = self.staged_inode(ino)?;
         let mut raw = inode.raw;
         let mut changed = false;
         let acl = raw.file_acl();
@@ -215,11 +221,16 @@ impl Mover<'_> {
             changed = true;
         }
         if self.has_body(&inode) {
+            let dir = inode.raw.file_type() == Some(FileType::Directory);
+            let fix = dir && !self.renumber.is_empty();
+            self.dir_seed = fix.then(|| raw.csum_seed(self.fs.csum_seed, ino));
+            self.current_renumbered = self.renumbered.contains_key(&ino);
             changed |= if inode.uses_extents() {
                 self.extents(&inode, &mut raw)?
             } else {
                 self.block_map(&mut raw)?
             };
+            self.dir_seed = None;
         }
         if !changed {
             return Ok(());
@@ -270,7 +281,10 @@ impl Mover<'_> {
     /// Rebuilds the extent tree of an inode with anything past the end.
     fn extents(&mut self, inode: &Inode, raw: &mut RawInode) -> Result<bool> {
         let end = self.end();
-        let nodes = self.fs.extent_tree(inode)?;
+        // Tree blocks are still summed with the number the inode had.
+        let mut old = inode.clone();
+        old.ino = self.renumbered.get(&inode.ino).copied().unwrap_or(inode.ino);
+        let nodes = self.fs.extent_tree(&old)?;
         let tree: Vec<u64> = nodes.iter().filter_map(|(b, _)| *b).collect();
         let leaves: Vec<Extent> = nodes
             .iter()
@@ -280,7 +294,12 @@ impl Mover<'_> {
             })
             .flatten()
             .collect();
-        if tree.iter().all(|&b| b < end) && leaves.iter().all(|e| e.physical + u64::from(e.len) <= end) {
+        // A renumbered inode's tree blocks are summed with its new number.
+        let resum = !tree.is_empty() && self.renumbered.contains_key(&inode.ino);
+        if !resum && tree.iter().all(|&b| b < end) && leaves.iter().all(|e| e.physical + u64::from(e.len) <= end) {
+            for e in leaves.iter().filter(|e| !e.unwritten) {
+                self.fix_dir_run(e.physical, e.physical, u64::from(e.len))?;
+            }
             return Ok(false);
         }
         let mut out = Vec::with_capacity(leaves.len());
@@ -289,11 +308,17 @@ impl Mover<'_> {
             let stay = end.saturating_sub(e.physical).min(len);
             if stay > 0 {
                 out.push(Extent { len: stay as u16, ..e });
+                if !e.unwritten {
+                    self.fix_dir_run(e.physical, e.physical, stay)?;
+                }
             }
             let mut done = stay;
             while done < len {
                 let (to, n) = self.dest.take(len - done)?;
                 self.copy(e.physical + done, to, n);
+                if !e.unwritten {
+                    self.fix_dir_run(e.physical + done, to, n)?;
+                }
                 out.push(Extent {
                     logical: e.logical + done as u32,
                     len: n as u16,
@@ -389,10 +414,12 @@ impl Mover<'_> {
         }
         if level == 0 {
             if b < self.end() {
+                self.fix_dir_run(b, b, 1)?;
                 return Ok(ptr);
             }
             let (to, _) = self.dest.take(1)?;
             self.copy(b, to, 1);
+            self.fix_dir_run(b, to, 1)?;
             return Ok(to as u32);
         }
         let mut buf = self.read(b)?;
@@ -417,6 +444,72 @@ impl Mover<'_> {
         Ok(ptr)
     }
 
+    /// Rewrites the directory blocks `from..from + n`, to be found at
+    /// `to..` afterwards, when walking a directory: entries naming a
+    /// renumbered inode get its new number, and checksums are taken with
+    /// the directory's (possibly new) seed.
+    fn fix_dir_run(&mut self, from: u64, to: u64, n: u64) -> Result<()> {
+        let Some(seed) = self.dir_seed else {
+            return Ok(());
+        };
+        for i in 0..n {
+            let mut buf = self.read(from + i)?;
+            let named = self.rename_entries(&mut buf, from + i)?;
+            if !named && !self.renumbered_dir() {
+                continue;
+            }
+            if self.p.old.features.metadata_csum() {
+                if is_dx_block(&buf) {
+                    let at = Location::Block {
+                        block: from + i,
+                        inode: 0,
+                    };
+                    let bs = self.p.old.block_size;
+                    ext4kit_format::htree::set_dx_checksum(&mut buf, bs, seed).map_err(|e| Error::format(at, e))?;
+                } else {
+                    ext4kit_format::dir_entry::set_block_checksum(&mut buf, seed);
+                }
+            } else if !named {
+                continue;
+            }
+            if to + i == from + i {
+                self.txn.insert(to + i, buf);
+            } else {
+                self.before.insert(to + i, buf);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the directory being walked was itself renumbered.
+    fn renumbered_dir(&self) -> bool {
+        self.current_renumbered
+    }
+
+    /// Gives the renumbered inodes named in directory block `buf` their
+    /// new numbers; true when one was named.
+    fn rename_entries(&self, buf: &mut [u8], block: u64) -> Result<bool> {
+        let bs = buf.len();
+        let (mut off, mut named) = (0usize, false);
+        while off + 8 <= bs {
+            let ino = u32::from_le_bytes(buf[off..off + 4].try_into().expect("4 bytes"));
+            let raw_len = u16::from_le_bytes(buf[off + 4..off + 6].try_into().expect("2 bytes"));
+            let len = ext4kit_format::dir_entry::rec_len_from_disk(raw_len, bs);
+            if len < 8 || off + len > bs {
+                return Err(Error::inconsistent(
+                    Location::Block { block, inode: 0 },
+                    format!("directory entry at {off} has record length {len}"),
+                ));
+            }
+            if let Some(&new) = self.renumber.get(&ino) {
+                buf[off..off + 4].copy_from_slice(&new.to_le_bytes());
+                named = true;
+            }
+            off += len;
+        }
+        Ok(named)
+    }
+
     /// Groups (of the new layout) holding blocks taken or freed.
     fn touched_groups(&self) -> BTreeSet<u32> {
         let first = u64::from(self.p.new.first_data_block);
@@ -428,6 +521,22 @@ impl Mover<'_> {
         }
         out
     }
+}
+
+/// Whether a directory block of a `metadata_csum` file system is an htree
+/// index block: a node is one empty entry spanning the block, a root
+/// `.` (12 bytes) then `..` to the end. A leaf always ends in its 12-byte
+/// checksum entry, so no entry of a leaf reaches the end (the last 12
+/// bytes of a root may still look like that tail: the kernel leaves
+/// `dt_reserved` as it found it).
+fn is_dx_block(buf: &[u8]) -> bool {
+    let bs = buf.len();
+    let rec = |off: usize| {
+        let raw = u16::from_le_bytes([buf[off + 4], buf[off + 5]]);
+        ext4kit_format::dir_entry::rec_len_from_disk(raw, bs)
+    };
+    let ino0 = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes"));
+    (ino0 == 0 && rec(0) == bs) || (rec(0) == 12 && rec(12) == bs - 12)
 }
 
 fn header(max: usize, depth: u16) -> RawExtentHeader {

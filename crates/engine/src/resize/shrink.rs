@@ -5,10 +5,9 @@
 //! blocks (`s_reserved_gdt_blocks` grows by as many, the resize inode
 //! lists them), as resize2fs's `adjust_fs_info` and `free_gdp_blocks` do.
 //!
-//! Blocks in use past the new end are moved below it first ([`moves`]);
-//! inodes in the cut groups are not renumbered (resize2fs's
-//! `inode_scan_and_fix`): a shrink that would need it is refused, naming
-//! how many inodes are in the way.
+//! Inodes in use in the cut groups are renumbered into the kept ones
+//! ([`inodes`]) and blocks in use past the new end moved below it
+//! ([`moves`]), as resize2fs's `inode_scan_and_fix` and `block_mover` do.
 
 use std::collections::BTreeSet;
 
@@ -16,7 +15,7 @@ use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, bitmap_checksum};
 
 use super::plan::Plan;
 use super::stage::Stage;
-use super::{moves, superblocks, usage};
+use super::{inodes, moves, superblocks, usage};
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::mkfs::layout::GroupTables;
@@ -42,9 +41,12 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
         }
     }
     let map = usage::load(fs, p, &old_descs, &released)?;
-    refuse_moves(p, &old_descs[keep..], &tables[..keep])?;
+    refuse_cut_tables(p, &tables[..keep])?;
     let mut st = Stage::new(p);
-    let moved = moves::move_blocks(fs, p, &old_descs[..keep], map, &released, &mut st)?;
+    let mut descs = old_descs.clone();
+    descs.truncate(keep);
+    let ren = inodes::renumber(fs, p, &old_descs, &mut descs, &mut st)?;
+    let moved = moves::move_blocks(fs, p, &ren, map, &released, &mut st)?;
     let map = moved.map;
     let csum = p.new.features.has_group_csum();
     let mut touched: BTreeSet<u32> = released
@@ -54,8 +56,6 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
         .collect();
     touched.insert(p.new.group_count - 1);
     touched.extend(moved.touched);
-    let mut descs = old_descs;
-    descs.truncate(keep);
     let mut free_blocks = 0u64;
     for (g, d) in descs.iter_mut().enumerate() {
         let g = g as u32;
@@ -107,9 +107,9 @@ fn group_of(p: &Plan, b: u64) -> u32 {
     ((b - u64::from(p.new.first_data_block)) / u64::from(p.new.blocks_per_group)) as u32
 }
 
-/// Refuses a shrink that would have to renumber inodes, or that would cut
-/// a remaining group's tables.
-fn refuse_moves(p: &Plan, removed: &[ext4kit_format::group_desc::RawGroupDesc], kept: &[GroupTables]) -> Result<()> {
+/// Refuses a shrink that would cut a remaining group's tables (resize2fs
+/// moves them; this resize does not).
+fn refuse_cut_tables(p: &Plan, kept: &[GroupTables]) -> Result<()> {
     let end = p.new.blocks_count;
     let itb = u64::from(p.new.inode_table_blocks);
     if kept
@@ -119,16 +119,6 @@ fn refuse_moves(p: &Plan, removed: &[ext4kit_format::group_desc::RawGroupDesc], 
         return Err(Error::Unsupported(
             "a remaining group's bitmaps or inode table lie past the new end; moving them is not implemented".into(),
         ));
-    }
-    let inodes: u64 = removed
-        .iter()
-        .map(|d| u64::from(p.old.inodes_per_group - d.free_inodes().min(p.old.inodes_per_group)))
-        .sum();
-    if inodes > 0 {
-        return Err(Error::Unsupported(format!(
-            "shrinking to {end} blocks would move {inodes} inodes in use in the groups cut; renumbering \
-             inodes is not implemented"
-        )));
     }
     Ok(())
 }

@@ -29,6 +29,8 @@ pub(crate) struct Stage {
     /// The switch cannot go through the journal (the journal's own
     /// blocks move).
     pub(crate) skip_journal: bool,
+    /// Blocks moved and inodes renumbered by a shrink.
+    pub(crate) moved: (u64, u32),
     /// The new primary superblock.
     pub(crate) sb: RawSuperblock,
 }
@@ -42,6 +44,7 @@ impl Stage {
             zero: Vec::new(),
             copy: Vec::new(),
             skip_journal: false,
+            moved: (0, 0),
             sb: p.new_sb,
         }
     }
