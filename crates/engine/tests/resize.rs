@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
-use ext4kit_engine::resize::{ResizeOptions, SizeSpec, parse_size, resize, resize_image};
+use ext4kit_engine::resize::{ResizeOptions, ResizeReport, SizeSpec, parse_size, resize, resize_image};
 use ext4kit_engine::{Filesystem, OpenOptions};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::{assert_fsck_clean, e2fsck_fn, require_tools, run_ok};
@@ -242,7 +242,7 @@ fn unclean_image_is_refused_unless_forced() {
 
 /// Runs a resize to `want` blocks (`None`: the device) of `bytes` on a
 /// crash device and checks the image a crash at every write leaves.
-fn crash_every_write(bytes: Vec<u8>, want: Option<u64>, old_blocks: u64, d: &Path) {
+fn crash_every_write(bytes: Vec<u8>, want: Option<u64>, old_blocks: u64, d: &Path) -> ResizeReport {
     let dev = Arc::new(CrashDevice::with_atomic_unit(bytes, 1024));
     let r = resize(Box::new(dev.clone()), want, &ResizeOptions::default(), &mut |_, _| {}).unwrap();
     assert!(r.journaled);
@@ -284,6 +284,7 @@ fn crash_every_write(bytes: Vec<u8>, want: Option<u64>, old_blocks: u64, d: &Pat
         }
     }
     assert!(seen.0 > 0 && seen.1 > 0, "{seen:?}");
+    r
 }
 
 #[test]
@@ -310,6 +311,31 @@ fn crash_at_every_write_of_a_shrink_leaves_old_or_new() {
     resize_image(&img, Some(SizeSpec::Bytes(40 << 20)), &opts, &mut |_, _| {}).unwrap();
     let bytes = std::fs::read(&img).unwrap();
     crash_every_write(bytes, Some(16 << 10), 40 << 10, d.path());
+}
+
+/// A shrink that moves blocks and renumbers inodes, crashed at every
+/// write: the copies go to blocks the old file system leaves free and
+/// every reference changes in the one transaction, so each crash leaves
+/// the old file system or the new one.
+#[test]
+fn crash_at_every_write_of_a_moving_shrink_leaves_old_or_new() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = filled_at_the_end(
+        d.path(),
+        // The journal in the kept part: one that moves cannot carry the switch.
+        &["-b", "1024", "-O", "metadata_csum,^flex_bg", "-J", "location=3M"],
+        "20M",
+    );
+    let bytes = std::fs::read(&img).unwrap();
+    let old = bytes.len() as u64 / 1024;
+    let fs = Filesystem::open(Box::new(MemDevice::new(bytes.clone())), OpenOptions::default()).unwrap();
+    let min = ext4kit_engine::resize::minimum_size(&fs);
+    drop(fs);
+    let r = crash_every_write(bytes, Some(min), old, d.path());
+    assert!(r.moved_blocks > 0 && r.moved_inodes > 0, "{r:?}");
 }
 
 fn dumpe2fs_blocks(img: &Path) -> u64 {

@@ -124,6 +124,8 @@ struct Alloc<'a> {
     fs: &'a Filesystem,
     p: &'a Plan,
     group: u32,
+    /// Index in `group` to look from.
+    next: u32,
     /// Inode bitmaps read or changed, by group.
     bitmaps: BTreeMap<u32, Vec<u8>>,
 }
@@ -134,6 +136,7 @@ impl<'a> Alloc<'a> {
             fs,
             p,
             group: 0,
+            next: 0,
             bitmaps: BTreeMap::new(),
         }
     }
@@ -158,19 +161,21 @@ impl<'a> Alloc<'a> {
         let ipg = self.p.old.inodes_per_group;
         let first = self.p.old_sb.s_first_ino.get();
         while (self.group as usize) < kept.len() {
-            let g = self.group;
+            let (g, next, csum) = (self.group, self.next, self.p.old.features.has_group_csum());
             let d = &mut kept[g as usize];
             let bits = self.bitmap(d, g)?;
-            let free = (0..ipg).find(|&i| g * ipg + i + 1 >= first && bits[(i / 8) as usize] & (1 << (i % 8)) == 0);
+            let free = (next..ipg).find(|&i| g * ipg + i + 1 >= first && bits[(i / 8) as usize] & (1 << (i % 8)) == 0);
             if let Some(i) = free {
                 bits[(i / 8) as usize] |= 1 << (i % 8);
+                self.next = i + 1;
                 d.bg_flags.set(d.flags() & !BG_INODE_UNINIT);
-                if self.p.old.features.has_group_csum() {
+                if csum {
                     d.set_itable_unused(d.itable_unused().min(ipg - i - 1));
                 }
                 return Ok((g * ipg + i + 1, g));
             }
             self.group += 1;
+            self.next = 0;
         }
         Err(Error::InvalidArgument(
             "the inodes in use in the groups cut do not fit in the free inodes of the groups kept".into(),

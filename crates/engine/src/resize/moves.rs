@@ -569,3 +569,36 @@ fn split(e: NodeEntries, cap: usize) -> Vec<NodeEntries> {
         NodeEntries::Index(v) => v.chunks(cap).map(|c| NodeEntries::Index(c.to_vec())).collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::is_dx_block;
+
+    fn entry(buf: &mut [u8], off: usize, ino: u32, rec_len: u16) {
+        buf[off..off + 4].copy_from_slice(&ino.to_le_bytes());
+        buf[off + 4..off + 6].copy_from_slice(&rec_len.to_le_bytes());
+    }
+
+    #[test]
+    fn htree_blocks_are_told_from_leaves() {
+        let mut root = vec![0u8; 4096];
+        entry(&mut root, 0, 2, 12);
+        entry(&mut root, 12, 2, 4096 - 12);
+        // What a leaf's tail left behind where the root keeps dt_reserved.
+        entry(&mut root, 4084, 0, 12);
+        root[4091] = 0xDE;
+        assert!(is_dx_block(&root));
+        let mut node = vec![0u8; 4096];
+        entry(&mut node, 0, 0, 4096);
+        assert!(is_dx_block(&node));
+        let mut leaf = vec![0u8; 4096];
+        entry(&mut leaf, 0, 2, 12);
+        entry(&mut leaf, 12, 2, 4096 - 24);
+        entry(&mut leaf, 4084, 0, 12);
+        assert!(!is_dx_block(&leaf));
+        let mut empty = vec![0u8; 4096];
+        entry(&mut empty, 0, 0, 4096 - 12);
+        entry(&mut empty, 4084, 0, 12);
+        assert!(!is_dx_block(&empty));
+    }
+}
