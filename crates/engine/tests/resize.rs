@@ -473,6 +473,11 @@ fn shrink_moving(args: &[&str], size: &str, targets: &[&str]) -> (u64, u32) {
         let r = resize_image(&img, Some(parse_size(t).unwrap()), &opts, &mut |_, _| {})
             .unwrap_or_else(|e| panic!("{args:?} {size} → {t}: {e}"));
         assert!(r.new_blocks < r.old_blocks, "{t}: {r:?}");
+        assert_eq!(
+            std::fs::metadata(&img).unwrap().len(),
+            std::fs::metadata(&reference).unwrap().len(),
+            "{t}: resize2fs cut the file elsewhere"
+        );
         assert_fsck_clean(&img).unwrap_or_else(|e| panic!("{args:?} {size} → {t}: {e}"));
         assert_eq!(dumpe2fs_blocks(&img), dumpe2fs_blocks(&reference), "{t}");
         assert_eq!(walk(&img), before, "{args:?} → {t}: files changed");

@@ -173,7 +173,8 @@ fn resize_within(
 
 /// [`resize`] of an image file, claimed for writing (an image in use is
 /// refused); a size past the end of the file extends it, once the resize
-/// is planned (a refused one leaves the file as it was).
+/// is planned (a refused one leaves the file as it was); a shrunk image
+/// file is cut to its new size.
 ///
 /// # Errors
 /// As [`resize`]; [`Error::InUseElsewhere`].
@@ -206,14 +207,29 @@ pub fn resize_image(
     }
     // The claim stays with the device inside the file system; a second
     // handle only sets the length (`ftruncate`), as resize2fs does.
-    let mut extend = |len: u64| -> Result<()> {
+    let set_len = |len: u64| -> Result<()> {
         std::fs::OpenOptions::new()
             .write(true)
             .open(path)
             .and_then(|f| f.set_len(len))
             .map_err(|source| Error::Io { offset: len, source })
     };
-    resize_within(Box::new(dev), want, room, opts, progress, &mut extend)
+    let r = resize_within(Box::new(dev), want, room, opts, progress, &mut |len| set_len(len))?;
+    // A resized image file longer than the size asked for is cut to it,
+    // as resize2fs cuts it (to the size asked for, which may exceed the
+    // file system when a too-small last group was left out), so that a
+    // later resize without SIZE does not grow it back. The file system no
+    // longer reaches past that length: a crash before or after the cut
+    // leaves the new one.
+    let meta = std::fs::metadata(path).map_err(|source| Error::Io { offset: 0, source })?;
+    if let Some(w) = want
+        && r.new_blocks != r.old_blocks
+        && meta.is_file()
+        && meta.len() > w * u64::from(bs)
+    {
+        set_len(w * u64::from(bs))?;
+    }
+    Ok(r)
 }
 
 /// Why resize2fs would ask for `e2fsck -f` first, if it would.
