@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use ext4kit_format::extent::{
     self, EXT4_EXT_MAGIC, Extent, ExtentIdx, ExtentNode, MAX_DEPTH, NodeEntries, RawExtentHeader,
 };
+use ext4kit_format::features::RoCompatFeatures;
 use ext4kit_format::inode::{FileType, RawInode, set_inode_checksum};
 
 use super::dest::Dest;
@@ -71,6 +72,8 @@ struct Mover<'a> {
     txn: BTreeMap<u64, Vec<u8>>,
     copies: Vec<(u64, u64, u64)>,
     journal: Option<([u8; 60], u64)>,
+    /// Inodes whose rebuilt extent tree took a different number of blocks.
+    recharged: u32,
 }
 
 /// Moves the blocks in use past the new end; `map` is the old file
@@ -113,6 +116,7 @@ pub(crate) fn move_blocks(
         txn: std::mem::take(&mut st.txn),
         copies: Vec::new(),
         journal: None,
+        recharged: 0,
     };
     for &ino in &ren.in_use {
         if !SKIPPED.contains(&ino) {
@@ -124,6 +128,14 @@ pub(crate) fn move_blocks(
             "{} of the {past} blocks in use past the new end belong to no inode whose blocks this resize \
              moves (bad blocks, or blocks marked in use but not owned); run e2fsck -f",
             past.saturating_sub(m.moved)
+        )));
+    }
+    let quota = p.old.features.ro_compat.contains(RoCompatFeatures::QUOTA);
+    if quota && m.recharged > 0 {
+        return Err(Error::Unsupported(format!(
+            "moving would change the blocks charged to {} files (their extent trees rebuilt in another \
+             number of blocks), and updating quota usage is not implemented",
+            m.recharged
         )));
     }
     let touched = m.touched_groups();
@@ -337,7 +349,10 @@ impl Mover<'_> {
         }
         let seed = raw.csum_seed(self.fs.csum_seed, inode.ino);
         let made = self.build_tree(out, seed, &mut raw.i_block)?;
-        charge_blocks(raw, made as i64 - tree.len() as i64, self.p.old.block_size);
+        if made != tree.len() as u64 {
+            self.recharged += 1;
+            charge_blocks(raw, made as i64 - tree.len() as i64, self.p.old.block_size);
+        }
         Ok(true)
     }
 
