@@ -1,5 +1,5 @@
-//! `resize`: growing (and, later, shrinking) an unmounted file system, as
-//! resize2fs does, in three steps:
+//! `resize`: growing and shrinking an unmounted file system, as resize2fs
+//! does, in three steps:
 //! - [`plan`]: the new superblock — the size settled on ([`size::fit`]),
 //!   block and inode counts, reserved GDT blocks, `s_backup_bgs`;
 //! - [`grow`]: the new groups' tables placed as resize2fs places them
@@ -9,12 +9,15 @@
 //! - [`write`]: written in an order that leaves the old or the new file
 //!   system after a crash, the switch being one journal transaction.
 //!
-//! - [`shrink`]: the groups past the new end cut, when nothing in use
-//!   lies there (block and inode moves are not implemented yet).
+//! - [`shrink`]: the groups past the new end cut, after the inodes in use
+//!   there are renumbered into the kept groups ([`inodes`]) and the blocks
+//!   in use past the end moved below it ([`moves`], into [`dest`]).
 //!
 //! Refused, each with a message naming it: an image that needs e2fsck
-//! first (unless forced, as `resize2fs -f`), bigalloc, meta_bg (and a grow
-//! that would need converting to it), and a shrink that would move data.
+//! first and a shrink below the `-P` estimate ([`minimum_size`]), unless
+//! forced (as `resize2fs -f`); bigalloc, meta_bg (and a grow that would
+//! need converting to it); a shrink whose data does not fit, or that
+//! would cut a kept group's tables.
 
 mod dest;
 mod grow;
