@@ -547,6 +547,15 @@ fn shrink_moving_blocks_and_inodes_ext3_4k() {
 }
 
 #[test]
+fn shrink_moving_blocks_and_inodes_without_a_journal_64bit() {
+    let (blocks, inodes) = shrink_moving(&["-b", "4096", "-O", "^has_journal,64bit"], "300M", &["200M"]);
+    assert!(
+        blocks > 0 && inodes > 0,
+        "nothing moved: {blocks} blocks, {inodes} inodes"
+    );
+}
+
+#[test]
 fn shrink_that_does_not_fit_is_refused_and_changes_nothing() {
     if !have_all() {
         return;
