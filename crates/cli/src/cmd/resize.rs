@@ -1,23 +1,23 @@
 //! `ext4kit resize [-f] [-P] IMAGE [SIZE]`: resize2fs's command line,
 //! carried out by `ext4kit_engine::resize`, which refuses an image that
-//! needs a check (unless `-f`), an image in use, and what it does not do,
-//! naming it. SIZE is read as resize2fs reads it (a bare number counts
-//! blocks; K, M, G, T; `s` for 512-byte sectors); without it the image
-//! file's size is taken.
+//! needs a check or a shrink below the `-P` estimate (unless `-f`), an
+//! image in use, and what it does not do, naming it. SIZE is read as
+//! resize2fs reads it (a bare number counts blocks; K, M, G, T; `s` for
+//! 512-byte sectors); without it the image file's size is taken.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use ext4kit_engine::device::FileDevice;
+use ext4kit_engine::BlockDevice;
 use ext4kit_engine::resize::{ResizeOptions, ResizeReport, SizeSpec, minimum_size, parse_size, resize, resize_image};
 use ext4kit_engine::tune::open_for_tune;
-use ext4kit_engine::{BlockDevice, Filesystem, OpenOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `resize`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Resize even an image that should be checked with e2fsck -f first.
+    /// Resize even an image that should be checked with e2fsck -f first,
+    /// or shrink below the estimated minimum.
     #[arg(short = 'f', long)]
     force: bool,
     /// Print the minimum size the file system could have, in blocks, and
@@ -42,9 +42,16 @@ pub struct Args {
 /// Resizes the image, or prints its minimum size.
 pub fn run(a: Args) -> Result<()> {
     if a.print_min {
-        let dev = FileDevice::open(&a.image, false).with_context(|| format!("{}", a.image.display()))?;
-        let fs = Filesystem::open(Box::new(dev), OpenOptions::default())
-            .with_context(|| format!("{}", a.image.display()))?;
+        // The usual read-only open: an image in use is read with a
+        // warning, a dirty journal is replayed in memory.
+        let fs = crate::open::open_ro(&crate::ImageArgs {
+            image: a.image.clone(),
+            ignore_checksums: false,
+            ignore_journal: false,
+            superblock: None,
+            block_size: None,
+            journal: None,
+        })?;
         outln!("Estimated minimum size of the filesystem: {}", minimum_size(&fs));
         return Ok(());
     }
@@ -81,6 +88,13 @@ pub fn run(a: Args) -> Result<()> {
             r.new_groups,
             r.old_blocks,
             r.old_groups
+        );
+    }
+    if r.moved_blocks > 0 || r.moved_inodes > 0 {
+        outln!(
+            "Moved {} blocks and renumbered {} inodes out of the part cut off.",
+            r.moved_blocks,
+            r.moved_inodes
         );
     }
     Ok(())

@@ -1,5 +1,5 @@
-//! `resize`: growing (and, later, shrinking) an unmounted file system, as
-//! resize2fs does, in three steps:
+//! `resize`: growing and shrinking an unmounted file system, as resize2fs
+//! does, in three steps:
 //! - [`plan`]: the new superblock — the size settled on ([`size::fit`]),
 //!   block and inode counts, reserved GDT blocks, `s_backup_bgs`;
 //! - [`grow`]: the new groups' tables placed as resize2fs places them
@@ -9,15 +9,21 @@
 //! - [`write`]: written in an order that leaves the old or the new file
 //!   system after a crash, the switch being one journal transaction.
 //!
-//! - [`shrink`]: the groups past the new end cut, when nothing in use
-//!   lies there (block and inode moves are not implemented yet).
+//! - [`shrink`]: the groups past the new end cut, after the inodes in use
+//!   there are renumbered into the kept groups ([`inodes`]) and the blocks
+//!   in use past the end moved below it ([`moves`], into [`dest`]).
 //!
 //! Refused, each with a message naming it: an image that needs e2fsck
-//! first (unless forced, as `resize2fs -f`), bigalloc, meta_bg (and a grow
-//! that would need converting to it), and a shrink that would move data.
+//! first and a shrink below the `-P` estimate ([`minimum_size`]), unless
+//! forced (as `resize2fs -f`); bigalloc, meta_bg (and a grow that would
+//! need converting to it); a shrink whose data does not fit, or that
+//! would cut a kept group's tables.
 
+mod dest;
 mod grow;
+mod inodes;
 mod minimum;
+mod moves;
 mod place;
 mod plan;
 mod resize_inode;
@@ -43,7 +49,8 @@ pub use size::{SizeSpec, parse_size};
 /// How to resize.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResizeOptions {
-    /// Resize an image that should be checked first (`resize2fs -f`).
+    /// Resize an image that should be checked first, or shrink below the
+    /// estimated minimum (`resize2fs -f`).
     pub force: bool,
     /// Zero the new inode tables even where a group checksum lets them be
     /// left for the kernel's lazy initialisation (resize2fs's
@@ -67,6 +74,10 @@ pub struct ResizeReport {
     pub block_size: u32,
     /// True when the switch was one journal transaction.
     pub journaled: bool,
+    /// Blocks a shrink moved below the new end.
+    pub moved_blocks: u64,
+    /// Inodes a shrink renumbered out of the groups it cut.
+    pub moved_inodes: u32,
 }
 
 /// Resizes the file system on `dev` to `want` blocks (`None`: as many as
@@ -81,6 +92,21 @@ pub fn resize(
     want: Option<u64>,
     opts: &ResizeOptions,
     progress: &mut dyn FnMut(u64, u64),
+) -> Result<ResizeReport> {
+    let room = dev.len();
+    resize_within(dev, want, room, opts, progress, &mut |_| Ok(()))
+}
+
+/// [`resize`] on a device that `extend(bytes)` can lengthen to `room`
+/// bytes: it is called once the change is planned and staged, before the
+/// first write, so a refused resize leaves the device as it was.
+fn resize_within(
+    dev: Box<dyn BlockDevice>,
+    want: Option<u64>,
+    room: u64,
+    opts: &ResizeOptions,
+    progress: &mut dyn FnMut(u64, u64),
+    extend: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<ResizeReport> {
     let raw = read_superblock(dev.as_ref())?;
     if !opts.force
@@ -107,10 +133,10 @@ pub fn resize(
     let bs = u64::from(fs.geo.block_size);
     let want = want.unwrap_or(fs.dev.len() / bs);
     let blocks = size::fit(&fs.superblock(), &fs.geo, want)?;
-    if blocks * bs > fs.dev.len() {
+    if blocks * bs > room {
         return Err(Error::InvalidArgument(format!(
             "the device holds {} blocks, fewer than the {blocks} asked for",
-            fs.dev.len() / bs
+            room / bs
         )));
     }
     let mut report = ResizeReport {
@@ -124,19 +150,34 @@ pub fn resize(
         report.new_groups = fs.geo.group_count;
         return Ok(report);
     }
+    if blocks < fs.geo.blocks_count && !opts.force {
+        let min = minimum_size(&fs);
+        if blocks < min {
+            return Err(Error::InvalidArgument(format!(
+                "new size {blocks} is smaller than the minimum ({min}, as resize -P estimates it; \
+                 force the resize to try anyway)"
+            )));
+        }
+    }
     let p = plan::plan(&fs, blocks)?;
     let st = if blocks < fs.geo.blocks_count {
         shrink::stage(&fs, &p)?
     } else {
         grow::stage(&fs, &p, opts.zero_itables)?
     };
+    (report.moved_blocks, report.moved_inodes) = st.moved;
+    if blocks * bs > fs.dev.len() {
+        extend(blocks * bs)?;
+    }
     report.journaled = write::write(&fs, &p, st, progress)?;
     report.new_groups = p.new.group_count;
     Ok(report)
 }
 
 /// [`resize`] of an image file, claimed for writing (an image in use is
-/// refused); a size past the end of the file extends it first.
+/// refused); a size past the end of the file extends it, once the resize
+/// is planned (a refused one leaves the file as it was); a shrunk image
+/// file is cut to its new size.
 ///
 /// # Errors
 /// As [`resize`]; [`Error::InUseElsewhere`].
@@ -146,20 +187,52 @@ pub fn resize_image(
     opts: &ResizeOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ResizeReport> {
-    let mut dev = crate::tune::open_for_tune(path)?;
+    let dev = crate::tune::open_for_tune(path)?;
     let raw = read_superblock(&dev)?;
     let bs = 1024u32 << raw.s_log_block_size.get().min(6);
     let want = size.map(|s| s.blocks(bs));
+    let mut room = dev.len();
     if let Some(w) = want {
         let bytes = w
             .checked_mul(u64::from(bs))
             .ok_or_else(|| Error::InvalidArgument(format!("new size {w} blocks is too large")))?;
-        if bytes > dev.len() {
-            dev.set_len(bytes)
-                .map_err(|source| Error::Io { offset: bytes, source })?;
+        if bytes > room {
+            let meta = std::fs::metadata(path).map_err(|source| Error::Io { offset: 0, source })?;
+            if !meta.is_file() {
+                return Err(Error::InvalidArgument(format!(
+                    "the device holds {} blocks, fewer than the {w} asked for, and only an image file \
+                     can be extended",
+                    room / u64::from(bs)
+                )));
+            }
+            room = bytes;
         }
     }
-    resize(Box::new(dev), want, opts, progress)
+    // The claim stays with the device inside the file system; a second
+    // handle only sets the length (`ftruncate`), as resize2fs does.
+    let set_len = |len: u64| -> Result<()> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_len(len))
+            .map_err(|source| Error::Io { offset: len, source })
+    };
+    let r = resize_within(Box::new(dev), want, room, opts, progress, &mut |len| set_len(len))?;
+    // A resized image file longer than the size asked for is cut to it,
+    // as resize2fs cuts it (to the size asked for, which may exceed the
+    // file system when a too-small last group was left out), so that a
+    // later resize without SIZE does not grow it back. The file system no
+    // longer reaches past that length: a crash before or after the cut
+    // leaves the new one.
+    let meta = std::fs::metadata(path).map_err(|source| Error::Io { offset: 0, source })?;
+    if let Some(w) = want
+        && r.new_blocks != r.old_blocks
+        && meta.is_file()
+        && meta.len() > w * u64::from(bs)
+    {
+        set_len(w * u64::from(bs))?;
+    }
+    Ok(r)
 }
 
 /// Why resize2fs would ask for `e2fsck -f` first, if it would.

@@ -32,8 +32,15 @@ pub(crate) fn rebuild(fs: &Filesystem, p: &Plan, tables: &[GroupTables], st: &mu
     let at = u64::from(RESIZE_INO - 1) * isz;
     let itable_block = tables[0].inode_table + at / bs;
     let off = (at % bs) as usize;
-    let mut block = vec![0u8; bs as usize];
-    fs.read_bytes(itable_block << p.new.block_size_log2, &mut block)?;
+    // A shrink that moved blocks may already have rewritten this block.
+    let mut block = match st.txn.remove(&itable_block) {
+        Some(b) => b,
+        None => {
+            let mut b = vec![0u8; bs as usize];
+            fs.read_bytes(itable_block << p.new.block_size_log2, &mut b)?;
+            b
+        }
+    };
     let rec = &mut block[off..off + isz as usize];
     let slot = 40 + DIND_SLOT * 4;
     let dind = u64::from(u32::from_le_bytes(rec[slot..slot + 4].try_into().expect("4 bytes")));

@@ -5,9 +5,9 @@
 //! blocks (`s_reserved_gdt_blocks` grows by as many, the resize inode
 //! lists them), as resize2fs's `adjust_fs_info` and `free_gdp_blocks` do.
 //!
-//! Blocks and inodes in use past the new end are not moved (resize2fs's
-//! `block_mover` and `inode_scan_and_fix`): a shrink that would need them
-//! is refused, naming how many blocks and inodes are in the way.
+//! Inodes in use in the cut groups are renumbered into the kept ones
+//! ([`inodes`]) and blocks in use past the new end moved below it
+//! ([`moves`]), as resize2fs's `inode_scan_and_fix` and `block_mover` do.
 
 use std::collections::BTreeSet;
 
@@ -15,7 +15,7 @@ use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, bitmap_checksum};
 
 use super::plan::Plan;
 use super::stage::Stage;
-use super::{superblocks, usage};
+use super::{inodes, moves, superblocks, usage};
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::mkfs::layout::GroupTables;
@@ -41,7 +41,13 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
         }
     }
     let map = usage::load(fs, p, &old_descs, &released)?;
-    refuse_moves(p, &map, &old_descs[keep..], &tables[..keep])?;
+    refuse_cut_tables(p, &tables[..keep])?;
+    let mut st = Stage::new(p);
+    let mut descs = old_descs.clone();
+    descs.truncate(keep);
+    let ren = inodes::renumber(fs, p, &old_descs, &mut descs, &mut st)?;
+    let moved = moves::move_blocks(fs, p, &ren, map, &released, &mut st)?;
+    let map = moved.map;
     let csum = p.new.features.has_group_csum();
     let mut touched: BTreeSet<u32> = released
         .iter()
@@ -49,9 +55,7 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
         .map(|(b, _)| group_of(p, *b))
         .collect();
     touched.insert(p.new.group_count - 1);
-    let mut descs = old_descs;
-    descs.truncate(keep);
-    let mut st = Stage::new(p);
+    touched.extend(moved.touched);
     let mut free_blocks = 0u64;
     for (g, d) in descs.iter_mut().enumerate() {
         let g = g as u32;
@@ -78,21 +82,34 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
     }
     let removed = (p.old.group_count - p.new.group_count) * p.new.inodes_per_group;
     let free_inodes = p.old_sb.s_free_inodes_count.get().saturating_sub(removed);
-    superblocks::finish(fs, p, (&descs, &tables), st, (free_blocks, free_inodes))
+    let mut p = p.clone();
+    if let Some((i_block, size)) = moved.journal {
+        keep_journal_backup(&mut p.new_sb, &i_block, size);
+        st.skip_journal = true;
+    }
+    superblocks::finish(fs, &p, (&descs, &tables), st, (free_blocks, free_inodes))
+}
+
+/// `s_jnl_blocks`: the superblock's copy of the journal inode's `i_block`
+/// and size (`EXT3_JNL_BACKUP_BLOCKS`), kept in step with a moved journal.
+fn keep_journal_backup(sb: &mut ext4kit_format::superblock::RawSuperblock, i_block: &[u8; 60], size: u64) {
+    if sb.s_jnl_backup_type != 1 {
+        return;
+    }
+    for (i, w) in i_block.chunks(4).enumerate() {
+        sb.s_jnl_blocks[i].set(u32::from_le_bytes(w.try_into().expect("4 bytes")));
+    }
+    sb.s_jnl_blocks[15].set((size >> 32) as u32);
+    sb.s_jnl_blocks[16].set(size as u32);
 }
 
 fn group_of(p: &Plan, b: u64) -> u32 {
     ((b - u64::from(p.new.first_data_block)) / u64::from(p.new.blocks_per_group)) as u32
 }
 
-/// Refuses a shrink that would have to move blocks or inodes, or that
-/// would cut a remaining group's tables.
-fn refuse_moves(
-    p: &Plan,
-    map: &crate::mkfs::layout::UsedMap,
-    removed: &[ext4kit_format::group_desc::RawGroupDesc],
-    kept: &[GroupTables],
-) -> Result<()> {
+/// Refuses a shrink that would cut a remaining group's tables (resize2fs
+/// moves them; this resize does not).
+fn refuse_cut_tables(p: &Plan, kept: &[GroupTables]) -> Result<()> {
     let end = p.new.blocks_count;
     let itb = u64::from(p.new.inode_table_blocks);
     if kept
@@ -102,18 +119,6 @@ fn refuse_moves(
         return Err(Error::Unsupported(
             "a remaining group's bitmaps or inode table lie past the new end; moving them is not implemented".into(),
         ));
-    }
-    let inodes: u64 = removed
-        .iter()
-        .map(|d| u64::from(p.old.inodes_per_group - d.free_inodes().min(p.old.inodes_per_group)))
-        .sum();
-    let blocks = map.used_in(end, p.old.blocks_count);
-    if inodes > 0 || blocks > 0 {
-        return Err(Error::Unsupported(format!(
-            "shrinking to {end} blocks would move {blocks} blocks and {inodes} inodes in use past the new \
-             end; moving blocks and inodes is not implemented (resize -P gives the minimum resize2fs \
-             could reach)"
-        )));
     }
     Ok(())
 }

@@ -1,5 +1,7 @@
 //! The blocks a resize writes, sorted by when they may be written so that
 //! a crash leaves the old file system or the new one:
+//! - `copy`: blocks a shrink moves, copied to blocks the old file system
+//!   does not use;
 //! - `before`: blocks the old file system does not use (the new groups'
 //!   metadata, new tables placed in free blocks of old groups); written
 //!   and flushed first, they change nothing the old file system reads;
@@ -22,6 +24,13 @@ pub(crate) struct Stage {
     pub(crate) after: BTreeMap<u64, Vec<u8>>,
     /// Runs of blocks zeroed before (new inode tables).
     pub(crate) zero: Vec<(u64, u64)>,
+    /// Runs copied before, (from, to, length): blocks a shrink moves.
+    pub(crate) copy: Vec<(u64, u64, u64)>,
+    /// The switch cannot go through the journal (the journal's own
+    /// blocks move).
+    pub(crate) skip_journal: bool,
+    /// Blocks moved and inodes renumbered by a shrink.
+    pub(crate) moved: (u64, u32),
     /// The new primary superblock.
     pub(crate) sb: RawSuperblock,
 }
@@ -33,6 +42,9 @@ impl Stage {
             txn: BTreeMap::new(),
             after: BTreeMap::new(),
             zero: Vec::new(),
+            copy: Vec::new(),
+            skip_journal: false,
+            moved: (0, 0),
             sb: p.new_sb,
         }
     }

@@ -2,7 +2,8 @@
 //! the new one.
 //!
 //! With a journal, each step flushed before the next:
-//! 1. `before`: the new groups' metadata and the zeroed inode tables, in
+//! 1. `copy` and `before`: blocks a shrink moves, the new groups' metadata
+//!    and the zeroed inode tables, in
 //!    blocks the old file system does not use. A crash here leaves the
 //!    old file system with garbage in its free space (or past its end).
 //! 2. `txn`, the blocks the old file system reads, as **one jbd2
@@ -41,8 +42,13 @@ const ZERO_CHUNK: u64 = 1 << 20;
 
 /// Writes `st`; returns true when the journal carried the switch.
 pub(crate) fn write(fs: &Filesystem, p: &Plan, mut st: Stage, progress: &mut dyn FnMut(u64, u64)) -> Result<bool> {
-    let total = st.zero.iter().map(|z| z.1).sum::<u64>() + st.before.len() as u64 + 2;
+    let copied = st.copy.iter().map(|c| c.2).sum::<u64>();
+    let total = copied + st.zero.iter().map(|z| z.1).sum::<u64>() + st.before.len() as u64 + 2;
     let mut done = 0u64;
+    copy_runs(fs, p, &st.copy, &mut |n| {
+        done += n;
+        progress(done, total);
+    })?;
     zero_runs(fs, p, &st.zero, &mut |n| {
         done += n;
         progress(done, total);
@@ -57,7 +63,15 @@ pub(crate) fn write(fs: &Filesystem, p: &Plan, mut st: Stage, progress: &mut dyn
     let at = if sb_block == 1 { 0 } else { 1024 };
     let mut block = vec![0u8; p.new.block_size as usize];
     fs.read_bytes(sb_block << p.new.block_size_log2, &mut block)?;
-    let journaled = fs.log.lock().is_some();
+    let journaled = match fs.log.lock().as_ref() {
+        // A shrink that moved blocks and outgrew the journal falls back to
+        // the unjournaled order rather than being refused: resize2fs's own
+        // guarantee (a crash is seen, e2fsck repairs it).
+        Some(log) => {
+            !st.skip_journal && (st.copy.is_empty() || log.blocks_needed(st.txn.len() + 1, 0) <= log.capacity())
+        }
+        None => false,
+    };
     let mut primary = st.sb;
     if journaled {
         let v = primary.s_feature_incompat.get() | IncompatFeatures::RECOVER.0;
@@ -104,6 +118,28 @@ fn unjournaled(fs: &Filesystem, p: &Plan, st: &Stage) -> Result<()> {
 fn put(fs: &Filesystem, p: &Plan, b: u64, data: &[u8]) -> Result<()> {
     let at = b << p.new.block_size_log2;
     fs.dev.write_at(at, data).map_err(|source| fs.write_failed(at, source))
+}
+
+/// Copies the `(from, to, length)` runs of moved blocks, a chunk at a time.
+fn copy_runs(fs: &Filesystem, p: &Plan, runs: &[(u64, u64, u64)], tick: &mut dyn FnMut(u64)) -> Result<()> {
+    let log2 = p.new.block_size_log2;
+    let per = (ZERO_CHUNK >> log2).max(1);
+    let mut buf = vec![0u8; ZERO_CHUNK.max(1 << log2) as usize];
+    for &(from, to, len) in runs {
+        let mut i = 0;
+        while i < len {
+            let n = (len - i).min(per);
+            let bytes = &mut buf[..(n << log2) as usize];
+            fs.read_bytes((from + i) << log2, bytes)?;
+            let at = (to + i) << log2;
+            fs.dev
+                .write_at(at, bytes)
+                .map_err(|source| fs.write_failed(at, source))?;
+            i += n;
+            tick(n);
+        }
+    }
+    Ok(())
 }
 
 fn zero_runs(fs: &Filesystem, p: &Plan, runs: &[(u64, u64)], tick: &mut dyn FnMut(u64)) -> Result<()> {
