@@ -68,7 +68,9 @@ pub fn run(a: Args) -> Result<()> {
         bail!("nothing to do: give at least one of -O -Q -L -U -e -c -i -E -j -J");
     }
     if a.undo.is_some() && jc != journal::JournalChange::None {
-        bail!("-z with -j/-J/has_journal is not supported: adding or removing a journal is not written through the undo file");
+        bail!(
+            "-z with -j/-J/has_journal is not supported: adding or removing a journal is not written through the undo file"
+        );
     }
     let at = || format!("{}", a.image.display());
     let mut reports: Vec<_> = journal::apply(&a.image, &jc).with_context(at)?.into_iter().collect();
