@@ -1,6 +1,7 @@
 //! `ext4kit mkfs -O quota[,project] [-E quotatype=…] [-d DIR]` against
 //! mke2fs 1.47.0 on the same options, UUID and time: the quota files byte
-//! for byte, `debugfs list_quota` and the `dumpe2fs -h` quota lines equal,
+//! for byte and in the same blocks (every group's free ranges equal),
+//! `debugfs list_quota` and the `dumpe2fs -h` quota lines equal,
 //! `e2fsck -fn` clean. With `-d`, mke2fs 1.47.0 leaves usage stale (it
 //! makes the quota files before copying the tree); ours must equal what
 //! `e2fsck -fy` writes into mke2fs's image.
@@ -54,6 +55,16 @@ fn quota_lines(img: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Every group's free block and inode ranges, as dumpe2fs lists them.
+fn free_ranges(img: &Path) -> Vec<String> {
+    let out = Command::new("dumpe2fs").arg(img).output().expect("dumpe2fs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("Free ") || l.starts_with("Group "))
+        .map(|l| l.split(" csum").next().unwrap_or(l).to_string())
+        .collect()
+}
+
 fn listing(img: &Path, t: &str) -> String {
     debugfs(img, &format!("list_quota {t}")).unwrap_or_else(|e| format!("no {t} quota: {e}"))
 }
@@ -77,7 +88,7 @@ fn empty_file_systems_match_mke2fs() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["-O", "quota"], ""),
         (&["-O", "quota,project", "-I", "256"], ""),
         (&["-O", "quota"], ",quotatype=usrquota"),
@@ -86,6 +97,7 @@ fn empty_file_systems_match_mke2fs() {
             &["-O", "quota,^has_journal", "-b", "1024"],
             ",quotatype=usrquota:grpquota:prjquota",
         ),
+        (&["-O", "quota,project", "-b", "4096"], ""),
     ];
     for (args, ext) in cases {
         let (a, b) = (tmp.path().join("ours"), tmp.path().join("theirs"));
@@ -94,6 +106,11 @@ fn empty_file_systems_match_mke2fs() {
         theirs(&b, args, ext);
         assert_fsck_clean(&a).expect("e2fsck -fn clean");
         assert_eq!(quota_lines(&a), quota_lines(&b), "{args:?} {ext}");
+        assert_eq!(
+            free_ranges(&a),
+            free_ranges(&b),
+            "{args:?} {ext}: quota blocks placed elsewhere"
+        );
         for t in ["user", "group", "project"] {
             assert_eq!(listing(&a, t), listing(&b, t), "{args:?} {t}");
         }

@@ -7,15 +7,18 @@
 
 use std::collections::BTreeMap;
 
+use ext4kit_format::extent::Extent;
 use ext4kit_format::features::RoCompatFeatures;
 use ext4kit_format::group_desc::BG_INODE_UNINIT;
 use ext4kit_format::inode::{FileType, flags};
-use ext4kit_format::quota::{Dquot, Info, QuotaType};
+use ext4kit_format::quota::{Dquot, Info, QBLK, QuotaType, first_write_order};
 
 use super::QuotaFile;
 use super::charge::{Deltas, add, charge_of, ea_inode_entries};
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
+use crate::inode::Inode;
+use crate::inode::extent_write::charge_blocks;
 use crate::inode::write::NewInode;
 use crate::txn::Txn;
 
@@ -118,6 +121,7 @@ impl Txn<'_> {
             dquots,
             image: Vec::new(),
         };
+        self.place_as_e2fsprogs(&mut inode, ext4kit_format::quota::build(&f.info, &f.dquots).len())?;
         self.write_quota_file(&mut f)?;
         let sb = self.sb_mut();
         match t {
@@ -126,5 +130,41 @@ impl Txn<'_> {
             QuotaType::Project => sb.s_prj_quota_inum.set(ino),
         }
         Ok(())
+    }
+
+    /// Maps the blocks of a new quota file of `len` bytes where mke2fs
+    /// and tune2fs put them: each fs block, in the order the quota code
+    /// first writes it ([`first_write_order`]), takes the first free
+    /// block from the start of the inode's flex group
+    /// (`ext2fs_find_inode_goal` for a file with no block at that
+    /// offset). Extent-mapped, non-bigalloc files only; others are
+    /// left to the ordinary write path.
+    fn place_as_e2fsprogs(&mut self, inode: &mut Inode, len: usize) -> Result<()> {
+        let geo = &self.fs.geo;
+        if !inode.raw.has_flag(flags::EXTENTS) || geo.cluster_bits != 0 {
+            return Ok(());
+        }
+        let per = geo.block_size as usize / QBLK;
+        let mut group = (inode.ino - 1) / geo.inodes_per_group;
+        group -= group % geo.groups_per_flex.max(1);
+        let goal = geo.group_first_block(group);
+        let mut seen = Vec::new();
+        for q in first_write_order(len.div_ceil(QBLK)) {
+            let l = (q / per) as u32;
+            if seen.contains(&l) {
+                continue;
+            }
+            seen.push(l);
+            let (physical, _) = self.scan_alloc(goal, 1)?;
+            let e = Extent {
+                logical: l,
+                len: 1,
+                physical,
+                unwritten: false,
+            };
+            self.insert_extent(inode, e)?;
+            charge_blocks(&mut inode.raw, 1, geo.block_size);
+        }
+        self.write_inode(inode)
     }
 }

@@ -16,7 +16,7 @@
 
 mod tree;
 
-pub use tree::{Located, MAX_QBLOCKS, build, read_entries};
+pub use tree::{Located, MAX_QBLOCKS, build, first_write_order, read_entries};
 
 use crate::error::{FormatError, Result};
 

@@ -98,3 +98,13 @@ fn corrupt_trees_are_errors_not_panics() {
     }
     assert!(read_entries(&huge, reader(&f)).is_err(), "a shared index block");
 }
+
+/// One entry: header, the four blocks of its path, the root; more
+/// entries' blocks follow in numbering order.
+#[test]
+fn first_write_order_puts_the_root_after_the_first_path() {
+    use super::first_write_order;
+    assert_eq!(first_write_order(6), [0, 2, 3, 4, 5, 1]);
+    assert_eq!(first_write_order(8), [0, 2, 3, 4, 5, 1, 6, 7]);
+    assert_eq!(first_write_order(2), [0, 1]);
+}

@@ -94,6 +94,23 @@ fn put32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// The order in which e2fsprogs' quota code first writes the `blocks`
+/// tree blocks of a new file ([`build`]'s numbering): the header, then
+/// the blocks the first entry's insertion adds (`get_free_dqblk` writes
+/// each as it hands it out: three index levels and a data block), then
+/// the root, which `do_insert_tree` writes back once that insertion
+/// returns, then the rest in the order they were handed out. Files are
+/// allocated block by block in this order (mke2fs, tune2fs), so it fixes
+/// where each block lands.
+pub fn first_write_order(blocks: usize) -> Vec<usize> {
+    let first = (DEPTH as usize + 2).min(blocks);
+    let mut order = vec![0];
+    order.extend(2..first);
+    order.extend((1..blocks).filter(|&b| b == 1 || b >= first));
+    order.truncate(blocks.max(1));
+    order
+}
+
 /// The whole file for `entries` (by id), with `info`'s grace times and
 /// flags; `dqi_blocks` and the free lists are recomputed (a partly full
 /// last data block heads the free-entry list, as the kernel expects).
