@@ -148,7 +148,25 @@ pub const FLAGS_SIGNED_HASH: u32 = 0x1;
 /// `s_flags` bit: unsigned directory hash.
 pub const FLAGS_UNSIGNED_HASH: u32 = 0x2;
 
+/// `EXT3_JNL_BACKUP_BLOCKS`: `s_jnl_blocks` holds a copy of the journal
+/// inode's `i_block` and size.
+pub const JNL_BACKUP_BLOCKS: u8 = 1;
+
 impl RawSuperblock {
+    /// Keeps the copy of the journal inode's `i_block` (its 60 bytes) and
+    /// size in `s_jnl_blocks` (`EXT3_JNL_BACKUP_BLOCKS`), from which
+    /// e2fsck rebuilds a damaged journal inode: mke2fs, tune2fs -j,
+    /// e2fsck's journal recreation and resize2fs moving a journal all
+    /// write it.
+    pub fn set_journal_backup(&mut self, i_block: &[u8], size: u64) {
+        self.s_jnl_backup_type = JNL_BACKUP_BLOCKS;
+        for (slot, w) in self.s_jnl_blocks.iter_mut().zip(i_block.chunks_exact(4).take(15)) {
+            slot.set(u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+        }
+        self.s_jnl_blocks[15].set((size >> 32) as u32);
+        self.s_jnl_blocks[16].set(size as u32);
+    }
+
     /// Decodes the first 1024 bytes of `buf` without validating anything.
     pub fn parse(buf: &[u8]) -> Result<Self> {
         Self::read_from_prefix(buf)

@@ -29,8 +29,6 @@ use crate::state::{Ctx, KIND_RESERVED};
 
 /// The journal's inode (`EXT4_JOURNAL_INO`).
 const JOURNAL_INO: u32 = 8;
-/// `s_jnl_backup_type` when `s_jnl_blocks` copies the inode's map.
-const JNL_BACKUP_BLOCKS: u8 = 1;
 
 /// Recreates the journal when this run deleted it.
 pub fn run(ctx: &mut Ctx) {
@@ -184,12 +182,7 @@ fn set_superblock(ctx: &mut Ctx, m: &FileMap, size: u64) {
             .set(sb.s_feature_ro_compat.get() | RoCompatFeatures::LARGE_FILE.0);
     }
     sb.s_journal_inum.set(JOURNAL_INO);
-    for (i, w) in m.i_block.chunks_exact(4).enumerate() {
-        sb.s_jnl_blocks[i].set(u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
-    }
-    sb.s_jnl_blocks[15].set((size >> 32) as u32);
-    sb.s_jnl_blocks[16].set(size as u32);
-    sb.s_jnl_backup_type = JNL_BACKUP_BLOCKS;
+    sb.set_journal_backup(&m.i_block, size);
     ctx.fs.geo.features = ctx.fs.sb.features();
     ctx.fs.dirty_sb = true;
     ctx.fs.dirty_backups = true;

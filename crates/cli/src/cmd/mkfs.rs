@@ -11,6 +11,8 @@ use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
 
 mod journal_dev;
 
+pub(crate) use journal_dev::journal_options;
+
 /// Arguments of `mkfs`.
 #[derive(clap::Args)]
 pub struct Args {

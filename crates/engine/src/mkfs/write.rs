@@ -339,14 +339,7 @@ fn superblock(b: &Build, files: &Files, free_blocks: u64) -> RawSuperblock {
         .filter(|_| p.features.compat.contains(CompatFeatures::HAS_JOURNAL))
     {
         sb.s_journal_inum.set(8);
-        sb.s_jnl_backup_type = 1;
-        for i in 0..15 {
-            let w = &j.i_block[i * 4..i * 4 + 4];
-            sb.s_jnl_blocks[i].set(u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
-        }
-        let size = u64::from(p.journal_blocks) * u64::from(p.block_size);
-        sb.s_jnl_blocks[15].set((size >> 32) as u32);
-        sb.s_jnl_blocks[16].set(size as u32);
+        sb.set_journal_backup(&j.i_block, u64::from(p.journal_blocks) * u64::from(p.block_size));
         overhead += u64::from(p.journal_blocks).div_ceil(u64::from(p.cluster_ratio()));
     }
     sb.s_overhead_clusters.set(overhead as u32);

@@ -93,14 +93,9 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
 /// `s_jnl_blocks`: the superblock's copy of the journal inode's `i_block`
 /// and size (`EXT3_JNL_BACKUP_BLOCKS`), kept in step with a moved journal.
 fn keep_journal_backup(sb: &mut ext4kit_format::superblock::RawSuperblock, i_block: &[u8; 60], size: u64) {
-    if sb.s_jnl_backup_type != 1 {
-        return;
+    if sb.s_jnl_backup_type == ext4kit_format::superblock::JNL_BACKUP_BLOCKS {
+        sb.set_journal_backup(i_block, size);
     }
-    for (i, w) in i_block.chunks(4).enumerate() {
-        sb.s_jnl_blocks[i].set(u32::from_le_bytes(w.try_into().expect("4 bytes")));
-    }
-    sb.s_jnl_blocks[15].set((size >> 32) as u32);
-    sb.s_jnl_blocks[16].set(size as u32);
 }
 
 fn group_of(p: &Plan, b: u64) -> u32 {

@@ -46,8 +46,6 @@ use crate::mkfs::journal::{GroupLayout, JournalSize, empty_superblock_block, fig
 
 /// The journal's inode (`EXT4_JOURNAL_INO`).
 const JOURNAL_INO: u32 = 8;
-/// `s_jnl_backup_type` when `s_jnl_blocks` copies the inode's map.
-const JNL_BACKUP_BLOCKS: u8 = 1;
 
 /// Adds an internal journal of `size` (or the default) to the file system
 /// on `dev`, which the caller has claimed for writing.
@@ -117,12 +115,7 @@ pub fn add_journal(dev: Box<dyn BlockDevice>, size: &JournalSize) -> Result<Tune
             .set(old.s_feature_ro_compat.get() | RoCompatFeatures::LARGE_FILE.0);
     }
     new.s_journal_inum.set(JOURNAL_INO);
-    for (i, w) in map.i_block.chunks_exact(4).enumerate() {
-        new.s_jnl_blocks[i].set(u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
-    }
-    new.s_jnl_blocks[15].set((size_bytes >> 32) as u32);
-    new.s_jnl_blocks[16].set(size_bytes as u32);
-    new.s_jnl_backup_type = JNL_BACKUP_BLOCKS;
+    new.set_journal_backup(&map.i_block, size_bytes);
     let overhead = old.s_overhead_clusters.get().wrapping_add(log + fc);
     new.s_overhead_clusters.set(overhead);
     let changed = rw.changed();

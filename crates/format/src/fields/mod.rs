@@ -12,7 +12,7 @@ mod tables;
 mod value;
 
 pub use tables::{GROUP_DESC, INODE, SUPERBLOCK};
-pub use value::{Context, Value, parse};
+pub use value::{Context, Value, number, parse};
 
 /// How a field's text value is read (debugfs's `parse_*` functions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -51,8 +51,9 @@ pub fn parse(field: &Field, text: &str, ctx: &Context) -> Result<Value, String> 
     }
 }
 
-/// An unsigned number as `strtoull(…, 0)` reads it.
-fn number(s: &str) -> Result<u64, String> {
+/// An unsigned number as `strtoull(…, 0)` reads it: decimal, `0x` hex
+/// or `0` octal.
+pub fn number(s: &str) -> Result<u64, String> {
     let r = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         u64::from_str_radix(h, 16)
     } else if s.len() > 1 && s.starts_with('0') {

@@ -183,12 +183,5 @@ fn inode_of(fs: &Filesystem, spec: Option<&String>) -> Result<Inode> {
 
 /// A number as strtol(…, 0) reads it: decimal, 0x hex or 0 octal.
 fn number(s: &str) -> Result<u64> {
-    let r = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        u64::from_str_radix(h, 16)
-    } else if s.len() > 1 && s.starts_with('0') {
-        u64::from_str_radix(&s[1..], 8)
-    } else {
-        s.parse()
-    };
-    r.map_err(|_| anyhow::anyhow!("bad number: {s}"))
+    ext4kit_format::fields::number(s).map_err(anyhow::Error::msg)
 }

@@ -52,7 +52,7 @@ pub(super) fn make(a: &Args) -> Result<()> {
 
 /// The `-J` list: `device=PATH` (a journal device) or the internal
 /// journal's `size=` (MiB) and `fast_commit_size=` (KiB), as mke2fs reads them.
-pub(super) fn journal_options(list: &[String]) -> Result<(Option<PathBuf>, Option<JournalSize>)> {
+pub(crate) fn journal_options(list: &[String]) -> Result<(Option<PathBuf>, Option<JournalSize>)> {
     let mut device = None;
     let mut size: Option<JournalSize> = None;
     for item in list

@@ -38,30 +38,14 @@ pub(super) fn change(j: bool, opts: &[String], features: &mut Vec<FeatureEdit>) 
         remove |= !f.enable;
         false
     });
-    let mut size = JournalSize::default();
-    let mut device = None;
-    for item in opts
-        .iter()
-        .flat_map(|l| l.split(','))
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
-        match item.split_once('=') {
-            Some(("device", p)) if !p.is_empty() => device = Some(PathBuf::from(p)),
-            _ if size.parse_item(item)? => add = true,
-            _ => bail!(
-                "bad journal option {item:?}: the journal options are size=MiB, fast_commit_size=KiB and \
-                 device=PATH (location= and v1_superblock are not supported)"
-            ),
-        }
-    }
+    let (device, size) = crate::cmd::mkfs::journal_options(opts)?;
+    add |= size.is_some();
     Ok(match (add || device.is_some(), remove, device) {
         (false, false, _) => JournalChange::None,
         (true, true, _) => bail!("-O ^has_journal cannot be combined with adding a journal"),
         (_, true, _) => JournalChange::Remove,
-        (_, _, Some(d)) if size == JournalSize::default() => JournalChange::Attach(d),
-        (_, _, Some(_)) => bail!("-J device= keeps the journal on another device: size= does not apply"),
-        _ => JournalChange::Add(size),
+        (_, _, Some(d)) => JournalChange::Attach(d),
+        _ => JournalChange::Add(size.unwrap_or_default()),
     })
 }
 
