@@ -54,6 +54,12 @@ pub struct ImageArgs {
     /// another device (made with mkfs -J device=), as e2fsck -j.
     #[arg(long, value_name = "PATH")]
     pub journal: Option<PathBuf>,
+    /// Save the blocks the command overwrites in FILE first (a new file,
+    /// or this image's undo file from the commands before), which
+    /// `ext4kit undo FILE IMAGE` or e2fsprogs' `e2undo` replays; only for
+    /// commands that write.
+    #[arg(short = 'z', long = "undo", value_name = "FILE")]
+    pub undo: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -189,6 +195,7 @@ fn main() -> ExitCode {
         Command::Completions(a) => cmd::completions::run(a, Cli::command()),
         Command::Man(a) => cmd::man::run(a, Cli::command()),
     };
+    let r = open::end_undo(r);
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,

@@ -8,8 +8,8 @@
 //! on stderr and read what is on disk (the journal replayed in memory),
 //! which may be out of date.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use ext4kit_engine::BlockDevice;
@@ -53,6 +53,14 @@ fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesys
         block,
         block_size: a.block_size,
     });
+    if let Some(z) = &a.undo
+        && (!writable || superblock.is_some())
+    {
+        anyhow::bail!(
+            "-z {}: this command does not write the image: there is nothing to undo",
+            z.display()
+        );
+    }
     // From a backup the engine writes nothing: no need to claim the image.
     let dev = FileDevice::open(&a.image, writable && superblock.is_none()).with_context(|| "cannot open the image")?;
     if let Some(who) = dev.in_use() {
@@ -61,6 +69,10 @@ fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesys
             a.image.display()
         );
     }
+    let dev = match &a.undo {
+        Some(z) => start_undo(Box::new(dev), z, &a.image)?,
+        None => Box::new(dev),
+    };
     let opts = OpenOptions {
         verify_checksums: !a.ignore_checksums,
         dirty_journal: if a.ignore_journal {
@@ -73,7 +85,7 @@ fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesys
         journal_device: external_journal(&a.image, a.journal.as_deref(), writable && superblock.is_none())?,
         ..OpenOptions::default()
     };
-    let fs = Filesystem::open(Box::new(dev), opts).map_err(|e| {
+    let fs = Filesystem::open(dev, opts).map_err(|e| {
         let hint = superblock.is_none().then(|| {
             backup_hint(&a.image, &e, |b| {
                 format!("read with -b {} -B {}", b.block, b.block_size)
@@ -234,6 +246,62 @@ pub fn with_undo<T>(
         .finish()
         .with_context(|| format!("finishing the undo file {}", undo.display()))?;
     Ok(r)
+}
+
+/// The undo file of `-z` on a command that opens its image through
+/// [`open_rw`]: held here, past the `Filesystem` the command drops when it
+/// returns, so that [`end_undo`] finishes it once the image is closed
+/// (its superblock copy then is the one the image is left with).
+static PENDING_UNDO: Mutex<Option<(Arc<UndoDevice>, PathBuf)>> = Mutex::new(None);
+
+/// Wraps `dev` so that what the command overwrites is saved in `undo`
+/// first (see [`with_undo`]); [`end_undo`] ends it.
+fn start_undo(dev: Box<dyn BlockDevice>, undo: &Path, image: &Path) -> Result<Box<dyn BlockDevice>> {
+    if same_file(undo, image) {
+        anyhow::bail!("-z {}: the undo file cannot be the image itself", undo.display());
+    }
+    let mut pending = PENDING_UNDO.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if pending.is_some() {
+        anyhow::bail!("-z {}: one undo file per command", undo.display());
+    }
+    let bs = fs_block_size(dev.as_ref());
+    let wrapped = Arc::new(
+        UndoDevice::create(dev, undo, bs).with_context(|| format!("cannot create the undo file {}", undo.display()))?,
+    );
+    eprintln!(
+        "Overwriting existing filesystem; this can be undone using the command:\n    ext4kit undo {} {}\n",
+        undo.display(),
+        image.display()
+    );
+    *pending = Some((wrapped.clone(), undo.to_path_buf()));
+    Ok(Box::new(wrapped))
+}
+
+/// Ends the undo file a command's `-z` started, given how the command
+/// ended (it has dropped its `Filesystem` by then): marked finished when
+/// it succeeded; removed when it failed before overwriting anything (an
+/// empty undo file would only get in the way); else left unfinished, to
+/// be replayed with a warning.
+pub fn end_undo(r: Result<()>) -> Result<()> {
+    let pending = PENDING_UNDO
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    let Some((dev, path)) = pending else {
+        return r;
+    };
+    match r {
+        Ok(()) => dev
+            .finish()
+            .with_context(|| format!("finishing the undo file {}", path.display())),
+        Err(e) => {
+            if dev.holds_nothing() {
+                drop(dev);
+                let _ = std::fs::remove_file(&path);
+            }
+            Err(e)
+        }
+    }
 }
 
 /// The block size the superblock at byte 1024 of `dev` records, or 4096
