@@ -54,12 +54,9 @@ pub struct ImageArgs {
     /// another device (made with mkfs -J device=), as e2fsck -j.
     #[arg(long, value_name = "PATH")]
     pub journal: Option<PathBuf>,
-    /// Save the blocks the command overwrites in FILE first (a new file,
-    /// or this image's undo file from the commands before), which
-    /// `ext4kit undo FILE IMAGE` or e2fsprogs' `e2undo` replays; only for
-    /// commands that write.
-    #[arg(short = 'z', long = "undo", value_name = "FILE")]
-    pub undo: Option<PathBuf>,
+    /// `-z FILE`, `--undo-sync`: the undo file of a command that writes.
+    #[command(flatten)]
+    pub undo: open::UndoArgs,
 }
 
 #[derive(Subcommand)]

@@ -13,12 +13,48 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use ext4kit_engine::BlockDevice;
-use ext4kit_engine::device::{FileDevice, UndoDevice};
+use ext4kit_engine::device::{FileDevice, UndoDevice, UndoSync};
 use ext4kit_engine::journal::JournalDevice;
 use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions, SuperblockAt, backup_sb};
 use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
 
 use crate::ImageArgs;
+
+/// `-z FILE` and `--undo-sync` of the commands that open an image through
+/// [`ImageArgs`].
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct UndoArgs {
+    /// Save the blocks the command overwrites in FILE first (a new file,
+    /// or this image's undo file from the commands before), which
+    /// `ext4kit undo FILE IMAGE` or e2fsprogs' `e2undo` replays; only for
+    /// commands that write.
+    #[arg(id = "undo", short = 'z', long = "undo", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// When the undo file is synced.
+    #[arg(long, value_enum, default_value_t, requires = "undo")]
+    pub undo_sync: UndoSyncArg,
+}
+
+/// `--undo-sync`: when a `-z` undo file reaches the disk.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
+pub enum UndoSyncArg {
+    /// Before every image write that saves new blocks: after a crash the
+    /// undo file still covers what reached the image.
+    #[default]
+    EveryWrite,
+    /// Only when the command ends, as e2fsprogs does: faster, but a crash
+    /// can leave the undo file short of what the image lost.
+    Close,
+}
+
+impl From<UndoSyncArg> for UndoSync {
+    fn from(a: UndoSyncArg) -> Self {
+        match a {
+            UndoSyncArg::EveryWrite => Self::EveryWrite,
+            UndoSyncArg::Close => Self::AtClose,
+        }
+    }
+}
 
 /// Opens the image read-only with the options the arguments ask for.
 pub fn open_ro(a: &ImageArgs) -> Result<Filesystem> {
@@ -53,7 +89,7 @@ fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesys
         block,
         block_size: a.block_size,
     });
-    if let Some(z) = &a.undo
+    if let Some(z) = &a.undo.file
         && (!writable || superblock.is_some())
     {
         anyhow::bail!(
@@ -69,8 +105,8 @@ fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesys
             a.image.display()
         );
     }
-    let dev = match &a.undo {
-        Some(z) => start_undo(Box::new(dev), z, &a.image)?,
+    let dev = match &a.undo.file {
+        Some(z) => start_undo(Box::new(dev), z, a.undo.undo_sync.into(), &a.image)?,
         None => Box::new(dev),
     };
     let opts = OpenOptions {
@@ -215,6 +251,18 @@ pub fn with_undo<T>(
     block_size: u32,
     op: impl FnOnce(Box<dyn BlockDevice>) -> Result<T>,
 ) -> Result<T> {
+    with_undo_synced(dev, undo, UndoSync::default(), image, block_size, op)
+}
+
+/// [`with_undo`] with the undo file synced as `sync` says (`--undo-sync`).
+pub fn with_undo_synced<T>(
+    dev: Box<dyn BlockDevice>,
+    undo: Option<&Path>,
+    sync: UndoSync,
+    image: &Path,
+    block_size: u32,
+    op: impl FnOnce(Box<dyn BlockDevice>) -> Result<T>,
+) -> Result<T> {
     let Some(undo) = undo else {
         return op(dev);
     };
@@ -223,7 +271,8 @@ pub fn with_undo<T>(
     }
     let wrapped = Arc::new(
         UndoDevice::create(dev, undo, block_size)
-            .with_context(|| format!("cannot create the undo file {}", undo.display()))?,
+            .with_context(|| format!("cannot create the undo file {}", undo.display()))?
+            .with_sync(sync),
     );
     eprintln!(
         "Overwriting existing filesystem; this can be undone using the command:\n    ext4kit undo {} {}\n",
@@ -256,7 +305,7 @@ static PENDING_UNDO: Mutex<Option<(Arc<UndoDevice>, PathBuf)>> = Mutex::new(None
 
 /// Wraps `dev` so that what the command overwrites is saved in `undo`
 /// first (see [`with_undo`]); [`end_undo`] ends it.
-fn start_undo(dev: Box<dyn BlockDevice>, undo: &Path, image: &Path) -> Result<Box<dyn BlockDevice>> {
+fn start_undo(dev: Box<dyn BlockDevice>, undo: &Path, sync: UndoSync, image: &Path) -> Result<Box<dyn BlockDevice>> {
     if same_file(undo, image) {
         anyhow::bail!("-z {}: the undo file cannot be the image itself", undo.display());
     }
@@ -266,7 +315,9 @@ fn start_undo(dev: Box<dyn BlockDevice>, undo: &Path, image: &Path) -> Result<Bo
     }
     let bs = fs_block_size(dev.as_ref());
     let wrapped = Arc::new(
-        UndoDevice::create(dev, undo, bs).with_context(|| format!("cannot create the undo file {}", undo.display()))?,
+        UndoDevice::create(dev, undo, bs)
+            .with_context(|| format!("cannot create the undo file {}", undo.display()))?
+            .with_sync(sync),
     );
     eprintln!(
         "Overwriting existing filesystem; this can be undone using the command:\n    ext4kit undo {} {}\n",

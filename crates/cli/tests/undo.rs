@@ -449,3 +449,25 @@ fn a_series_of_edits_into_one_undo_file_is_undone() {
     assert!(bytes(&img) == before, "e2undo did not restore the image");
     assert_fsck_clean(&img).unwrap();
 }
+
+/// `--undo-sync close` (one sync at the end, as e2fsprogs) makes the same
+/// kind of file: mkfs then an edit into it, undone by e2undo; without
+/// `-z` the option is refused.
+#[test]
+fn an_undo_file_synced_at_close_is_undone_too() {
+    if !have_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = populated(dir.path(), &[], "16M", 16 << 20);
+    let before = bytes(&img);
+    let undo = dir.path().join("close.undo");
+    let (z, i) = (s(&undo), s(&img));
+    ok(&["mkfs", "-q", "-F", "-z", z, "--undo-sync", "close", i]);
+    ok(&["mkdir", "-z", z, "--undo-sync", "close", i, "/d"]);
+    assert_fsck_clean(&img).unwrap();
+    assert!(!ext4kit(&["mkdir", "--undo-sync", "close", i, "/e"]).status.success());
+    e2undo(&undo, &img);
+    assert!(bytes(&img) == before, "e2undo did not restore the image");
+    assert_fsck_clean(&img).unwrap();
+}
