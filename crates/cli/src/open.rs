@@ -263,8 +263,22 @@ pub fn with_undo_synced<T>(
     block_size: u32,
     op: impl FnOnce(Box<dyn BlockDevice>) -> Result<T>,
 ) -> Result<T> {
+    with_undo_judged(dev, undo, sync, image, block_size, op, Result::is_ok)?
+}
+
+/// [`with_undo_synced`] for an `op` whose outcome `succeeded` judges (the
+/// undo file is finished only then); errors are the undo file's own.
+pub fn with_undo_judged<T>(
+    dev: Box<dyn BlockDevice>,
+    undo: Option<&Path>,
+    sync: UndoSync,
+    image: &Path,
+    block_size: u32,
+    op: impl FnOnce(Box<dyn BlockDevice>) -> T,
+    succeeded: impl FnOnce(&T) -> bool,
+) -> Result<T> {
     let Some(undo) = undo else {
-        return op(dev);
+        return Ok(op(dev));
     };
     if same_file(undo, image) {
         anyhow::bail!("-z {}: the undo file cannot be the image itself", undo.display());
@@ -279,18 +293,16 @@ pub fn with_undo_synced<T>(
         undo.display(),
         image.display()
     );
-    let r = match op(Box::new(wrapped.clone())) {
-        Ok(r) => r,
-        Err(e) => {
-            // Nothing overwritten: an undo file would only get in the way
-            // (e2undo replays even an empty one, marking the image unclean).
-            if wrapped.holds_nothing() {
-                drop(wrapped);
-                let _ = std::fs::remove_file(undo);
-            }
-            return Err(e);
+    let r = op(Box::new(wrapped.clone()));
+    if !succeeded(&r) {
+        // Nothing overwritten: an undo file would only get in the way
+        // (e2undo replays even an empty one, marking the image unclean).
+        if wrapped.holds_nothing() {
+            drop(wrapped);
+            let _ = std::fs::remove_file(undo);
         }
-    };
+        return Ok(r);
+    }
     wrapped
         .finish()
         .with_context(|| format!("finishing the undo file {}", undo.display()))?;

@@ -471,3 +471,39 @@ fn an_undo_file_synced_at_close_is_undone_too() {
     assert!(bytes(&img) == before, "e2undo did not restore the image");
     assert_fsck_clean(&img).unwrap();
 }
+
+/// `fsck -z` continues the undo file the commands before left: damage
+/// made with `debug -w -z`, repaired with `fsck -fy -z` into the same
+/// file, and one replay (ours, or e2undo) gives back the image from before
+/// the damage.
+#[test]
+fn fsck_continues_an_undo_file() {
+    if !have_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = populated(dir.path(), &[], "32M", 32 << 20);
+    let before = bytes(&img);
+    let undo = dir.path().join("series.undo");
+    let (z, i) = (s(&undo), s(&img));
+    for replayer in ["ext4kit", "e2undo"] {
+        ok(&["debug", "-w", "-z", z, i, "set_bg", "1", "free_blocks_count", "17"]);
+        ok(&["debug", "-w", "-z", z, i, "freeb", "9000", "20"]);
+        assert_eq!(e2fsck_fn(&img).unwrap().code, 4, "the damage is real");
+        let out = ext4kit(&["fsck", "-fy", "-z", z, i]);
+        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("blocks saved in"));
+        assert_fsck_clean(&img).unwrap();
+        if replayer == "ext4kit" {
+            ok(&["undo", z, i]);
+        } else {
+            e2undo(&undo, &img);
+        }
+        assert!(
+            bytes(&img) == before,
+            "{replayer} did not undo the damage and the repair"
+        );
+        assert_fsck_clean(&img).unwrap();
+        std::fs::remove_file(&undo).unwrap();
+    }
+}
