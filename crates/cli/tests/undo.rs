@@ -451,7 +451,7 @@ fn a_series_of_edits_into_one_undo_file_is_undone() {
 }
 
 /// `--undo-sync close` (one sync at the end, as e2fsprogs) makes the same
-/// kind of file: mkfs then an edit into it, undone by e2undo; without
+/// kind of file: mkfs, an edit and a tune into it, undone by e2undo; without
 /// `-z` the option is refused.
 #[test]
 fn an_undo_file_synced_at_close_is_undone_too() {
@@ -465,6 +465,7 @@ fn an_undo_file_synced_at_close_is_undone_too() {
     let (z, i) = (s(&undo), s(&img));
     ok(&["mkfs", "-q", "-F", "-z", z, "--undo-sync", "close", i]);
     ok(&["mkdir", "-z", z, "--undo-sync", "close", i, "/d"]);
+    ok(&["tune", "-z", z, "--undo-sync", "close", "-L", "closed", i]);
     assert_fsck_clean(&img).unwrap();
     assert!(!ext4kit(&["mkdir", "--undo-sync", "close", i, "/e"]).status.success());
     e2undo(&undo, &img);
