@@ -396,8 +396,8 @@ fn debug_writes_are_undone_byte_for_byte() {
 
 /// `-z` on the editing commands: a series (mkdir, write, chmod, mv, ln,
 /// rm, fallocate --undo) into one undo file, each continuing the file the
-/// one before finished, is undone in one replay, by e2undo too; a reading
-/// command refuses `-z`.
+/// one before finished, is undone in one replay, by e2undo too; a failed
+/// command leaves the file as it was; a reading command refuses `-z`.
 #[test]
 fn a_series_of_edits_into_one_undo_file_is_undone() {
     if !have_tools() {
@@ -437,6 +437,10 @@ fn a_series_of_edits_into_one_undo_file_is_undone() {
     series(z);
     assert_fsck_clean(&img).unwrap();
     assert!(bytes(&img) != before, "the edits changed nothing");
+    // A command that fails before writing leaves the file finished.
+    assert!(!ext4kit(&["mkdir", "-z", z, i, "/new"]).status.success());
+    let header = ok(&["undo", "--header", z, i]);
+    assert!(header.contains("state:\t\t0x1"), "not finished: {header}");
     let out = ext4kit(&["ls", "-z", z, i, "/"]);
     assert!(!out.status.success(), "ls took -z");
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not write"));

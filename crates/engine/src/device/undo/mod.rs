@@ -102,9 +102,11 @@ impl UndoDevice {
             .truncate(false)
             .open(path)?;
         let log = if file.metadata()?.len() > 0 {
+            // Left as it is until something new is saved: a command that
+            // then writes nothing leaves it as finished as it was.
             UndoLog::reopen(file, inner.as_ref(), path)?
         } else {
-            UndoLog {
+            let log = UndoLog {
                 file,
                 block_size,
                 saved: HashSet::new(),
@@ -113,10 +115,11 @@ impl UndoDevice {
                 next: FIRST_KEY_BLOCK + 1,
                 num_keys: 0,
                 finished: false,
-            }
+            };
+            log.write_indexes(inner.as_ref())?;
+            log.file.sync_all()?;
+            log
         };
-        log.write_indexes(inner.as_ref())?;
-        log.file.sync_all()?;
         Ok(Self {
             inner,
             log: Mutex::new(log),
@@ -234,7 +237,7 @@ impl UndoLog {
             key_block,
             next,
             num_keys: h.num_keys,
-            finished: false,
+            finished: h.finished(),
         })
     }
 
@@ -242,6 +245,7 @@ impl UndoLog {
     /// its end is not saved: there is nothing to put back) and appends
     /// them, extending the last key when the run continues it.
     fn save_run(&mut self, dev: &dyn BlockDevice, blk: u64, run: u64) -> io::Result<()> {
+        self.finished = false;
         let bs = u64::from(self.block_size);
         for b in blk..blk + run {
             self.saved.insert(b);
