@@ -54,6 +54,9 @@ pub struct ImageArgs {
     /// another device (made with mkfs -J device=), as e2fsck -j.
     #[arg(long, value_name = "PATH")]
     pub journal: Option<PathBuf>,
+    /// `-z FILE`, `--undo-sync`: the undo file of a command that writes.
+    #[command(flatten)]
+    pub undo: open::UndoArgs,
 }
 
 #[derive(Subcommand)]
@@ -189,6 +192,7 @@ fn main() -> ExitCode {
         Command::Completions(a) => cmd::completions::run(a, Cli::command()),
         Command::Man(a) => cmd::man::run(a, Cli::command()),
     };
+    let r = open::end_undo(r);
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,

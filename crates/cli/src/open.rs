@@ -8,17 +8,53 @@
 //! on stderr and read what is on disk (the journal replayed in memory),
 //! which may be out of date.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use ext4kit_engine::BlockDevice;
-use ext4kit_engine::device::{FileDevice, UndoDevice};
+use ext4kit_engine::device::{FileDevice, UndoDevice, UndoSync};
 use ext4kit_engine::journal::JournalDevice;
 use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions, SuperblockAt, backup_sb};
 use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
 
 use crate::ImageArgs;
+
+/// `-z FILE` and `--undo-sync` of the commands that open an image through
+/// [`ImageArgs`].
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct UndoArgs {
+    /// Save the blocks the command overwrites in FILE first (a new file,
+    /// or this image's undo file from the commands before), which
+    /// `ext4kit undo FILE IMAGE` or e2fsprogs' `e2undo` replays; only for
+    /// commands that write.
+    #[arg(id = "undo", short = 'z', long = "undo", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// When the undo file is synced.
+    #[arg(long, value_enum, default_value_t, requires = "undo")]
+    pub undo_sync: UndoSyncArg,
+}
+
+/// `--undo-sync`: when a `-z` undo file reaches the disk.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
+pub enum UndoSyncArg {
+    /// Before every image write that saves new blocks: after a crash the
+    /// undo file still covers what reached the image.
+    #[default]
+    EveryWrite,
+    /// Only when the command ends, as e2fsprogs does: faster, but a crash
+    /// can leave the undo file short of what the image lost.
+    Close,
+}
+
+impl From<UndoSyncArg> for UndoSync {
+    fn from(a: UndoSyncArg) -> Self {
+        match a {
+            UndoSyncArg::EveryWrite => Self::EveryWrite,
+            UndoSyncArg::Close => Self::AtClose,
+        }
+    }
+}
 
 /// Opens the image read-only with the options the arguments ask for.
 pub fn open_ro(a: &ImageArgs) -> Result<Filesystem> {
@@ -53,6 +89,14 @@ fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesys
         block,
         block_size: a.block_size,
     });
+    if let Some(z) = &a.undo.file
+        && (!writable || superblock.is_some())
+    {
+        anyhow::bail!(
+            "-z {}: this command does not write the image: there is nothing to undo",
+            z.display()
+        );
+    }
     // From a backup the engine writes nothing: no need to claim the image.
     let dev = FileDevice::open(&a.image, writable && superblock.is_none()).with_context(|| "cannot open the image")?;
     if let Some(who) = dev.in_use() {
@@ -61,6 +105,10 @@ fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesys
             a.image.display()
         );
     }
+    let dev = match &a.undo.file {
+        Some(z) => start_undo(Box::new(dev), z, a.undo.undo_sync.into(), &a.image)?,
+        None => Box::new(dev),
+    };
     let opts = OpenOptions {
         verify_checksums: !a.ignore_checksums,
         dirty_journal: if a.ignore_journal {
@@ -73,7 +121,7 @@ fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesys
         journal_device: external_journal(&a.image, a.journal.as_deref(), writable && superblock.is_none())?,
         ..OpenOptions::default()
     };
-    let fs = Filesystem::open(Box::new(dev), opts).map_err(|e| {
+    let fs = Filesystem::open(dev, opts).map_err(|e| {
         let hint = superblock.is_none().then(|| {
             backup_hint(&a.image, &e, |b| {
                 format!("read with -b {} -B {}", b.block, b.block_size)
@@ -203,37 +251,120 @@ pub fn with_undo<T>(
     block_size: u32,
     op: impl FnOnce(Box<dyn BlockDevice>) -> Result<T>,
 ) -> Result<T> {
+    with_undo_synced(dev, undo, UndoSync::default(), image, block_size, op)
+}
+
+/// [`with_undo`] with the undo file synced as `sync` says (`--undo-sync`).
+pub fn with_undo_synced<T>(
+    dev: Box<dyn BlockDevice>,
+    undo: Option<&Path>,
+    sync: UndoSync,
+    image: &Path,
+    block_size: u32,
+    op: impl FnOnce(Box<dyn BlockDevice>) -> Result<T>,
+) -> Result<T> {
+    with_undo_judged(dev, undo, sync, image, block_size, op, Result::is_ok)?
+}
+
+/// [`with_undo_synced`] for an `op` whose outcome `succeeded` judges (the
+/// undo file is finished only then); errors are the undo file's own.
+pub fn with_undo_judged<T>(
+    dev: Box<dyn BlockDevice>,
+    undo: Option<&Path>,
+    sync: UndoSync,
+    image: &Path,
+    block_size: u32,
+    op: impl FnOnce(Box<dyn BlockDevice>) -> T,
+    succeeded: impl FnOnce(&T) -> bool,
+) -> Result<T> {
     let Some(undo) = undo else {
-        return op(dev);
+        return Ok(op(dev));
     };
     if same_file(undo, image) {
         anyhow::bail!("-z {}: the undo file cannot be the image itself", undo.display());
     }
     let wrapped = Arc::new(
         UndoDevice::create(dev, undo, block_size)
-            .with_context(|| format!("cannot create the undo file {}", undo.display()))?,
+            .with_context(|| format!("cannot create the undo file {}", undo.display()))?
+            .with_sync(sync),
     );
     eprintln!(
         "Overwriting existing filesystem; this can be undone using the command:\n    ext4kit undo {} {}\n",
         undo.display(),
         image.display()
     );
-    let r = match op(Box::new(wrapped.clone())) {
-        Ok(r) => r,
-        Err(e) => {
-            // Nothing overwritten: an undo file would only get in the way
-            // (e2undo replays even an empty one, marking the image unclean).
-            if wrapped.holds_nothing() {
-                drop(wrapped);
-                let _ = std::fs::remove_file(undo);
-            }
-            return Err(e);
+    let r = op(Box::new(wrapped.clone()));
+    if !succeeded(&r) {
+        // Nothing overwritten: an undo file would only get in the way
+        // (e2undo replays even an empty one, marking the image unclean).
+        if wrapped.holds_nothing() {
+            drop(wrapped);
+            let _ = std::fs::remove_file(undo);
         }
-    };
+        return Ok(r);
+    }
     wrapped
         .finish()
         .with_context(|| format!("finishing the undo file {}", undo.display()))?;
     Ok(r)
+}
+
+/// The undo file of `-z` on a command that opens its image through
+/// [`open_rw`]: held here, past the `Filesystem` the command drops when it
+/// returns, so that [`end_undo`] finishes it once the image is closed
+/// (its superblock copy then is the one the image is left with).
+static PENDING_UNDO: Mutex<Option<(Arc<UndoDevice>, PathBuf)>> = Mutex::new(None);
+
+/// Wraps `dev` so that what the command overwrites is saved in `undo`
+/// first (see [`with_undo`]); [`end_undo`] ends it.
+fn start_undo(dev: Box<dyn BlockDevice>, undo: &Path, sync: UndoSync, image: &Path) -> Result<Box<dyn BlockDevice>> {
+    if same_file(undo, image) {
+        anyhow::bail!("-z {}: the undo file cannot be the image itself", undo.display());
+    }
+    let mut pending = PENDING_UNDO.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if pending.is_some() {
+        anyhow::bail!("-z {}: one undo file per command", undo.display());
+    }
+    let bs = fs_block_size(dev.as_ref());
+    let wrapped = Arc::new(
+        UndoDevice::create(dev, undo, bs)
+            .with_context(|| format!("cannot create the undo file {}", undo.display()))?
+            .with_sync(sync),
+    );
+    eprintln!(
+        "Overwriting existing filesystem; this can be undone using the command:\n    ext4kit undo {} {}\n",
+        undo.display(),
+        image.display()
+    );
+    *pending = Some((wrapped.clone(), undo.to_path_buf()));
+    Ok(Box::new(wrapped))
+}
+
+/// Ends the undo file a command's `-z` started, given how the command
+/// ended (it has dropped its `Filesystem` by then): marked finished when
+/// it succeeded; removed when it failed before overwriting anything (an
+/// empty undo file would only get in the way); else left unfinished, to
+/// be replayed with a warning.
+pub fn end_undo(r: Result<()>) -> Result<()> {
+    let pending = PENDING_UNDO
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    let Some((dev, path)) = pending else {
+        return r;
+    };
+    match r {
+        Ok(()) => dev
+            .finish()
+            .with_context(|| format!("finishing the undo file {}", path.display())),
+        Err(e) => {
+            if dev.holds_nothing() {
+                drop(dev);
+                let _ = std::fs::remove_file(&path);
+            }
+            Err(e)
+        }
+    }
 }
 
 /// The block size the superblock at byte 1024 of `dev` records, or 4096

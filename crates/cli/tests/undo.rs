@@ -360,3 +360,155 @@ fn one_undo_file_undoes_a_series_of_commands_from_either_suite() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not this image's undo file"));
     assert_fsck_clean(&img).unwrap();
 }
+
+/// `debug -w -z`: every raw write (superblock field, inode field, group
+/// descriptor, bitmaps, links) is saved first, so the image comes back
+/// byte for byte and clean, with either replayer.
+#[test]
+fn debug_writes_are_undone_byte_for_byte() {
+    if !have_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = populated(dir.path(), &[], "16M", 16 << 20);
+    let before = bytes(&img);
+    let undo = dir.path().join("debug.undo");
+    let cmds = dir.path().join("cmds");
+    std::fs::write(
+        &cmds,
+        "ssv mnt_count 9\nsif /sub/f3 mode 0100600\nset_bg 1 itable_unused 3\n\
+         setb 9000 4\nfreei 20\nlink /sub/f5 /f5again\nunlink /sub/f7\n",
+    )
+    .unwrap();
+    let z = s(&undo);
+    ok(&["debug", "-w", "-z", z, s(&img), "-f", s(&cmds)]);
+    assert!(bytes(&img) != before, "debug -w changed nothing");
+    let header = ok(&["undo", "--header", z, s(&img)]);
+    assert!(header.contains("state:\t\t0x1"), "not finished: {header}");
+    ok(&["undo", z, s(&img)]);
+    assert!(bytes(&img) == before, "ext4kit undo did not restore the image");
+    assert_fsck_clean(&img).unwrap();
+    std::fs::remove_file(&undo).unwrap();
+    ok(&["debug", "-w", "-z", z, s(&img), "ssv", "state", "0"]);
+    e2undo(&undo, &img);
+    assert!(bytes(&img) == before, "e2undo did not restore the image");
+}
+
+/// `-z` on the editing commands: a series (mkdir, write, chmod, mv, ln,
+/// rm, fallocate --undo) into one undo file, each continuing the file the
+/// one before finished, is undone in one replay, by e2undo too; a failed
+/// command leaves the file as it was; a reading command refuses `-z`.
+#[test]
+fn a_series_of_edits_into_one_undo_file_is_undone() {
+    if !have_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = populated(dir.path(), &[], "16M", 16 << 20);
+    let before = bytes(&img);
+    let undo = dir.path().join("edits.undo");
+    let (z, i) = (s(&undo), s(&img));
+    let series = |z: &str| {
+        ok(&["mkdir", "-z", z, i, "/new", "/new/deeper"]);
+        let mut w = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+            .args(["write", "-z", z, i, "/new/data"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut w.stdin.take().unwrap(), &vec![0x5A; 300_000]).unwrap();
+        assert!(w.wait().unwrap().success());
+        ok(&["chmod", "-z", z, i, "600", "/sub/f2"]);
+        ok(&["mv", "-z", z, i, "/sub/f4", "/new/f4"]);
+        ok(&["ln", "-z", z, i, "-s", "/new/data", "/link"]);
+        ok(&["rm", "-z", z, i, "/sub/f9"]);
+        ok(&[
+            "fallocate",
+            "--undo",
+            z,
+            i,
+            "/new/data",
+            "-p",
+            "-o",
+            "4096",
+            "-l",
+            "65536",
+        ]);
+    };
+    series(z);
+    assert_fsck_clean(&img).unwrap();
+    assert!(bytes(&img) != before, "the edits changed nothing");
+    // A command that fails before writing leaves the file finished.
+    assert!(!ext4kit(&["mkdir", "-z", z, i, "/new"]).status.success());
+    let header = ok(&["undo", "--header", z, i]);
+    assert!(header.contains("state:\t\t0x1"), "not finished: {header}");
+    let out = ext4kit(&["ls", "-z", z, i, "/"]);
+    assert!(!out.status.success(), "ls took -z");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not write"));
+    ok(&["undo", z, i]);
+    assert!(bytes(&img) == before, "ext4kit undo did not restore the image");
+    assert_fsck_clean(&img).unwrap();
+    std::fs::remove_file(&undo).unwrap();
+    series(z);
+    e2undo(&undo, &img);
+    assert!(bytes(&img) == before, "e2undo did not restore the image");
+    assert_fsck_clean(&img).unwrap();
+}
+
+/// `--undo-sync close` (one sync at the end, as e2fsprogs) makes the same
+/// kind of file: mkfs, an edit and a tune into it, undone by e2undo; without
+/// `-z` the option is refused.
+#[test]
+fn an_undo_file_synced_at_close_is_undone_too() {
+    if !have_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = populated(dir.path(), &[], "16M", 16 << 20);
+    let before = bytes(&img);
+    let undo = dir.path().join("close.undo");
+    let (z, i) = (s(&undo), s(&img));
+    ok(&["mkfs", "-q", "-F", "-z", z, "--undo-sync", "close", i]);
+    ok(&["mkdir", "-z", z, "--undo-sync", "close", i, "/d"]);
+    ok(&["tune", "-z", z, "--undo-sync", "close", "-L", "closed", i]);
+    assert_fsck_clean(&img).unwrap();
+    assert!(!ext4kit(&["mkdir", "--undo-sync", "close", i, "/e"]).status.success());
+    e2undo(&undo, &img);
+    assert!(bytes(&img) == before, "e2undo did not restore the image");
+    assert_fsck_clean(&img).unwrap();
+}
+
+/// `fsck -z` continues the undo file the commands before left: damage
+/// made with `debug -w -z`, repaired with `fsck -fy -z` into the same
+/// file, and one replay (ours, or e2undo) gives back the image from before
+/// the damage.
+#[test]
+fn fsck_continues_an_undo_file() {
+    if !have_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = populated(dir.path(), &[], "32M", 32 << 20);
+    let before = bytes(&img);
+    let undo = dir.path().join("series.undo");
+    let (z, i) = (s(&undo), s(&img));
+    for replayer in ["ext4kit", "e2undo"] {
+        ok(&["debug", "-w", "-z", z, i, "set_bg", "1", "free_blocks_count", "17"]);
+        ok(&["debug", "-w", "-z", z, i, "freeb", "9000", "20"]);
+        assert_eq!(e2fsck_fn(&img).unwrap().code, 4, "the damage is real");
+        let out = ext4kit(&["fsck", "-fy", "-z", z, i]);
+        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("blocks saved in"));
+        assert_fsck_clean(&img).unwrap();
+        if replayer == "ext4kit" {
+            ok(&["undo", z, i]);
+        } else {
+            e2undo(&undo, &img);
+        }
+        assert!(
+            bytes(&img) == before,
+            "{replayer} did not undo the damage and the repair"
+        );
+        assert_fsck_clean(&img).unwrap();
+        std::fs::remove_file(&undo).unwrap();
+    }
+}

@@ -13,6 +13,8 @@ use crate::open::open_rw;
 
 /// Arguments of `fallocate`.
 #[derive(clap::Args)]
+// `-z` is fallocate(1)'s zero range here: the undo file is `--undo`.
+#[command(mut_arg("undo", |a| a.short(None)))]
 pub struct Args {
     #[command(flatten)]
     image: ImageArgs,

@@ -68,6 +68,7 @@ pub fn run(a: Args) -> Result<()> {
         superblock: a.superblock,
         block_size: a.block_size,
         journal: None,
+        undo: Default::default(),
     })?;
     let opts = ImageOptions {
         all_data: a.all_data,

@@ -84,6 +84,9 @@ pub struct Args {
     /// is then written over in place rather than truncated.
     #[arg(short = 'z', value_name = "FILE")]
     undo: Option<PathBuf>,
+    /// When the undo file is synced.
+    #[arg(long, value_enum, default_value_t, requires = "undo")]
+    undo_sync: crate::open::UndoSyncArg,
 }
 
 /// Builds the options, prepares the image and lays out the file system.
@@ -140,7 +143,8 @@ fn make(a: &Args) -> Result<()> {
     }
     let (dev, zeroed) = prepare(&a.image, size, a.force, a.undo.is_none())?;
     opts.device_zeroed = zeroed;
-    let r = crate::open::with_undo(Box::new(dev), a.undo.as_deref(), &a.image, block_size, |dev| {
+    let sync = a.undo_sync.into();
+    let r = crate::open::with_undo_synced(Box::new(dev), a.undo.as_deref(), sync, &a.image, block_size, |dev| {
         let r = mkfs(dev.as_ref(), &opts).with_context(|| format!("{}", a.image.display()))?;
         let quota = opts.quota_files(&r.plan.features);
         if jdev.is_none() && (a.root_dir.is_some() || !quota.is_empty()) {

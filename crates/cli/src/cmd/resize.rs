@@ -51,6 +51,7 @@ pub fn run(a: Args) -> Result<()> {
             superblock: None,
             block_size: None,
             journal: None,
+            undo: Default::default(),
         })?;
         outln!("Estimated minimum size of the filesystem: {}", minimum_size(&fs));
         return Ok(());

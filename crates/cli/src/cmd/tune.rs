@@ -56,6 +56,9 @@ pub struct Args {
     /// undo FILE IMAGE` or e2fsprogs' `e2undo` replays.
     #[arg(short = 'z', value_name = "FILE")]
     undo: Option<PathBuf>,
+    /// When the undo file is synced.
+    #[arg(long, value_enum, default_value_t, requires = "undo")]
+    undo_sync: crate::open::UndoSyncArg,
     /// The image file (or block device); it must not be mounted.
     image: PathBuf,
 }
@@ -80,7 +83,9 @@ pub fn run(a: Args) -> Result<()> {
             Some(z) => {
                 let dev = open_for_tune(&a.image).with_context(at)?;
                 let bs = crate::open::fs_block_size(&dev);
-                crate::open::with_undo(Box::new(dev), Some(z), &a.image, bs, |d| tune(d, &req).with_context(at))?
+                let sync = a.undo_sync.into();
+                let op = |d| tune(d, &req).with_context(at);
+                crate::open::with_undo_synced(Box::new(dev), Some(z), sync, &a.image, bs, op)?
             }
         });
     }

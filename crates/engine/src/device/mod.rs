@@ -19,7 +19,7 @@ pub use file::FileDevice;
 pub use inuse::{InUse, InUseError};
 pub use mem::MemDevice;
 pub use page_cache::{DEFAULT_PAGE_SIZE, PageCache, PageCacheStats};
-pub use undo::UndoDevice;
+pub use undo::{UndoDevice, UndoSync};
 
 use std::io;
 use std::sync::Arc;

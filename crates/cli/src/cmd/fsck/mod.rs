@@ -48,10 +48,14 @@ pub struct Args {
     /// Extended options, comma separated: journal_only.
     #[arg(short = 'E')]
     pub extended: Option<String>,
-    /// Before a repair writes, save what it overwrites in FILE (replaced
-    /// if it exists), which e2fsprogs' `e2undo FILE IMAGE` replays.
+    /// Save what a repair overwrites in FILE first (a new file, or this
+    /// image's undo file from the commands before, continued), which
+    /// `ext4kit undo FILE IMAGE` or e2fsprogs' `e2undo` replays.
     #[arg(short = 'z', value_name = "FILE")]
     pub undo: Option<PathBuf>,
+    /// When the undo file is synced.
+    #[arg(long, value_enum, default_value_t, requires = "undo")]
+    pub undo_sync: crate::open::UndoSyncArg,
     /// Findings as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -172,7 +176,8 @@ fn check(a: &Args) -> Result<i32> {
         cancel: Some(&cancel),
         now,
         mode,
-        undo: a.undo.as_deref(),
+        // Saved by the device wrapper below, which continues a file.
+        undo: None,
         rehash_all: a.rebuild_dirs,
         threads: a.threads,
         superblock,
@@ -185,14 +190,45 @@ fn check(a: &Args) -> Result<i32> {
         let code = fsck::exit_code(&result);
         return print::check_result(a, &result, code).map(|()| code);
     }
-    let result = fsck::repair::repair(&dev, &opts, &mut |p| bar.update(p));
+    let bs = crate::open::fs_block_size(dev.as_ref());
+    let sync = a.undo_sync.into();
+    let repair = |d: Box<dyn BlockDevice>| fsck::repair::repair(&Arc::from(d), &opts, &mut |p| bar.update(p));
+    let mut result = match crate::open::with_undo_judged(
+        Box::new(dev),
+        a.undo.as_deref(),
+        sync,
+        &a.image,
+        bs,
+        repair,
+        Result::is_ok,
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ext4kit fsck: {e:#}");
+            return Ok(fsck::EXIT_OPERATIONAL);
+        }
+    };
     bar.finish();
+    if let (Ok(o), Some(z)) = (&mut result, &a.undo) {
+        o.undo = undo_saved(z);
+    }
     let code = match &result {
         Ok(o) => o.exit_code(),
         Err(fsck::Fatal::Cancelled(_)) => fsck::EXIT_CANCELLED,
         Err(_) => fsck::EXIT_OPERATIONAL,
     };
     print::repair_result(a, &result, code).map(|()| code)
+}
+
+/// What the undo file at `path` holds, for the report.
+fn undo_saved(path: &std::path::Path) -> Option<fsck::repair::undo::Saved> {
+    let file = std::fs::File::open(path).ok()?;
+    let u = ext4kit_engine::device::undo::replay::UndoFile::read(&file, false).ok()?;
+    let bs = u64::from(u.header.block_size);
+    Some(fsck::repair::undo::Saved {
+        blocks: u.runs.iter().map(|r| u64::from(r.key.size).div_ceil(bs)).sum(),
+        keys: u.header.num_keys,
+    })
 }
 
 /// The image: read-only for a check, which warns when the image is in use
