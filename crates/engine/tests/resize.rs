@@ -120,6 +120,7 @@ fn layout(img: &Path) -> Vec<String> {
         "  Primary superblock",
         "  Backup superblock",
         "  Reserved GDT",
+        "  Group descriptor",
         "  Block bitmap at",
         "  Inode bitmap at",
         "  Inode table at",
@@ -207,6 +208,32 @@ fn grow_ext3_uninit_bg_like_resize2fs() {
 #[test]
 fn grow_sparse_super2_moves_the_last_backup_like_resize2fs() {
     grow_and_compare_with(&["-b", "1024", "-O", "sparse_super2"], "20M", &["100M", "300M"], true);
+}
+
+/// meta_bg: new descriptor blocks open new meta groups (their first,
+/// second and last groups hold copies); 64bit makes 16 descriptors a
+/// 1 KiB block, so 300M spans three meta groups.
+#[test]
+fn grow_meta_bg_1k_64bit_like_resize2fs() {
+    grow_and_compare(
+        &["-b", "1024", "-O", "meta_bg,^resize_inode,metadata_csum"],
+        "20M",
+        &["70M", "300M"],
+    );
+}
+
+#[test]
+fn grow_meta_bg_1k_no_flex_like_resize2fs() {
+    grow_and_compare(
+        &["-b", "1024", "-O", "meta_bg,^resize_inode,^flex_bg,^64bit"],
+        "16M",
+        &["150M", "400M"],
+    );
+}
+
+#[test]
+fn grow_meta_bg_4k_like_resize2fs() {
+    grow_and_compare(&["-b", "4096", "-O", "meta_bg,^resize_inode"], "64M", &["1G"]);
 }
 
 #[test]
@@ -297,6 +324,26 @@ fn crash_at_every_write_of_a_grow_leaves_old_or_new() {
     let mut bytes = std::fs::read(&img).unwrap();
     let old = bytes.len() as u64 / 1024;
     bytes.resize(40 << 20, 0);
+    crash_every_write(bytes, None, old, d.path());
+}
+
+/// The grow opens a second meta group, whose descriptor block (and its
+/// copies) lands in new groups while the first meta group's block
+/// changes in the transaction.
+#[test]
+fn crash_at_every_write_of_a_meta_bg_grow_leaves_old_or_new() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = filled(
+        d.path(),
+        &["-b", "1024", "-O", "metadata_csum,meta_bg,^resize_inode"],
+        "12M",
+    );
+    let mut bytes = std::fs::read(&img).unwrap();
+    let old = bytes.len() as u64 / 1024;
+    bytes.resize(150 << 20, 0);
     crash_every_write(bytes, None, old, d.path());
 }
 
@@ -614,4 +661,23 @@ fn refused_grow_leaves_the_image_file_unchanged() {
     let _ = std::process::Command::new("e2fsck").arg("-fy").arg(&unclean).output();
     assert_fsck_clean(&unclean).unwrap();
     assert_fsck_clean(&big).unwrap();
+}
+
+/// A meta_bg shrink is refused by name, before anything is written.
+#[test]
+fn meta_bg_shrink_is_refused_by_name() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = common::mkfs(d.path(), None, &["-b", "1024", "-O", "meta_bg,^resize_inode"], "64M").unwrap();
+    let bytes = std::fs::read(&img).unwrap();
+    let opts = ResizeOptions {
+        force: true,
+        ..ResizeOptions::default()
+    };
+    let e = resize_image(&img, Some(SizeSpec::Bytes(40 << 20)), &opts, &mut |_, _| {}).unwrap_err();
+    assert!(e.to_string().contains("shrinking meta_bg"), "{e}");
+    assert!(std::fs::read(&img).unwrap() == bytes, "the image changed");
+    assert_fsck_clean(&img).unwrap();
 }
