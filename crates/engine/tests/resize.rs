@@ -681,3 +681,93 @@ fn meta_bg_shrink_is_refused_by_name() {
     assert!(std::fs::read(&img).unwrap() == bytes, "the image changed");
     assert_fsck_clean(&img).unwrap();
 }
+
+/// Group `g`'s table locations as dumpe2fs prints them: (block bitmap,
+/// inode bitmap, first inode-table block).
+fn group_tables(img: &Path, g: u32) -> (u64, u64, u64) {
+    let out = run_ok("dumpe2fs", &[img.to_str().unwrap()]).unwrap().stdout;
+    let head = format!("Group {g}:");
+    let mut lines = out.lines().skip_while(|l| !l.starts_with(&head)).skip(1);
+    let mut at = |key: &str| -> u64 {
+        let l = lines.find(|l| l.trim_start().starts_with(key)).unwrap();
+        let n = l.trim_start()[key.len()..].trim_start();
+        n[..n.find(|c: char| !c.is_ascii_digit()).unwrap()].parse().unwrap()
+    };
+    (at("Block bitmap at"), at("Inode bitmap at"), at("Inode table at"))
+}
+
+/// A 5-group image whose group 1 (inodes in use) has its bitmaps and
+/// inode table in group 4, as a resize that moved them can leave it:
+/// the tables copied there, the descriptor repointed with debugfs, the
+/// bitmaps settled by `e2fsck -fy`.
+fn tables_in_a_cut_group(dir: &Path) -> PathBuf {
+    let img = common::mkfs(dir, None, &["-b", "1024", "-N", "80", "-O", "metadata_csum"], "40M").unwrap();
+    let m = LoopMount::rw(&img, &[]).expect("kernel mount");
+    for i in 1..=40 {
+        let data: Vec<u8> = (0..i * 3000).map(|j| (j * 7 + i) as u8).collect();
+        std::fs::write(m.path().join(format!("f{i}")), data).unwrap();
+    }
+    m.unmount().unwrap();
+    let (bb, ib, it) = group_tables(&img, 1);
+    let mut bytes = std::fs::read(&img).unwrap();
+    let to = 33000usize;
+    for (from, at, n) in [(it, to, 4), (ib, to + 4, 1), (bb, to + 5, 1)] {
+        let (from, n) = (from as usize * 1024, n * 1024);
+        let block = bytes[from..from + n].to_vec();
+        bytes[at * 1024..at * 1024 + n].copy_from_slice(&block);
+    }
+    std::fs::write(&img, bytes).unwrap();
+    for cmd in [
+        format!("set_bg 1 inode_table {to}"),
+        format!("set_bg 1 inode_bitmap {}", to + 4),
+        format!("set_bg 1 block_bitmap {}", to + 5),
+        "set_bg 1 checksum calc".into(),
+    ] {
+        run_ok("debugfs", &["-w", "-R", &cmd, img.to_str().unwrap()]).unwrap();
+    }
+    let _ = std::process::Command::new("e2fsck").arg("-fy").arg(&img).output();
+    assert_fsck_clean(&img).unwrap();
+    assert_eq!(group_tables(&img, 1), (33005, 33004, 33000));
+    img
+}
+
+/// Shrinking past a kept group's tables moves them below the end, to the
+/// blocks resize2fs's `blocks_to_move` picks; its inodes keep their
+/// contents.
+#[test]
+fn shrink_moves_a_kept_groups_tables_like_resize2fs() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = tables_in_a_cut_group(d.path());
+    let before = walk(&img);
+    let reference = d.path().join("ref");
+    std::fs::copy(&img, &reference).unwrap();
+    run_ok("resize2fs", &[reference.to_str().unwrap(), "30M"]).unwrap();
+    let r = resize_image(
+        &img,
+        Some(SizeSpec::Bytes(30 << 20)),
+        &ResizeOptions::default(),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(r.new_groups, 4, "{r:?}");
+    assert_fsck_clean(&img).unwrap();
+    let t = group_tables(&img, 1);
+    assert!(t.0 < 30720 && t.1 < 30720 && t.2 + 4 <= 30720, "{t:?}");
+    assert_eq!(layout(&img), layout(&reference));
+    assert_eq!(walk(&img), before, "files changed");
+}
+
+#[test]
+fn crash_at_every_write_of_a_shrink_moving_tables_leaves_old_or_new() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = tables_in_a_cut_group(d.path());
+    let bytes = std::fs::read(&img).unwrap();
+    let old = bytes.len() as u64 / 1024;
+    crash_every_write(bytes, Some(30720), old, d.path());
+}

@@ -18,7 +18,7 @@
 //! forced (as `resize2fs -f`); bigalloc; a meta_bg shrink; a grow
 //! needing more descriptor blocks than are reserved without meta_bg
 //! (resize2fs moves what is in the way); a shrink whose data does not
-//! fit, or that would cut a kept group's tables.
+//! fit. Kept groups' tables past a shrink's end are moved ([`relocate`]).
 
 mod dest;
 mod grow;
@@ -27,6 +27,7 @@ mod minimum;
 mod moves;
 mod place;
 mod plan;
+mod relocate;
 mod resize_inode;
 mod shrink;
 mod size;

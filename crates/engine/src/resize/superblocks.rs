@@ -22,10 +22,17 @@ pub(crate) fn primary_table(p: &Plan) -> u64 {
 }
 
 /// Stages the descriptor tables and the backup superblocks.
-pub(crate) fn stage_descs(_fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc], st: &mut Stage) -> Result<()> {
+pub(crate) fn stage_descs(fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc], st: &mut Stage) -> Result<()> {
     let bs = p.new.block_size as usize;
     let ds = usize::from(p.new.desc_size);
     let mut table = vec![0u8; p.new_desc_blocks as usize * bs];
+    if st.sb_last {
+        // The cut groups' descriptors stay past the kept ones, so the old
+        // superblock still reads a sound table until the new one is home.
+        for (i, chunk) in table.chunks_mut(bs).enumerate() {
+            fs.read_bytes(p.primary_desc_block(i as u32) << p.new.block_size_log2, chunk)?;
+        }
+    }
     for (g, d) in descs.iter().enumerate() {
         d.encode_into(&mut table[g * ds..(g + 1) * ds]);
     }
