@@ -120,6 +120,7 @@ fn layout(img: &Path) -> Vec<String> {
         "  Primary superblock",
         "  Backup superblock",
         "  Reserved GDT",
+        "  Group descriptor",
         "  Block bitmap at",
         "  Inode bitmap at",
         "  Inode table at",
@@ -207,6 +208,32 @@ fn grow_ext3_uninit_bg_like_resize2fs() {
 #[test]
 fn grow_sparse_super2_moves_the_last_backup_like_resize2fs() {
     grow_and_compare_with(&["-b", "1024", "-O", "sparse_super2"], "20M", &["100M", "300M"], true);
+}
+
+/// meta_bg: new descriptor blocks open new meta groups (their first,
+/// second and last groups hold copies); 64bit makes 16 descriptors a
+/// 1 KiB block, so 300M spans three meta groups.
+#[test]
+fn grow_meta_bg_1k_64bit_like_resize2fs() {
+    grow_and_compare(
+        &["-b", "1024", "-O", "meta_bg,^resize_inode,metadata_csum"],
+        "20M",
+        &["70M", "300M"],
+    );
+}
+
+#[test]
+fn grow_meta_bg_1k_no_flex_like_resize2fs() {
+    grow_and_compare(
+        &["-b", "1024", "-O", "meta_bg,^resize_inode,^flex_bg,^64bit"],
+        "16M",
+        &["150M", "400M"],
+    );
+}
+
+#[test]
+fn grow_meta_bg_4k_like_resize2fs() {
+    grow_and_compare(&["-b", "4096", "-O", "meta_bg,^resize_inode"], "64M", &["1G"]);
 }
 
 #[test]
@@ -297,6 +324,26 @@ fn crash_at_every_write_of_a_grow_leaves_old_or_new() {
     let mut bytes = std::fs::read(&img).unwrap();
     let old = bytes.len() as u64 / 1024;
     bytes.resize(40 << 20, 0);
+    crash_every_write(bytes, None, old, d.path());
+}
+
+/// The grow opens a second meta group, whose descriptor block (and its
+/// copies) lands in new groups while the first meta group's block
+/// changes in the transaction.
+#[test]
+fn crash_at_every_write_of_a_meta_bg_grow_leaves_old_or_new() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = filled(
+        d.path(),
+        &["-b", "1024", "-O", "metadata_csum,meta_bg,^resize_inode"],
+        "12M",
+    );
+    let mut bytes = std::fs::read(&img).unwrap();
+    let old = bytes.len() as u64 / 1024;
+    bytes.resize(150 << 20, 0);
     crash_every_write(bytes, None, old, d.path());
 }
 
@@ -614,4 +661,113 @@ fn refused_grow_leaves_the_image_file_unchanged() {
     let _ = std::process::Command::new("e2fsck").arg("-fy").arg(&unclean).output();
     assert_fsck_clean(&unclean).unwrap();
     assert_fsck_clean(&big).unwrap();
+}
+
+/// A meta_bg shrink is refused by name, before anything is written.
+#[test]
+fn meta_bg_shrink_is_refused_by_name() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = common::mkfs(d.path(), None, &["-b", "1024", "-O", "meta_bg,^resize_inode"], "64M").unwrap();
+    let bytes = std::fs::read(&img).unwrap();
+    let opts = ResizeOptions {
+        force: true,
+        ..ResizeOptions::default()
+    };
+    let e = resize_image(&img, Some(SizeSpec::Bytes(40 << 20)), &opts, &mut |_, _| {}).unwrap_err();
+    assert!(e.to_string().contains("shrinking meta_bg"), "{e}");
+    assert!(std::fs::read(&img).unwrap() == bytes, "the image changed");
+    assert_fsck_clean(&img).unwrap();
+}
+
+/// Group `g`'s table locations as dumpe2fs prints them: (block bitmap,
+/// inode bitmap, first inode-table block).
+fn group_tables(img: &Path, g: u32) -> (u64, u64, u64) {
+    let out = run_ok("dumpe2fs", &[img.to_str().unwrap()]).unwrap().stdout;
+    let head = format!("Group {g}:");
+    let mut lines = out.lines().skip_while(|l| !l.starts_with(&head)).skip(1);
+    let mut at = |key: &str| -> u64 {
+        let l = lines.find(|l| l.trim_start().starts_with(key)).unwrap();
+        let n = l.trim_start()[key.len()..].trim_start();
+        n[..n.find(|c: char| !c.is_ascii_digit()).unwrap()].parse().unwrap()
+    };
+    (at("Block bitmap at"), at("Inode bitmap at"), at("Inode table at"))
+}
+
+/// A 5-group image whose group 1 (inodes in use) has its bitmaps and
+/// inode table in group 4, as a resize that moved them can leave it:
+/// the tables copied there, the descriptor repointed with debugfs, the
+/// bitmaps settled by `e2fsck -fy`.
+fn tables_in_a_cut_group(dir: &Path) -> PathBuf {
+    let img = common::mkfs(dir, None, &["-b", "1024", "-N", "80", "-O", "metadata_csum"], "40M").unwrap();
+    let m = LoopMount::rw(&img, &[]).expect("kernel mount");
+    for i in 1..=40 {
+        let data: Vec<u8> = (0..i * 3000).map(|j| (j * 7 + i) as u8).collect();
+        std::fs::write(m.path().join(format!("f{i}")), data).unwrap();
+    }
+    m.unmount().unwrap();
+    let (bb, ib, it) = group_tables(&img, 1);
+    let mut bytes = std::fs::read(&img).unwrap();
+    let to = 33000usize;
+    for (from, at, n) in [(it, to, 4), (ib, to + 4, 1), (bb, to + 5, 1)] {
+        let (from, n) = (from as usize * 1024, n * 1024);
+        let block = bytes[from..from + n].to_vec();
+        bytes[at * 1024..at * 1024 + n].copy_from_slice(&block);
+    }
+    std::fs::write(&img, bytes).unwrap();
+    for cmd in [
+        format!("set_bg 1 inode_table {to}"),
+        format!("set_bg 1 inode_bitmap {}", to + 4),
+        format!("set_bg 1 block_bitmap {}", to + 5),
+        "set_bg 1 checksum calc".into(),
+    ] {
+        run_ok("debugfs", &["-w", "-R", &cmd, img.to_str().unwrap()]).unwrap();
+    }
+    let _ = std::process::Command::new("e2fsck").arg("-fy").arg(&img).output();
+    assert_fsck_clean(&img).unwrap();
+    assert_eq!(group_tables(&img, 1), (33005, 33004, 33000));
+    img
+}
+
+/// Shrinking past a kept group's tables moves them below the end, to the
+/// blocks resize2fs's `blocks_to_move` picks; its inodes keep their
+/// contents.
+#[test]
+fn shrink_moves_a_kept_groups_tables_like_resize2fs() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = tables_in_a_cut_group(d.path());
+    let before = walk(&img);
+    let reference = d.path().join("ref");
+    std::fs::copy(&img, &reference).unwrap();
+    run_ok("resize2fs", &[reference.to_str().unwrap(), "30M"]).unwrap();
+    let r = resize_image(
+        &img,
+        Some(SizeSpec::Bytes(30 << 20)),
+        &ResizeOptions::default(),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(r.new_groups, 4, "{r:?}");
+    assert_fsck_clean(&img).unwrap();
+    let t = group_tables(&img, 1);
+    assert!(t.0 < 30720 && t.1 < 30720 && t.2 + 4 <= 30720, "{t:?}");
+    assert_eq!(layout(&img), layout(&reference));
+    assert_eq!(walk(&img), before, "files changed");
+}
+
+#[test]
+fn crash_at_every_write_of_a_shrink_moving_tables_leaves_old_or_new() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = tables_in_a_cut_group(d.path());
+    let bytes = std::fs::read(&img).unwrap();
+    let old = bytes.len() as u64 / 1024;
+    crash_every_write(bytes, Some(30720), old, d.path());
 }

@@ -151,8 +151,9 @@ fn new_desc(p: &Plan, t: &GroupTables, g: u32, csum: bool, zeroed: bool) -> Resu
             flags |= BG_INODE_ZEROED;
         }
         d.set_itable_unused(p.new.inodes_per_group);
-        // resize2fs's allocation of a backup superblock clears the flag.
-        if g < p.new.group_count - 1 && !p.new_has_super(g) {
+        // resize2fs's allocation of a backup superblock or a meta_bg
+        // descriptor block clears the flag.
+        if g < p.new.group_count - 1 && p.new_base(g) == 0 {
             flags |= BG_BLOCK_UNINIT;
         }
     }

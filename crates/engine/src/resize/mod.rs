@@ -15,9 +15,10 @@
 //!
 //! Refused, each with a message naming it: an image that needs e2fsck
 //! first and a shrink below the `-P` estimate ([`minimum_size`]), unless
-//! forced (as `resize2fs -f`); bigalloc, meta_bg (and a grow that would
-//! need converting to it); a shrink whose data does not fit, or that
-//! would cut a kept group's tables.
+//! forced (as `resize2fs -f`); bigalloc; a meta_bg shrink; a grow
+//! needing more descriptor blocks than are reserved without meta_bg
+//! (resize2fs moves what is in the way); a shrink whose data does not
+//! fit. Kept groups' tables past a shrink's end are moved ([`relocate`]).
 
 mod dest;
 mod grow;
@@ -26,6 +27,7 @@ mod minimum;
 mod moves;
 mod place;
 mod plan;
+mod relocate;
 mod resize_inode;
 mod shrink;
 mod size;

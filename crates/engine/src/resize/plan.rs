@@ -36,6 +36,59 @@ impl Plan {
     pub(crate) fn base_desc_blocks(&self) -> u64 {
         u64::from(self.new_desc_blocks) + u64::from(self.new_sb.s_reserved_gdt_blocks.get())
     }
+
+    /// Blocks opening `group` of the new layout held by its superblock and
+    /// descriptor copies (see [`base_len`]).
+    pub(crate) fn new_base(&self, group: u32) -> u64 {
+        base_len(&self.new, &self.new_sb, group)
+    }
+
+    /// As [`Self::new_base`], in the old layout.
+    pub(crate) fn old_base(&self, group: u32) -> u64 {
+        base_len(&self.old, &self.old_sb, group)
+    }
+
+    /// Whether the layout has meta_bg descriptor blocks.
+    pub(crate) fn meta_bg(&self) -> bool {
+        self.new.features.incompat.contains(IncompatFeatures::META_BG)
+    }
+
+    /// Where the primary copy of descriptor block `i` lives in the new
+    /// layout: after the primary superblock below `s_first_meta_bg`, else
+    /// in the first group of meta group `i`, after its superblock copy.
+    pub(crate) fn primary_desc_block(&self, i: u32) -> u64 {
+        let sb_block = 1024 / u64::from(self.new.block_size);
+        if !self.meta_bg() || i < self.new_sb.s_first_meta_bg.get() {
+            return sb_block + 1 + u64::from(i);
+        }
+        let g = i * self.new.descs_per_block();
+        self.new.group_first_block(g) + u64::from(self.new_has_super(g))
+    }
+}
+
+/// `ext2fs_super_and_bgd_loc2`'s count of the blocks opening `group`: its
+/// superblock copy, then either the old-style table (`s_first_meta_bg`
+/// blocks under meta_bg, else every descriptor block plus the reserved GDT
+/// blocks) when the group has a superblock, or, for a group of a meta
+/// group at or past `s_first_meta_bg`, its meta group's descriptor block
+/// when it is the meta group's first, second or last group.
+pub(crate) fn base_len(geo: &Geometry, sb: &RawSuperblock, group: u32) -> u64 {
+    let sup = has_super(geo, sb, group);
+    let dpb = geo.descs_per_block();
+    let meta_bg = geo.features.incompat.contains(IncompatFeatures::META_BG);
+    if !meta_bg || group / dpb < sb.s_first_meta_bg.get() {
+        if !sup {
+            return 0;
+        }
+        let table = if meta_bg {
+            sb.s_first_meta_bg.get()
+        } else {
+            geo.group_count.div_ceil(dpb)
+        };
+        return 1 + u64::from(table) + u64::from(sb.s_reserved_gdt_blocks.get());
+    }
+    let holds_desc = matches!(group % dpb, 0 | 1) || group % dpb == dpb - 1;
+    u64::from(sup) + u64::from(holds_desc)
 }
 
 /// `ext2fs_bg_has_super`, with `s_backup_bgs` for sparse_super2.
@@ -51,7 +104,6 @@ pub(crate) fn refuse_features(geo: &Geometry) -> Result<()> {
     let f = &geo.features;
     let refused = [
         (f.ro_compat.contains(RoCompatFeatures::BIGALLOC), "bigalloc"),
-        (f.incompat.contains(IncompatFeatures::META_BG), "meta_bg"),
         (f.ro_compat.contains(RoCompatFeatures::HAS_SNAPSHOT), "snapshot"),
         (f.incompat.contains(IncompatFeatures::JOURNAL_DEV), "journal_dev"),
     ];
@@ -85,11 +137,13 @@ pub(crate) fn plan(fs: &Filesystem, blocks: u64) -> Result<Plan> {
     let dpb = old.descs_per_block();
     let (old_desc_blocks, new_desc_blocks) = (old.group_count.div_ceil(dpb), groups.div_ceil(dpb));
     let reserved = u32::from(old_sb.s_reserved_gdt_blocks.get());
-    if new_desc_blocks > old_desc_blocks + reserved {
+    if old.features.incompat.contains(IncompatFeatures::META_BG) {
+        refuse_meta_bg(&old, &old_sb, blocks)?;
+    } else if new_desc_blocks > old_desc_blocks + reserved {
         return Err(Error::Unsupported(format!(
             "growing to {groups} groups needs {new_desc_blocks} descriptor blocks but only {} fit \
-             ({old_desc_blocks} used, {reserved} reserved); resize2fs would convert the file system \
-             to meta_bg, which this resize does not do",
+             ({old_desc_blocks} used, {reserved} reserved); resize2fs would move the tables and data \
+             in the way (it does not convert to meta_bg), which this resize does not do",
             old_desc_blocks + reserved
         )));
     }
@@ -99,7 +153,8 @@ pub(crate) fn plan(fs: &Filesystem, blocks: u64) -> Result<Plan> {
             .set(r.clamp(0, i64::from(old.block_size / 4)) as u16);
     }
     let base = |desc: u32, sb: &RawSuperblock| desc + u32::from(sb.s_reserved_gdt_blocks.get());
-    if base(new_desc_blocks, &sb) != base(old_desc_blocks, &old_sb) {
+    let meta_bg = old.features.incompat.contains(IncompatFeatures::META_BG);
+    if !meta_bg && base(new_desc_blocks, &sb) != base(old_desc_blocks, &old_sb) {
         return Err(Error::Unsupported(format!(
             "going from {old_desc_blocks} to {new_desc_blocks} descriptor blocks would change the              blocks after each superblock copy (reserved GDT blocks capped or absent); not implemented"
         )));
@@ -123,6 +178,26 @@ pub(crate) fn plan(fs: &Filesystem, blocks: u64) -> Result<Plan> {
         new,
         new_desc_blocks,
     })
+}
+
+/// The meta_bg layouts this resize does not change: a shrink, the resize
+/// inode beside meta_bg (mke2fs does not make it), sparse_super2 (a
+/// dropped backup would move a group's descriptor block), and an
+/// old-style table longer than the descriptor blocks (resize2fs would
+/// turn meta_bg off).
+fn refuse_meta_bg(old: &Geometry, sb: &RawSuperblock, blocks: u64) -> Result<()> {
+    let why = if blocks < old.blocks_count {
+        "shrinking"
+    } else if old.features.compat.contains(CompatFeatures::RESIZE_INODE) {
+        "the resize inode beside"
+    } else if old.features.compat.contains(CompatFeatures::SPARSE_SUPER2) {
+        "sparse_super2 with"
+    } else if sb.s_first_meta_bg.get() > old.group_count.div_ceil(old.descs_per_block()) {
+        "s_first_meta_bg past the descriptor table with"
+    } else {
+        return Ok(());
+    };
+    Err(Error::Unsupported(format!("resize: {why} meta_bg is not implemented")))
 }
 
 /// sparse_super2: the second backup follows the last group, as resize2fs

@@ -7,7 +7,8 @@
 //!
 //! Inodes in use in the cut groups are renumbered into the kept ones
 //! ([`inodes`]) and blocks in use past the new end moved below it
-//! ([`moves`]), as resize2fs's `inode_scan_and_fix` and `block_mover` do.
+//! ([`moves`]), as resize2fs's `inode_scan_and_fix` and `block_mover` do;
+//! kept groups' tables past the new end get new homes first ([`relocate`]).
 
 use std::collections::BTreeSet;
 
@@ -15,8 +16,8 @@ use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, bitmap_checksum};
 
 use super::plan::Plan;
 use super::stage::Stage;
-use super::{inodes, moves, superblocks, usage};
-use crate::error::{Error, Result};
+use super::{inodes, moves, relocate, superblocks, usage};
+use crate::error::Result;
 use crate::fs::Filesystem;
 use crate::mkfs::layout::GroupTables;
 
@@ -24,7 +25,7 @@ use crate::mkfs::layout::GroupTables;
 pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
     let old_descs = fs.group_descs();
     let keep = p.new.group_count as usize;
-    let tables: Vec<GroupTables> = old_descs
+    let mut tables: Vec<GroupTables> = old_descs
         .iter()
         .map(|d| GroupTables {
             block_bitmap: d.block_bitmap(),
@@ -40,13 +41,27 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
             released.push((p.old.group_first_block(g as u32), 1 + p.base_desc_blocks()));
         }
     }
-    let map = usage::load(fs, p, &old_descs, &released)?;
-    refuse_cut_tables(p, &tables[..keep])?;
+    let cut = relocate::cut_tables(p, &tables[..keep]);
+    released.extend(cut.iter().map(|c| (c.2, c.3)));
+    let mut map = usage::load(fs, p, &old_descs, &released)?;
+    let mut busy = map.clone();
+    for &(b, n) in &released {
+        busy.mark(b, n);
+    }
+    let old_tables = tables.clone();
+    let table_moves = relocate::place(p, &mut busy, &mut map, &mut tables[..keep], &cut)?;
     let mut st = Stage::new(p);
+    if !table_moves.is_empty() {
+        relocate::refuse_shorter_table(p)?;
+        st.sb_last = true;
+    }
     let mut descs = old_descs.clone();
     descs.truncate(keep);
     let ren = inodes::renumber(fs, p, &old_descs, &mut descs, &mut st)?;
     let moved = moves::move_blocks(fs, p, &ren, map, &released, &mut st)?;
+    for (d, t) in descs.iter_mut().zip(&tables) {
+        relocate::point(d, t);
+    }
     let map = moved.map;
     let csum = p.new.features.has_group_csum();
     let mut touched: BTreeSet<u32> = released
@@ -56,6 +71,10 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
         .collect();
     touched.insert(p.new.group_count - 1);
     touched.extend(moved.touched);
+    for &(_, new, n) in &table_moves {
+        touched.extend([group_of(p, new), group_of(p, new + n - 1)]);
+    }
+    touched.extend(cut.iter().filter(|c| c.1 == 0).map(|c| c.0));
     let mut free_blocks = 0u64;
     for (g, d) in descs.iter_mut().enumerate() {
         let g = g as u32;
@@ -87,7 +106,11 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
         keep_journal_backup(&mut p.new_sb, &i_block, size);
         st.skip_journal = true;
     }
-    superblocks::finish(fs, &p, (&descs, &tables), st, (free_blocks, free_inodes))
+    // The resize inode is rebuilt in the old table; the move below
+    // carries it to the new one.
+    let mut st = superblocks::finish(fs, &p, (&descs, &old_tables), st, (free_blocks, free_inodes))?;
+    relocate::redirect(&mut st, &table_moves);
+    Ok(st)
 }
 
 /// `s_jnl_blocks`: the superblock's copy of the journal inode's `i_block`
@@ -100,20 +123,4 @@ fn keep_journal_backup(sb: &mut ext4kit_format::superblock::RawSuperblock, i_blo
 
 fn group_of(p: &Plan, b: u64) -> u32 {
     ((b - u64::from(p.new.first_data_block)) / u64::from(p.new.blocks_per_group)) as u32
-}
-
-/// Refuses a shrink that would cut a remaining group's tables (resize2fs
-/// moves them; this resize does not).
-fn refuse_cut_tables(p: &Plan, kept: &[GroupTables]) -> Result<()> {
-    let end = p.new.blocks_count;
-    let itb = u64::from(p.new.inode_table_blocks);
-    if kept
-        .iter()
-        .any(|t| t.block_bitmap >= end || t.inode_bitmap >= end || t.inode_table + itb > end)
-    {
-        return Err(Error::Unsupported(
-            "a remaining group's bitmaps or inode table lie past the new end; moving them is not implemented".into(),
-        ));
-    }
-    Ok(())
 }

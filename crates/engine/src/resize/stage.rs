@@ -29,6 +29,10 @@ pub(crate) struct Stage {
     /// The switch cannot go through the journal (the journal's own
     /// blocks move).
     pub(crate) skip_journal: bool,
+    /// Going home from the journal, the superblock goes last even on a
+    /// shrink: a kept group's tables moved, so the old descriptors under
+    /// the new superblock would point past its end.
+    pub(crate) sb_last: bool,
     /// Blocks moved and inodes renumbered by a shrink.
     pub(crate) moved: (u64, u32),
     /// The new primary superblock.
@@ -44,6 +48,7 @@ impl Stage {
             zero: Vec::new(),
             copy: Vec::new(),
             skip_journal: false,
+            sb_last: false,
             moved: (0, 0),
             sb: p.new_sb,
         }

@@ -29,8 +29,8 @@ pub(crate) fn load(fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc], released: 
             if g >= p.new.group_count {
                 continue;
             }
-            if p.old_has_super(g) && p.new_has_super(g) {
-                map.mark(start, 1 + p.base_desc_blocks());
+            if p.old_has_super(g) == p.new_has_super(g) && p.new_base(g) > 0 {
+                map.mark(start, p.new_base(g));
             }
             for (b, len) in [
                 (d.block_bitmap(), 1),
@@ -46,7 +46,7 @@ pub(crate) fn load(fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc], released: 
         fs.read_bytes(d.block_bitmap() << p.old.block_size_log2, &mut buf)?;
         if p.old_has_super(g) && !p.new_has_super(g) {
             // sparse_super2: a backup the new layout drops is freed.
-            for i in 0..1 + p.base_desc_blocks() {
+            for i in 0..p.old_base(g) {
                 buf[(i / 8) as usize] &= !(1 << (i % 8));
             }
         }
@@ -59,8 +59,8 @@ pub(crate) fn load(fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc], released: 
         mark_bits(&mut map, &buf, start, n);
     }
     for g in p.old.group_count..p.new.group_count {
-        if p.new_has_super(g) {
-            map.mark(p.new.group_first_block(g), 1 + p.base_desc_blocks());
+        if p.new_base(g) > 0 {
+            map.mark(p.new.group_first_block(g), p.new_base(g));
         }
     }
     Ok(map)

@@ -84,7 +84,7 @@ pub(crate) fn write(fs: &Filesystem, p: &Plan, mut st: Stage, progress: &mut dyn
         let txn: BTreeMap<u64, Arc<[u8]>> = st.txn.into_iter().map(|(b, d)| (b, Arc::from(d))).collect();
         // Dropping groups: the shorter descriptor table must not reach home
         // before the superblock that counts fewer groups.
-        let sb_first = p.new.group_count < p.old.group_count;
+        let sb_first = p.new.group_count < p.old.group_count && !st.sb_last;
         crate::tune::commit::commit_ordered(fs, txn, &[], &st.sb, sb_first)?;
         progress(total - 1, total);
         for (b, data) in &st.after {
