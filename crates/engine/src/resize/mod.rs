@@ -24,6 +24,7 @@ mod grow;
 mod inodes;
 mod minimum;
 mod moves;
+mod online;
 mod place;
 mod plan;
 mod resize_inode;
