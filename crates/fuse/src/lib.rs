@@ -20,6 +20,7 @@ mod host_space;
 pub mod options;
 mod poll;
 pub mod remount_request;
+pub mod resize_request;
 mod session;
 mod space;
 pub mod sync_request;

@@ -23,6 +23,7 @@ pub mod precheck;
 pub mod quota;
 pub mod remount;
 pub mod resize;
+mod resize_online;
 pub mod stat;
 pub mod sync;
 pub mod tune;

@@ -33,7 +33,8 @@ pub struct Args {
     /// undo FILE IMAGE` or e2fsprogs' `e2undo` replays.
     #[arg(short = 'z', value_name = "FILE")]
     undo: Option<PathBuf>,
-    /// The image file; it must not be mounted.
+    /// The image file (unmounted, or mounted by ext4kit), or the mount
+    /// point of an ext4kit mount.
     image: PathBuf,
     /// The new size: blocks, or a number with K, M, G, T or s (sectors).
     size: Option<String>,
@@ -55,6 +56,13 @@ pub fn run(a: Args) -> Result<()> {
         })?;
         outln!("Estimated minimum size of the filesystem: {}", minimum_size(&fs));
         return Ok(());
+    }
+    if let Some(mp) = super::resize_online::mount_of(&a.image) {
+        if a.undo.is_some() {
+            anyhow::bail!("{}: no undo file is kept for a mounted file system", a.image.display());
+        }
+        let image = (!a.image.is_dir()).then_some(a.image.as_path());
+        return super::resize_online::run(&mp, image, a.size.as_deref());
     }
     let size = a.size.as_deref().map(parse_size).transpose()?;
     let opts = ResizeOptions {

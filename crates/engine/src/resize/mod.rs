@@ -25,6 +25,7 @@ mod grow;
 mod inodes;
 mod minimum;
 mod moves;
+mod online;
 mod place;
 mod plan;
 mod relocate;

@@ -614,6 +614,8 @@ impl fuser::Filesystem for Ext4Fuse {
             self.sync_request(size)
         } else if let Some(options) = crate::remount_request::parse_request(name_bytes(name)) {
             self.remount_request(options, size)
+        } else if let Some(blocks) = crate::resize_request::parse_request(name_bytes(name)) {
+            blocks.ok_or(Errno::EINVAL).and_then(|b| self.resize_request(b, size))
         } else if let Some(opts) = crate::defrag_request::parse_request(name_bytes(name)) {
             opts.ok_or(Errno::EINVAL)
                 .and_then(|o| self.defrag_request(req, ino, o, size))
