@@ -37,18 +37,18 @@ struct EnableArgs {
     #[command(flatten)]
     file: PathArgs,
     /// Salt hashed before every block, in hex (up to 32 bytes).
-    #[arg(long, value_parser = hex)]
-    salt: Option<Vec<u8>>,
+    #[arg(long)]
+    salt: Option<String>,
 }
 
-fn hex(s: &str) -> Result<Vec<u8>, String> {
+fn hex(s: &str) -> Result<Vec<u8>> {
     if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{s:?} is not an even number of hex digits"));
+        bail!("--salt {s:?}: not an even number of hex digits");
     }
-    (0..s.len())
+    Ok((0..s.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| e.to_string()))
-        .collect()
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap_or(0))
+        .collect())
 }
 
 /// Runs the subcommand.
@@ -60,11 +60,12 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 fn enable(a: EnableArgs) -> Result<()> {
+    let salt = a.salt.as_deref().map(hex).transpose()?.unwrap_or_default();
     let fs = open_rw(&a.file.image)?;
     let path = &a.file.path;
     let inode = fs.resolve_opts(path.as_bytes(), true).with_context(|| path.clone())?;
     let opts = VerityOptions {
-        salt: a.salt.unwrap_or_default(),
+        salt,
         ..VerityOptions::default()
     };
     fs.enable_verity(inode.ino, &opts).with_context(|| path.clone())?;
