@@ -70,6 +70,7 @@ fn enable_digest_and_cat() {
     let Some(img) = image(dir.path()) else { return };
     let i = img.to_str().unwrap();
     ok(&["verity", "enable", i, "/big", "--salt", "ab01"]);
+    ok(&["verity", "enable", i, "/other", "--hash-alg", "sha512"]);
     let e = ext4kit(&["verity", "enable", i, "/big"]);
     assert!(!e.status.success(), "enabling twice must fail");
     let digest = ok(&["verity", "digest", i, "/big"]);
@@ -90,12 +91,24 @@ fn enable_digest_and_cat() {
             theirs.split(' ').next(),
             "ours {digest} theirs {theirs}"
         );
+        let other = ok(&["verity", "digest", i, "/other"]);
+        let out = Command::new("fsverity")
+            .args(["digest", "--block-size=4096", "--hash-alg=sha512"])
+            .arg(dir.path().join("src/other"))
+            .output()
+            .unwrap();
+        let theirs = String::from_utf8(out.stdout).unwrap();
+        assert!(other.starts_with("sha512:"), "{other}");
+        assert_eq!(
+            other.split(' ').next(),
+            theirs.split(' ').next(),
+            "ours {other} theirs {theirs}"
+        );
     } else {
         skip("fsverity is not installed (apt-get install fsverity)".into());
     }
-    let not = ext4kit(&["verity", "digest", i, "/other"]);
-    assert!(!not.status.success());
     assert_eq!(ext4kit(&["cat", i, "/big"]).stdout, std::fs::read(&host).unwrap());
+    assert_eq!(ext4kit(&["cat", i, "/other"]).stdout, b"plain");
     assert_fsck_clean(&img).unwrap();
 
     // Change data block 5 behind the file system's back.

@@ -4,6 +4,7 @@
 
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::verity::VerityOptions;
+use ext4kit_format::verity::HashAlgorithm;
 
 use crate::ImageArgs;
 use crate::open::{open_ro, open_rw};
@@ -20,7 +21,7 @@ enum What {
     /// Build the Merkle tree of a file and make it read-only and verified.
     Enable(EnableArgs),
     /// Print a verity file's digest as `fsverity digest` does
-    /// (`sha256:HEX PATH`).
+    /// (`sha256:HEX PATH`); fails for a file without fs-verity.
     Digest(PathArgs),
 }
 
@@ -39,6 +40,9 @@ struct EnableArgs {
     /// Salt hashed before every block, in hex (up to 32 bytes).
     #[arg(long)]
     salt: Option<String>,
+    /// The hash: sha256 (default) or sha512 (`fsverity enable --hash-alg`).
+    #[arg(long, default_value = "sha256", value_parser = ["sha256", "sha512"])]
+    hash_alg: String,
 }
 
 fn hex(s: &str) -> Result<Vec<u8>> {
@@ -66,7 +70,11 @@ fn enable(a: EnableArgs) -> Result<()> {
     let inode = fs.resolve_opts(path.as_bytes(), true).with_context(|| path.clone())?;
     let opts = VerityOptions {
         salt,
-        ..VerityOptions::default()
+        hash: if a.hash_alg == "sha512" {
+            HashAlgorithm::Sha512
+        } else {
+            HashAlgorithm::Sha256
+        },
     };
     fs.enable_verity(inode.ino, &opts).with_context(|| path.clone())?;
     fs.unmount()?;
