@@ -66,23 +66,24 @@ fn read_all(fs: &Filesystem, ino: u32) -> Result<Vec<u8>, Error> {
 }
 
 /// The fs-verity digest of `data` by fsverity.rst's definition, in Python.
-fn python_digest(data: &Path, block: u32, salt: &str) -> Option<String> {
+fn python_digest(data: &Path, block: u32, salt: &str, alg: &str) -> Option<String> {
     const SCRIPT: &str = r#"
 import hashlib, struct, sys
 data = open(sys.argv[1], 'rb').read(); bs = int(sys.argv[2]); salt = bytes.fromhex(sys.argv[3])
-pad = salt + b'\0' * (-len(salt) % 64) if salt else b''
-h = lambda b: hashlib.sha256(pad + b).digest()
+alg = getattr(hashlib, sys.argv[4]); num = 1 if sys.argv[4] == 'sha256' else 2
+pad = salt + b'\0' * (-len(salt) % alg().block_size) if salt else b''
+h = lambda b: alg(pad + b).digest()
 blocks = [data[i:i + bs].ljust(bs, b'\0') for i in range(0, len(data), bs)]
 level = [h(b) for b in blocks]
 while len(level) > 1:
     raw = b''.join(level)
     level = [h(raw[i:i + bs].ljust(bs, b'\0')) for i in range(0, len(raw), bs)]
 root = level[0] if level else b''
-desc = struct.pack('<BBBBIQ64s32s144x', 1, 1, bs.bit_length() - 1, len(salt), 0, len(data), root, salt)
-print(hashlib.sha256(desc).hexdigest())
+desc = struct.pack('<BBBBIQ64s32s144x', 1, num, bs.bit_length() - 1, len(salt), 0, len(data), root, salt)
+print(alg(desc).hexdigest())
 "#;
     let out = std::process::Command::new("python3")
-        .args(["-c", SCRIPT, data.to_str()?, &block.to_string(), salt])
+        .args(["-c", SCRIPT, data.to_str()?, &block.to_string(), salt, alg])
         .output()
         .ok()?;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -133,7 +134,7 @@ fn enable_then_read_and_digest() {
         let (alg, d) = fs.verity_digest(i).unwrap();
         assert_eq!(alg, HashAlgorithm::Sha256);
         let salt = if name == "big" { "abcd01" } else { "" };
-        let Some(py) = python_digest(&dir.path().join("src").join(name), 4096, salt) else {
+        let Some(py) = python_digest(&dir.path().join("src").join(name), 4096, salt, "sha256") else {
             ext4kit_testkit::skipped!("python3 is not installed");
             assert!(std::env::var_os("CI").is_none(), "CI must have python3");
             return;
@@ -256,4 +257,30 @@ fn enable_needs_the_feature() {
     assert_eq!(e.errno(), libc::EOPNOTSUPP, "{e}");
     fs.unmount().unwrap();
     assert_fsck_clean(&img).unwrap();
+}
+
+#[test]
+fn sha512_with_1k_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = image(dir.path(), "1024") else { return };
+    let fs = open_rw(&img);
+    let opts = VerityOptions {
+        hash: HashAlgorithm::Sha512,
+        salt: vec![7; 32],
+    };
+    let big = ino(&fs, "big");
+    fs.enable_verity(big, &opts).unwrap();
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img).unwrap();
+    let fs = open_rw(&img);
+    let src = dir.path().join("src/big");
+    assert_eq!(read_all(&fs, big).unwrap(), std::fs::read(&src).unwrap());
+    let (alg, d) = fs.verity_digest(big).unwrap();
+    assert_eq!(alg, HashAlgorithm::Sha512);
+    let Some(py) = python_digest(&src, 1024, &"07".repeat(32), "sha512") else {
+        ext4kit_testkit::skipped!("python3 is not installed");
+        assert!(std::env::var_os("CI").is_none(), "CI must have python3");
+        return;
+    };
+    assert_eq!(hex(&d), py);
 }
