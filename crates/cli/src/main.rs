@@ -67,6 +67,8 @@ enum Command {
     Ls(cmd::ls::Args),
     /// Write a file's contents to standard output.
     Cat(cmd::cat::Args),
+    /// fs-verity: enable it on a file, or print a verity file's digest.
+    Verity(cmd::verity::Args),
     /// Show an inode: fields, flags, extent tree or block map, xattrs.
     Stat(cmd::stat::Args),
     /// How fragmented files and free space are (e4defrag -c, e2freefrag).
@@ -161,6 +163,7 @@ fn main() -> ExitCode {
         Command::Info(a) => cmd::info::run(a),
         Command::Ls(a) => cmd::ls::run(a),
         Command::Cat(a) => cmd::cat::run(a),
+        Command::Verity(a) => cmd::verity::run(a),
         Command::Stat(a) => cmd::stat::run(a),
         Command::Frag(a) => cmd::frag::run(a),
         Command::Defrag(a) => cmd::defrag::run(a),

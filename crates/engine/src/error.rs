@@ -181,6 +181,10 @@ pub enum Error {
     /// (`EXDEV`, as the kernel: usage cannot follow).
     #[error("cross-project link or rename: {0}")]
     CrossProject(String),
+    /// A verity file's data or Merkle tree block does not hash to what
+    /// the level above (or the root hash) says: `EIO`, as fs-verity.
+    #[error("fs-verity verification failed: {0}")]
+    VerityMismatch(String),
 }
 
 /// Result alias of the engine.
@@ -235,6 +239,7 @@ impl Error {
             Self::NotPermitted(_) => libc::EPERM,
             Self::QuotaExceeded(_) => libc::EDQUOT,
             Self::CrossProject(_) => libc::EXDEV,
+            Self::VerityMismatch(_) => libc::EIO,
         }
     }
 }

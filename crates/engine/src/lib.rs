@@ -74,6 +74,7 @@ mod session;
 mod statfs;
 pub mod tune;
 mod txn;
+pub mod verity;
 mod writeback;
 
 pub use alloc::{AllocOptions, BlockAllocator, InodeAllocator, MbStats, set_caller_pid};

@@ -50,7 +50,8 @@ const KNOWN_RO_COMPAT: RoCompatFeatures = RoCompatFeatures(
         | RoCompatFeatures::ITREE.0
         | RoCompatFeatures::BIGALLOC.0
         | RoCompatFeatures::QUOTA.0
-        | RoCompatFeatures::PROJECT.0,
+        | RoCompatFeatures::PROJECT.0
+        | RoCompatFeatures::VERITY.0,
 );
 
 impl Filesystem {

@@ -33,6 +33,7 @@ pub mod qcow2;
 pub mod quota;
 pub mod superblock;
 pub mod undo;
+pub mod verity;
 pub mod xattr;
 
 mod util;

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use ext4kit_format::inode::FileType;
 
 use crate::ImageArgs;
@@ -28,7 +28,9 @@ pub fn run(a: Args) -> Result<()> {
     let mut buf = vec![0u8; 1 << 20];
     let mut off = 0u64;
     loop {
-        let n = fs.read_at(&inode, off, &mut buf)?;
+        let n = fs
+            .read_at(&inode, off, &mut buf)
+            .with_context(|| format!("{}: read at byte {off}", a.path))?;
         if n == 0 {
             break;
         }

@@ -29,3 +29,4 @@ pub mod sync;
 pub mod tune;
 pub mod undo;
 mod util;
+pub mod verity;

@@ -53,6 +53,10 @@ impl Filesystem {
     /// [`Filesystem::read_body`] with the pages held for delayed
     /// allocation laid over what the image holds.
     fn read_with_held(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        if crate::verity::is_verity(inode) {
+            // Immutable: nothing is held for it.
+            return self.read_verified(inode, offset, buf);
+        }
         let n = self.read_body(inode, offset, buf)?;
         self.delalloc
             .overlay_read(inode.ino, offset, &mut buf[..n], self.geo.block_size);

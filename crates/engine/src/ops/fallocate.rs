@@ -136,6 +136,7 @@ impl Filesystem {
         self.check_file_end(&inode, end)?;
         // vfs_fallocate: nothing on an immutable file, only plain
         // allocation on an append-only one.
+        super::flags::require_not_verity(&inode)?;
         match mode {
             FallocMode::Allocate { .. } => super::flags::require_mutable(&inode)?,
             _ => super::flags::require_changeable(&inode)?,

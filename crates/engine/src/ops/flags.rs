@@ -59,6 +59,18 @@ pub(crate) fn require_changeable(inode: &Inode) -> Result<()> {
     Ok(())
 }
 
+/// `EPERM` for a change of a verity file's data or size (fs-verity's
+/// `fsverity_file_open` and `fsverity_prepare_setattr`).
+pub(crate) fn require_not_verity(inode: &Inode) -> Result<()> {
+    if crate::verity::is_verity(inode) {
+        return Err(Error::NotPermitted(format!(
+            "inode {} has fs-verity: its data cannot change",
+            inode.ino
+        )));
+    }
+    Ok(())
+}
+
 /// `EPERM` when `inode` is immutable (no change of any kind).
 pub(crate) fn require_mutable(inode: &Inode) -> Result<()> {
     if inode.raw.has_flag(fl::IMMUTABLE) {
@@ -71,6 +83,7 @@ pub(crate) fn require_mutable(inode: &Inode) -> Result<()> {
 /// file, none below the end of an append-only one.
 pub(crate) fn check_write(inode: &Inode, offset: u64) -> Result<()> {
     require_mutable(inode)?;
+    require_not_verity(inode)?;
     if inode.raw.has_flag(fl::APPEND) && offset < inode.size() {
         return Err(Error::NotPermitted(format!(
             "inode {} is append-only: write at {offset} below its end",
@@ -104,6 +117,9 @@ impl Filesystem {
         let refuse = |why: &str| Err(Error::NotPermitted(format!("inode {}: {why}", inode.ino)));
         if f & fl::IMMUTABLE != 0 && (write || truncate) {
             return refuse("immutable");
+        }
+        if f & fl::VERITY != 0 && (write || truncate) {
+            return refuse("fs-verity file");
         }
         if f & fl::APPEND != 0 && ((write && !append) || truncate) {
             return refuse("append-only: open for appending");

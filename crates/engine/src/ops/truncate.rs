@@ -36,6 +36,7 @@ impl Filesystem {
         let seen = self.inode_on_disk(ino)?;
         seen.require_regular()?;
         super::flags::require_changeable(&seen)?;
+        super::flags::require_not_verity(&seen)?;
         self.check_file_end(&seen, size)?;
         self.truncate_held(ino, size)?;
         if size == 0 {
@@ -55,6 +56,7 @@ impl Txn<'_> {
         let mut inode = self.inode(ino)?;
         inode.require_regular()?;
         super::flags::require_changeable(&inode)?;
+        super::flags::require_not_verity(&inode)?;
         let bs = u64::from(self.fs.geo.block_size);
         self.fs.check_file_end(&inode, size)?;
         if size > inode.size() && inode.has_inline_data() {

@@ -35,7 +35,8 @@ pub(super) fn ineligible(txn: &Txn<'_>, inode: &Inode) -> Result<Option<DefragSk
         DefragSkip::NotRegular
     } else if raw.links() == 0 {
         DefragSkip::Removed
-    } else if raw.has_flag(fl::IMMUTABLE) {
+    } else if raw.has_flag(fl::IMMUTABLE) || raw.has_flag(fl::VERITY) {
+        // A verity file's tree lies past EOF, where a move would not look.
         DefragSkip::Immutable
     } else if raw.has_flag(fl::APPEND) {
         DefragSkip::AppendOnly
