@@ -15,11 +15,12 @@
 //! the `unicode-normalization` and `caseless` crates, which follow a newer
 //! Unicode than 12.1. Normalisation and case folding of characters that
 //! existed in 12.1 are frozen by Unicode's stability policy, so the two
-//! agree on every 12.1 character; they differ only for characters assigned
-//! after 12.1, which the kernel's 12.1 tables pass through unchanged and
-//! this module folds (e.g. Vithkuqi capitals, U+10570.., added in 14.0).
+//! agree on every 12.1 character; the 91 characters assigned after 12.1
+//! that the newer data would fold or decompose are kept as they are, as
+//! the kernel's 12.1 tables keep them ([`newer`]).
 
 mod ignorable;
+mod newer;
 
 use caseless::Caseless;
 use unicode_normalization::UnicodeNormalization;
@@ -66,13 +67,23 @@ impl Encoding {
 /// (the kernel then compares and hashes the raw bytes).
 pub fn fold(name: &[u8]) -> Option<Vec<u8>> {
     let s = std::str::from_utf8(name).ok()?;
-    let folded: String = s
-        .nfd()
-        .default_case_fold()
-        .nfd()
-        .filter(|&c| !ignorable::is_ignorable(c))
-        .collect();
-    Some(folded.into_bytes())
+    let mut out = String::with_capacity(s.len());
+    // A character newer than 12.1 ends a run: the run before it is
+    // folded, the character itself is kept.
+    for piece in s.split_inclusive(newer::is_newer) {
+        let (run, kept) = match piece.chars().next_back() {
+            Some(c) if newer::is_newer(c) => (&piece[..piece.len() - c.len_utf8()], Some(c)),
+            _ => (piece, None),
+        };
+        out.extend(
+            run.nfd()
+                .default_case_fold()
+                .nfd()
+                .filter(|&c| !ignorable::is_ignorable(c)),
+        );
+        out.extend(kept);
+    }
+    Some(out.into_bytes())
 }
 
 /// The bytes an htree hash of `name` is computed over in a casefolded

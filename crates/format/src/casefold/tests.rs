@@ -47,3 +47,10 @@ fn hash_input_falls_back_to_raw_when_too_long() {
     assert_eq!(&*hash_input(long.as_bytes()), long.as_bytes());
     assert_eq!(&*hash_input(b"AbC"), b"abc");
 }
+
+#[test]
+fn characters_newer_than_12_1_are_kept() {
+    // U+2C2F (Glagolitic, 14.0) would fold to U+2C5F with newer data.
+    assert_eq!(f("A\u{2c2f}B"), "a\u{2c2f}b");
+    assert_eq!(f("\u{10570}"), "\u{10570}");
+}
