@@ -86,6 +86,19 @@ fn a_2000_name_casefold_htree_is_clean_and_found_under_other_casings() {
     // A subdirectory inherits the flag.
     let sub = fs.create(cf, b"Sub", NodeKind::Directory, ATTR).unwrap();
     assert_ne!(sub.raw.flags() & CASEFOLD, 0);
+    // The inspect dump hashes folded names too: each leaf's names lie at
+    // or above the hash its root entry starts it at.
+    let dump = fs.htree_dump(&fs.inode(cf).unwrap()).unwrap();
+    assert_eq!(dump.indirect_levels, 0);
+    for (i, e) in dump.root.iter().enumerate().skip(1) {
+        let leaf = dump.leaves.iter().find(|l| l.logical == e.block).unwrap();
+        let next = dump.root.get(i + 1).map_or(u32::MAX, |n| n.hash);
+        assert!(
+            leaf.names.iter().all(|n| n.hash >= e.hash & !1 && n.hash <= next),
+            "leaf {}",
+            e.block
+        );
+    }
     drop(fs);
     let htree = debugfs(&img, "htree_dump /cf").unwrap();
     assert!(htree.contains("Number of entries"), "not indexed: {htree}");
