@@ -192,3 +192,30 @@ fn the_flag_switches_only_on_empty_directories_of_casefold_images() {
     let err = fs.set_flags(d.ino, d.raw.flags() | CASEFOLD, false).unwrap_err();
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
 }
+
+#[test]
+fn inline_casefold_directories_match_folded_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-O", "casefold,inline_data"], "16M") else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let cf = casefold_dir(&fs, b"cf");
+    assert!(fs.inode(cf).unwrap().has_inline_data());
+    fs.create(cf, "Straße".as_bytes(), NodeKind::Regular, ATTR).unwrap();
+    fs.create(cf, b"Other", NodeKind::Regular, ATTR).unwrap();
+    assert!(fs.lookup(&fs.inode(cf).unwrap(), b"STRASSE").is_ok());
+    let err = fs.create(cf, b"strasse", NodeKind::Regular, ATTR).unwrap_err();
+    assert!(matches!(err, Error::Exists(_)), "{err}");
+    fs.rename(cf, b"OTHER", cf, b"third", RenameFlags::default()).unwrap();
+    fs.unlink(cf, b"STRASSE").unwrap();
+    let names: Vec<Vec<u8>> = fs
+        .read_dir(&fs.inode(cf).unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert!(names.contains(&b"third".to_vec()) && names.len() == 3, "{names:?}");
+    drop(fs);
+    fsck_clean(&img);
+}
