@@ -64,7 +64,8 @@ impl Filesystem {
     /// - [`Error::Corrupt`] / [`Error::BadChecksum`] at [`Location::Superblock`]
     ///   or [`Location::Group`] for a bad superblock or descriptor.
     /// - [`Error::Unsupported`] naming each incompat feature the engine cannot
-    ///   read (e.g. `casefold`, `encrypt`, or a bit no tool knows).
+    ///   read (e.g. `encrypt`, or a bit no tool knows), and a casefold
+    ///   `s_encoding` without known tables.
     /// - [`Error::NeedsRecovery`] when the journal is dirty and
     ///   [`OpenOptions::dirty_journal`] is [`DirtyJournal::Refuse`].
     /// - With [`DirtyJournal::Replay`] (the default), what replaying the
