@@ -235,6 +235,7 @@ fn matches_mke2fs() {
         ("64M", &["-t", "ext3", "-O", "orphan_file"][..]),
         ("64M", &["-t", "ext4", "-O", "sparse_super2,stable_inodes"][..]),
         ("64M", &["-t", "ext4", "-O", "inline_data"][..]),
+        ("64M", &["-t", "ext4", "-O", "casefold"][..]),
         (
             "64M",
             &["-t", "ext4", "-b", "4096", "-O", "inline_data,^metadata_csum"][..],
@@ -271,6 +272,32 @@ fn matches_mke2fs() {
             compare_bytes(&ours, &theirs, &format!("{args:?} {size}"));
         }
     }
+}
+
+/// `-E encoding=utf8` turns casefold on and `encoding_flags=strict` sets
+/// `s_encoding_flags`, byte for byte as mke2fs; flags without an encoding
+/// are refused as mke2fs refuses them.
+#[test]
+fn casefold_encoding_options_match_mke2fs() {
+    let Some(dir) = setup() else { return };
+    let (ours, theirs) = (dir.path().join("ours.img"), dir.path().join("theirs.img"));
+    for (args, extended) in [
+        (&["-t", "ext4"][..], "encoding=utf8,encoding_flags=strict"),
+        (&["-t", "ext4", "-O", "casefold"][..], "encoding_flags=strict"),
+        (&["-t", "ext4"][..], "encoding=utf8-12.1"),
+    ] {
+        std::fs::remove_file(&ours).ok();
+        let with_e: Vec<&str> = args.iter().copied().chain(["-E", extended]).collect();
+        make(&ours, "64M", &with_e);
+        run_mke2fs_e(&theirs, 64 << 20, args, &format!("hash_seed={SEED},{extended}"));
+        let d = dumpe2fs(&ours);
+        assert!(d.contains("utf8-12.1"), "{d}");
+        assert_eq!(d, dumpe2fs(&theirs), "dumpe2fs of {args:?} -E {extended}");
+        compare_bytes(&ours, &theirs, &format!("{args:?} -E {extended}"));
+    }
+    let out = ext4kit_mkfs(&ours, "64M", &["-E", "encoding_flags=strict"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("encoding must be explicitly specified"));
 }
 
 /// Journal sizes mke2fs refuses are refused here too, with its reason;

@@ -34,7 +34,8 @@ const READABLE_INCOMPAT: IncompatFeatures = IncompatFeatures(
         | IncompatFeatures::EA_INODE.0
         | IncompatFeatures::CSUM_SEED.0
         | IncompatFeatures::LARGEDIR.0
-        | IncompatFeatures::INLINE_DATA.0,
+        | IncompatFeatures::INLINE_DATA.0
+        | IncompatFeatures::CASEFOLD.0,
 );
 
 /// Ro_compat features the engine understands (the rest force read-only).
@@ -64,7 +65,8 @@ impl Filesystem {
     /// - [`Error::Corrupt`] / [`Error::BadChecksum`] at [`Location::Superblock`]
     ///   or [`Location::Group`] for a bad superblock or descriptor.
     /// - [`Error::Unsupported`] naming each incompat feature the engine cannot
-    ///   read (e.g. `casefold`, `encrypt`, or a bit no tool knows).
+    ///   read (e.g. `encrypt`, or a bit no tool knows), and a casefold
+    ///   `s_encoding` without known tables.
     /// - [`Error::NeedsRecovery`] when the journal is dirty and
     ///   [`OpenOptions::dirty_journal`] is [`DirtyJournal::Refuse`].
     /// - With [`DirtyJournal::Replay`] (the default), what replaying the
@@ -387,6 +389,7 @@ fn check_features(sb: &RawSuperblock) -> Result<Option<String>> {
             bad.names().join(", ")
         )));
     }
+    crate::dir::casefold::check_encoding(sb)?;
     let unknown_ro = RoCompatFeatures(f.ro_compat.0 & !KNOWN_RO_COMPAT.0);
     if unknown_ro.0 == 0
         && f.ro_compat.contains(RoCompatFeatures::BIGALLOC)

@@ -12,6 +12,7 @@
 //! e2fsprogs' `lib/ext2fs/ext2_fs.h`; field names keep the kernel's prefixes
 //! (`s_`, `bg_`, `i_`, `eh_`, `ee_`, `ei_`, `h_`…) so they grep against both.
 
+pub mod casefold;
 pub mod checksum;
 pub mod dir_entry;
 pub mod error;

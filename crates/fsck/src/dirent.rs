@@ -371,10 +371,19 @@ fn fix_encoded_name(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, mut n
 }
 
 /// In an htree leaf, every name's hash must lie in the range its parent
-/// gives the block; when one does not, the repair drops the index.
+/// gives the block; when one does not, the repair drops the index. A
+/// casefolded directory hashes the folded name (`ext4fs_dirhash`).
 fn hash_range(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, inode: u32, name: &[u8]) {
+    if dir.index.is_none() {
+        return;
+    }
+    let input = if dir.casefolded(ctx) {
+        ext4kit_format::casefold::hash_input(name)
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    };
     let Some(x) = dir.index.as_ref() else { return };
-    let Ok(h) = dx_hash(name, x.version, &x.seed) else {
+    let Ok(h) = dx_hash(&input, x.version, &x.seed) else {
         return;
     };
     if let Some(k) = dir.keys.as_mut() {

@@ -177,3 +177,22 @@ fn a_first_meta_bg_too_big_leaves_a_check_clean() {
     let (_, fixed) = repair_yes(&out.stdout);
     e2fsck_clean(&fixed);
 }
+
+/// A casefold htree directory hashes folded names: the check agrees with
+/// e2fsck that one ext4kit filled is clean (unfolded hashes would put
+/// names outside their leaves' ranges).
+#[test]
+fn a_casefold_htree_directory_is_clean() {
+    use ext4kit_engine::{NodeKind, ROOT_INO};
+    let (dev, fs) = engine_fs(32 << 20, 0x3c, |o| o.feature_edits.push(("casefold".into(), true)));
+    let d = fs.create(ROOT_INO, b"d", NodeKind::Directory, ATTR).unwrap();
+    let cf = ext4kit_format::inode::flags::CASEFOLD;
+    fs.set_flags(d.ino, d.raw.flags() | cf, false).unwrap();
+    for i in 0..600 {
+        fs.create(d.ino, format!("Größe_Σ_{i}").as_bytes(), NodeKind::Regular, ATTR)
+            .unwrap();
+    }
+    fs.unmount().expect("unmount");
+    let rep = assert_verdict_agrees(&dev.snapshot(), "casefold htree");
+    assert_eq!(rep.errors(), 0, "{:?}", rep.findings);
+}

@@ -106,7 +106,7 @@ impl Filesystem {
             return Ok(None);
         };
         let seed = self.sb.read().s_hash_seed.map(|w| w.get());
-        let hash = dx_hash(name, version, &seed)
+        let hash = dx_hash(&self.hash_input(dir, name), version, &seed)
             .map_err(|e| Error::format(Location::Inode(dir.ino), e))?
             .major;
         Ok(Some((hash, self.dx_descend(dir, root, hash)?)))
@@ -188,6 +188,7 @@ impl Filesystem {
         params: &DxParams,
     ) -> Result<Option<u32>> {
         let max_leaves = dir.size() >> self.geo.block_size_log2;
+        let key = self.name_key(dir, name);
         for _ in 0..=max_leaves {
             let leaf = path.last().map_or(0, |l| l.entries[l.at].block);
             let (pblk, buf) = self.dir_block(dir, leaf.into())?;
@@ -195,7 +196,7 @@ impl Filesystem {
                 block: pblk,
                 inode: dir.ino,
             };
-            if let Some(ino) = self.scan_dir_block(dir, &buf, leaf.into(), at, |e| e.name == name)? {
+            if let Some(ino) = self.scan_dir_block(dir, &buf, leaf.into(), at, |e| key.matches(e.name))? {
                 return Ok(Some(ino));
             }
             match self.next_leaf(dir, &mut path, params)? {

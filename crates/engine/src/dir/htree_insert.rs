@@ -68,14 +68,14 @@ impl Txn<'_> {
         }
     }
 
-    pub(super) fn name_hash(&self, name: &[u8], code: u8) -> Result<u32> {
+    pub(super) fn name_hash(&self, dir: &Inode, name: &[u8], code: u8) -> Result<u32> {
         let unsigned = self.fs.sb.read().s_flags.get() & 2 != 0;
         let v = HashVersion::from_code(code)
             .filter(|v| *v != HashVersion::SipHash)
             .ok_or_else(|| Error::Unsupported(format!("directory hash version {code}")))?
             .with_unsigned(unsigned);
         let seed = self.fs.sb.read().s_hash_seed.map(|w| w.get());
-        Ok(dx_hash(name, v, &seed)
+        Ok(dx_hash(&self.fs.hash_input(dir, name), v, &seed)
             .map_err(|e| Error::format(Location::Superblock, e))?
             .major)
     }
@@ -111,7 +111,7 @@ impl Txn<'_> {
             let e = e.map_err(|err| Error::format(at, err))?;
             if e.inode != 0 && e.name != b"." && e.name != b".." {
                 out.push(Moved {
-                    hash: self.name_hash(e.name, code)?,
+                    hash: self.name_hash(dir, e.name, code)?,
                     ino: e.inode,
                     ft: e.file_type,
                     name: e.name.to_vec(),
@@ -265,7 +265,7 @@ impl Txn<'_> {
         let at = |block| Location::Block { block, inode: dir.ino };
         let root = DxRoot::parse(&buf, &params).map_err(|e| Error::format(at(phys), e))?;
         let code = root.header.info.hash_version;
-        let hash = self.name_hash(name, code)?;
+        let hash = self.name_hash(dir, name, code)?;
         let levels = root.indirect_levels();
         let mut path = vec![Frame {
             logical: 0,

@@ -31,10 +31,11 @@ impl Filesystem {
     /// comparing in place: a lookup copies no entry (a PostMark-sized
     /// directory block holds a hundred).
     fn linear_lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<u32>> {
+        let key = self.name_key(dir, name);
         if dir.has_inline_data() {
             let mut hit = None;
             self.for_each_dir_entry(dir, |e| {
-                hit = (e.name == name).then_some(e.ino);
+                hit = key.matches(&e.name).then_some(e.ino);
                 Ok(hit.is_none())
             })?;
             return Ok(hit);
@@ -44,7 +45,7 @@ impl Filesystem {
                 let block = run.physical + i;
                 let buf = self.meta_block(block, dir.ino)?;
                 let at = Location::Block { block, inode: dir.ino };
-                if let Some(ino) = self.scan_dir_block(dir, &buf, run.logical + i, at, |e| e.name == name)? {
+                if let Some(ino) = self.scan_dir_block(dir, &buf, run.logical + i, at, |e| key.matches(e.name))? {
                     return Ok(Some(ino));
                 }
             }

@@ -2,6 +2,7 @@
 //! alike) and name lookup (through the htree index when there is one).
 //! See `Documentation/filesystems/ext4/directory.rst`.
 
+pub(crate) mod casefold;
 pub(crate) mod drain;
 pub(crate) mod hint;
 mod htree;

@@ -64,6 +64,7 @@ impl Txn<'_> {
     /// directory is searched through its index, as for a removal.
     pub(crate) fn set_entry(&mut self, dir: &Inode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
         let ft = self.entry_ft(ft);
+        let key = self.fs.name_key(dir, name);
         let blocks = match self.leaf_of(dir, name)? {
             Some((leaf, _)) => vec![leaf],
             None => self.dir_blocks(dir)?,
@@ -83,7 +84,7 @@ impl Txn<'_> {
             let used = if dx { buf.len() } else { self.used_len(&buf) };
             let hit = DirEntryIter::new(&buf[..used], buf.len(), true)
                 .map(|e| e.map_err(|err| Error::format(at, err)))
-                .find(|e| e.as_ref().map_or(true, |e| e.inode != 0 && e.name == name));
+                .find(|e| e.as_ref().map_or(true, |e| e.inode != 0 && key.matches(e.name)));
             if let Some(e) = hit {
                 let e = e?;
                 let (off, old) = (e.offset, e.inode);
@@ -155,6 +156,7 @@ impl Txn<'_> {
         ft: u8,
         spot: Option<super::htree_insert::HtreeSpot>,
     ) -> Result<()> {
+        self.fs.check_new_casefold_name(dir, name)?;
         let ft = self.entry_ft(ft);
         if dir.raw.has_flag(flags::INDEX) {
             return self.htree_add(dir, name, ino, ft, spot);
@@ -284,10 +286,11 @@ impl Txn<'_> {
         }
         let at = Location::Block { block, inode: dir.ino };
         let used = self.used_len(&buf);
+        let key = self.fs.name_key(dir, name);
         let mut prev: Option<(usize, usize)> = None;
         for e in DirEntryIter::new(&buf[..used], buf.len(), true) {
             let e = e.map_err(|err| Error::format(at, err))?;
-            if e.inode == 0 || e.name != name {
+            if e.inode == 0 || !key.matches(e.name) {
                 prev = Some((e.offset, e.rec_len));
                 continue;
             }

@@ -72,6 +72,7 @@ impl Txn<'_> {
             block: phys,
             inode: dir.ino,
         };
+        let key = self.fs.name_key(dir, name);
         self.with_block(phys, dir.ino, |buf| {
             // A block this transaction holds was checked when it was read or
             // written here; the scan below still compares the names.
@@ -79,10 +80,10 @@ impl Txn<'_> {
                 let used = self.used_len(buf);
                 ext4kit_format::dir_entry::DirEntryIter::new(&buf[..used], buf.len(), true)
                     .filter_map(|e| e.ok())
-                    .any(|e| e.inode != 0 && e.name == name)
+                    .any(|e| e.inode != 0 && key.matches(e.name))
             } else {
                 self.fs
-                    .scan_dir_block(dir, buf, logical, at, |e| e.name == name)?
+                    .scan_dir_block(dir, buf, logical, at, |e| key.matches(e.name))?
                     .is_some()
             };
             if seen {

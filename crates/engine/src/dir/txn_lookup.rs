@@ -26,9 +26,10 @@ impl Txn<'_> {
     /// indexed directory, where the name belongs.
     pub(crate) fn find_entry(&self, dir: &Inode, name: &[u8]) -> Result<(Option<u32>, Option<HtreeSpot>)> {
         if dir.has_inline_data() {
+            let key = self.fs.name_key(dir, name);
             let mut hit = None;
             self.fs.for_each_inline_dir_entry(dir, |e| {
-                if e.name == name {
+                if key.matches(&e.name) {
                     hit = Some(e.ino);
                 }
                 Ok(hit.is_none())
@@ -130,9 +131,10 @@ impl Txn<'_> {
             block: phys,
             inode: dir.ino,
         };
+        let key = self.fs.name_key(dir, name);
         if !self.holds(phys) {
             let buf = self.block(phys, dir.ino)?;
-            return self.fs.scan_dir_block(dir, &buf, logical, at, |e| e.name == name);
+            return self.fs.scan_dir_block(dir, &buf, logical, at, |e| key.matches(e.name));
         }
         self.with_block(phys, dir.ino, |buf| {
             if self.fs.is_dx_block(dir, buf, logical) {
@@ -146,7 +148,7 @@ impl Txn<'_> {
             let filetype = self.fs.geo.features.incompat.contains(IncompatFeatures::FILETYPE);
             for e in DirEntryIter::new(&buf[..used], buf.len(), filetype) {
                 let e = e.map_err(|err| Error::format(at, err))?;
-                if e.inode != 0 && e.name == name {
+                if e.inode != 0 && key.matches(e.name) {
                     return Ok(Some(e.inode));
                 }
             }

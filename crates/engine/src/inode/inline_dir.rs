@@ -15,6 +15,7 @@
 use ext4kit_format::dir_entry::{encode_entry, rec_len_for};
 use ext4kit_format::inline::{DOTDOT_SIZE, I_BLOCK_SIZE};
 
+use crate::dir::casefold::NameKey;
 use crate::error::{Error, Location, Result};
 use crate::inode::Inode;
 use crate::txn::Txn;
@@ -24,6 +25,7 @@ impl Txn<'_> {
     /// caller writes the inode). False, nothing changed, when the entry
     /// fits nowhere inline and the directory must move to a block.
     pub(crate) fn add_inline_entry(&mut self, dir: &mut Inode, name: &[u8], ino: u32, ft: u8) -> Result<bool> {
+        self.fs.check_new_casefold_name(dir, name)?;
         let ft = self.entry_ft(ft);
         let need = rec_len_for(name.len());
         let mut region = dir.raw.i_block[DOTDOT_SIZE..].to_vec();
@@ -61,13 +63,14 @@ impl Txn<'_> {
     /// it named, or `None` when it is not there.
     pub(crate) fn remove_inline_entry(&mut self, dir: &mut Inode, name: &[u8]) -> Result<Option<u32>> {
         let at = Location::Inode(dir.ino);
+        let key = self.fs.name_key(dir, name);
         let mut region = dir.raw.i_block[DOTDOT_SIZE..].to_vec();
-        if let Some(ino) = unlink(&mut region, name, at)? {
+        if let Some(ino) = unlink(&mut region, &key, at)? {
             dir.raw.i_block[DOTDOT_SIZE..].copy_from_slice(&region);
             return Ok(Some(ino));
         }
         let mut data = self.system_data_value(dir)?;
-        let Some(ino) = unlink(&mut data, name, at)? else {
+        let Some(ino) = unlink(&mut data, &key, at)? else {
             return Ok(None);
         };
         if !self.put_system_data(dir, &data)? {
@@ -85,13 +88,14 @@ impl Txn<'_> {
             return Ok(());
         }
         let ft = self.entry_ft(ft);
+        let key = self.fs.name_key(dir, name);
         let mut region = dir.raw.i_block[DOTDOT_SIZE..].to_vec();
-        if repoint(&mut region, name, ino, ft, at)? {
+        if repoint(&mut region, &key, ino, ft, at)? {
             dir.raw.i_block[DOTDOT_SIZE..].copy_from_slice(&region);
             return Ok(());
         }
         let mut data = self.system_data_value(dir)?;
-        if !repoint(&mut data, name, ino, ft, at)? {
+        if !repoint(&mut data, &key, ino, ft, at)? {
             return Err(Error::NotFound(String::from_utf8_lossy(name).into_owned()));
         }
         if !self.put_system_data(dir, &data)? {
@@ -217,10 +221,10 @@ fn grow(data: &mut Vec<u8>, len: usize) {
 }
 
 /// Takes `name` out of `region`: the inode it named.
-fn unlink(region: &mut [u8], name: &[u8], at: Location) -> Result<Option<u32>> {
+fn unlink(region: &mut [u8], name: &NameKey<'_>, at: Location) -> Result<Option<u32>> {
     let mut prev: Option<(usize, usize)> = None;
     for (off, ino, rec, nl) in records(region).collect::<Vec<_>>() {
-        if ino != 0 && &region[off + 8..off + 8 + nl] == name {
+        if ino != 0 && name.matches(&region[off + 8..off + 8 + nl]) {
             // The removed record is wiped, but for its length when it
             // stays as an unused record (`ext4_generic_delete_entry`).
             match prev {
@@ -243,9 +247,9 @@ fn unlink(region: &mut [u8], name: &[u8], at: Location) -> Result<Option<u32>> {
 }
 
 /// Points the record of `name` in `region` at `ino`: false when absent.
-fn repoint(region: &mut [u8], name: &[u8], ino: u32, ft: u8, _at: Location) -> Result<bool> {
+fn repoint(region: &mut [u8], name: &NameKey<'_>, ino: u32, ft: u8, _at: Location) -> Result<bool> {
     for (off, i, _, nl) in records(region).collect::<Vec<_>>() {
-        if i != 0 && &region[off + 8..off + 8 + nl] == name {
+        if i != 0 && name.matches(&region[off + 8..off + 8 + nl]) {
             region[off..off + 4].copy_from_slice(&ino.to_le_bytes());
             region[off + 7] = ft;
             return Ok(true);
@@ -268,9 +272,9 @@ mod tests {
         assert!(place(&mut r, rec_len_for(5), b"defgh", 13, 1));
         assert!(!place(&mut r, rec_len_for(40), &[b'x'; 40], 14, 1));
         let at = Location::Inode(2);
-        assert_eq!(unlink(&mut r, b"defgh", at).unwrap(), Some(13));
+        assert_eq!(unlink(&mut r, &NameKey::Exact(b"defgh"), at).unwrap(), Some(13));
         assert_eq!(records(&r).count(), 1, "merged into the first record");
-        assert_eq!(unlink(&mut r, b"abc", at).unwrap(), Some(12));
+        assert_eq!(unlink(&mut r, &NameKey::Exact(b"abc"), at).unwrap(), Some(12));
         assert_eq!(records(&r).next().unwrap().1, 0, "the first record is unused");
         let mut d = Vec::new();
         grow(&mut d, 68);

@@ -143,13 +143,20 @@ impl Filesystem {
                 });
                 self.htree_walk(dir, params, version, &node.entries, levels - 1, seen, out)?;
             } else {
-                out.leaves.push(self.htree_leaf(e.block, pblk, &buf, version));
+                out.leaves.push(self.htree_leaf(dir, e.block, pblk, &buf, version));
             }
         }
         Ok(())
     }
 
-    fn htree_leaf(&self, logical: u32, physical: u64, buf: &[u8], version: Option<HashVersion>) -> HtreeLeaf {
+    fn htree_leaf(
+        &self,
+        dir: &Inode,
+        logical: u32,
+        physical: u64,
+        buf: &[u8],
+        version: Option<HashVersion>,
+    ) -> HtreeLeaf {
         let bs = buf.len();
         let used = if dir_entry::has_tail(buf) { bs - 12 } else { bs };
         let seed = self.sb.read().s_hash_seed.map(|w| w.get());
@@ -162,7 +169,7 @@ impl Filesystem {
             .map_while(|r| r.ok())
             .filter(|e| e.inode != 0)
             .map(|e| {
-                let h = version.and_then(|v| dx_hash(e.name, v, &seed).ok());
+                let h = version.and_then(|v| dx_hash(&self.hash_input(dir, e.name), v, &seed).ok());
                 HtreeName {
                     ino: e.inode,
                     hash: h.map_or(0, |h| h.major),

@@ -133,6 +133,9 @@ pub struct MkfsOptions {
     pub lazy_itable_init: bool,
     /// `-E root_owner=uid:gid` (default 0:0).
     pub root_owner: (u32, u32),
+    /// `-E encoding_flags=` (`strict`, `nostrict`): `s_encoding_flags` of
+    /// a casefold image; `None` keeps utf8's default (0).
+    pub encoding_flags: Option<u16>,
     /// `-E hash_seed=`; `None` draws a random one.
     pub hash_seed: Option<[u8; 16]>,
     /// `-U`; `None` draws a random (version 4) UUID.
@@ -180,6 +183,7 @@ impl Default for MkfsOptions {
             stripe_width: 0,
             lazy_itable_init: true,
             root_owner: (0, 0),
+            encoding_flags: None,
             hash_seed: None,
             uuid: None,
             label: String::new(),
@@ -206,7 +210,7 @@ impl MkfsOptions {
 
     /// Applies an `-E` list: `stride=`, `stripe_width=` (or `stripe-width=`),
     /// `lazy_itable_init=`, `root_owner=uid:gid`, `hash_seed=UUID`,
-    /// `mmp_update_interval=`, and ext4kit's `flex_meta=start|middle` and
+    /// `mmp_update_interval=`, `encoding=utf8`, `encoding_flags=`, and ext4kit's `flex_meta=start|middle` and
     /// `media=hdd|ssd`.
     ///
     /// # Errors
@@ -230,11 +234,31 @@ impl MkfsOptions {
                 "flex_meta" => self.flex_meta = value.parse()?,
                 "media" => self.media = Some(value.parse()?),
                 "quotatype" => self.quota_types = Some(parse_quota_types(value)?),
+                // mke2fs: naming the encoding turns casefold on.
+                "encoding" if matches!(value, "utf8" | "utf8-12.1") => {
+                    self.feature_edits.push(("casefold".into(), true))
+                }
+                "encoding" => return Err(bad()),
+                "encoding_flags" => self.encoding_flags = Some(parse_encoding_flags(value).ok_or_else(bad)?),
                 _ => return Err(Error::InvalidArgument(format!("unknown extended option {key:?}"))),
             }
         }
         Ok(())
     }
+}
+
+/// `e2p_str2encoding_flags`: `-`-separated flag names, each optionally
+/// negated with `no`; utf8 knows only `strict`.
+fn parse_encoding_flags(value: &str) -> Option<u16> {
+    let strict = ext4kit_format::casefold::ENCODING_FLAG_STRICT;
+    value
+        .split('-')
+        .filter(|s| !s.is_empty())
+        .try_fold(0u16, |acc, f| match f {
+            "strict" => Some(acc | strict),
+            "nostrict" => Some(acc & !strict),
+            _ => None,
+        })
 }
 
 /// mke2fs's `parse_quota_types`: names (`usr`/`usrquota`, `grp`/`grpquota`,
@@ -323,7 +347,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for an unknown name; [`Error::Unsupported`]
-/// naming every feature this mkfs cannot lay out (encrypt, casefold, …).
+/// naming every feature this mkfs cannot lay out (encrypt, verity, …).
 pub(crate) fn resolve_features(opts: &MkfsOptions) -> Result<Features> {
     let mut f = opts.fs_type.default_features();
     for (name, on) in &opts.feature_edits {
@@ -354,6 +378,11 @@ pub(crate) fn resolve_features(opts: &MkfsOptions) -> Result<Features> {
     if f.ro_compat.contains(RoCompatFeatures::PROJECT) && opts.inode_size == Some(128) {
         return Err(Error::InvalidArgument(
             "128-byte inodes are too small for project quota (no i_projid)".into(),
+        ));
+    }
+    if opts.encoding_flags.is_some() && !f.incompat.contains(IncompatFeatures::CASEFOLD) {
+        return Err(Error::InvalidArgument(
+            "an encoding must be explicitly specified when passing encoding_flags".into(),
         ));
     }
     let unsupported = Features {
@@ -392,7 +421,8 @@ const SUPPORTED: Features = Features {
             | IncompatFeatures::CSUM_SEED.0
             | IncompatFeatures::LARGEDIR.0
             | IncompatFeatures::INLINE_DATA.0
-            | IncompatFeatures::EA_INODE.0,
+            | IncompatFeatures::EA_INODE.0
+            | IncompatFeatures::CASEFOLD.0,
     ),
     ro_compat: RoCompatFeatures(
         RoCompatFeatures::SPARSE_SUPER.0

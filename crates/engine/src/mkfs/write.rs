@@ -321,6 +321,10 @@ fn superblock(b: &Build, files: &Files, free_blocks: u64) -> RawSuperblock {
         sb.s_want_extra_isize.set(32);
     }
     sb.s_flags.set(FLAGS_SIGNED_HASH);
+    if p.features.incompat.contains(IncompatFeatures::CASEFOLD) {
+        sb.s_encoding.set(ext4kit_format::casefold::ENCODING_UTF8_12_1);
+        sb.s_encoding_flags.set(b.opts.encoding_flags.unwrap_or(0));
+    }
     sb.s_raid_stride.set(b.opts.stride as u16);
     sb.s_raid_stripe_width.set(b.opts.stripe_width);
     if p.features.incompat.contains(IncompatFeatures::FLEX_BG) {

@@ -183,6 +183,7 @@ impl Txn<'_> {
         };
         let mut inode = self.fresh_inode(ino, n)?;
         self.inherit_project(&dir, &mut inode);
+        self.fs.inherit_casefold(&dir, &mut inode);
         self.inherit_acl(&dir, &mut inode, umask)?;
         self.fill_body(&mut inode, &kind, parent)?;
         self.write_inode(&mut inode)?;

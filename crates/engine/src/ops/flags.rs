@@ -136,7 +136,8 @@ impl Filesystem {
     /// # Errors
     /// - [`Error::Unsupported`] for a bit outside [`USER_VISIBLE`], a flag
     ///   that does not apply to the file type, switching EXTENTS (the
-    ///   kernel migrates the body) or CASEFOLD;
+    ///   kernel migrates the body), CASEFOLD without the casefold feature;
+    /// - [`Error::NotEmpty`] switching CASEFOLD on a non-empty directory;
     /// - [`Error::NotPermitted`] changing IMMUTABLE, APPEND or
     ///   JOURNAL_DATA unprivileged, or any other flag of an immutable inode.
     pub fn set_flags(&self, ino: u32, flags: u32, privileged: bool) -> Result<Inode> {
@@ -149,6 +150,9 @@ impl Filesystem {
         let mut inode = txn.inode(ino)?;
         let old = inode.raw.flags();
         let new = checked_flags(&inode, old, flags, privileged)?;
+        if (old ^ new) & fl::CASEFOLD != 0 {
+            check_casefold_switch(&txn, &inode)?;
+        }
         if (old ^ new) & JOURNAL_DATA != 0 {
             // EXT4_FC_REASON_JOURNAL_FLAG_CHANGE.
             txn.fc_ineligible("journal flag changed");
@@ -215,10 +219,28 @@ fn checked_flags(inode: &Inode, old: u32, want: u32, privileged: bool) -> Result
     if changed & fl::EXTENTS != 0 {
         return unsupported("switching between extents and block maps");
     }
-    if changed & fl::CASEFOLD != 0 {
-        return unsupported("casefolded directories");
-    }
     Ok(new)
+}
+
+/// Whether CASEFOLD may be switched on `inode` (`ext4_ioctl_setflags`):
+/// the file system must have the casefold feature (else `EOPNOTSUPP`),
+/// and the directory must be empty (`ENOTEMPTY`), since its names and
+/// htree hashes would otherwise compare the old way.
+fn check_casefold_switch(txn: &Txn<'_>, inode: &Inode) -> Result<()> {
+    let feature = ext4kit_format::features::IncompatFeatures::CASEFOLD;
+    if !txn.fs.geo.features.incompat.contains(feature) {
+        return Err(Error::Unsupported(format!(
+            "inode {}: CASEFOLD without the casefold feature",
+            inode.ino
+        )));
+    }
+    if !inode.is_dir() {
+        return Err(Error::NotDir(format!("inode {}", inode.ino)));
+    }
+    if !txn.dir_is_empty(inode)? {
+        return Err(Error::NotEmpty(format!("inode {}", inode.ino)));
+    }
+    Ok(())
 }
 
 /// Whether `policy` wants a new access time now (`atime_needs_update`).

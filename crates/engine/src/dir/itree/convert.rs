@@ -156,7 +156,7 @@ impl Txn<'_> {
         let mut out = Vec::new();
         self.fs.for_each_dir_entry(dir, |e| {
             if e.name != b"." && e.name != b".." {
-                let hash = self.name_hash(&e.name, code)?;
+                let hash = self.name_hash(dir, &e.name, code)?;
                 let file_type = e.file_type.map_or(0, |t| t.dirent_code());
                 out.push(LeafEntry {
                     ino: e.ino,

@@ -189,7 +189,8 @@ impl Filesystem {
 
     fn name_pos(&self, dir: &Inode, name: &[u8], version: HashVersion) -> Result<u64> {
         let seed = self.sb.read().s_hash_seed.map(|w| w.get());
-        let h = dx_hash(name, version, &seed).map_err(|e| Error::format(Location::Inode(dir.ino), e))?;
+        let h = dx_hash(&self.hash_input(dir, name), version, &seed)
+            .map_err(|e| Error::format(Location::Inode(dir.ino), e))?;
         Ok(hash2pos(h.major, h.minor))
     }
 
