@@ -634,16 +634,38 @@ fn fast_commits_outlive_checkpoints() {
     assert!(stale <= stats.fast_commit_resets as usize, "{stale} stale-head points");
 }
 
+/// `image` on a modelled `profile` disk, opened with fast commits on or
+/// off: the set-up of the modelled-time comparisons.
+fn on_modeled_disk(
+    image: &[u8],
+    profile: &str,
+    fast: bool,
+) -> (
+    std::sync::Arc<ext4kit_engine::device::DiskModel<ext4kit_engine::device::MemDevice>>,
+    ext4kit_engine::Filesystem,
+) {
+    use ext4kit_engine::device::{DiskModel, DiskProfile, MemDevice};
+    use ext4kit_engine::journal::JournalOptions;
+    let p: DiskProfile = profile.parse().unwrap();
+    let disk = std::sync::Arc::new(DiskModel::new(MemDevice::new(image.to_vec()), &p).unwrap());
+    let opts = ext4kit_engine::OpenOptions {
+        journal: JournalOptions {
+            fast_commit: fast,
+            ..JournalOptions::default()
+        },
+        ..ext4kit_engine::OpenOptions::default()
+    };
+    let fs = ext4kit_engine::Filesystem::open(Box::new(disk.clone()), opts).unwrap();
+    (disk, fs)
+}
+
 /// Modeled disk time of an fsync-heavy loop (100 appends of ~1 KB, each
 /// fsync'd) on the engine's disk model, with fast commits and without:
 /// deterministic figures, printed (`cargo test -p ext4kit-engine --test
 /// fast_commit modeled -- --nocapture`).
 #[test]
 fn fsync_loop_modeled_disk_time() {
-    use ext4kit_engine::device::{DiskModel, DiskProfile, MemDevice};
-    use ext4kit_engine::journal::JournalOptions;
-    use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
-    use std::sync::Arc;
+    use ext4kit_engine::{Attr, NodeKind, ROOT_INO};
     let dir = tempfile::tempdir().unwrap();
     let Some(img) = common::mkfs(dir.path(), None, &["-O", "fast_commit", "-b", "4096"], "64M") else {
         assert!(std::env::var_os("CI").is_none(), "CI has mkfs.ext4");
@@ -653,16 +675,7 @@ fn fsync_loop_modeled_disk_time() {
     for profile in ["hp-sas-10k", "ssd"] {
         let mut per = Vec::new();
         for fast in [true, false] {
-            let p: DiskProfile = profile.parse().unwrap();
-            let disk = Arc::new(DiskModel::new(MemDevice::new(image.clone()), &p).unwrap());
-            let opts = OpenOptions {
-                journal: JournalOptions {
-                    fast_commit: fast,
-                    ..JournalOptions::default()
-                },
-                ..OpenOptions::default()
-            };
-            let fs = Filesystem::open(Box::new(disk.clone()), opts).unwrap();
+            let (disk, fs) = on_modeled_disk(&image, profile, fast);
             let attr = Attr {
                 perm: 0o644,
                 uid: 0,
@@ -997,10 +1010,7 @@ fn ineligible_name_changes_commit_in_full() {
 /// -p ext4kit-engine --test fast_commit create_loop -- --nocapture`).
 #[test]
 fn create_loop_modeled_disk_time() {
-    use ext4kit_engine::device::{DiskModel, DiskProfile, MemDevice};
-    use ext4kit_engine::journal::JournalOptions;
-    use ext4kit_engine::{Filesystem, NodeKind, OpenOptions, ROOT_INO};
-    use std::sync::Arc;
+    use ext4kit_engine::{NodeKind, ROOT_INO};
     const N: u64 = 100;
     let dir = tempfile::tempdir().unwrap();
     let Some(img) = common::mkfs(dir.path(), None, &["-O", "fast_commit", "-b", "4096"], "64M") else {
@@ -1011,16 +1021,7 @@ fn create_loop_modeled_disk_time() {
     for profile in ["hp-sas-10k", "ssd"] {
         let mut per = Vec::new();
         for fast in [true, false] {
-            let p: DiskProfile = profile.parse().unwrap();
-            let disk = Arc::new(DiskModel::new(MemDevice::new(image.clone()), &p).unwrap());
-            let opts = OpenOptions {
-                journal: JournalOptions {
-                    fast_commit: fast,
-                    ..JournalOptions::default()
-                },
-                ..OpenOptions::default()
-            };
-            let fs = Filesystem::open(Box::new(disk.clone()), opts).unwrap();
+            let (disk, fs) = on_modeled_disk(&image, profile, fast);
             let d = fs.create(ROOT_INO, b"d", NodeKind::Directory, LOG_ATTR).unwrap().ino;
             fs.sync_inode(d).unwrap();
             disk.reset();

@@ -27,16 +27,5 @@ const RANGES: &[(u32, u32)] = &[
 
 /// Whether `c` is dropped by the fold.
 pub(super) fn is_ignorable(c: char) -> bool {
-    let c = c as u32;
-    RANGES
-        .binary_search_by(|&(lo, hi)| {
-            if hi < c {
-                std::cmp::Ordering::Less
-            } else if lo > c {
-                std::cmp::Ordering::Greater
-            } else {
-                std::cmp::Ordering::Equal
-            }
-        })
-        .is_ok()
+    super::in_ranges(RANGES, c)
 }

@@ -119,5 +119,21 @@ impl<'a> FoldedName<'a> {
     }
 }
 
+/// Whether `c` lies in one of the sorted, disjoint inclusive `ranges`.
+fn in_ranges(ranges: &[(u32, u32)], c: char) -> bool {
+    let c = c as u32;
+    ranges
+        .binary_search_by(|&(lo, hi)| {
+            if hi < c {
+                std::cmp::Ordering::Less
+            } else if lo > c {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
+}
+
 #[cfg(test)]
 mod tests;

@@ -43,16 +43,5 @@ const RANGES: &[(u32, u32)] = &[
 
 /// Whether `c` is kept unfolded as the 12.1 tables keep it.
 pub(super) fn is_newer(c: char) -> bool {
-    let c = c as u32;
-    RANGES
-        .binary_search_by(|&(lo, hi)| {
-            if hi < c {
-                std::cmp::Ordering::Less
-            } else if lo > c {
-                std::cmp::Ordering::Greater
-            } else {
-                std::cmp::Ordering::Equal
-            }
-        })
-        .is_ok()
+    super::in_ranges(RANGES, c)
 }
