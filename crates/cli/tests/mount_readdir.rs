@@ -13,8 +13,8 @@ use std::process::Command;
 use ext4kit_engine::device::FileDevice;
 use ext4kit_engine::dir::{ReadDirOptions, ReadDirOrder};
 use ext4kit_engine::{Attr, Filesystem, NodeKind, OpenOptions, ROOT_INO};
-use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
-use ext4kit_testkit::tools::{e2fsck_fn, require_tool};
+use ext4kit_testkit::fuse::FuseMount;
+use ext4kit_testkit::tools::e2fsck_fn;
 
 const ATTR: Attr = Attr {
     perm: 0o644,
@@ -27,17 +27,7 @@ fn exe() -> &'static Path {
 }
 
 fn ready() -> bool {
-    for check in [can_fuse_mount(), require_tool("mkfs.ext4").map(|_| ())] {
-        if let Err(why) = check {
-            ext4kit_testkit::skipped!("{why}");
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI runs as root with /dev/fuse and e2fsprogs: {why}"
-            );
-            return false;
-        }
-    }
-    true
+    ext4kit_testkit::fuse::ready_with("mkfs.ext4")
 }
 
 fn assert_clean(img: &Path) {

@@ -8,25 +8,15 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
-use ext4kit_testkit::tools::{e2fsck_fn, require_tool};
+use ext4kit_testkit::fuse::FuseMount;
+use ext4kit_testkit::tools::e2fsck_fn;
 
 fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_ext4kit"))
 }
 
 fn ready() -> bool {
-    for check in [can_fuse_mount(), require_tool("mkfs.ext4").map(|_| ())] {
-        if let Err(why) = check {
-            ext4kit_testkit::skipped!("{why}");
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI runs as root with /dev/fuse and e2fsprogs: {why}"
-            );
-            return false;
-        }
-    }
-    true
+    ext4kit_testkit::fuse::ready_with("mkfs.ext4")
 }
 
 fn resize(target: &Path, size: &str) -> Output {

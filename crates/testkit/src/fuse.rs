@@ -20,6 +20,22 @@ pub fn can_fuse_mount() -> Result<(), String> {
     Ok(())
 }
 
+/// True when FUSE mounts can be served and `tool` (an e2fsprogs program
+/// the test needs) is installed; otherwise records a skip naming why, and
+/// fails under CI, which must run these tests.
+pub fn ready_with(tool: &str) -> bool {
+    let check = can_fuse_mount().and_then(|()| crate::tools::require_tool(tool).map(|_| ()));
+    if let Err(why) = check {
+        crate::skipped!("{why}");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root with /dev/fuse and e2fsprogs: {why}"
+        );
+        return false;
+    }
+    true
+}
+
 /// True when `dir` is a mount point listed in /proc/mounts.
 pub fn is_mounted(dir: &Path) -> bool {
     let Ok(dir) = std::fs::canonicalize(dir) else {
