@@ -1,5 +1,6 @@
 //! `ext4kit tune [-O [^]feature,…] [-Q [^]usrquota,…] [-L label] [-U uuid]
-//! [-e behavior] [-c count] [-i interval] [-E hash_seed=UUID] [-j] [-J
+//! [-e behavior] [-c count] [-i interval] [-E hash_seed=UUID,encoding=utf8,
+//! encoding_flags=strict] [-j] [-J
 //! size=|device=] IMAGE`: tune2fs's options, parsed here and carried out
 //! by `ext4kit_engine::tune`, which validates the whole request, refuses
 //! an image in use, and changes it atomically (adding or removing a
@@ -14,6 +15,7 @@ use ext4kit_engine::tune::{
     ErrorBehavior, FeatureEdit, TuneRequest, UuidChange, open_for_tune, parse_interval, parse_quota_edit, tune,
     tune_image,
 };
+use ext4kit_format::casefold;
 
 mod journal;
 
@@ -48,7 +50,8 @@ pub struct Args {
     /// journal of that size), device=PATH (attach a journal device).
     #[arg(short = 'J', value_name = "OPTIONS")]
     journal: Vec<String>,
-    /// Extended options: hash_seed=UUID.
+    /// Extended options: hash_seed=UUID, encoding=utf8 (turns casefold on),
+    /// encoding_flags=[no]strict.
     #[arg(short = 'E', value_name = "OPTIONS")]
     extended: Vec<String>,
     /// Save what the tune overwrites in FILE first (a new file, or the
@@ -132,7 +135,18 @@ fn request(a: &Args) -> Result<TuneRequest> {
     for opt in a.extended.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
         match opt.split_once('=') {
             Some(("hash_seed", v)) => req.hash_seed = Some(parse_uuid(v)?),
-            _ => bail!("unknown extended option {opt:?} (supported: hash_seed=UUID)"),
+            Some(("encoding", v)) => {
+                let e = casefold::encoding_from_name(v).ok_or_else(|| anyhow::anyhow!("invalid encoding: {v}"))?;
+                req.encoding.encoding = Some(e);
+            }
+            Some(("encoding_flags", v)) => {
+                let f =
+                    casefold::parse_encoding_flags(v).ok_or_else(|| anyhow::anyhow!("invalid encoding flag: {v}"))?;
+                req.encoding.flags = Some(f);
+            }
+            _ => bail!(
+                "unknown extended option {opt:?} (supported: hash_seed=UUID, encoding=utf8, encoding_flags=strict)"
+            ),
         }
     }
     Ok(req)

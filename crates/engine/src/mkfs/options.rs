@@ -235,30 +235,18 @@ impl MkfsOptions {
                 "media" => self.media = Some(value.parse()?),
                 "quotatype" => self.quota_types = Some(parse_quota_types(value)?),
                 // mke2fs: naming the encoding turns casefold on.
-                "encoding" if matches!(value, "utf8" | "utf8-12.1") => {
+                "encoding" if ext4kit_format::casefold::encoding_from_name(value).is_some() => {
                     self.feature_edits.push(("casefold".into(), true))
                 }
                 "encoding" => return Err(bad()),
-                "encoding_flags" => self.encoding_flags = Some(parse_encoding_flags(value).ok_or_else(bad)?),
+                "encoding_flags" => {
+                    self.encoding_flags = Some(ext4kit_format::casefold::parse_encoding_flags(value).ok_or_else(bad)?)
+                }
                 _ => return Err(Error::InvalidArgument(format!("unknown extended option {key:?}"))),
             }
         }
         Ok(())
     }
-}
-
-/// `e2p_str2encoding_flags`: `-`-separated flag names, each optionally
-/// negated with `no`; utf8 knows only `strict`.
-fn parse_encoding_flags(value: &str) -> Option<u16> {
-    let strict = ext4kit_format::casefold::ENCODING_FLAG_STRICT;
-    value
-        .split('-')
-        .filter(|s| !s.is_empty())
-        .try_fold(0u16, |acc, f| match f {
-            "strict" => Some(acc | strict),
-            "nostrict" => Some(acc & !strict),
-            _ => None,
-        })
 }
 
 /// mke2fs's `parse_quota_types`: names (`usr`/`usrquota`, `grp`/`grpquota`,

@@ -194,6 +194,11 @@ fn xattr_block(rw: &mut Rewrite<'_>, p: &Plan, b: u64) -> Result<()> {
 
 /// The first directory in use with `INDEX_FL` (an htree), if any.
 pub(crate) fn first_indexed_dir(fs: &Filesystem) -> Result<Option<u32>> {
+    first_inode_where(fs, |i| i.is_dir() && i.raw.has_flag(flags::INDEX))
+}
+
+/// The first inode in use (by the inode bitmaps) for which `pred` holds.
+pub(crate) fn first_inode_where(fs: &Filesystem, pred: impl Fn(&crate::inode::Inode) -> bool) -> Result<Option<u32>> {
     let mut rw = Rewrite::new(fs);
     for g in 0..fs.geo.group_count {
         let desc = fs.group_desc(g)?;
@@ -203,8 +208,7 @@ pub(crate) fn first_indexed_dir(fs: &Filesystem) -> Result<Option<u32>> {
                 continue;
             }
             let ino = g * fs.geo.inodes_per_group + i + 1;
-            let inode = fs.inode(ino)?;
-            if inode.is_dir() && inode.raw.has_flag(flags::INDEX) {
+            if pred(&fs.inode(ino)?) {
                 return Ok(Some(ino));
             }
         }

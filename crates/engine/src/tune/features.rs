@@ -85,6 +85,18 @@ pub(crate) static FEATURES: &[FeatureEntry] = &[
         disable: csum_seed_off,
         rewrite: None,
     },
+    FeatureEntry {
+        name: "casefold",
+        enable: super::casefold::casefold_on,
+        disable: super::casefold::casefold_off,
+        rewrite: None,
+    },
+    FeatureEntry {
+        name: "verity",
+        enable: super::casefold::verity_on,
+        disable: super::casefold::verity_off,
+        rewrite: None,
+    },
 ];
 
 /// The names `-O` accepts, for help texts.
@@ -107,8 +119,8 @@ fn refusal(name: &str, enable: bool) -> String {
         "flex_bg" | "meta_bg" | "sparse_super" | "sparse_super2" | "resize_inode" | "bigalloc" => {
             "it changes the layout of block groups"
         }
-        "inline_data" | "encrypt" | "casefold" | "verity" | "ea_inode" | "large_dir" | "huge_file" | "dir_nlink"
-        | "extra_isize" | "filetype" | "large_file" | "quota" | "project" | "mmp" | "orphan_file" => {
+        "inline_data" | "encrypt" | "ea_inode" | "large_dir" | "huge_file" | "dir_nlink" | "extra_isize"
+        | "filetype" | "large_file" | "quota" | "project" | "mmp" | "orphan_file" => {
             "changing it is not implemented by ext4kit tune"
         }
         _ => "changing it is not implemented by ext4kit tune",
@@ -146,6 +158,7 @@ pub(crate) fn plan(fs: &Filesystem, req: &TuneRequest) -> Result<Plan> {
             (entry.disable)(fs, &mut p, req)?;
         }
     }
+    super::casefold::plan_encoding(&mut p, &req.encoding)?;
     superblock::plan_fields(fs, &mut p, req)?;
     p.init_groups = p.old.features().has_group_csum() && !p.new.features().has_group_csum();
     check_rewrite_limits(&p)?;
@@ -166,7 +179,7 @@ fn set_incompat(p: &mut Plan, f: IncompatFeatures, on: bool) {
     p.new.s_feature_incompat.set(if on { v | f.0 } else { v & !f.0 });
 }
 
-fn already(p: &mut Plan, name: &str, on: bool) {
+pub(crate) fn already(p: &mut Plan, name: &str, on: bool) {
     p.notes
         .push(format!("{name} is already {}", if on { "on" } else { "off" }));
 }

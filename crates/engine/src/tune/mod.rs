@@ -1,7 +1,7 @@
 //! `tune`: changing the tunable parameters of an unmounted image, the
 //! subset of `tune2fs` that users reach for: `-O` feature changes that can
 //! be made safely ([`features`] holds the table), `-L`, `-U`, `-e`, `-c`,
-//! `-i` and `-E hash_seed=`.
+//! `-i`, `-E hash_seed=` and `-E encoding=` (`casefold`).
 //!
 //! Every request is validated whole before the first write; a refusal
 //! names what is unsafe. The new contents of every block that changes
@@ -17,6 +17,7 @@
 //! (the image lock, kernel mounts: `crate::device::inuse`; MMP: `crate::mmp`),
 //! which [`tune_image`] relies on through [`mounted`].
 
+mod casefold;
 pub(crate) mod commit;
 mod csum;
 mod dirs;
@@ -36,6 +37,7 @@ use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::fs::{Filesystem, OpenOptions};
 
+pub use casefold::EncodingEdit;
 pub use features::tunable_features;
 pub use journal::{add_journal, attach_external, remove_journal};
 pub use mounted::{open_for_tune, tune_image};
@@ -93,6 +95,8 @@ pub struct TuneRequest {
     pub check_interval: Option<u32>,
     /// `-E hash_seed=UUID`.
     pub hash_seed: Option<[u8; 16]>,
+    /// `-E encoding=…,encoding_flags=…` (see `tune::casefold`).
+    pub encoding: EncodingEdit,
     /// `-Q`, applied in order (see `tune::quota`).
     pub quota: Vec<QuotaEdit>,
 }

@@ -153,6 +153,8 @@ fn carry_tunables(from: &RawSuperblock, to: &mut RawSuperblock) {
     to.s_def_hash_version = from.s_def_hash_version;
     to.s_checksum_type = from.s_checksum_type;
     to.s_checksum_seed = from.s_checksum_seed;
+    to.s_encoding = from.s_encoding;
+    to.s_encoding_flags = from.s_encoding_flags;
     to.set_checksum();
 }
 

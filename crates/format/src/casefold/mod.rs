@@ -34,6 +34,26 @@ pub const ENCODING_UTF8_12_1: u16 = 1;
 /// (`EXT4_ENC_STRICT_MODE_FL`).
 pub const ENCODING_FLAG_STRICT: u16 = 0x1;
 
+/// The `s_encoding` value for a name as `mke2fs`/`tune2fs -E encoding=`
+/// take it (`e2p_str2encoding`: `utf8` is an alias of `utf8-12.1`).
+pub fn encoding_from_name(name: &str) -> Option<u16> {
+    matches!(name, "utf8" | "utf8-12.1").then_some(ENCODING_UTF8_12_1)
+}
+
+/// `-E encoding_flags=` as `e2p_str2encoding_flags` reads it: `-`-separated
+/// flag names, each optionally negated with `no`, applied to the
+/// encoding's default flags (none for utf8); utf8 knows only `strict`.
+pub fn parse_encoding_flags(value: &str) -> Option<u16> {
+    value
+        .split('-')
+        .filter(|s| !s.is_empty())
+        .try_fold(0u16, |acc, f| match f {
+            "strict" => Some(acc | ENCODING_FLAG_STRICT),
+            "nostrict" => Some(acc & !ENCODING_FLAG_STRICT),
+            _ => None,
+        })
+}
+
 /// The name encoding of a casefold file system, from the superblock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Encoding {
