@@ -327,7 +327,7 @@ fn fix_name(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, mut name: Vec
     if dir.encrypted(ctx) {
         return name;
     }
-    if dir.casefolded(ctx) {
+    if dir.checks_encoding(ctx) {
         return fix_encoded_name(ctx, dir, d, e, name);
     }
     if !name.iter().any(|&c| c == b'/' || c == 0) {
@@ -349,8 +349,8 @@ fn fix_name(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, mut name: Vec
     name
 }
 
-/// In a case-folded directory a name must be valid UTF-8 (e2fsck's
-/// `encoded_check_name`): from the first bad byte to the end of the name
+/// In a case-folded directory in strict mode a name must be valid UTF-8
+/// (e2fsck's `encoded_check_name`): from the first bad byte to the end of the name
 /// (or a NUL), bytes become `.`.
 fn fix_encoded_name(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, mut name: Vec<u8>) -> Vec<u8> {
     let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
@@ -432,10 +432,11 @@ fn link_dir(ctx: &mut Ctx, dir: u32, d: &mut DirBuf, e: &Ent, name: &[u8]) -> bo
     }
 }
 
-/// A name must appear once in a directory. A repeat naming the same inode
-/// is cleared; one naming another inode is renamed `name~N` (e2fsck's
-/// rehash does both), or cleared when the new name does not fit its
-/// record. False when cleared or skipped.
+/// A name must appear once in a directory (once folded, where the
+/// directory [`Dir::checks_encoding`], as e2fsck's `dict_de_cf_cmp`). A
+/// repeat naming the same inode is cleared; one naming another inode is
+/// renamed `name~N` (e2fsck's rehash does both), or cleared when the new
+/// name does not fit its record. False when cleared or skipped.
 fn unique(
     ctx: &mut Ctx,
     dir: &mut Dir,
@@ -445,13 +446,14 @@ fn unique(
     name: Vec<u8>,
     here: &mut HashMap<Vec<u8>, u32>,
 ) -> bool {
-    let h = crate::pass2::name_hash(&name);
-    let (code, first) = match (here.get(&name), dir.names.get(&h)) {
+    let key = dir.name_key(ctx, &name);
+    let h = crate::pass2::name_hash(&key);
+    let (code, first) = match (here.get(&key), dir.names.get(&h)) {
         (Some(&i), _) => (p::P2_DUPLICATE_DIRENT, i),
         (None, Some(&i)) => (p::P2_NON_UNIQUE_FILE, i),
         (None, None) => {
             dir.names.insert(h, e.inode);
-            here.insert(name, e.inode);
+            here.insert(key, e.inode);
             return true;
         }
     };
@@ -462,9 +464,11 @@ fn unique(
         return false;
     }
     let mut new = name.clone();
+    let mut new_key = key;
     for _ in 0..1000 {
         mutate_name(&mut new);
-        if !here.contains_key(&new) && !dir.names.contains_key(&crate::pass2::name_hash(&new)) {
+        new_key = dir.name_key(ctx, &new);
+        if !here.contains_key(&new_key) && !dir.names.contains_key(&crate::pass2::name_hash(&new_key)) {
             break;
         }
     }
@@ -479,8 +483,8 @@ fn unique(
         d.set_name_len(e.pos, new.len(), ft);
         d.buf[e.pos + HEADER..e.pos + HEADER + new.len()].copy_from_slice(&new);
         dir.clear_index = true;
-        dir.names.insert(crate::pass2::name_hash(&new), e.inode);
-        here.insert(new, e.inode);
+        dir.names.insert(crate::pass2::name_hash(&new_key), e.inode);
+        here.insert(new_key, e.inode);
     }
     true
 }

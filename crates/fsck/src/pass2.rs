@@ -210,6 +210,23 @@ impl Dir {
         })
     }
 
+    /// True when names are checked as encoded text (e2fsck's `cf_dir`):
+    /// a casefolded directory on a file system in strict mode
+    /// (`s_encoding_flags` EXT4_ENC_STRICT_MODE_FL). Then a name must be
+    /// valid UTF-8 and two names that fold alike are duplicates; without
+    /// strict mode e2fsck checks names byte for byte, as in any directory.
+    pub(crate) fn checks_encoding(&mut self, ctx: &Ctx) -> bool {
+        let strict = ctx.fs.sb.s_encoding_flags.get() & ext4kit_format::casefold::ENCODING_FLAG_STRICT != 0;
+        strict && self.casefolded(ctx)
+    }
+
+    /// The form of `name` duplicates are found by: folded where
+    /// [`Dir::checks_encoding`], else the bytes.
+    pub(crate) fn name_key(&mut self, ctx: &Ctx, name: &[u8]) -> Vec<u8> {
+        let folded = self.checks_encoding(ctx).then(|| ext4kit_format::casefold::fold(name));
+        folded.flatten().unwrap_or_else(|| name.to_vec())
+    }
+
     /// True when the directory's names are encrypted (`i_flags` ENCRYPT_FL).
     pub(crate) fn encrypted(&mut self, ctx: &Ctx) -> bool {
         let ino = self.ino;
