@@ -236,6 +236,7 @@ fn matches_mke2fs() {
         ("64M", &["-t", "ext4", "-O", "sparse_super2,stable_inodes"][..]),
         ("64M", &["-t", "ext4", "-O", "inline_data"][..]),
         ("64M", &["-t", "ext4", "-O", "casefold"][..]),
+        ("64M", &["-t", "ext4", "-O", "verity"][..]),
         (
             "64M",
             &["-t", "ext4", "-b", "4096", "-O", "inline_data,^metadata_csum"][..],

@@ -149,6 +149,8 @@ pub struct Filesystem {
     pub(crate) dir_drain: crate::dir::drain::DrainCursors,
     /// Value inodes met this session, by value hash ([`crate::ops::ea_cache`]).
     pub(crate) ea_cache: crate::ops::ea_cache::EaInodeCache,
+    /// Verity descriptors and proven Merkle tree blocks ([`crate::verity::cache`]).
+    pub(crate) verity_cache: crate::verity::cache::VerityCache,
     /// New regular files whose first write may make them inline.
     pub(crate) may_inline: crate::inode::inline::MayInline,
     /// The superblock's mounted/clean state in this session.

@@ -135,6 +135,7 @@ impl Filesystem {
             dir_hints: Default::default(),
             dir_drain: Default::default(),
             ea_cache: Default::default(),
+            verity_cache: Default::default(),
             may_inline: Default::default(),
             session: crate::session::Session::new(state_at_open),
             errors: Default::default(),

@@ -423,7 +423,8 @@ const SUPPORTED: Features = Features {
             | RoCompatFeatures::BIGALLOC.0
             | RoCompatFeatures::ITREE.0
             | RoCompatFeatures::QUOTA.0
-            | RoCompatFeatures::PROJECT.0,
+            | RoCompatFeatures::PROJECT.0
+            | RoCompatFeatures::VERITY.0,
     ),
 };
 

@@ -5,11 +5,16 @@
 //! file go through [`Filesystem::read_verified`](crate::Filesystem), which
 //! fails with [`Error::VerityMismatch`](crate::error::Error) (`EIO`) on
 //! the first block that does not hash to its parent's entry; enabling
-//! builds the tree and descriptor in one transaction.
+//! builds the tree and descriptor in one transaction. Descriptors and
+//! proven tree blocks are kept between reads ([`cache`]).
 
+pub(crate) mod cache;
 mod enable;
 mod hash;
 mod read;
 
 pub use enable::VerityOptions;
 pub(crate) use read::is_verity;
+
+#[cfg(test)]
+mod tests;

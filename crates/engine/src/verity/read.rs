@@ -1,10 +1,11 @@
 //! Verified reads: each data block a read touches is hashed and checked
 //! against its entry in the level-0 tree block, that block against the
 //! level above, up to the root hash in the descriptor. Tree blocks proven
-//! once in a read are trusted for the rest of it, as the kernel's
-//! "verified" page bits.
+//! once are trusted from memory afterwards, in the same read and in later
+//! ones ([`super::cache`]), as the kernel's "verified" page bits.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use ext4kit_format::inode::flags as fl;
 use ext4kit_format::verity::{self as v, Descriptor, HashAlgorithm};
@@ -118,38 +119,64 @@ impl Filesystem {
         Ok((desc.hash_algorithm, plain(desc.hash_algorithm, &desc.digest_input())))
     }
 
+    /// The tree of `inode`, from the cache or read and kept there.
+    pub(super) fn verity_tree_cached(&self, inode: &Inode) -> Result<Arc<Tree>> {
+        let generation = inode.raw.i_generation.get();
+        if let Some(t) = self.verity_cache.tree(inode.ino, generation) {
+            return Ok(t);
+        }
+        let t = Arc::new(self.verity_tree(inode)?);
+        self.verity_cache.put_tree(inode.ino, generation, t.clone());
+        Ok(t)
+    }
+
     /// [`Filesystem::read_body`] for a verity file: whole blocks are read
-    /// and checked, then the asked range copied out.
+    /// and checked, then the asked range copied out (a range of whole
+    /// blocks is read in place). On a mismatch the buffer is zeroed.
     pub(crate) fn read_verified(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let size = inode.size();
         if offset >= size || buf.is_empty() {
             return Ok(0);
         }
         let n = (size - offset).min(buf.len() as u64) as usize;
-        let tree = self.verity_tree(inode)?;
+        let tree = self.verity_tree_cached(inode)?;
         let tb = tree.desc.block_size();
         let first = offset / tb;
         let last = (offset + n as u64).div_ceil(tb);
-        let mut data = vec![0u8; ((last - first) * tb) as usize];
-        self.read_body(inode, first * tb, &mut data)?;
-        let mut proven = HashMap::new();
+        let whole = offset.is_multiple_of(tb) && (n as u64).is_multiple_of(tb);
+        let mut padded = Vec::new();
+        let data = if whole {
+            // Whole blocks: read and checked in the caller's buffer.
+            &mut buf[..n]
+        } else {
+            padded.resize(((last - first) * tb) as usize, 0);
+            &mut padded[..]
+        };
+        self.read_body(inode, first * tb, data)?;
+        let mut proven = Proven::new(self, inode);
         for (k, block) in data.chunks(tb as usize).enumerate() {
-            self.verify_block(inode, &tree, first + k as u64, block, &mut proven)?;
+            if let Err(e) = self.verify_block(inode, &tree, first + k as u64, block, &mut proven) {
+                data.fill(0); // nothing unverified is left in the buffer
+                return Err(e);
+            }
         }
-        let from = (offset - first * tb) as usize;
-        buf[..n].copy_from_slice(&data[from..from + n]);
+        self.verity_cache.put_blocks(inode.ino, proven.generation, proven.local);
+        if !whole {
+            let from = (offset - first * tb) as usize;
+            buf[..n].copy_from_slice(&padded[from..from + n]);
+        }
         Ok(n)
     }
 
     /// Checks data block `index` up the tree until a block already proven
-    /// (in `proven`, by tree block number) or the root hash.
-    fn verify_block(
+    /// (in this read or the cache) or the root hash.
+    pub(super) fn verify_block(
         &self,
         inode: &Inode,
         tree: &Tree,
         index: u64,
         block: &[u8],
-        proven: &mut HashMap<u64, Vec<u8>>,
+        proven: &mut Proven<'_>,
     ) -> Result<()> {
         let ds = tree.desc.hash_algorithm.digest_size();
         let tb = tree.desc.block_size();
@@ -161,11 +188,11 @@ impl Filesystem {
         for (level, &(start, _)) in tree.levels.iter().enumerate() {
             let tbn = start + idx / per;
             let slot = (idx % per) as usize * ds;
-            if let Some(known) = proven.get(&tbn) {
+            if let Some(known) = proven.get(inode.ino, tbn) {
                 if known[slot..slot + ds] != want[..] {
                     return Err(mismatch(inode.ino, &what, &format!("Merkle tree block {tbn}")));
                 }
-                proven.extend(path);
+                proven.local.extend(path);
                 return Ok(());
             }
             let mut got = vec![0u8; tb as usize];
@@ -175,13 +202,36 @@ impl Filesystem {
             }
             want = tree.hasher.block(&got);
             what = format!("Merkle tree block {tbn} (level {level})");
-            path.push((tbn, got));
+            path.push((tbn, Arc::<[u8]>::from(got)));
             idx /= per;
         }
         if want[..] != *tree.desc.root() {
             return Err(mismatch(inode.ino, &what, "the descriptor's root hash"));
         }
-        proven.extend(path);
+        proven.local.extend(path);
         Ok(())
+    }
+}
+
+/// Tree blocks proven so far: this read's, then those kept from earlier
+/// reads of the same inode generation.
+pub(super) struct Proven<'a> {
+    fs: &'a Filesystem,
+    generation: u32,
+    pub(super) local: HashMap<u64, Arc<[u8]>>,
+}
+
+impl<'a> Proven<'a> {
+    pub(super) fn new(fs: &'a Filesystem, inode: &Inode) -> Self {
+        Proven {
+            fs,
+            generation: inode.raw.i_generation.get(),
+            local: HashMap::new(),
+        }
+    }
+
+    fn get(&self, ino: u32, tbn: u64) -> Option<Arc<[u8]>> {
+        let local = self.local.get(&tbn).cloned();
+        local.or_else(|| self.fs.verity_cache.block(ino, self.generation, tbn))
     }
 }

@@ -161,6 +161,7 @@ impl Txn<'_> {
     pub(crate) fn free_inode(&mut self, ino: u32, is_dir: bool) -> Result<()> {
         self.fs.prealloc.release(ino);
         self.fs.delalloc.discard(ino);
+        self.fs.verity_cache.forget(ino);
         if is_dir {
             self.fs.ialloc_last.forget(ino);
         }
