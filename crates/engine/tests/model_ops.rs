@@ -6,7 +6,8 @@
 //! the image's tree must equal the model (types, contents, symlink targets,
 //! device numbers, modes, owners, link counts, flags, xattrs, times set
 //! explicitly) and `e2fsck -fn` must be clean.
-//! Variants run with inline data, bigalloc, block maps and quotas.
+//! Variants run with inline data, bigalloc, block maps and quotas, and
+//! inside a casefolded directory (names compared folded).
 //! `PROPTEST_CASES` raises the number of sequences (CI runs the default).
 
 mod common;
@@ -23,6 +24,9 @@ use ext4kit_testkit::tools::e2fsck_fn;
 use proptest::prelude::*;
 
 const NAMES: &[&str] = &["a", "b", "c", "dir", "long-name-for-a-file-in-this-test"];
+/// Names for a casefolded directory: `a`/`A` and `Straße`/`STRASSE` are
+/// one name each there.
+const CF_NAMES: &[&str] = &["a", "A", "Straße", "STRASSE", "dir"];
 const XNAMES: &[&str] = &["user.a", "user.bb", "trusted.t"];
 const IDS: &[u32] = &[0, 1000, 65534, 70000];
 /// `EXT4_NODUMP_FL` and `EXT4_NOATIME_FL`: the flags the model changes.
@@ -124,12 +128,21 @@ struct Node {
     open: u32,
 }
 
-/// Paths ("" is the root) → node ids; nodes by id; open node ids.
+/// Paths ("" is the model's root directory) → node ids; nodes by id;
+/// open node ids. In a casefolded tree every name of a path is kept
+/// folded (`ext4kit_format::casefold::fold`, the engine's own fold), so
+/// names that differ in case are one path.
 struct Model {
     paths: BTreeMap<String, usize>,
     nodes: Vec<Node>,
     opens: Vec<usize>,
     extents: bool,
+    /// The directory the model's root stands for.
+    base: u32,
+    /// Names compare folded (the base is a casefolded directory).
+    fold: bool,
+    /// The names operations create (`NAMES`, or `CF_NAMES`).
+    names: &'static [&'static str],
 }
 
 /// The comparable state of one path: kind, perm, uid, gid, nlink, flags, xattrs.
@@ -171,12 +184,23 @@ impl Model {
     fn live(&self, id: usize) -> bool {
         self.nodes[id].open > 0 || self.paths.values().any(|&v| v == id)
     }
-    fn child(dir: &str, name: &str) -> String {
-        if dir.is_empty() {
-            name.to_string()
-        } else {
-            format!("{dir}/{name}")
-        }
+    /// The model's path of `name` in `dir`: folded in a casefolded tree.
+    fn child(&self, dir: &str, name: &str) -> String {
+        let name = match self.fold {
+            true => ext4kit_format::casefold::fold(name.as_bytes())
+                .map(|f| String::from_utf8(f).unwrap())
+                .unwrap_or_else(|| name.to_string()),
+            false => name.to_string(),
+        };
+        if dir.is_empty() { name } else { format!("{dir}/{name}") }
+    }
+    /// The inode at model path `p`, looked up name by name from the base
+    /// (by the engine's own comparison: folded in a casefolded tree).
+    fn ino(&self, fs: &Filesystem, p: &str) -> u32 {
+        p.split('/').filter(|c| !c.is_empty()).fold(self.base, |dir, c| {
+            let d = fs.inode(dir).unwrap();
+            fs.lookup(&d, c.as_bytes()).unwrap_or_else(|e| panic!("{p}: {e}"))
+        })
     }
     fn is_empty_dir(&self, p: &str) -> bool {
         !self.paths.keys().any(|k| under(k, p))
@@ -196,7 +220,7 @@ impl Model {
             .filter(|k| !k.is_empty() && split(k).0 == p && self.is_dir(k))
             .count() as u32;
         // The root also holds lost+found.
-        2 + subdirs + u32::from(p.is_empty())
+        2 + subdirs + u32::from(p.is_empty() && self.base == ROOT_INO)
     }
     /// Moves `src` and everything under it to `dst`.
     fn move_tree(&mut self, src: &str, dst: &str) -> Vec<(String, usize)> {
@@ -222,14 +246,6 @@ fn under(p: &str, dir: &str) -> bool {
         !p.is_empty()
     } else {
         p.starts_with(&format!("{dir}/"))
-    }
-}
-
-fn ino(fs: &Filesystem, p: &str) -> u32 {
-    if p.is_empty() {
-        ROOT_INO
-    } else {
-        fs.resolve(p.as_bytes()).unwrap().ino
     }
 }
 
@@ -265,7 +281,7 @@ fn apply(fs: &Filesystem, m: &mut Model, op: &Op) {
         Op::Unlink(f) => {
             let Some(p) = m.pick_nondir(f) else { return };
             let (dir, name) = split(&p);
-            fs.unlink(ino(fs, dir), name.as_bytes()).unwrap();
+            fs.unlink(m.ino(fs, dir), name.as_bytes()).unwrap();
             m.paths.remove(&p);
             m.touch_dir(dir);
         }
@@ -274,7 +290,7 @@ fn apply(fs: &Filesystem, m: &mut Model, op: &Op) {
                 return;
             };
             let (dir, name) = split(&p);
-            let r = fs.rmdir(ino(fs, dir), name.as_bytes());
+            let r = fs.rmdir(m.ino(fs, dir), name.as_bytes());
             if m.is_empty_dir(&p) {
                 r.unwrap();
                 m.paths.remove(&p);
@@ -311,13 +327,14 @@ fn release(fs: &Filesystem, m: &mut Model, id: usize) {
 
 fn create(fs: &Filesystem, m: &mut Model, d: usize, k: usize, kind: NodeKind, perm: u16) {
     let dir = m.pick_dir(d);
-    let path = Model::child(&dir, NAMES[k]);
+    let name = m.names[k];
+    let path = m.child(&dir, name);
     let attr = Attr {
         perm,
         uid: 1000,
         gid: 100,
     };
-    let r = fs.create(ino(fs, &dir), NAMES[k].as_bytes(), kind.clone(), attr);
+    let r = fs.create(m.ino(fs, &dir), name.as_bytes(), kind.clone(), attr);
     if m.paths.contains_key(&path) {
         assert!(matches!(r, Err(Error::Exists(_))), "create {path}: {r:?}");
         return;
@@ -425,7 +442,7 @@ fn attrs(fs: &Filesystem, m: &mut Model, op: &Op) {
     let p = m
         .pick_by(f, |_, n| !flags_op || matches!(n.kind, Kind::File(_) | Kind::Dir))
         .unwrap();
-    let ino = ino(fs, &p);
+    let ino = m.ino(fs, &p);
     let node = &mut m.nodes[m.paths[&p]];
     match *op {
         Op::Chmod(_, perm) => {
@@ -475,8 +492,8 @@ fn attrs(fs: &Filesystem, m: &mut Model, op: &Op) {
 fn link(fs: &Filesystem, m: &mut Model, s: usize, d: usize, k: usize) {
     let Some(src) = m.pick_nondir(s) else { return };
     let dir = m.pick_dir(d);
-    let dst = Model::child(&dir, NAMES[k]);
-    let r = fs.link(ino(fs, &src), ino(fs, &dir), NAMES[k].as_bytes());
+    let dst = m.child(&dir, m.names[k]);
+    let r = fs.link(m.ino(fs, &src), m.ino(fs, &dir), m.names[k].as_bytes());
     if m.paths.contains_key(&dst) {
         assert!(matches!(r, Err(Error::Exists(_))), "link {src} {dst}: {r:?}");
     } else {
@@ -494,7 +511,7 @@ fn xattr(fs: &Filesystem, m: &mut Model, op: &Op) {
     let Some(p) = m.pick_by(f, |_, n| matches!(n.kind, Kind::File(_) | Kind::Dir)) else {
         return;
     };
-    let ino = ino(fs, &p);
+    let ino = m.ino(fs, &p);
     let name = XNAMES[x].as_bytes().to_vec();
     let attrs = &mut m.nodes[m.paths[&p]].xattrs;
     let exists = attrs.contains_key(&name);
@@ -530,13 +547,19 @@ fn xattr(fs: &Filesystem, m: &mut Model, op: &Op) {
 fn rename(fs: &Filesystem, m: &mut Model, s: usize, d: usize, k: usize, noreplace: bool) {
     let Some(src) = m.pick_any(s) else { return };
     let dir = m.pick_dir(d);
-    let dst = Model::child(&dir, NAMES[k]);
+    let dst = m.child(&dir, m.names[k]);
     let (sd, sn) = split(&src);
     let flags = RenameFlags {
         noreplace,
         exchange: false,
     };
-    let r = fs.rename(ino(fs, sd), sn.as_bytes(), ino(fs, &dir), NAMES[k].as_bytes(), flags);
+    let r = fs.rename(
+        m.ino(fs, sd),
+        sn.as_bytes(),
+        m.ino(fs, &dir),
+        m.names[k].as_bytes(),
+        flags,
+    );
     let what = format!("rename {src} {dst} {flags:?}: {r:?}");
     // renameat2 checks RENAME_NOREPLACE before anything about the names.
     if noreplace && m.paths.contains_key(&dst) {
@@ -575,7 +598,7 @@ fn exchange(fs: &Filesystem, m: &mut Model, s: usize, d: usize) {
         noreplace: false,
         exchange: true,
     };
-    let r = fs.rename(ino(fs, ad), an.as_bytes(), ino(fs, bd), bn.as_bytes(), flags);
+    let r = fs.rename(m.ino(fs, ad), an.as_bytes(), m.ino(fs, bd), bn.as_bytes(), flags);
     let what = format!("exchange {a} {b}: {r:?}");
     if a == b {
         return;
@@ -601,7 +624,7 @@ fn exchange(fs: &Filesystem, m: &mut Model, s: usize, d: usize) {
 /// Engine tree == model; explicit times kept; open orphans hold their bodies.
 fn check(fs: &Filesystem, m: &Model) {
     let mut seen = BTreeMap::new();
-    walk(fs, m, ROOT_INO, "", &mut seen);
+    walk(fs, m, m.base, "", &mut seen);
     let want: BTreeMap<String, Seen> = m
         .paths
         .iter()
@@ -637,7 +660,7 @@ fn walk(fs: &Filesystem, m: &Model, dir: u32, prefix: &str, out: &mut BTreeMap<S
         if name == "." || name == ".." || (prefix.is_empty() && name == "lost+found") {
             continue;
         }
-        let path = Model::child(prefix, &name);
+        let path = m.child(prefix, &name);
         let child = fs.inode(e.ino).unwrap();
         if child.is_dir() {
             walk(fs, m, e.ino, &path, out);
@@ -696,7 +719,36 @@ fn run_prepared(ops: &[Op], args: &[&str], opts: OpenOptions, prepare: impl FnOn
     };
     let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), opts).unwrap();
     prepare(&fs);
-    let root = fs.metadata(&fs.inode(ROOT_INO).unwrap()).unwrap();
+    run_model(&fs, ops, ROOT_INO, false, NAMES);
+    drop(fs);
+    fsck_clean(&img, ops);
+}
+
+/// The sequence inside `/cf`, a casefolded directory of a casefold image,
+/// with names that differ in case (and `ß` against `SS`).
+fn run_casefold(ops: &[Op]) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(dir.path(), None, &["-b", "1024", "-O", "casefold"], "16M") else {
+        return;
+    };
+    let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), OpenOptions::default()).unwrap();
+    let attr = Attr {
+        perm: 0o755,
+        uid: 0,
+        gid: 0,
+    };
+    let cf = fs.create(ROOT_INO, b"cf", NodeKind::Directory, attr).unwrap();
+    fs.set_flags(cf.ino, cf.raw.flags() | ext4kit_format::inode::flags::CASEFOLD, false)
+        .unwrap();
+    run_model(&fs, ops, cf.ino, true, CF_NAMES);
+    drop(fs);
+    fsck_clean(&img, ops);
+}
+
+/// Runs `ops` on the tree under `base` and on the model, checking the
+/// engine against it before and after every open file is released.
+fn run_model(fs: &Filesystem, ops: &[Op], base: u32, fold: bool, names: &'static [&'static str]) {
+    let root = fs.metadata(&fs.inode(base).unwrap()).unwrap();
     let mut m = Model {
         paths: BTreeMap::new(),
         nodes: Vec::new(),
@@ -705,9 +757,12 @@ fn run_prepared(ops: &[Op], args: &[&str], opts: OpenOptions, prepare: impl FnOn
             .features()
             .incompat
             .contains(ext4kit_format::features::IncompatFeatures::EXTENTS),
+        base,
+        fold,
+        names,
     };
     m.nodes.push(Node {
-        ino: ROOT_INO,
+        ino: base,
         kind: Kind::Dir,
         perm: root.perm,
         uid: root.uid,
@@ -720,15 +775,13 @@ fn run_prepared(ops: &[Op], args: &[&str], opts: OpenOptions, prepare: impl FnOn
     });
     m.paths.insert(String::new(), 0);
     for op in ops {
-        apply(&fs, &mut m, op);
+        apply(fs, &mut m, op);
     }
-    check(&fs, &m);
+    check(fs, &m);
     while let Some(id) = m.opens.pop() {
-        release(&fs, &mut m, id);
+        release(fs, &mut m, id);
     }
-    check(&fs, &m);
-    drop(fs);
-    fsck_clean(&img, ops);
+    check(fs, &m);
 }
 
 fn fsck_clean(img: &Path, ops: &[Op]) {
@@ -806,6 +859,14 @@ proptest! {
         run_prepared(&ops, &args, OpenOptions::default(), |fs| {
             fs.set_project(ROOT_INO, Some(42), Some(true)).unwrap();
         });
+    }
+
+    /// Inside a casefolded directory: names that differ only in case (or
+    /// fold alike, `ß` and `SS`) are one name to create, link, rename and
+    /// unlink; the tree is compared with every name folded.
+    #[test]
+    fn ops_match_the_model_in_a_casefolded_directory(ops in prop::collection::vec(op(), 1..60)) {
+        run_casefold(&ops);
     }
 
     /// Quota on bigalloc: usage moves by whole clusters.
