@@ -104,6 +104,30 @@ fn options_reach_the_superblock() {
     assert!(dumpe2fs(&img).contains("Filesystem UUID:          12345678-1234-1234-1234-123456789abc"));
 }
 
+/// `-E encoding=utf8,encoding_flags=strict` turns casefold on in strict
+/// mode, which e2fsck reads back (it checks names in strict mode only).
+#[test]
+fn encoding_turns_casefold_on() {
+    if !available(require_tools(&["mkfs.ext4", "e2fsck", "dumpe2fs"])) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = make_image(dir.path());
+    let o = tune(&["-E", "encoding=utf8,encoding_flags=strict", "-O", "verity"], &img);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("setting encoding to 'utf8-12.1'"));
+    assert_clean(&img);
+    let h = dumpe2fs(&img);
+    assert!(h.contains(" casefold ") && h.contains(" verity"), "{h}");
+    assert!(h.contains("Character encoding:       utf8-12.1"), "{h}");
+    // s_encoding (0x27C) and s_encoding_flags (0x27E) of the primary.
+    let raw = std::fs::read(&img).unwrap();
+    assert_eq!(raw[1024 + 0x27C..1024 + 0x280], [1, 0, 1, 0], "utf8-12.1, strict");
+    let o = tune(&["-E", "encoding=utf8"], &img);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot alter existing encoding"), "{}", stderr(&o));
+}
+
 #[test]
 fn bad_requests_are_refused_and_change_nothing() {
     if !available(require_tools(&["mkfs.ext4", "e2fsck"])) {
@@ -120,6 +144,16 @@ fn bad_requests_are_refused_and_change_nothing() {
         (&["-i", "5y"][..], "bad interval"),
         (&["-U", "not-a-uuid"][..], "invalid UUID"),
         (&["-E", "stride=4"][..], "unknown extended option"),
+        (&["-E", "encoding=utf16"][..], "invalid encoding"),
+        (
+            &["-E", "encoding=utf8,encoding_flags=loud"][..],
+            "invalid encoding flag",
+        ),
+        (
+            &["-E", "encoding_flags=strict"][..],
+            "an encoding must be explicitly specified",
+        ),
+        (&["-O", "^verity"][..], "verity"),
         (&[][..], "nothing to do"),
     ] {
         let o = tune(args, &img);
