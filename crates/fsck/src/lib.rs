@@ -105,6 +105,9 @@ pub struct Options<'a> {
     pub force: bool,
     /// Only look at the journal (`-E journal_only`).
     pub journal_only: bool,
+    /// Check names in casefolded directories as encoded text even without
+    /// strict mode (`-E check_encoding`): valid UTF-8, unique once folded.
+    pub check_encoding: bool,
     /// Set from another thread (SIGINT) to stop between steps.
     pub cancel: Option<&'a AtomicBool>,
     /// Current time, seconds since the epoch (for the check interval).
@@ -204,6 +207,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &Options, progress: &mut dyn FnMut(Pro
     ctx.now = opts.now as u32;
     let before_sb_checks = ctx.report.findings.len();
     ctx.rehash.all = opts.rehash_all;
+    ctx.check_encoding = opts.check_encoding;
     superblock::check(&mut ctx);
     groups::check(&mut ctx);
     answered_before_the_passes(&mut ctx, before_sb_checks);

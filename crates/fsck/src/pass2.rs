@@ -212,12 +212,13 @@ impl Dir {
 
     /// True when names are checked as encoded text (e2fsck's `cf_dir`):
     /// a casefolded directory on a file system in strict mode
-    /// (`s_encoding_flags` EXT4_ENC_STRICT_MODE_FL). Then a name must be
-    /// valid UTF-8 and two names that fold alike are duplicates; without
-    /// strict mode e2fsck checks names byte for byte, as in any directory.
+    /// (`s_encoding_flags` EXT4_ENC_STRICT_MODE_FL) or with `-E
+    /// check_encoding`. Then a name must be valid UTF-8 and two names that
+    /// fold alike are duplicates; otherwise e2fsck checks names byte for
+    /// byte, as in any directory.
     pub(crate) fn checks_encoding(&mut self, ctx: &Ctx) -> bool {
         let strict = ctx.fs.sb.s_encoding_flags.get() & ext4kit_format::casefold::ENCODING_FLAG_STRICT != 0;
-        strict && self.casefolded(ctx)
+        (strict || ctx.check_encoding) && self.casefolded(ctx)
     }
 
     /// The form of `name` duplicates are found by: folded where

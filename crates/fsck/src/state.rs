@@ -123,6 +123,8 @@ pub struct Ctx<'a> {
     pub rehash: crate::rehash::Plan,
     /// Threads reading inode tables in pass 1 ([`crate::itable_scan`]).
     pub threads: usize,
+    /// [`crate::Options::check_encoding`].
+    pub check_encoding: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -157,6 +159,7 @@ impl<'a> Ctx<'a> {
             now: 0,
             rehash: crate::rehash::Plan::default(),
             threads: 1,
+            check_encoding: false,
             claim_budget: nb.saturating_mul(4).max(1 << 20),
             fs,
             report,

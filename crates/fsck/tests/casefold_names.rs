@@ -90,10 +90,15 @@ sif d/Foo links_count 2\nsif d/bar links_count 2\nsif d/other links_count 2\n";
 const NOT_UTF8: &[u8] = b"write DATA d/Foo\nln d/Foo d/a\xffb\nsif d/Foo links_count 2\n";
 
 fn check(bytes: &[u8]) -> Report {
+    check_with(bytes, false)
+}
+
+fn check_with(bytes: &[u8], check_encoding: bool) -> Report {
     let dev = MemDevice::new(bytes.to_vec());
     let opts = Options {
         force: true,
         mode: Mode::Check,
+        check_encoding,
         ..Options::default()
     };
     ext4kit_fsck::check(&dev, &opts, &mut |_| {}).expect("the check runs")
@@ -174,4 +179,24 @@ fn a_name_that_is_not_utf8_is_illegal_in_strict_mode() {
         "{:?}",
         folded_names(&after)
     );
+}
+
+/// `-E check_encoding` checks a directory without strict mode as if it
+/// had it, for e2fsck and here.
+#[test]
+fn check_encoding_folds_without_strict_mode() {
+    for (script, what) in [(DUPLICATES, "Duplicate entry 'FOO'"), (NOT_UTF8, "illegal UTF-8")] {
+        let Some(img) = made("nostrict", script) else { return };
+        let rep = check_with(&img, true);
+        let f = temp_image(&img);
+        let out = Command::new("e2fsck")
+            .args(["-fn", "-E", "check_encoding"])
+            .arg(f.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(4), "{text}");
+        assert!(text.contains(what), "{text}");
+        assert!(rep.errors() > 0, "{what}: {:?}", rep.findings);
+    }
 }

@@ -86,6 +86,7 @@ pub fn repair(
     let mut run_opts = Options {
         force: opts.force || out.journal.is_some(),
         journal_only: opts.journal_only,
+        check_encoding: opts.check_encoding,
         cancel: opts.cancel,
         now: opts.now,
         mode: opts.mode,

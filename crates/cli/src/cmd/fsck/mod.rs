@@ -1,4 +1,4 @@
-//! `ext4kit fsck [-n|-p|-y] [-f] [-D] [-b block [-B size]] [-j journal] [-z undo] [-C fd] [--json] [-E journal_only] IMAGE`:
+//! `ext4kit fsck [-n|-p|-y] [-f] [-D] [-b block [-B size]] [-j journal] [-z undo] [-C fd] [--json] [-E journal_only,check_encoding] IMAGE`:
 //! checks an image as `e2fsck -n` does, or repairs it as `e2fsck -p` and
 //! `e2fsck -y` do, with e2fsck's exit codes. All checking and repairing is
 //! `ext4kit-fsck`'s; this module parses options ([`mod@self`]), renders
@@ -45,7 +45,9 @@ pub struct Args {
     /// device" lines to file descriptor N (as e2fsck -C).
     #[arg(short = 'C')]
     pub progress_fd: Option<u32>,
-    /// Extended options, comma separated: journal_only.
+    /// Extended options, comma separated: journal_only, check_encoding
+    /// (names of casefolded directories checked as UTF-8 and folded even
+    /// without strict mode, as e2fsck -E check_encoding).
     #[arg(short = 'E')]
     pub extended: Option<String>,
     /// Save what a repair overwrites in FILE first (a new file, or this
@@ -126,10 +128,11 @@ fn check(a: &Args) -> Result<i32> {
         eprintln!("ext4kit fsck: only one of -n, -p and -y may be given");
         return Ok(fsck::EXIT_USAGE);
     };
-    let mut journal_only = false;
+    let (mut journal_only, mut check_encoding) = (false, false);
     for opt in a.extended.iter().flat_map(|e| e.split(',')) {
         match opt {
             "journal_only" => journal_only = true,
+            "check_encoding" => check_encoding = true,
             "" => {}
             other => {
                 eprintln!("ext4kit fsck: unknown extended option: {other}");
@@ -173,6 +176,7 @@ fn check(a: &Args) -> Result<i32> {
     let opts = Options {
         force: a.force,
         journal_only,
+        check_encoding,
         cancel: Some(&cancel),
         now,
         mode,
