@@ -436,7 +436,9 @@ fn link_dir(ctx: &mut Ctx, dir: u32, d: &mut DirBuf, e: &Ent, name: &[u8]) -> bo
 /// directory [`Dir::checks_encoding`], as e2fsck's `dict_de_cf_cmp`). A
 /// repeat naming the same inode is cleared; one naming another inode is
 /// renamed `name~N` (e2fsck's rehash does both), or cleared when the new
-/// name does not fit its record. False when cleared or skipped.
+/// name does not fit its record. False when cleared (a repeat left in
+/// place by a check-only run still counts as a reference, as e2fsck -n
+/// counts it).
 fn unique(
     ctx: &mut Ctx,
     dir: &mut Dir,
@@ -460,8 +462,7 @@ fn unique(
     let show = String::from_utf8_lossy(&name).into_owned();
     if first == e.inode || dir.encrypted(ctx) {
         let msg = format!("duplicate entry '{show}' in directory block {}", b.lblk);
-        clear(ctx, dir.ino, d, e, code, msg);
-        return false;
+        return !clear(ctx, dir.ino, d, e, code, msg);
     }
     let mut new = name.clone();
     let mut new_key = key;
@@ -474,8 +475,7 @@ fn unique(
     }
     if rec_len_for(new.len()) > e.rec_len {
         let msg = format!("entry '{show}' repeats a name and has no room to be renamed");
-        clear(ctx, dir.ino, d, e, code, msg);
-        return false;
+        return !clear(ctx, dir.ino, d, e, code, msg);
     }
     let msg = format!("name '{show}' appears more than once in the directory");
     if ctx.fix(Finding::new(code, msg, "rename it").ino(dir.ino)) {
