@@ -45,10 +45,14 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// e2fsck's exit status: 1 when the image was changed, plus 4 when
-    /// errors are left; 0 when it was clean and left untouched.
+    /// e2fsck's exit status: 1 when the repair changed the image, plus 4
+    /// when errors are left; 0 when it was clean and left untouched. A
+    /// journal replay alone is not a change: e2fsck re-opens the image
+    /// after replaying (`e2fsck_run_ext3_journal`), which forgets it, and
+    /// exits 0 unless the check then fixes something or the superblock is
+    /// not marked valid (which here writes the superblock).
     pub fn exit_code(&self) -> i32 {
-        let changed = self.written.pages > 0 || self.journal.as_deref().is_some_and(|j| j.starts_with("replayed"));
+        let changed = self.written.pages > 0;
         let mut code = 0;
         if changed {
             code |= crate::EXIT_FIXED;
