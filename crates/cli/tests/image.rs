@@ -495,3 +495,46 @@ fn raw_destinations_equal_e2images() {
         assert!(!ext4kit(&a).status.success(), "{bad:?} should be refused");
     }
 }
+
+/// A file system the kernel has mounted read-write is refused, as e2image
+/// refuses it, and copied with -f; mounted read-only, it is copied.
+#[test]
+fn a_read_write_mount_is_refused_without_f() {
+    let Some(()) = tools() else {
+        assert!(std::env::var_os("CI").is_none(), "tools missing under CI");
+        return;
+    };
+    if ext4kit_testkit::tools::skip_unless(ext4kit_testkit::mount::can_loop_mount()).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = make_image(dir.path(), "mounted", &["-b", "4096"]);
+    let (ours, theirs) = (dir.path().join("k.raw"), dir.path().join("e.raw"));
+    {
+        let m = ext4kit_testkit::mount::LoopMount::rw(&img, &[]).expect("kernel mount");
+        let k = ext4kit(&[Path::new("image"), Path::new("-r"), &img, &ours]);
+        let e = Command::new("e2image")
+            .arg("-r")
+            .arg(&img)
+            .arg(&theirs)
+            .output()
+            .unwrap();
+        assert!(!e.status.success(), "e2image copied a read-write mount");
+        assert!(!k.status.success(), "a read-write mount was copied");
+        assert!(
+            String::from_utf8_lossy(&k.stderr).contains("-f"),
+            "the refusal names -f"
+        );
+        assert!(!ours.exists(), "a refused copy left a file");
+        ok(&["image", "-r", "-f"], &[&img, &ours]);
+        m.unmount().expect("unmount");
+    }
+    {
+        let m = ext4kit_testkit::mount::LoopMount::ro(&img).expect("kernel ro mount");
+        ok(&["image", "-r"], &[&img, &ours]);
+        m.unmount().expect("unmount");
+    }
+    run("e2image", &["-r"], &[&img, &theirs]);
+    assert_same(&theirs, &ours);
+    assert_fsck_clean(&ours).unwrap();
+}

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use ext4kit_engine::device::{FileDevice, OffsetDevice};
+use ext4kit_engine::device::{FileDevice, InUse, OffsetDevice};
 use ext4kit_engine::image::{self, ImageOptions, RawBlock, RawOptions, RawSink, RawStats};
 use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions, SuperblockAt};
 
@@ -68,6 +68,10 @@ pub struct Args {
     /// Show progress on standard error (raw only).
     #[arg(short = 'p')]
     progress: bool,
+    /// Copy even a file system mounted read-write (the copy may then be
+    /// inconsistent), as e2image -f.
+    #[arg(short = 'f')]
+    force: bool,
 }
 
 /// Numbers as e2image reads them (`strtoull(…, 0)`): decimal, 0x hex, 0 octal.
@@ -134,6 +138,15 @@ pub fn run(a: Args) -> Result<()> {
         return Ok(());
     }
     drop(input);
+    if !a.force
+        && let Some(why) = written_elsewhere(&a.image)
+    {
+        bail!(
+            "{}: {why}: an image of a file system mounted read-write can be inconsistent and useless \
+             for debugging; -f copies it anyway",
+            a.image.display()
+        );
+    }
     let fs = open_source(&a)?;
     let opts = ImageOptions {
         all_data: a.all_data,
@@ -165,6 +178,28 @@ pub fn run(a: Args) -> Result<()> {
         outln!("names scrambled: {}, kept: {}", stats.names_scrambled, stats.names_kept);
     }
     Ok(())
+}
+
+/// Why the image may change under the copy, as e2image refuses: a kernel
+/// mount that is not read-only, or another ext4kit writer's lock.
+fn written_elsewhere(image: &Path) -> Option<String> {
+    let dev = FileDevice::open(image, false).ok()?;
+    match dev.in_use()? {
+        InUse::Mounted { mount_point, .. } if mounted_read_only(mount_point) => None,
+        InUse::Swap => None,
+        other => Some(other.to_string()),
+    }
+}
+
+/// True when /proc/mounts lists `dir` with the `ro` option.
+fn mounted_read_only(dir: &Path) -> bool {
+    let Ok(mounts) = std::fs::read_to_string("/proc/mounts") else {
+        return false;
+    };
+    mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && Path::new(f[1]) == dir && f[3].split(',').any(|o| o == "ro")
+    })
 }
 
 /// The source, read-only, from `-o` on when given.
