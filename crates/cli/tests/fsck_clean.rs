@@ -310,3 +310,67 @@ fn a_pure_journal_replay_exits_as_e2fsck_does() {
         }
     }
 }
+
+/// A journal the kernel left dirty (the image copied while mounted, after
+/// `sync`): the replayed superblock keeps the free counts of the mount,
+/// which the kernel tracked only in memory. e2fsck sets them silently when
+/// it skips the full check (exit 0) and fixes them in pass 5 with `-f`
+/// (exit 1); every mode's exit status equals e2fsck's, and a forced
+/// repair leaves the counts e2fsck leaves.
+#[test]
+fn a_kernel_dirty_journal_exits_as_e2fsck_does() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    if ext4kit_testkit::tools::skip_unless(ext4kit_testkit::mount::can_loop_mount()).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for bs in ["4096", "1024"] {
+        let img = dir.path().join(format!("k{bs}.img"));
+        let out = std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-b", bs])
+            .arg(&img)
+            .arg("64M")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let dirty = dir.path().join(format!("dirty{bs}.img"));
+        {
+            let m = ext4kit_testkit::mount::LoopMount::rw(&img, &[]).expect("kernel mount");
+            for i in 0..40u32 {
+                std::fs::write(m.path().join(format!("f{i}")), vec![i as u8; 5000]).unwrap();
+            }
+            assert!(std::process::Command::new("sync").status().unwrap().success());
+            std::fs::copy(&img, &dirty).unwrap();
+            m.unmount().expect("unmount");
+        }
+        for mode in ["-p", "-n", "-y", "-fp", "-fn", "-fy"] {
+            let (theirs, ours) = (dir.path().join("e2.img"), dir.path().join("k.img"));
+            std::fs::copy(&dirty, &theirs).unwrap();
+            std::fs::copy(&dirty, &ours).unwrap();
+            let e = run_timed("e2fsck", &[mode, theirs.to_str().unwrap()], LIMIT);
+            let k = ext4kit_fsck(&[mode], &ours, LIMIT);
+            assert_eq!(
+                k.code, e.code,
+                "{bs} {mode}: ext4kit fsck exits {:?}, e2fsck {:?}\n{}{}\n{}",
+                k.code, e.code, k.stdout, k.stderr, e.stdout
+            );
+            if mode.ends_with('n') {
+                continue;
+            }
+            let fsck = e2fsck_fn(&ours, LIMIT);
+            assert_eq!(fsck.code, Some(0), "{bs} {mode}: not clean:\n{}", fsck.stdout);
+            if mode.starts_with("-f") {
+                let counts = |p: &Path| {
+                    let out = run_timed("dumpe2fs", &["-h", p.to_str().unwrap()], LIMIT).stdout;
+                    out.lines()
+                        .filter(|l| l.starts_with("Free blocks:") || l.starts_with("Free inodes:"))
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(counts(&ours), counts(&theirs), "{bs} {mode}: free counts");
+            }
+        }
+    }
+}
