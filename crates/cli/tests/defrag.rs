@@ -110,7 +110,7 @@ fn defrag_prints_the_summary_and_leaves_one_extent_per_file() {
     assert_clean(&img);
     let again = ok(&["defrag", i, "/a"]);
     assert!(
-        again.contains("1 files looked at, 0 defragmented; extents 1 → 1"),
+        again.contains("1 file looked at, 0 defragmented; extents 1 → 1"),
         "{again}"
     );
     assert_clean(&img);

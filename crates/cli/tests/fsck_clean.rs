@@ -224,3 +224,153 @@ fn interface_follows_e2fsck() {
         r.stderr
     );
 }
+
+/// An image of `args` (blocks of 4 KiB or less) whose journal holds one committed transaction
+/// (written by debugfs `jo`/`jw`/`jc`) over the free block `free`, so
+/// that recovery is the only thing a check has to do.
+fn journal_to_replay(dir: &Path, tag: &str, args: &[&str], free: u64) -> std::path::PathBuf {
+    let img = dir.join(format!("{tag}.img"));
+    let mut a = vec!["-q", "-F"];
+    a.extend_from_slice(args);
+    a.extend([img.to_str().unwrap(), "32M"]);
+    let out = std::process::Command::new("mkfs.ext4").args(&a).output().unwrap();
+    assert!(out.status.success(), "mkfs.ext4 {a:?}");
+    let data = dir.join(format!("{tag}.data"));
+    // debugfs writes nothing for a file shorter than a block.
+    let mut block = b"journalled block\n".to_vec();
+    block.resize(4096, 0);
+    std::fs::write(&data, &block).unwrap();
+    let cmds = dir.join(format!("{tag}.cmds"));
+    std::fs::write(&cmds, format!("jo\njw -b {free} {}\njc\n", data.display())).unwrap();
+    let out = std::process::Command::new("debugfs")
+        .arg("-w")
+        .arg("-f")
+        .arg(&cmds)
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "debugfs journal writes");
+    let sb = std::process::Command::new("dumpe2fs")
+        .arg("-h")
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&sb.stdout).contains("needs_recovery"),
+        "{tag}: debugfs left no transaction to replay"
+    );
+    img
+}
+
+/// A clean journal replay is not a change to e2fsck: it re-opens the image
+/// after replaying and exits 0 unless the check then fixes something. The
+/// exit status of every mode (-p, -n, -y, with and without -f) equals
+/// e2fsck 1.47's on the same image, and each repair leaves it replayed
+/// and clean.
+#[test]
+fn a_pure_journal_replay_exits_as_e2fsck_does() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[&str], u64); 2] = [("j4k", &["-b", "4096"], 6000), ("j1k", &["-b", "1024"], 22000)];
+    for (tag, args, free) in cases {
+        let base = journal_to_replay(dir.path(), tag, args, free);
+        for mode in ["-p", "-n", "-y", "-fp", "-fn", "-fy"] {
+            let (theirs, ours) = (dir.path().join("e2.img"), dir.path().join("k.img"));
+            std::fs::copy(&base, &theirs).unwrap();
+            std::fs::copy(&base, &ours).unwrap();
+            let e = run_timed("e2fsck", &[mode, theirs.to_str().unwrap()], LIMIT);
+            let k = ext4kit_fsck(&[mode], &ours, LIMIT);
+            assert_eq!(
+                k.code, e.code,
+                "{tag} {mode}: ext4kit fsck exits {:?}, e2fsck {:?}\n{}{}",
+                k.code, e.code, k.stdout, k.stderr
+            );
+            if mode.ends_with('n') {
+                continue;
+            }
+            let fsck = e2fsck_fn(&ours, LIMIT);
+            assert_eq!(
+                fsck.code,
+                Some(0),
+                "{tag} {mode}: not clean after the replay:\n{}",
+                fsck.stdout
+            );
+            let blk = |p: &Path| {
+                let bs = if args[1] == "4096" { 4096 } else { 1024 };
+                std::fs::read(p).unwrap()[(free * bs) as usize..][..17].to_vec()
+            };
+            assert_eq!(
+                blk(&ours),
+                b"journalled block\n",
+                "{tag} {mode}: the block was not replayed"
+            );
+            assert_eq!(blk(&ours), blk(&theirs));
+        }
+    }
+}
+
+/// A journal the kernel left dirty (the image copied while mounted, after
+/// `sync`): the replayed superblock keeps the free counts of the mount,
+/// which the kernel tracked only in memory. e2fsck sets them silently when
+/// it skips the full check (exit 0) and fixes them in pass 5 with `-f`
+/// (exit 1); every mode's exit status equals e2fsck's, and a forced
+/// repair leaves the counts e2fsck leaves.
+#[test]
+fn a_kernel_dirty_journal_exits_as_e2fsck_does() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    if ext4kit_testkit::tools::skip_unless(ext4kit_testkit::mount::can_loop_mount()).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for bs in ["4096", "1024"] {
+        let img = dir.path().join(format!("k{bs}.img"));
+        let out = std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-b", bs])
+            .arg(&img)
+            .arg("64M")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let dirty = dir.path().join(format!("dirty{bs}.img"));
+        {
+            let m = ext4kit_testkit::mount::LoopMount::rw(&img, &[]).expect("kernel mount");
+            for i in 0..40u32 {
+                std::fs::write(m.path().join(format!("f{i}")), vec![i as u8; 5000]).unwrap();
+            }
+            assert!(std::process::Command::new("sync").status().unwrap().success());
+            std::fs::copy(&img, &dirty).unwrap();
+            m.unmount().expect("unmount");
+        }
+        for mode in ["-p", "-n", "-y", "-fp", "-fn", "-fy"] {
+            let (theirs, ours) = (dir.path().join("e2.img"), dir.path().join("k.img"));
+            std::fs::copy(&dirty, &theirs).unwrap();
+            std::fs::copy(&dirty, &ours).unwrap();
+            let e = run_timed("e2fsck", &[mode, theirs.to_str().unwrap()], LIMIT);
+            let k = ext4kit_fsck(&[mode], &ours, LIMIT);
+            assert_eq!(
+                k.code, e.code,
+                "{bs} {mode}: ext4kit fsck exits {:?}, e2fsck {:?}\n{}{}\n{}",
+                k.code, e.code, k.stdout, k.stderr, e.stdout
+            );
+            if mode.ends_with('n') {
+                continue;
+            }
+            let fsck = e2fsck_fn(&ours, LIMIT);
+            assert_eq!(fsck.code, Some(0), "{bs} {mode}: not clean:\n{}", fsck.stdout);
+            if mode.starts_with("-f") {
+                let counts = |p: &Path| {
+                    let out = run_timed("dumpe2fs", &["-h", p.to_str().unwrap()], LIMIT).stdout;
+                    out.lines()
+                        .filter(|l| l.starts_with("Free blocks:") || l.starts_with("Free inodes:"))
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(counts(&ours), counts(&theirs), "{bs} {mode}: free counts");
+            }
+        }
+    }
+}

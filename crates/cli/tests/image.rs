@@ -345,3 +345,196 @@ fn a_backup_superblock_image_equals_e2image_b() {
         String::from_utf8_lossy(&fsck.stdout)
     );
 }
+
+/// Both tools' output (stdout, stderr) for `args`.
+fn both(args: &[&str], paths: &[&Path]) -> (Output, Output) {
+    let e = Command::new("e2image").args(args).args(paths).output().unwrap();
+    let mut all: Vec<&Path> = std::iter::once(Path::new("image"))
+        .chain(args.iter().map(Path::new))
+        .collect();
+    all.extend(paths);
+    let k = ext4kit(&all);
+    assert!(
+        e.status.success(),
+        "e2image {args:?}: {}",
+        String::from_utf8_lossy(&e.stderr)
+    );
+    assert!(
+        k.status.success(),
+        "ext4kit image {args:?}: {}",
+        String::from_utf8_lossy(&k.stderr)
+    );
+    (e, k)
+}
+
+fn assert_bytes_equal(a: &Path, b: &Path, what: &str) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert_eq!(x.len(), y.len(), "{what}: sizes differ");
+    assert!(x == y, "{what}: {} and {} differ", a.display(), b.display());
+}
+
+/// The numbers of "Copied N / M blocks" in `-p`'s last line.
+fn copied(stderr: &[u8]) -> Option<String> {
+    let s = String::from_utf8_lossy(stderr).replace(['\r', '\u{8}'], "\n");
+    let line = s.lines().rfind(|l| l.starts_with("Copied "))?;
+    Some(line.split(" in ").next()?.to_string())
+}
+
+/// Every destination e2image -r takes, each byte for byte as e2image
+/// writes it: standard output, `-O` into the output and `-o` from the
+/// input, `-c` onto an older copy (only the changed blocks written, and
+/// the same count of blocks already there), `-n`'s list of blocks, `-p`'s
+/// closing count, and a file system moved within its file both ways; the
+/// combinations e2image refuses are refused.
+#[test]
+fn raw_destinations_equal_e2images() {
+    let Some(()) = tools() else {
+        assert!(std::env::var_os("CI").is_none(), "tools missing under CI");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let img = make_image(dir.path(), "dest", &["-b", "4096"]);
+    let p = |s: &str| dir.path().join(s);
+    let dash = Path::new("-");
+    let (e, k) = both(&["-r"], &[&img, dash]);
+    assert!(
+        e.stdout.len() as u64 == std::fs::metadata(&img).unwrap().len() && e.stdout == k.stdout,
+        "-r to stdout"
+    );
+    run("e2image", &["-ra", "-O", "1048576"], &[&img, &p("e.O")]);
+    ok(&["image", "-ra", "-O", "1048576"], &[&img, &p("k.O")]);
+    assert_bytes_equal(&p("e.O"), &p("k.O"), "-O");
+    let src = p("e.O");
+    run("e2image", &["-ra", "-o", "1048576"], &[&src, &p("e.o")]);
+    ok(&["image", "-ra", "-o", "1048576"], &[&src, &p("k.o")]);
+    assert_bytes_equal(&p("e.o"), &p("k.o"), "-o");
+    assert_fsck_clean(&p("k.o")).unwrap();
+    // -c: the image changes, then is copied again onto the old copy.
+    let old = p("old");
+    std::fs::copy(&img, &old).unwrap();
+    debugfs_write(&img, "mkdir /new_dir").unwrap();
+    debugfs_write(&img, "sif /data mtime 20200101").unwrap();
+    std::fs::copy(&old, p("e.c")).unwrap();
+    std::fs::copy(&old, p("k.c")).unwrap();
+    let e = run("e2image", &["-rac"], &[&img, &p("e.c")]);
+    let k2 = ok(&["image", "-rac"], &[&img, &p("k.c")]);
+    let line = |o: &[u8]| {
+        String::from_utf8_lossy(o)
+            .lines()
+            .find(|l| l.contains("already contained"))
+            .map(str::to_string)
+    };
+    assert!(
+        line(&e.stdout).is_some() && line(&e.stdout) == line(k2.as_bytes()),
+        "{:?} {k2}",
+        line(&e.stdout)
+    );
+    assert_bytes_equal(&p("e.c"), &p("k.c"), "-c");
+    assert_bytes_equal(&img, &p("k.c"), "-c copy of the changed image");
+    assert_fsck_clean(&p("k.c")).unwrap();
+    // -n: the same blocks listed, nothing written.
+    let e = run("e2image", &["-rn"], &[&img, &p("e.n")]);
+    let k = ext4kit(&[Path::new("image"), Path::new("-rn"), &img, &p("k.n")]);
+    assert!(k.status.success() && !p("k.n").exists(), "-n wrote an image");
+    let listed = |o: &[u8]| {
+        let mut v: Vec<String> = String::from_utf8_lossy(o)
+            .lines()
+            .filter(|l| l.starts_with("Writing block "))
+            .map(str::to_string)
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(
+        !listed(&e.stdout).is_empty() && listed(&e.stdout) == listed(&k.stdout),
+        "-n lists differ"
+    );
+    // -p: e2image's closing count.
+    let (e, k) = both(&["-rp"], &[&img, &p("p")]);
+    assert!(
+        copied(&e.stderr).is_some() && copied(&e.stderr) == copied(&k.stderr),
+        "-p: {:?} {:?}",
+        copied(&e.stderr),
+        copied(&k.stderr)
+    );
+    // Moves: to the right by 1 MiB, then back.
+    for (tool, file) in [("e2image", p("e.mv")), ("ext4kit", p("k.mv"))] {
+        std::fs::copy(&img, &file).unwrap();
+        for opt in ["-O", "-o"] {
+            let out = if tool == "e2image" {
+                run("e2image", &["-ra", opt, "1048576"], &[&file])
+            } else {
+                let o = ext4kit(&[
+                    Path::new("image"),
+                    Path::new("-ra"),
+                    Path::new(opt),
+                    Path::new("1048576"),
+                    &file,
+                ]);
+                assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+                o
+            };
+            drop(out);
+            if opt == "-O" {
+                let moved = p(&format!("{tool}.moved"));
+                std::fs::write(&moved, &std::fs::read(&file).unwrap()[1 << 20..]).unwrap();
+                assert_fsck_clean(&moved).unwrap();
+            }
+        }
+    }
+    assert_bytes_equal(&p("e.mv"), &p("k.mv"), "moved right then left");
+    assert_fsck_clean(&p("k.mv")).unwrap();
+    for bad in [&["-Q"][..], &["-rc"], &["-r", "-O", "4096"]] {
+        let mut a: Vec<&Path> = std::iter::once(Path::new("image"))
+            .chain(bad.iter().map(Path::new))
+            .collect();
+        a.push(&img);
+        if bad[0] != "-r" {
+            a.push(dash);
+        }
+        assert!(!ext4kit(&a).status.success(), "{bad:?} should be refused");
+    }
+}
+
+/// A file system the kernel has mounted read-write is refused, as e2image
+/// refuses it, and copied with -f; mounted read-only, it is copied.
+#[test]
+fn a_read_write_mount_is_refused_without_f() {
+    let Some(()) = tools() else {
+        assert!(std::env::var_os("CI").is_none(), "tools missing under CI");
+        return;
+    };
+    if ext4kit_testkit::tools::skip_unless(ext4kit_testkit::mount::can_loop_mount()).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = make_image(dir.path(), "mounted", &["-b", "4096"]);
+    let (ours, theirs) = (dir.path().join("k.raw"), dir.path().join("e.raw"));
+    {
+        let m = ext4kit_testkit::mount::LoopMount::rw(&img, &[]).expect("kernel mount");
+        let k = ext4kit(&[Path::new("image"), Path::new("-r"), &img, &ours]);
+        let e = Command::new("e2image")
+            .arg("-r")
+            .arg(&img)
+            .arg(&theirs)
+            .output()
+            .unwrap();
+        assert!(!e.status.success(), "e2image copied a read-write mount");
+        assert!(!k.status.success(), "a read-write mount was copied");
+        assert!(
+            String::from_utf8_lossy(&k.stderr).contains("-f"),
+            "the refusal names -f"
+        );
+        assert!(!ours.exists(), "a refused copy left a file");
+        ok(&["image", "-r", "-f"], &[&img, &ours]);
+        m.unmount().expect("unmount");
+    }
+    {
+        let m = ext4kit_testkit::mount::LoopMount::ro(&img).expect("kernel ro mount");
+        ok(&["image", "-r"], &[&img, &ours]);
+        m.unmount().expect("unmount");
+    }
+    run("e2image", &["-r"], &[&img, &theirs]);
+    assert_same(&theirs, &ours);
+    assert_fsck_clean(&ours).unwrap();
+}

@@ -512,3 +512,99 @@ fn fsck_continues_an_undo_file() {
         std::fs::remove_file(&undo).unwrap();
     }
 }
+
+/// `undo -z`: an undo undone, both ways with e2undo (our undo's undo
+/// file replayed by e2undo, e2undo -z's replayed by us), each step
+/// byte for byte; and neither the replayed file nor the image is taken
+/// as the new undo file.
+#[test]
+fn an_undo_can_itself_be_undone_by_either_suite() {
+    if !have_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = populated(dir.path(), &[], "32M", 32 << 20);
+    let before = bytes(&img);
+    let t = dir.path().join("tune.undo");
+    run_ok("tune2fs", &["-z", s(&t), "-O", "^metadata_csum", s(&img)]).unwrap();
+    let after = bytes(&img);
+    assert!(after != before, "tune2fs changed nothing");
+    let back = dir.path().join("back.undo");
+    for refused in [&t, &img] {
+        let out = ext4kit(&["undo", "-z", s(refused), s(&t), s(&img)]);
+        assert!(!out.status.success(), "-z {} taken", refused.display());
+        assert!(bytes(&img) == after, "a refused -z wrote");
+    }
+    ok(&["undo", "-z", s(&back), s(&t), s(&img)]);
+    assert!(bytes(&img) == before, "ext4kit undo -z did not undo");
+    e2undo(&back, &img);
+    assert!(bytes(&img) == after, "e2undo of ext4kit's -z file did not redo");
+    run_ok("e2undo", &["-z", s(&dir.path().join("e2.undo")), s(&t), s(&img)]).unwrap();
+    assert!(bytes(&img) == before, "e2undo -z did not undo");
+    ok(&["undo", s(&dir.path().join("e2.undo")), s(&img)]);
+    assert!(bytes(&img) == after, "ext4kit undo of e2undo's -z file did not redo");
+    assert_fsck_clean(&img).unwrap();
+}
+
+/// `undo -o`: a file system 1 MiB into its file. mke2fs `-E offset=`
+/// records the offset in its undo file, which we follow (and `-z` records
+/// it again, for e2undo); an undo file made without one is replayed at
+/// `-o`, as e2undo -o does.
+#[test]
+fn undo_follows_the_file_systems_offset() {
+    if !have_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fs = populated(dir.path(), &[], "32M", 32 << 20);
+    let plain = bytes(&fs);
+    let img = dir.path().join("off.img");
+    let mut disk: Vec<u8> = (0..1u32 << 20).map(|i| (i * 31 % 251) as u8).collect();
+    disk.extend_from_slice(&plain);
+    std::fs::write(&img, &disk).unwrap();
+    let m = dir.path().join("mke2fs.undo");
+    run_ok(
+        "mke2fs",
+        &[
+            "-q",
+            "-F",
+            "-t",
+            "ext4",
+            "-z",
+            s(&m),
+            "-E",
+            "offset=1048576",
+            s(&img),
+            "32M",
+        ],
+    )
+    .unwrap();
+    let after = bytes(&img);
+    assert!(after != disk, "mke2fs changed nothing");
+    assert!(ok(&["undo", "--header", s(&m), s(&img)]).contains("fs offset:\t1048576"));
+    let back = dir.path().join("back.undo");
+    ok(&["undo", "-z", s(&back), s(&m), s(&img)]);
+    assert!(
+        bytes(&img) == disk,
+        "the offset recorded in the undo file was not followed"
+    );
+    assert!(ok(&["undo", "--header", s(&back), s(&img)]).contains("fs offset:\t1048576"));
+    e2undo(&back, &img);
+    assert!(bytes(&img) == after, "e2undo of our -z file at an offset");
+    // A file made for the bare file system, replayed 1 MiB in.
+    let t = dir.path().join("label.undo");
+    let bare = dir.path().join("u.img");
+    run_ok("tune2fs", &["-z", s(&t), "-L", "moved", s(&bare)]).unwrap();
+    let mut labelled = disk[..1 << 20].to_vec();
+    labelled.extend_from_slice(&bytes(&bare));
+    for tool in ["ext4kit", "e2undo"] {
+        std::fs::write(&img, &labelled).unwrap();
+        if tool == "e2undo" {
+            run_ok("e2undo", &["-o", "1048576", s(&t), s(&img)]).unwrap();
+        } else {
+            ok(&["undo", "-o", "1048576", s(&t), s(&img)]);
+        }
+        assert!(bytes(&img) == disk, "{tool} -o did not restore the image");
+    }
+    assert_fsck_clean(&bare).unwrap();
+}

@@ -2,6 +2,7 @@
 //! scripts and man pages that `ext4kit completions` and `ext4kit man` make
 //! from the command-line definition cover every command.
 
+use std::path::Path;
 use std::process::Command;
 
 fn ext4kit(args: &[&str]) -> String {
@@ -83,4 +84,64 @@ fn man_pages_cover_every_command_and_fsck_names_y() {
     let fsck = std::fs::read_to_string(out.join("ext4kit-fsck.1")).expect("fsck page");
     assert!(fsck.contains(".TH ext4kit-fsck"), "{fsck}");
     assert!(fsck.contains("\\-y"), "the fsck page does not name -y:\n{fsck}");
+}
+
+/// Every document the README cites (`docs/….md`, `scripts/…`, links to
+/// files) is in the repository (issue 19: the README pointed at design
+/// documents a clone does not have).
+#[test]
+fn every_document_the_readme_cites_is_in_the_repository() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut cited = Vec::new();
+    for word in readme.split(|c: char| c.is_whitespace() || "()[]`'\",;:|<>*".contains(c)) {
+        // A link's anchor names a heading, not a file.
+        let w = word.split('#').next().unwrap_or_default().trim_end_matches('.');
+        let local = w.starts_with("docs/") || w.starts_with("scripts/") || w.starts_with("crates/");
+        if local && !w.contains("http") && !w.contains('*') {
+            cited.push(w.trim_end_matches('/').to_string());
+        }
+    }
+    assert!(
+        cited.iter().any(|c| c.starts_with("docs/")),
+        "no docs cited: parsing is off"
+    );
+    let missing: Vec<&String> = cited.iter().filter(|c| !root.join(c.as_str()).exists()).collect();
+    assert!(
+        missing.is_empty(),
+        "README cites files not in the repository: {missing:?}"
+    );
+}
+
+/// `ls -l --help` names the long listing's columns in the order `ls -l`
+/// prints them (issue 19: they differed).
+#[test]
+fn ls_help_names_the_columns_in_output_order() {
+    let help = ext4kit(&["ls", "--help"]);
+    let line = help
+        .lines()
+        .find(|l| l.contains("Long listing:"))
+        .unwrap_or_else(|| panic!("{help}"));
+    let order: Vec<&str> = ["inode", "mode", "links", "owner", "group", "size", "time", "name"]
+        .into_iter()
+        .collect();
+    let at: Vec<usize> = order.iter().map(|w| line.find(w).unwrap_or(usize::MAX)).collect();
+    assert!(at.windows(2).all(|p| p[0] < p[1]), "{line}");
+    // And the listing: inode number, then the mode string, links, uid,
+    // gid, size, a date, the name.
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("h.img");
+    let img = img.to_str().unwrap();
+    ext4kit(&["mkfs", "-q", img, "8M"]);
+    let ls = ext4kit(&["ls", "-l", "--time-style", "long-iso", img, "/"]);
+    let row: Vec<&str> = ls
+        .lines()
+        .find(|l| l.ends_with("lost+found"))
+        .unwrap_or_else(|| panic!("{ls}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[0], "11", "{ls}");
+    assert!(row[1].starts_with('d'), "{ls}");
+    assert!(row[2..6].iter().all(|w| w.parse::<u64>().is_ok()), "{ls}");
+    assert_eq!(row[8], "lost+found", "{ls}");
 }

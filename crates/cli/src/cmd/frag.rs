@@ -88,8 +88,8 @@ fn print_files(files: &[(&str, FileFrag)]) -> Result<()> {
     let extents: u64 = files.iter().map(|(_, f)| f.extents).sum();
     let worse = files.iter().filter(|(_, f)| f.extents > f.best).count();
     outln!(
-        "\n{} files, {:.2} extents per file, {} ({:.1} %) in more extents than their size needs",
-        files.len(),
+        "\n{}, {:.2} extents per file, {} ({:.1} %) in more extents than their size needs",
+        crate::cmd::util::count(files.len() as u64, "file", "files"),
         extents as f64 / n,
         worse,
         100.0 * worse as f64 / n

@@ -1,11 +1,13 @@
 //! `ext4kit quota IMAGE` (usage and limits per id, like `repquota`; `--set`
 //! changes one id's limits) and `ext4kit project IMAGE PATH [ID]
 //! [--inherit]` (an inode's project id and PROJINHERIT flag). The
-//! accounting is the engine's (`ext4kit_engine` quota module).
+//! accounting is the engine's (`ext4kit_engine` quota module). `quota
+//! --json` prints the same for programs (docs/json.md).
 
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::QuotaLimits;
 use ext4kit_format::quota::QuotaType;
+use serde_json::{Value, json};
 
 use crate::ImageArgs;
 use crate::open::{open_ro, open_rw};
@@ -31,6 +33,9 @@ pub struct Args {
     /// Inode hard limit (0: none).
     #[arg(long, default_value_t = 0)]
     inodes_hard: u64,
+    /// An array of quota types and their ids, for programs (docs/json.md).
+    #[arg(long, conflicts_with = "set")]
+    json: bool,
 }
 
 /// Reports every quota type, or sets one id's limits.
@@ -51,11 +56,35 @@ pub fn run(a: Args) -> Result<()> {
     }
     let fs = open_ro(&a.image)?;
     let mut any = false;
+    let mut types = Vec::new();
     for t in QuotaType::ALL {
         let Some((info, entries)) = fs.quota_entries(t)? else {
             continue;
         };
         any = true;
+        if a.json {
+            let ids: Vec<Value> = entries
+                .iter()
+                .map(|d| {
+                    json!({
+                        "id": d.id,
+                        "space_bytes": d.curspace,
+                        "blocks_soft_kib": d.bsoftlimit,
+                        "blocks_hard_kib": d.bhardlimit,
+                        "inodes": d.curinodes,
+                        "inodes_soft": d.isoftlimit,
+                        "inodes_hard": d.ihardlimit,
+                    })
+                })
+                .collect();
+            types.push(json!({
+                "type": t.name(),
+                "block_grace_secs": info.bgrace,
+                "inode_grace_secs": info.igrace,
+                "ids": ids,
+            }));
+            continue;
+        }
         println!(
             "*** {} quotas (block grace {}s, inode grace {}s)",
             t.name(),
@@ -81,6 +110,9 @@ pub fn run(a: Args) -> Result<()> {
     }
     if !any {
         bail!("{}: no quota files (mkfs -O quota)", a.image.image.display());
+    }
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&Value::Array(types))?);
     }
     Ok(())
 }

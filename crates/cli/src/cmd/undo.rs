@@ -1,16 +1,22 @@
-//! `ext4kit undo [-f] [-n] [-v] [--header] UNDO_FILE IMAGE`: e2undo. Puts
+//! `ext4kit undo [-f] [-n] [-v] [-o OFFSET] [-z FILE] [--header] UNDO_FILE
+//! IMAGE`: e2undo. Puts
 //! back the blocks an undo file saved (`mkfs`/`tune`/`resize`/`fsck -z`
 //! here, `mke2fs`/`tune2fs`/`resize2fs`/`e2fsck -z` in e2fsprogs), after
 //! checking the whole file and that the image is the one it was made
 //! against; the replay itself is `ext4kit_engine::device::undo::replay`.
+//! `-o` places the file system at a byte offset of IMAGE (else the undo
+//! file's own, if it records one); `-z` saves what the replay overwrites
+//! in another undo file, so that the undo can be undone.
 
 use std::fs::File;
 use std::io::Write as _;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use ext4kit_engine::device::FileDevice;
+use ext4kit_engine::BlockDevice;
 use ext4kit_engine::device::undo::replay::{ReplayOptions, UndoFile, replay};
+use ext4kit_engine::device::{FileDevice, OffsetDevice, UndoDevice};
 
 /// Arguments of `undo`.
 #[derive(clap::Args)]
@@ -28,6 +34,14 @@ pub struct Args {
     /// Print the undo file's header and stop (e2undo -h).
     #[arg(long)]
     header: bool,
+    /// Byte offset of the file system in IMAGE (default: the one the undo
+    /// file records, else 0).
+    #[arg(short = 'o', value_name = "OFFSET")]
+    offset: Option<u64>,
+    /// Save what the replay overwrites in FILE first, so that this undo
+    /// can itself be undone (`ext4kit undo FILE IMAGE`, or e2undo).
+    #[arg(short = 'z', value_name = "FILE")]
+    undo: Option<PathBuf>,
     /// The undo file.
     undo_file: PathBuf,
     /// The image to restore; it must not be mounted.
@@ -38,14 +52,27 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     let name = a.undo_file.display();
     let file = File::open(&a.undo_file).with_context(|| format!("cannot open the undo file {name}"))?;
-    let undo = UndoFile::read(&file, a.force).with_context(|| format!("{name}: nothing was written"))?;
+    let mut undo = UndoFile::read(&file, a.force).with_context(|| format!("{name}: nothing was written"))?;
     if a.header {
         print_header(&undo)?;
         return Ok(());
     }
+    if let Some(z) = &a.undo
+        && (same_file(z, &a.undo_file) || same_file(z, &a.image))
+    {
+        bail!(
+            "-z {}: the new undo file cannot be the one replayed, or the image",
+            z.display()
+        );
+    }
+    let offset = a.offset.unwrap_or(undo.fs_offset());
     let dev = FileDevice::open(&a.image, !a.dry_run).with_context(|| "cannot open the image")?;
+    let dev = OffsetDevice::new(Box::new(dev), offset).with_context(|| format!("{}", a.image.display()))?;
+    // The device starts at the file system from here on.
+    undo.set_fs_offset(0);
+    let (dev, saver) = save_to(Box::new(dev), &a, undo.header.fs_block_size, offset)?;
     if !a.force {
-        undo.check_image(&dev)
+        undo.check_image(dev.as_ref())
             .with_context(|| format!("{}: nothing was written", a.image.display()))?;
     }
     for d in &undo.damage {
@@ -56,7 +83,7 @@ pub fn run(a: Args) -> Result<()> {
         dry_run: a.dry_run,
     };
     let bs = undo.header.fs_block_size;
-    let r = replay(&undo, &file, &dev, opts, &mut |run| {
+    let r = replay(&undo, &file, dev.as_ref(), opts, &mut |run| {
         if a.verbose {
             let _ = writeln!(
                 std::io::stdout(),
@@ -68,6 +95,15 @@ pub fn run(a: Args) -> Result<()> {
         }
     })
     .with_context(|| format!("replaying {name} onto {}", a.image.display()))?;
+    if let (Some(u), Some(z)) = (saver, &a.undo) {
+        u.finish()
+            .with_context(|| format!("finishing the undo file {}", z.display()))?;
+        eprintln!(
+            "This undo can be undone with:\n    ext4kit undo {} {}",
+            z.display(),
+            a.image.display()
+        );
+    }
     let verb = if a.dry_run { "would be written" } else { "written" };
     outln!(
         "{}: {} runs of {bs}-byte blocks ({} bytes) {verb} back from {name}",
@@ -82,6 +118,36 @@ pub fn run(a: Args) -> Result<()> {
         bail!("{name}: undo file corruption: the image is marked in error; run fsck -fy now");
     }
     Ok(())
+}
+
+/// The undo file `-z` fills, finished once the replay is done.
+type Saver = Arc<UndoDevice>;
+
+/// `-z`: the device wrapped so that the replay's writes are saved first
+/// (not on a dry run, which writes nothing).
+fn save_to(
+    dev: Box<dyn BlockDevice>,
+    a: &Args,
+    block_size: u32,
+    offset: u64,
+) -> Result<(Box<dyn BlockDevice>, Option<Saver>)> {
+    let Some(z) = a.undo.as_deref().filter(|_| !a.dry_run) else {
+        return Ok((dev, None));
+    };
+    let u = Arc::new(
+        UndoDevice::create_at(dev, z, block_size, offset)
+            .with_context(|| format!("cannot create the undo file {}", z.display()))?,
+    );
+    Ok((Box::new(u.clone()), Some(u)))
+}
+
+/// True when both paths name one existing file.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }
 
 fn print_header(u: &UndoFile) -> Result<()> {

@@ -9,6 +9,7 @@ mod fault;
 mod file;
 pub mod inuse;
 mod mem;
+mod offset;
 mod page_cache;
 pub mod undo;
 
@@ -18,6 +19,7 @@ pub use fault::{FaultControl, FaultDevice};
 pub use file::FileDevice;
 pub use inuse::{InUse, InUseError};
 pub use mem::MemDevice;
+pub use offset::OffsetDevice;
 pub use page_cache::{DEFAULT_PAGE_SIZE, PageCache, PageCacheStats};
 pub use undo::{UndoDevice, UndoSync};
 

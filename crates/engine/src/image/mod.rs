@@ -7,18 +7,22 @@
 //!
 //! [`Filesystem::metadata_blocks`] walks the image once, read-only, and
 //! returns the block set; [`Filesystem::write_raw_image`] and
-//! [`Filesystem::write_qcow2_image`] copy it out, scrambling directory
+//! [`Filesystem::write_qcow2_image`] copy it out ([`Filesystem::write_raw_image_to`]
+//! with e2image's destinations: in place with `-c`, at `-O`, to a pipe, a
+//! file system moved within its file), scrambling directory
 //! names on request ([`scramble`]); [`qcow2_to_raw`] turns a QCOW2 image
 //! back into a sparse raw one. Every walk is bounded by the image's own
 //! counts and each pointer block is read once per inode, so a corrupt
 //! image yields a named warning or error, never a hang.
 
 mod qcow2;
+mod raw;
 mod scramble;
 mod walk;
 mod write;
 
 pub use qcow2::{is_qcow2, qcow2_to_raw};
+pub use raw::{RawBlock, RawOptions, RawSink, RawStats};
 
 /// What goes into an image beyond the metadata.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

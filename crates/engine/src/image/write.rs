@@ -81,44 +81,69 @@ impl Filesystem {
         Ok(stats)
     }
 
-    /// Calls `f` with each block of `set` in ascending order, scrambled when
-    /// asked, skipping blocks before `s_first_data_block` and all-zero ones.
+    /// Calls `f` with each non-zero block of `set` in ascending order,
+    /// scrambled when asked.
     fn each_image_block(
         &self,
         set: &MetadataBlocks,
         mut f: impl FnMut(u64, &[u8]) -> Result<()>,
     ) -> Result<ImageStats> {
-        let mut scrambler = (!set.dirs.is_empty()).then(|| Scrambler::new(self, &set.dirs));
-        let bs = self.block_size();
-        let first = u64::from(self.geo.first_data_block);
-        let mut buf = vec![0u8; CHUNK as usize * bs];
         let mut stats = ImageStats {
             blocks: set.count(),
             ..ImageStats::default()
         };
+        (stats.names_scrambled, stats.names_kept) = self.each_set_block(set, false, |block, data| {
+            if data.iter().any(|&x| x != 0) {
+                f(block, data)?;
+                stats.written += 1;
+            }
+            Ok(())
+        })?;
+        Ok(stats)
+    }
+
+    /// Calls `f` with each block of `set` from `s_first_data_block` on, in
+    /// ascending order (or descending), scrambled when asked; returns the
+    /// names scrambled and kept. Each chunk is read whole before `f` sees
+    /// any of it, so `f` may overwrite where the chunk came from.
+    pub(super) fn each_set_block(
+        &self,
+        set: &MetadataBlocks,
+        descending: bool,
+        mut f: impl FnMut(u64, &[u8]) -> Result<()>,
+    ) -> Result<(u64, u64)> {
+        let mut scrambler = (!set.dirs.is_empty()).then(|| Scrambler::new(self, &set.dirs));
+        let bs = self.block_size();
+        let first = u64::from(self.geo.first_data_block);
+        let mut buf = vec![0u8; CHUNK as usize * bs];
+        let mut chunks = Vec::new();
         for &(start, len) in &set.runs {
             let (mut b, end) = (start.max(first), start + len);
             while b < end {
                 let n = (end - b).min(CHUNK);
-                let chunk = &mut buf[..n as usize * bs];
-                self.read_bytes(b << self.geo.block_size_log2, chunk)?;
-                for (i, data) in chunk.chunks_exact_mut(bs).enumerate() {
-                    let block = b + i as u64;
-                    if let Some(s) = &mut scrambler {
-                        s.block(block, data);
-                    }
-                    if data.iter().any(|&x| x != 0) {
-                        f(block, data)?;
-                        stats.written += 1;
-                    }
-                }
+                chunks.push((b, n));
                 b += n;
             }
         }
-        if let Some(s) = scrambler {
-            (stats.names_scrambled, stats.names_kept) = (s.scrambled, s.kept);
+        if descending {
+            chunks.reverse();
         }
-        Ok(stats)
+        for (b, n) in chunks {
+            let chunk = &mut buf[..n as usize * bs];
+            self.read_bytes(b << self.geo.block_size_log2, chunk)?;
+            let mut blocks: Vec<(usize, &mut [u8])> = chunk.chunks_exact_mut(bs).enumerate().collect();
+            if descending {
+                blocks.reverse();
+            }
+            for (i, data) in blocks {
+                let block = b + i as u64;
+                if let Some(s) = &mut scrambler {
+                    s.block(block, data);
+                }
+                f(block, data)?;
+            }
+        }
+        Ok(scrambler.map_or((0, 0), |s| (s.scrambled, s.kept)))
     }
 }
 

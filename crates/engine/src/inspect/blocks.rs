@@ -208,7 +208,7 @@ impl Filesystem {
     /// Group `g`'s block bitmap; a `BLOCK_UNINIT` group's is built as its
     /// free count says (metadata at the start, the rest free), as
     /// [`Filesystem::free_space`] reads it.
-    fn block_bitmap_view(&self, g: u32) -> Result<Vec<u8>> {
+    pub(super) fn block_bitmap_view(&self, g: u32) -> Result<Vec<u8>> {
         let d = self.group_desc(g)?;
         if d.flags() & BG_BLOCK_UNINIT == 0 || !self.geo.features.has_group_csum() {
             return Ok(self.meta_block(d.block_bitmap(), 0)?.to_vec());

@@ -45,10 +45,14 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// e2fsck's exit status: 1 when the image was changed, plus 4 when
-    /// errors are left; 0 when it was clean and left untouched.
+    /// e2fsck's exit status: 1 when the repair changed the image, plus 4
+    /// when errors are left; 0 when it was clean and left untouched. A
+    /// journal replay alone is not a change: e2fsck re-opens the image
+    /// after replaying (`e2fsck_run_ext3_journal`), which forgets it, and
+    /// exits 0 unless the check then fixes something or the superblock is
+    /// not marked valid (which here writes the superblock).
     pub fn exit_code(&self) -> i32 {
-        let changed = self.written.pages > 0 || self.journal.as_deref().is_some_and(|j| j.starts_with("replayed"));
+        let changed = self.written.pages > 0;
         let mut code = 0;
         if changed {
             code |= crate::EXIT_FIXED;
@@ -78,8 +82,9 @@ pub fn repair(
     if opts.mode == Mode::Check || dev.read_only() {
         return Err(Fatal::Io("a repair needs a writable image".into()));
     }
+    let (journal, replayed) = replay_journal(dev, opts.journal.as_ref())?;
     let mut out = Outcome {
-        journal: replay_journal(dev, opts.journal.as_ref())?,
+        journal,
         ..Outcome::default()
     };
     let overlay = Overlay::new(dev.as_ref());
@@ -113,6 +118,12 @@ pub fn repair(
         out.verdict = check(&overlay, &run_opts, progress)?;
     }
     let clean = out.verdict.unfixed_errors() == 0;
+    if opts.force
+        && clean
+        && let Some(note) = replayed.and_then(|r| settle_counts(&overlay, r, &out.verdict))
+    {
+        out.verdict.note(note);
+    }
     if overlay.dirty_pages() > 0 || (clean && !out.verdict.skipped_clean && !marked_valid(&overlay)) {
         settle_superblock(&overlay, opts.now, clean).map_err(|e| Fatal::Io(format!("writing the superblock: {e}")))?;
     }
@@ -172,17 +183,21 @@ fn regrow_itrees(dev: &Arc<dyn BlockDevice>) -> Option<String> {
 /// when there was nothing to replay; otherwise what happened, for the
 /// report. A journal that cannot be replayed is left to the passes, which
 /// report it.
-fn replay_journal(dev: &Arc<dyn BlockDevice>, external: Option<&JournalDevice>) -> Result<Option<String>, Fatal> {
+/// How a journal replay went, and the free block and inode counts of the
+/// superblock it left.
+type Replayed = (Option<String>, Option<(u64, u32)>);
+
+fn replay_journal(dev: &Arc<dyn BlockDevice>, external: Option<&JournalDevice>) -> Result<Replayed, Fatal> {
     let mut buf = [0u8; SUPERBLOCK_SIZE];
     let Ok(()) = dev.read_at(SUPERBLOCK_OFFSET, &mut buf) else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let Ok(sb) = RawSuperblock::parse(&buf) else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let f = sb.features();
     if !f.compat.contains(CompatFeatures::HAS_JOURNAL) || !f.incompat.contains(IncompatFeatures::RECOVER) {
-        return Ok(None);
+        return Ok((None, None));
     }
     // Repairing over a log that was never replayed would be undone by it
     // at the next mount, as e2fsck will not repair without the journal.
@@ -199,12 +214,52 @@ fn replay_journal(dev: &Arc<dyn BlockDevice>, external: Option<&JournalDevice>) 
     };
     let fs = match Filesystem::open(Box::new(dev.clone()), opts) {
         Ok(fs) => fs,
-        Err(e) => return Ok(Some(format!("not replayed: {e}"))),
+        Err(e) => return Ok((Some(format!("not replayed: {e}")), None)),
     };
     match fs.unmount() {
-        Ok(()) => Ok(Some("replayed".into())),
-        Err(e) => Ok(Some(format!("not replayed: {e}"))),
+        Ok(()) => Ok((Some("replayed".into()), free_counts(dev.as_ref()))),
+        Err(e) => Ok((Some(format!("not replayed: {e}")), None)),
     }
+}
+
+/// After a replay, the superblock's free counts are what the kernel last
+/// wrote there: it keeps the true ones in memory (`ext4_statfs` sums the
+/// groups). A full check (`-f`) that found nothing else sets them to what
+/// it counted, as e2fsck's pass 5 does ("Free blocks count wrong …
+/// Fix? yes", exit 1); without `-f` e2fsck sets them silently and exits
+/// 0, and they are left to the kernel here.
+fn settle_counts(o: &Overlay, replayed: (u64, u32), v: &Report) -> Option<String> {
+    let mut buf = [0u8; SUPERBLOCK_SIZE];
+    o.read_at(SUPERBLOCK_OFFSET, &mut buf).ok()?;
+    let mut sb = RawSuperblock::parse(&buf).ok()?;
+    // The blocks before `s_first_data_block` (block 0 with 1 KiB blocks)
+    // are neither used nor free.
+    let before = u64::from(sb.s_first_data_block.get());
+    let blocks = v.blocks_total.checked_sub(v.blocks_used)?.checked_sub(before)?;
+    let inodes = u32::try_from(v.inodes_total.checked_sub(v.inodes_used)?).ok()?;
+    if (blocks, inodes) == replayed {
+        return None;
+    }
+    sb.s_free_blocks_count_lo.set(blocks as u32);
+    sb.s_free_blocks_count_hi.set((blocks >> 32) as u32);
+    sb.s_free_inodes_count.set(inodes);
+    if sb.features().metadata_csum() {
+        sb.set_checksum();
+    }
+    o.write_at(SUPERBLOCK_OFFSET, &sb.encode()).ok()?;
+    Some(format!(
+        "free blocks count wrong ({}, counted={blocks}), free inodes count wrong ({}, counted={inodes}): set",
+        replayed.0, replayed.1
+    ))
+}
+
+/// The primary superblock's free block and inode counts.
+fn free_counts(dev: &dyn BlockDevice) -> Option<(u64, u32)> {
+    let mut buf = [0u8; SUPERBLOCK_SIZE];
+    dev.read_at(SUPERBLOCK_OFFSET, &mut buf).ok()?;
+    let sb = RawSuperblock::parse(&buf).ok()?;
+    let blocks = u64::from(sb.s_free_blocks_count_lo.get()) | (u64::from(sb.s_free_blocks_count_hi.get()) << 32);
+    Some((blocks, sb.s_free_inodes_count.get()))
 }
 
 /// True when the primary superblock says valid with no errors. A repair

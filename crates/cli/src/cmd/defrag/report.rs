@@ -112,8 +112,8 @@ fn print_text(done: &[(&str, DefragOutcome)], s: &Summary, dry: bool) -> Result<
     }
     let what = if dry { "to defragment" } else { "defragmented" };
     outln!(
-        "{} files looked at, {} {what}; extents {} → {}; {} blocks {verb}; fragmentation score {:.1} → {:.1}",
-        s.files,
+        "{} looked at, {} {what}; extents {} → {}; {} blocks {verb}; fragmentation score {:.1} → {:.1}",
+        crate::cmd::util::count(s.files, "file", "files"),
         s.moved_files,
         s.extents_before,
         s.extents_after,

@@ -170,39 +170,45 @@ fn mmp_summary(m: &ext4kit_engine::mmp::MmpStatus) -> Value {
     })
 }
 
-fn groups(fs: &Filesystem) -> Value {
+fn groups(fs: &Filesystem) -> Result<Value> {
     let g = fs.geometry();
-    let v: Vec<Value> = fs
-        .group_descs()
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            let i = i as u32;
-            let first = g.group_first_block(i);
-            // bigalloc.rst: descriptors count free clusters.
-            let free_key = if g.cluster_bits > 0 {
-                "free_clusters"
-            } else {
-                "free_blocks"
-            };
-            json!({
-                "group": i,
-                "first_block": first,
-                "last_block": first + u64::from(g.blocks_in_group(i)) - 1,
-                "superblock_backup": fs.group_has_super(i),
-                "block_bitmap": d.block_bitmap(),
-                "inode_bitmap": d.inode_bitmap(),
-                "inode_table": d.inode_table(),
-                free_key: d.free_blocks(),
-                "free_inodes": d.free_inodes(),
-                "used_dirs": d.used_dirs(),
-                "itable_unused": d.itable_unused(),
-                "flags": flag_names(d.flags()),
-                "checksum": format!("{:#06x}", d.bg_checksum.get()),
-            })
-        })
-        .collect();
-    Value::Array(v)
+    let csum = g.features.metadata_csum();
+    let mut v = Vec::new();
+    for (i, d) in fs.group_descs().iter().enumerate() {
+        let i = i as u32;
+        let first = g.group_first_block(i);
+        let l = fs.group_layout(i)?;
+        // bigalloc.rst: descriptors count free clusters.
+        let free_key = if g.cluster_bits > 0 {
+            "free_clusters"
+        } else {
+            "free_blocks"
+        };
+        v.push(json!({
+            "group": i,
+            "first_block": first,
+            "last_block": first + u64::from(g.blocks_in_group(i)) - 1,
+            "superblock_backup": fs.group_has_super(i),
+            "superblock_at": l.superblock,
+            "descriptors": l.descriptors.map(|r| [r.0, r.1]),
+            "reserved_gdt": l.reserved_gdt.map(|r| [r.0, r.1]),
+            "meta_bg_descriptor": l.meta_bg_descriptor,
+            "block_bitmap": d.block_bitmap(),
+            "block_bitmap_csum": csum.then(|| format!("{:#010x}", d.block_bitmap_csum())),
+            "inode_bitmap": d.inode_bitmap(),
+            "inode_bitmap_csum": csum.then(|| format!("{:#010x}", d.inode_bitmap_csum())),
+            "inode_table": d.inode_table(),
+            free_key: d.free_blocks(),
+            "free_inodes": d.free_inodes(),
+            "used_dirs": d.used_dirs(),
+            "itable_unused": d.itable_unused(),
+            "flags": flag_names(d.flags()),
+            "checksum": format!("{:#06x}", d.bg_checksum.get()),
+            "free_block_runs": l.free_blocks.iter().map(|r| [r.0, r.1]).collect::<Vec<_>>(),
+            "free_inode_runs": l.free_inodes.iter().map(|r| [r.0, r.1]).collect::<Vec<_>>(),
+        }));
+    }
+    Ok(Value::Array(v))
 }
 
 fn flag_names(f: u16) -> Vec<&'static str> {
@@ -218,7 +224,7 @@ pub fn run(a: Args) -> Result<()> {
     let fs = open_ro(&a.image)?;
     let mut v = summary(&fs);
     if !a.header_only {
-        v["groups"] = groups(&fs);
+        v["groups"] = groups(&fs)?;
     }
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&v)?);

@@ -122,8 +122,9 @@ pub fn print(v: &Value) -> Result<()> {
         fields(j, &JOURNAL[1..])?;
     }
     if let Some(Value::Array(gs)) = v.get("groups") {
+        outln!();
         for g in gs {
-            group(g)?;
+            group(v, g)?;
         }
     }
     Ok(())
@@ -196,43 +197,109 @@ fn interval(secs: u64) -> String {
     format!("{secs} ({})", words.join(", "))
 }
 
-fn group(g: &Value) -> Result<()> {
-    let flags: Vec<&str> = g["flags"]
+/// dumpe2fs's paragraph for one group (`list_desc`).
+fn group(v: &Value, g: &Value) -> Result<()> {
+    let num = |x: &Value| x.as_u64().unwrap_or(0);
+    let features: Vec<&str> = v["features"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
         .collect();
+    let has = |f: &str| features.contains(&f);
+    let (first, last) = (num(&g["first_block"]), num(&g["last_block"]));
+    let mut head = format!("Group {}: (Blocks {first}-{last})", g["group"]);
+    if has("metadata_csum") || has("uninit_bg") {
+        head += &format!(" csum {}", g["checksum"].as_str().unwrap_or(""));
+        let flags: Vec<&str> = g["flags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if !flags.is_empty() {
+            head += &format!(" [{}]", flags.join(", "));
+        }
+    }
+    outln!("{head}");
+    let mut copies = String::new();
+    if let Some(sb) = g["superblock_at"].as_u64() {
+        let which = if g["group"] == 0 { "Primary" } else { "Backup" };
+        copies = format!("  {which} superblock at {sb}");
+    }
+    if let Some([a, b]) = g["descriptors"].as_array().map(Vec::as_slice) {
+        copies += &format!(", Group descriptors at {a}-{b}");
+        if let Some([a, b]) = g["reserved_gdt"].as_array().map(Vec::as_slice) {
+            copies += &format!("\n  Reserved GDT blocks at {a}-{b}");
+        }
+    } else if let Some(d) = g["meta_bg_descriptor"].as_u64() {
+        copies += &format!("{} Group descriptor at {d}", if copies.is_empty() { " " } else { "," });
+    }
+    if !copies.is_empty() {
+        outln!("{copies}");
+    }
+    let rel = |block: u64, itable: bool| -> String {
+        if (first..=last).contains(&block) {
+            return if itable && block == first {
+                String::new()
+            } else {
+                format!(" (+{})", block - first)
+            };
+        }
+        let per = num(&v["blocks_per_group"]).max(1);
+        if !has("flex_bg") {
+            return String::new();
+        }
+        let fg = block.saturating_sub(num(&v["first_block"])) / per;
+        format!(" (bg #{fg} + {})", block - (num(&v["first_block"]) + fg * per))
+    };
+    let csum = |k: &str| g[k].as_str().map(|c| format!(", csum {c}")).unwrap_or_default();
+    let (bb, ib, it) = (num(&g["block_bitmap"]), num(&g["inode_bitmap"]), num(&g["inode_table"]));
+    outln!("  Block bitmap at {bb}{}{}", rel(bb, false), csum("block_bitmap_csum"));
+    outln!("  Inode bitmap at {ib}{}{}", rel(ib, false), csum("inode_bitmap_csum"));
+    let it_last = it + num(&v["inode_table_blocks_per_group"]).max(1) - 1;
+    outln!("  Inode table at {it}-{it_last}{}", rel(it, true));
+    let (free, units) = if g["free_clusters"].is_null() {
+        (&g["free_blocks"], "blocks")
+    } else {
+        (&g["free_clusters"], "clusters")
+    };
+    let unused = num(&g["itable_unused"]);
+    let unused = if unused > 0 {
+        format!(", {unused} unused inodes")
+    } else {
+        String::new()
+    };
     outln!(
-        "\nGroup {}: (Blocks {}-{}){} [{}]\n  Block bitmap at {}, Inode bitmap at {}, Inode table at {}\n  {} free {}, {} free inodes, {} directories, {} unused inodes, csum {}",
-        g["group"],
-        g["first_block"],
-        g["last_block"],
-        if g["superblock_backup"] == true {
-            " superblock"
-        } else {
-            ""
-        },
-        flags.join(", "),
-        g["block_bitmap"],
-        g["inode_bitmap"],
-        g["inode_table"],
-        if g["free_clusters"].is_null() {
-            &g["free_blocks"]
-        } else {
-            &g["free_clusters"]
-        },
-        if g["free_clusters"].is_null() {
-            "blocks"
-        } else {
-            "clusters"
-        },
+        "  {free} free {units}, {} free inodes, {} directories{unused}",
         g["free_inodes"],
-        g["used_dirs"],
-        g["itable_unused"],
-        g["checksum"].as_str().unwrap_or(""),
+        g["used_dirs"]
     );
+    outln!(
+        "  Free blocks: {}",
+        runs(&g["free_block_runs"], !g["free_clusters"].is_null())
+    );
+    outln!("  Free inodes: {}", runs(&g["free_inode_runs"], false));
     Ok(())
+}
+
+/// Runs as dumpe2fs prints them: `a-b, c` (a one-block run alone, but
+/// always as a range when counting clusters).
+fn runs(v: &Value, clusters: bool) -> String {
+    let list: Vec<String> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| Some((r.get(0)?.as_u64()?, r.get(1)?.as_u64()?)))
+        .map(|(a, b)| {
+            if a == b && !clusters {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    list.join(", ")
 }
 
 #[cfg(test)]

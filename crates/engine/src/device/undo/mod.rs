@@ -28,8 +28,9 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use ext4kit_format::undo::{
-    E2UNDO_MAX_BLOCK_SIZE, E2UNDO_MAX_EXTENT_BLOCKS, E2UNDO_MIN_BLOCK_SIZE, E2UNDO_STATE_FINISHED, SUPERBLOCK_SIZE,
-    UndoHeader, UndoKey, data_crc, encode_key_block, extend_crc, keys_per_block, superblock_copy,
+    E2UNDO_FEATURE_COMPAT_FS_OFFSET, E2UNDO_MAX_BLOCK_SIZE, E2UNDO_MAX_EXTENT_BLOCKS, E2UNDO_MIN_BLOCK_SIZE,
+    E2UNDO_STATE_FINISHED, SUPERBLOCK_SIZE, UndoHeader, UndoKey, data_crc, encode_key_block, extend_crc,
+    keys_per_block, superblock_copy,
 };
 
 use super::BlockDevice;
@@ -75,6 +76,9 @@ struct UndoLog {
     next: u64,
     num_keys: u64,
     finished: bool,
+    /// Byte offset of the file system on its device, recorded in the
+    /// header (`inner` is already seen from there on).
+    fs_offset: u64,
 }
 
 impl UndoDevice {
@@ -89,6 +93,18 @@ impl UndoDevice {
     /// A block size out of range, a file that is not this image's undo
     /// file, the OS error.
     pub fn create(inner: Box<dyn BlockDevice>, path: &Path, block_size: u32) -> io::Result<Self> {
+        Self::create_at(inner, path, block_size, 0)
+    }
+
+    /// [`UndoDevice::create`] for a file system `fs_offset` bytes into its
+    /// device (`-o`): `inner` is seen from the file system's start (an
+    /// [`OffsetDevice`](super::OffsetDevice)), keys count from there, and
+    /// the header records the offset (`E2UNDO_FEATURE_COMPAT_FS_OFFSET`),
+    /// as e2fsprogs' undo I/O manager with `offset=` does.
+    ///
+    /// # Errors
+    /// As [`UndoDevice::create`]; an existing file for another offset.
+    pub fn create_at(inner: Box<dyn BlockDevice>, path: &Path, block_size: u32, fs_offset: u64) -> io::Result<Self> {
         if !(E2UNDO_MIN_BLOCK_SIZE..=E2UNDO_MAX_BLOCK_SIZE).contains(&block_size) || !block_size.is_power_of_two() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -104,7 +120,7 @@ impl UndoDevice {
         let log = if file.metadata()?.len() > 0 {
             // Left as it is until something new is saved: a command that
             // then writes nothing leaves it as finished as it was.
-            UndoLog::reopen(file, inner.as_ref(), path)?
+            UndoLog::reopen(file, inner.as_ref(), path, fs_offset)?
         } else {
             let log = UndoLog {
                 file,
@@ -115,6 +131,7 @@ impl UndoDevice {
                 next: FIRST_KEY_BLOCK + 1,
                 num_keys: 0,
                 finished: false,
+                fs_offset,
             };
             log.write_indexes(inner.as_ref())?;
             log.file.sync_all()?;
@@ -195,7 +212,7 @@ impl UndoLog {
     /// Continues the undo file in `file` (`try_reopen_undo_file`): every
     /// key read and checked, the blocks they cover counted as saved, new
     /// keys going on in the last key block if it has room.
-    fn reopen(file: File, dev: &dyn BlockDevice, path: &Path) -> io::Result<Self> {
+    fn reopen(file: File, dev: &dyn BlockDevice, path: &Path, fs_offset: u64) -> io::Result<Self> {
         let refuse = |why: String| {
             io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -206,10 +223,12 @@ impl UndoLog {
             )
         };
         let u = replay::UndoFile::read(&file, false).map_err(|e| refuse(format!("is unusable ({e})")))?;
-        u.check_image(dev)
+        let mut now = [0u8; SUPERBLOCK_SIZE];
+        dev.read_at(1024, &mut now)?;
+        u.check_superblock(&now)
             .map_err(|e| refuse(format!("is not this image's undo file ({e})")))?;
         let h = u.header;
-        if h.fs_block_size != h.block_size || u.fs_offset() != 0 {
+        if h.fs_block_size != h.block_size || u.fs_offset() != fs_offset {
             return Err(refuse("mixes block sizes or has an offset".into()));
         }
         let bs = u64::from(h.block_size);
@@ -238,6 +257,7 @@ impl UndoLog {
             next,
             num_keys: h.num_keys,
             finished: h.finished(),
+            fs_offset,
         })
     }
 
@@ -318,6 +338,12 @@ impl UndoLog {
             fs_block_size: self.block_size,
             sb_crc,
             state: if self.finished { E2UNDO_STATE_FINISHED } else { 0 },
+            f_compat: if self.fs_offset != 0 {
+                E2UNDO_FEATURE_COMPAT_FS_OFFSET
+            } else {
+                0
+            },
+            fs_offset: self.fs_offset,
             ..UndoHeader::default()
         };
         self.file.write_all_at(&header.encode(), HEADER_BLOCK * bs)?;

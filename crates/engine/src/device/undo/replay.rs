@@ -173,6 +173,13 @@ impl UndoFile {
         superblock_from_copy(&self.sb_copy)
     }
 
+    /// Replays at byte `offset` of the device whatever the header says
+    /// (e2undo's `-o`).
+    pub fn set_fs_offset(&mut self, offset: u64) {
+        self.header.fs_offset = offset;
+        self.header.f_compat |= E2UNDO_FEATURE_COMPAT_FS_OFFSET;
+    }
+
     /// Byte offset of the file system on the device.
     pub fn fs_offset(&self) -> u64 {
         if self.header.f_compat & E2UNDO_FEATURE_COMPAT_FS_OFFSET != 0 {
@@ -190,6 +197,15 @@ impl UndoFile {
     pub fn check_image(&self, dev: &dyn BlockDevice) -> Result<(), UndoError> {
         let mut now = [0u8; SUPERBLOCK_SIZE];
         dev.read_at(self.fs_offset() + 1024, &mut now)?;
+        self.check_superblock(&now)
+    }
+
+    /// [`UndoFile::check_image`] given the image's superblock `now`.
+    ///
+    /// # Errors
+    /// [`UndoError::Mismatch`] naming the differing fields.
+    pub fn check_superblock(&self, now: &[u8; SUPERBLOCK_SIZE]) -> Result<(), UndoError> {
+        let now = *now;
         let recorded = self.superblock();
         if now != recorded {
             return Err(UndoError::Mismatch(differences(&now, &recorded)));
