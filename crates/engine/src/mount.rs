@@ -94,7 +94,6 @@ impl Filesystem {
         let mut read_only_reason = check_features(&sb)?;
         let geo = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
         check_device_size(dev.as_ref(), &geo)?;
-        crate::alloc::check_bigalloc_policy(&opts.alloc, geo.cluster_bits)?;
         if let Some(at) = opts.superblock {
             read_only_reason = Some(format!(
                 "opened from the backup superblock at {}, read-only so that the damaged primary is not left beside newer copies; ext4kit fsck -fy rewrites the primary",

@@ -242,24 +242,6 @@ fn writable_open_without_extents_is_read_only_and_says_why() {
     assert_fsck_clean(&img).unwrap();
 }
 
-/// The ext3 allocator's windows work in blocks: refused on bigalloc.
-#[test]
-fn ext3_allocator_is_refused_on_bigalloc() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(img) = mkfs(dir.path(), None, &["-O", "bigalloc", "-C", "16384"], "32M") else {
-        return;
-    };
-    let mut opts = OpenOptions::default();
-    opts.alloc.blocks = ext4kit_engine::BlockAllocator::Ext3;
-    let dev = FileDevice::open(&img, true).unwrap();
-    let err = Filesystem::open(Box::new(dev), opts).err().unwrap();
-    assert!(
-        matches!(err, Error::InvalidArgument(_)) && err.to_string().contains("bigalloc"),
-        "{err}"
-    );
-    assert_fsck_clean(&img).unwrap();
-}
-
 /// Runs the kernel workload: files ending mid-cluster, a sparse file, holes
 /// punched inside and across clusters, preallocation, truncation, hard and
 /// symbolic links, xattrs in the inode and in a block, 300 small files.

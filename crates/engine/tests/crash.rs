@@ -412,10 +412,10 @@ fn crash_anywhere_recovers_without_delalloc_under_ext3() {
     assert!(failures.is_empty(), "seed {seed}: failing points {failures:?}");
 }
 
-/// Bigalloc (1 KiB blocks in 16 KiB clusters, an image from mke2fs):
-/// clusters freed by a transaction stay busy until it commits, and a
-/// cluster shared by two extents of a file survives any crash point. A
-/// quarter of the points.
+/// Bigalloc (1 KiB blocks in 16 KiB clusters, an image from mke2fs),
+/// writes delayed with reservations in clusters: clusters freed by a
+/// transaction stay busy until it commits, and a cluster shared by two
+/// extents of a file survives any crash point. A quarter of the points.
 #[test]
 fn crash_anywhere_recovers_on_bigalloc() {
     if !have_e2fsck() || skip_unless(require_tool("mkfs.ext4")).is_none() {

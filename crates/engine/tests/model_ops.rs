@@ -829,10 +829,23 @@ proptest! {
     }
 
     /// Bigalloc with 1 KiB blocks in 16 KiB clusters: every write, hole,
-    /// truncation and fallocate in clusters.
+    /// truncation and fallocate in clusters, writes delayed with their
+    /// reservations counted in clusters.
     #[test]
     fn ops_match_the_model_on_1k_bigalloc(ops in prop::collection::vec(op(), 1..60)) {
         run(&ops, &["-b", "1024", "-O", "bigalloc", "-C", "16384"]);
+    }
+
+    /// Bigalloc with every write allocating at once under the ext3
+    /// allocator's windows in clusters.
+    #[test]
+    fn ops_match_the_model_on_1k_bigalloc_nodelalloc_ext3_alloc(ops in prop::collection::vec(op(), 1..60)) {
+        let alloc = ext4kit_engine::AllocOptions {
+            delalloc: false,
+            blocks: ext4kit_engine::BlockAllocator::Ext3,
+            ..Default::default()
+        };
+        run_with(&ops, &["-b", "1024", "-O", "bigalloc", "-C", "16384"], OpenOptions { alloc, ..OpenOptions::default() });
     }
 
     #[test]

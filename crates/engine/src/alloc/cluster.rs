@@ -14,11 +14,11 @@
 //! counts whole clusters: each data cluster once, each metadata block
 //! (extent node, xattr block) as a cluster of its own.
 //!
-//! Under bigalloc every block policy takes clusters by this goal scan,
-//! which leaves the preallocation windows alone; mballoc's buddies work
-//! in blocks and are not used, and a file's data goes through its
-//! normalization and windows in clusters (`cluster_pa`). The ext3
-//! allocator is refused at open.
+//! Under bigalloc metadata takes clusters by this goal scan, which leaves
+//! the preallocation windows alone; mballoc's buddies work in blocks and
+//! are not used. A file's data goes, under mballoc, through its
+//! normalization and windows in clusters (`cluster_pa`), and under the
+//! ext3 allocator through its reservation windows in clusters (`ext3`).
 
 use std::collections::BTreeSet;
 
@@ -64,10 +64,11 @@ impl Txn<'_> {
         Ok((start + off, blocks, i64::from(got) << bits))
     }
 
-    /// [`Self::alloc_clustered`] for a file's data written through
-    /// `map_new` (`req.lblk` not mapped; `near` as there): under mballoc
-    /// a request needing new clusters is normalized and served from, or
-    /// opens, the file's window in clusters (`cluster_pa`).
+    /// [`Self::alloc_clustered`] for a file's data (`req.lblk` not
+    /// mapped; `near` as there): a request needing new clusters is, under
+    /// mballoc, normalized and served from, or opens, the file's window in
+    /// clusters (`cluster_pa`); under the ext3 allocator it takes them from
+    /// the file's reservation window.
     pub(crate) fn alloc_clustered_for(
         &mut self,
         inode: &Inode,
@@ -75,12 +76,14 @@ impl Txn<'_> {
         req: ClusterRequest,
     ) -> Result<ClusterRun> {
         let bits = self.fs.geo.cluster_bits;
-        let mballoc = self.fs.opts.alloc.blocks == super::BlockAllocator::Mballoc;
-        if !mballoc || implied(near, req.lblk, bits).is_some() {
+        if implied(near, req.lblk, bits).is_some() {
             return self.alloc_clustered(near, req.lblk, req.want, req.goal);
         }
         let want = before_mapped_cluster(near, req.lblk, req.want, bits);
-        self.alloc_clusters_for(inode, ClusterRequest { want, ..req })
+        match self.fs.opts.alloc.blocks {
+            super::BlockAllocator::Mballoc => self.alloc_clusters_for(inode, ClusterRequest { want, ..req }),
+            super::BlockAllocator::Ext3 => self.ext3_alloc_clusters(inode.ino, req.lblk, want, req.goal),
+        }
     }
 
     /// Metadata (and any caller that does not map file data) under
@@ -250,21 +253,6 @@ impl Txn<'_> {
         }
         Ok((free.len() as i64) << bits)
     }
-}
-
-/// Refuses a block policy that cannot hand out whole clusters on an
-/// image whose clusters are `2^cluster_bits` blocks.
-///
-/// # Errors
-/// [`Error::InvalidArgument`] for the ext3 allocator under bigalloc.
-pub(crate) fn check_bigalloc_policy(opts: &super::AllocOptions, cluster_bits: u32) -> Result<()> {
-    if cluster_bits > 0 && opts.blocks == super::BlockAllocator::Ext3 {
-        return Err(Error::InvalidArgument(
-            "alloc=ext3 on a bigalloc image: its reservation windows work in blocks, not clusters (use alloc=mballoc)"
-                .into(),
-        ));
-    }
-    Ok(())
 }
 
 /// The physical block of `lblk` when its logical cluster already has a

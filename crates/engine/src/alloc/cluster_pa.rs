@@ -203,7 +203,7 @@ impl Txn<'_> {
     /// Allocates the `n` clusters from the one starting at `first`
     /// (within its group); `false`, changing nothing, when one is not
     /// free (windows aside: the caller owns the window it takes from).
-    fn claim_clusters_at(&mut self, first: u64, n: u32) -> Result<bool> {
+    pub(super) fn claim_clusters_at(&mut self, first: u64, n: u32) -> Result<bool> {
         let geo = self.fs.geo.clone();
         if first + (u64::from(n) << geo.cluster_bits) > geo.blocks_count {
             return Ok(false);

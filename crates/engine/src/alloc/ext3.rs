@@ -8,8 +8,14 @@
 //! (`EXT3_DEFAULT_RESERVE_BLOCKS`, `EXT3_MAX_RESERVE_BLOCKS`). There is
 //! no buddy, no normalization and no locality group: small files go where
 //! their goal puts them.
+//!
+//! Under bigalloc the same allocator works in clusters: a window is whole
+//! clusters (8 growing to 1,027 of them), searched in the cluster bitmap,
+//! and a file's request is rounded out to the clusters its blocks fall in
+//! with each block at its offset in its cluster (see [`super::cluster`]).
 
 use super::bitmap::test_bit;
+use super::cluster::ClusterRun;
 use super::prealloc::Reservation;
 use crate::error::{Error, Result};
 use crate::txn::Txn;
@@ -20,7 +26,27 @@ const DEFAULT_RESERVE: u64 = 8;
 const MAX_RESERVE: u64 = 1027;
 
 impl Txn<'_> {
-    /// Up to `want` blocks for file `ino` near `goal`, from its window.
+    /// Under bigalloc, up to `want` blocks for logical `lblk` of file
+    /// `ino` (none of them in a logical cluster that has its physical
+    /// cluster), in new clusters from its window near `goal`, or from any
+    /// free cluster once no window can be had.
+    ///
+    /// # Errors
+    /// [`Error::NoSpace`] when no cluster is free.
+    pub(crate) fn ext3_alloc_clusters(&mut self, ino: u32, lblk: u64, want: u32, goal: u64) -> Result<ClusterRun> {
+        let bits = self.fs.geo.cluster_bits;
+        let off = lblk & ((1 << bits) - 1);
+        let need = (off + u64::from(want)).div_ceil(1 << bits) as u32;
+        let (first, got) = match self.ext3_alloc(ino, goal, need) {
+            Err(Error::NoSpace) => self.alloc_clusters(goal, need)?,
+            r => r?,
+        };
+        let blocks = u64::from(want).min((u64::from(got) << bits) - off) as u32;
+        Ok((first + off, blocks, i64::from(got) << bits))
+    }
+
+    /// Up to `want` units (blocks, or clusters under bigalloc) for file
+    /// `ino` near `goal`, from its window: the first block and the units.
     ///
     /// # Errors
     /// [`Error::NoSpace`] when no group has a free block outside other
@@ -34,8 +60,9 @@ impl Txn<'_> {
             return Ok(got);
         }
         let old = self.fs.prealloc.reservation(ino);
+        let u = self.fs.geo.cluster_bits;
         let size = match old {
-            Some(r) if r.len > 0 && r.hits * 2 > r.len => (r.goal_size * 2).min(MAX_RESERVE),
+            Some(r) if r.len > 0 && r.hits * 2 > r.len >> u => (r.goal_size * 2).min(MAX_RESERVE),
             Some(r) => r.goal_size,
             None => DEFAULT_RESERVE,
         };
@@ -48,8 +75,8 @@ impl Txn<'_> {
         self.fs.prealloc.set_reservation(ino, empty);
         let start = self.ext3_usable_block(goal)?.ok_or(Error::NoSpace)?;
         let g = self.group_of(start);
-        let group_end = self.fs.geo.group_first_block(g) + u64::from(self.fs.geo.blocks_in_group(g));
-        let end = (start + size).min(group_end);
+        let group_end = self.fs.geo.group_first_block(g) + (u64::from(self.fs.geo.clusters_in_group(g)) << u);
+        let end = (start + (size << u)).min(group_end);
         let end = self.fs.prealloc.first_reserved(ino, start, end).unwrap_or(end);
         let r = Reservation {
             start,
@@ -61,19 +88,24 @@ impl Txn<'_> {
         self.ext3_from_window(ino, r, goal, want)?.ok_or(Error::NoSpace)
     }
 
-    /// Free blocks from window `r`: from the goal when it lies inside,
+    /// Free units from window `r`: from the goal when it lies inside,
     /// else from the window's start; `None` when none is free. A window
     /// never crosses a group's end.
     fn ext3_from_window(&mut self, ino: u32, r: Reservation, goal: u64, want: u32) -> Result<Option<(u64, u32)>> {
         if r.len == 0 {
             return Ok(None);
         }
+        let u = self.fs.geo.cluster_bits;
         let g = self.group_of(r.start);
         let first = self.fs.geo.group_first_block(g);
-        let view = self.view_of_owner(g)?;
-        let (ws, we) = ((r.start - first) as u32, (r.start + r.len - first) as u32);
+        let view = if u > 0 {
+            self.cluster_view(g, false)?
+        } else {
+            self.view_of_owner(g)?
+        };
+        let (ws, we) = (((r.start - first) >> u) as u32, ((r.start + r.len - first) >> u) as u32);
         let from = if (r.start..r.start + r.len).contains(&goal) {
-            (goal - first) as u32
+            ((goal - first) >> u) as u32
         } else {
             ws
         };
@@ -82,8 +114,13 @@ impl Txn<'_> {
             return Ok(None);
         };
         let n = (s..we).take_while(|&i| free(i)).count().min(want as usize) as u64;
-        let at = first + u64::from(s);
-        if !self.alloc_exact(at, n)? {
+        let at = first + (u64::from(s) << u);
+        let taken = if u > 0 {
+            self.claim_clusters_at(at, n as u32)?
+        } else {
+            self.alloc_exact(at, n)?
+        };
+        if !taken {
             return Ok(None);
         }
         self.fs.prealloc.hit_reservation(ino, n);
@@ -92,16 +129,21 @@ impl Txn<'_> {
 
     /// `find_next_usable_block`: the goal if free; else a free block
     /// before the goal's next 64-block boundary; else the start of a
-    /// free, byte-aligned run of 8; else any free block — searching each
+    /// free, byte-aligned run of 8; else any free block (units, as above) — searching each
     /// group from the goal's on, windows of other files laid over.
     fn ext3_usable_block(&mut self, goal: u64) -> Result<Option<u64>> {
         let g0 = self.group_of(goal);
+        let u = self.fs.geo.cluster_bits;
         self.groups_from(g0, 1, |t, g| {
             let first = t.fs.geo.group_first_block(g);
-            let from = if g == g0 { (goal - first) as u32 } else { 0 };
-            let view = t.alloc_view(g)?;
-            let found = usable_in(&view, from, t.fs.geo.blocks_in_group(g));
-            Ok(found.map(|i| first + u64::from(i)))
+            let from = if g == g0 { ((goal - first) >> u) as u32 } else { 0 };
+            let view = if u > 0 {
+                t.cluster_view(g, true)?
+            } else {
+                t.alloc_view(g)?
+            };
+            let found = usable_in(&view, from, t.fs.geo.clusters_in_group(g));
+            Ok(found.map(|i| first + (u64::from(i) << u)))
         })
     }
 }

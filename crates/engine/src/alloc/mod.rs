@@ -21,7 +21,7 @@ pub(crate) mod mballoc;
 mod options;
 pub(crate) mod prealloc;
 
-pub(crate) use cluster::{ClusterRequest, check_bigalloc_policy};
+pub(crate) use cluster::ClusterRequest;
 pub(crate) use data::DataRequest;
 pub use data::set_caller_pid;
 pub use mballoc::criteria::MbStats;

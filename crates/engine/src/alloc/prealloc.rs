@@ -29,7 +29,9 @@ pub(crate) struct Window {
 /// An ext3 reservation window (`ext3_reserve_window_node`): physical
 /// blocks `start..start + len` that other files do not allocate from,
 /// whether or not they are free; `goal_size` is the size the next window
-/// of the file gets, `hits` the blocks allocated from this one.
+/// of the file gets, `hits` what was allocated from this one, both in
+/// blocks (clusters under bigalloc, where `start` and `len` are whole
+/// clusters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reservation {
     pub start: u64,
@@ -108,7 +110,8 @@ impl Preallocs {
         }
     }
 
-    /// Counts `n` blocks allocated from `ino`'s reservation.
+    /// Counts `n` units (blocks, or clusters under bigalloc) allocated
+    /// from `ino`'s reservation.
     pub(crate) fn hit_reservation(&self, ino: u32, n: u64) {
         if let Some(r) = self.reservations.lock().get_mut(&ino) {
             r.hits += n;

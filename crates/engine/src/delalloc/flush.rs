@@ -158,6 +158,12 @@ impl Filesystem {
         let mut after = rest.split_off(&(lblk + blocks));
         file.pages.append(&mut after);
         let (old_shape, old_runs) = (file.shape, file.runs);
+        // The run's clusters now have their physical clusters: pages left
+        // in them (past a gap) take their blocks for nothing.
+        let bits = file.cluster_bits;
+        let mapped: Vec<u64> = (lblk >> bits..=(lblk + blocks.max(1) - 1) >> bits)
+            .filter(|c| file.clusters.remove(c))
+            .collect();
         let want = file.settle(shape, self.geo.block_size);
         let give_back = file.reserved.saturating_sub(want);
         file.reserved -= give_back;
@@ -170,6 +176,7 @@ impl Filesystem {
             bytes,
             shape: old_shape,
             runs: old_runs,
+            clusters: mapped,
         }
     }
 
@@ -184,6 +191,7 @@ impl Filesystem {
         file.pages.append(&mut taken.pages);
         file.reserved += taken.give_back;
         (file.shape, file.runs) = (taken.shape, taken.runs);
+        file.clusters.extend(taken.clusters);
         st.reserved += taken.give_back;
         st.bytes += taken.bytes;
     }
@@ -208,4 +216,6 @@ struct Taken {
     bytes: usize,
     shape: TreeShape,
     runs: u64,
+    /// Pending clusters the run mapped.
+    clusters: Vec<u64>,
 }

@@ -44,7 +44,7 @@ mod reserve;
 mod truncate;
 mod write;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ext4kit_format::inode::Timestamp;
@@ -71,6 +71,13 @@ pub(crate) struct DirtyFile {
     reserved: u64,
     /// The extent tree's shape when the reservation was last computed.
     shape: reserve::TreeShape,
+    /// Bigalloc only: the logical clusters holding pages whose physical
+    /// cluster is not allocated yet, one reserved cluster each (the
+    /// kernel's pending reservations). A cluster leaves the set when a
+    /// write-back maps a block of it or its last page goes.
+    clusters: BTreeSet<u64>,
+    /// `log2` of blocks per cluster (0 without bigalloc).
+    cluster_bits: u32,
     /// Which holding this is: an inode freed (its entry dropped) and its
     /// number given to a new file meanwhile gets another.
     id: u64,
@@ -164,7 +171,7 @@ impl Delalloc {
         if let Some(t) = f.time {
             set_times(&mut inode.raw, t, false);
         }
-        charge_blocks(&mut inode.raw, f.pages.len() as i64, block_size);
+        charge_blocks(&mut inode.raw, f.held_blocks() as i64, block_size);
     }
 
     /// Lets the times a setattr just stored stand: held writes no longer
@@ -209,7 +216,30 @@ impl DirtyFile {
             prev = Some(b);
         }
         self.shape = shape;
-        reserve::reservation(shape, self.pages.len() as u64, self.runs, block_size)
+        let bits = self.cluster_bits;
+        let pages = &self.pages;
+        self.clusters
+            .retain(|&c| pages.range(c << bits..(c + 1) << bits).next().is_some());
+        self.want(block_size)
+    }
+
+    /// The reservation the held pages need now.
+    fn want(&self, block_size: u32) -> u64 {
+        let pages = self.pages.len() as u64;
+        if self.cluster_bits == 0 {
+            return reserve::reservation(self.shape, pages, self.runs, block_size);
+        }
+        let clusters = self.clusters.len() as u64;
+        reserve::cluster_reservation(self.shape, clusters, pages, self.runs, block_size, self.cluster_bits)
+    }
+
+    /// Data blocks the held pages will take (`i_reserved_data_blocks` in
+    /// `ext4_getattr`): a block a page, or whole clusters under bigalloc.
+    fn held_blocks(&self) -> u64 {
+        match self.cluster_bits {
+            0 => self.pages.len() as u64,
+            bits => (self.clusters.len() as u64) << bits,
+        }
     }
 }
 

@@ -54,6 +54,20 @@ pub(crate) fn reservation(shape: TreeShape, pages: u64, runs: u64, block_size: u
     pages + tree_blocks(shape, runs + pages.div_ceil(PAGES_PER_EXTENT), block_size)
 }
 
+/// [`reservation`] under bigalloc, in blocks: `clusters` new data
+/// clusters for `pages` held pages, and a whole cluster for each tree
+/// block (e2fsck charges every metadata block a cluster).
+pub(crate) fn cluster_reservation(
+    shape: TreeShape,
+    clusters: u64,
+    pages: u64,
+    runs: u64,
+    block_size: u32,
+    bits: u32,
+) -> u64 {
+    (clusters + tree_blocks(shape, runs + pages.div_ceil(PAGES_PER_EXTENT), block_size)) << bits
+}
+
 /// Tree blocks that adding `extents` extents to a tree of `shape` may
 /// allocate.
 pub(crate) fn tree_blocks(shape: TreeShape, extents: u64, block_size: u32) -> u64 {
@@ -110,6 +124,17 @@ mod tests {
         // Scattered pages count an extent each.
         assert_eq!(reservation(shape(0, 0), 1_000, 1_000, 4096), 1_000 + 7);
         assert_eq!(reservation(shape(0, 0), 3, 3, 4096), 3);
+    }
+
+    #[test]
+    fn bigalloc_reserves_whole_clusters() {
+        // 40 pages in 3 new clusters of 16 blocks, one run: the tree fits
+        // in the inode.
+        assert_eq!(cluster_reservation(shape(0, 0), 3, 40, 1, 1024, 4), 48);
+        // Pages all in allocated clusters reserve nothing.
+        assert_eq!(cluster_reservation(shape(0, 0), 0, 40, 1, 1024, 4), 0);
+        // A full root: the leaf and its split take a cluster each.
+        assert_eq!(cluster_reservation(shape(0, 4), 1, 1, 1, 1024, 4), 3 * 16);
     }
 
     #[test]

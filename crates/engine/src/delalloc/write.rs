@@ -3,9 +3,9 @@
 use std::collections::btree_map::Entry;
 use std::sync::atomic::Ordering;
 
-use ext4kit_format::features::{IncompatFeatures, RoCompatFeatures};
+use ext4kit_format::features::IncompatFeatures;
 
-use super::reserve::{TreeShape, reservation};
+use super::reserve::{TreeShape, cluster_reservation, reservation};
 use super::{Delalloc, DirtyFile};
 use crate::clock;
 use crate::error::{Error, Result};
@@ -24,7 +24,7 @@ impl Filesystem {
     /// on, the image is writable (the direct path reports why not), data
     /// is not journaled or written synchronously, and the file is
     /// extent-mapped with its body outside the inode. Block-mapped (ext2/3)
-    /// files, inline bodies and bigalloc clusters take the direct path.
+    /// files and inline bodies take the direct path.
     fn delays(&self, inode: &Inode) -> bool {
         let f = &self.geo.features;
         self.opts.alloc.delalloc
@@ -32,7 +32,6 @@ impl Filesystem {
             && !self.opts.sync_writes
             && !self.journals_data()
             && f.incompat.contains(IncompatFeatures::EXTENTS)
-            && !f.ro_compat.contains(RoCompatFeatures::BIGALLOC)
             && inode.uses_extents()
             && !inode.has_inline_data()
             && !self.may_inline.contains(inode.ino)
@@ -102,18 +101,41 @@ impl Filesystem {
     /// [`Self::reserve`], writing the file's held pages back once to give
     /// back their tree-block estimate when the space is short.
     fn reserve_retrying(&self, inode: &mut Inode, plan: &Plan) -> Result<Reserved> {
-        match self.reserve(inode, plan) {
+        let unmapped = self.unmapped_clusters(inode, plan)?;
+        match self.reserve(inode, plan, &unmapped) {
             Err(Error::NoSpace) if self.delalloc.holds(inode.ino) => {
                 self.flush_locked(inode.ino)?;
                 *inode = self.inode_on_disk(inode.ino)?;
-                self.reserve(inode, plan)
+                // The write-back mapped clusters the pages shared.
+                let unmapped = self.unmapped_clusters(inode, plan)?;
+                self.reserve(inode, plan, &unmapped)
             }
             r => r,
         }
     }
 
-    /// Reserves the blocks `plan`'s pages need.
-    fn reserve(&self, inode: &Inode, plan: &Plan) -> Result<Reserved> {
+    /// Under bigalloc, the logical clusters of `plan`'s blocks in which
+    /// `inode` maps no block: a page there needs a cluster of its own
+    /// (`ext4_da_map_blocks` asks the extent tree, then the pending
+    /// clusters, before it reserves one). Empty without bigalloc.
+    fn unmapped_clusters(&self, inode: &Inode, plan: &Plan) -> Result<Vec<u64>> {
+        let bits = self.geo.cluster_bits;
+        if bits == 0 {
+            return Ok(Vec::new());
+        }
+        let (c0, c1) = (plan.first >> bits, (plan.end_block - 1) >> bits);
+        let mapped = self.map_range(inode, c0 << bits, (c1 + 1 - c0) << bits)?;
+        Ok((c0..=c1)
+            .filter(|&c| {
+                let (lo, hi) = (c << bits, (c + 1) << bits);
+                !mapped.iter().any(|r| r.logical < hi && r.logical + r.len > lo)
+            })
+            .collect())
+    }
+
+    /// Reserves the blocks `plan`'s pages need; `unmapped`: the clusters
+    /// of its blocks the file maps nothing in (bigalloc).
+    fn reserve(&self, inode: &Inode, plan: &Plan, unmapped: &[u64]) -> Result<Reserved> {
         // Under the writer lock no transaction is between taking blocks and
         // publishing the free count, so the count read here is exact.
         let _writer = self.writer.lock();
@@ -136,17 +158,35 @@ impl Filesystem {
             runs: 0,
             reserved: 0,
             shape: TreeShape::of(inode),
+            clusters: Default::default(),
+            cluster_bits: self.geo.cluster_bits,
             id,
         });
         let new = (plan.first..plan.end_block)
             .filter(|b| !file.pages.contains_key(b))
             .count() as u64;
+        let added: Vec<u64> = unmapped.iter().copied().filter(|&c| file.clusters.insert(c)).collect();
         // The runs the write touches or adjoins become one.
         let runs = file.runs + 1 - runs_meeting(&file.pages, plan.first, plan.end_block);
         let pages = file.pages.len() as u64 + new;
-        let want = reservation(file.shape, pages, runs, self.geo.block_size);
+        let want = if file.cluster_bits == 0 {
+            reservation(file.shape, pages, runs, self.geo.block_size)
+        } else {
+            let clusters = file.clusters.len() as u64;
+            cluster_reservation(
+                file.shape,
+                clusters,
+                pages,
+                runs,
+                self.geo.block_size,
+                file.cluster_bits,
+            )
+        };
         let more = want.saturating_sub(file.reserved);
         if more > free.saturating_sub(held) {
+            for c in &added {
+                file.clusters.remove(c);
+            }
             if file.pages.is_empty() {
                 st.files.remove(&inode.ino);
             }
@@ -155,7 +195,7 @@ impl Filesystem {
         file.reserved += more;
         st.reserved += more;
         d.files.store(st.files.len(), Ordering::Release);
-        Ok(Reserved { more, runs, new })
+        Ok(Reserved { more, runs, new, added })
     }
 
     /// Gives back a reservation whose write failed.
@@ -166,6 +206,9 @@ impl Filesystem {
             return;
         };
         file.reserved -= r.more;
+        for c in &r.added {
+            file.clusters.remove(c);
+        }
         let empty = file.pages.is_empty();
         st.reserved -= r.more;
         if empty {
@@ -214,6 +257,8 @@ struct Reserved {
     more: u64,
     runs: u64,
     new: u64,
+    /// Clusters this write added to the file's pending ones.
+    added: Vec<u64>,
 }
 
 /// The block at which a write that starts in mapped blocks becomes

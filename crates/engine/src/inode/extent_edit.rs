@@ -154,7 +154,11 @@ impl Txn<'_> {
 
     /// Allocates unwritten extents over the holes of `lo..hi` in `exts`
     /// (kept sorted), each at most 32767 blocks, near the preceding
-    /// extent; charges them to `i_blocks`. Nothing is stored yet.
+    /// extent; charges them to `i_blocks`. Nothing is stored yet. Under
+    /// bigalloc the file's data policy sizes and places the clusters (its
+    /// window under mballoc, as the kernel's fallocate goes through
+    /// `ext4_mb_normalize_request`), so a large range is as contiguous as
+    /// a file written in order.
     ///
     /// # Errors
     /// [`crate::Error::NoSpace`] (the transaction is then dropped whole).
@@ -178,7 +182,18 @@ impl Txn<'_> {
             while at < start + count {
                 let want = (start + count - at).min(u64::from(UNWRITTEN_MAX_LEN)) as u32;
                 let (phys, got, charge) = if self.bigalloc() {
-                    self.alloc_clustered(exts, at, want, goal)?
+                    let req = crate::alloc::ClusterRequest {
+                        lblk: at,
+                        want,
+                        goal,
+                        left: exts
+                            .iter()
+                            .filter(|e| u64::from(e.logical) < at && e.len > 0)
+                            .map(|e| (u64::from(e.logical) + u64::from(e.len) - 1).min(at - 1))
+                            .max(),
+                        next: exts.iter().map(|e| u64::from(e.logical)).filter(|&l| l > at).min(),
+                    };
+                    self.alloc_clustered_for(inode, exts, req)?
                 } else {
                     let (phys, got) = self.alloc_blocks(goal, want)?;
                     (phys, got, i64::from(got))
