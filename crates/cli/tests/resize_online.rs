@@ -246,3 +246,43 @@ fn grows_meta_bg_under_writes() {
 fn grows_without_journal_or_flex_bg_under_writes() {
     grow_under_writes(&["-b", "1024", "-O", "^has_journal,^flex_bg"], "16M", &["24M", "48M"]);
 }
+
+/// A directory listing open across a grow goes on where it stood: every
+/// name once.
+#[test]
+fn a_listing_open_across_a_grow_goes_on() {
+    if !ready() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = work.path().join("img.ext4");
+    let mk = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "1024"])
+        .arg(&img)
+        .arg("16M")
+        .output()
+        .unwrap();
+    assert!(mk.status.success(), "{}", text(&mk));
+    let m = FuseMount::start(exe(), &img, "").unwrap();
+    let dir = m.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    let names: std::collections::BTreeSet<String> =
+        (0..3000).map(|i| format!("file-with-a-longish-name-{i}")).collect();
+    for n in &names {
+        std::fs::write(dir.join(n), b"").unwrap();
+    }
+    let mut list = std::fs::read_dir(&dir).unwrap();
+    let mut seen: Vec<String> = (&mut list)
+        .take(5)
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let o = resize(m.path(), "40M");
+    assert!(o.status.success(), "{}", text(&o));
+    seen.extend(list.map(|e| e.unwrap().file_name().into_string().unwrap()));
+    let set: std::collections::BTreeSet<String> = seen.iter().cloned().collect();
+    assert_eq!(set.len(), seen.len(), "a name was listed twice");
+    assert_eq!(set, names);
+    assert!(m.unmount().unwrap().success());
+    let r = e2fsck_fn(&img).expect("run e2fsck");
+    assert!(r.is_clean(), "e2fsck -fn: {}", r.output);
+}

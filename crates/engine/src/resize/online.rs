@@ -119,6 +119,14 @@ pub fn grow_detached(path: &Path, blocks: u64, keep: &OpenCounts) -> Result<Resi
     let st = grow::stage(&fs, &p, false)?;
     let bytes = report.new_blocks * u64::from(fs.geo.block_size);
     if bytes > fs.dev.len() {
+        let file = std::fs::metadata(path).is_ok_and(|m| m.is_file());
+        if !file {
+            return Err(Error::InvalidArgument(format!(
+                "the device holds {} blocks, fewer than the {} asked for, and only an image file can be extended",
+                fs.dev.len() / u64::from(fs.geo.block_size),
+                report.new_blocks
+            )));
+        }
         std::fs::OpenOptions::new()
             .write(true)
             .open(path)
