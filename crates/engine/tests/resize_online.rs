@@ -4,14 +4,18 @@
 //! planner's refusals included); [`Filesystem::detach`] then
 //! [`ext4kit_engine::resize::grow_detached`] grow the image while a file
 //! unlinked while open stays alive, and the reopened file system carries
-//! its open count, frees it at its last release and is e2fsck-clean.
+//! its open count, frees it at its last release and is e2fsck-clean. A
+//! crash at every write of the detach and the grow leaves the old or the
+//! new file system, with the named file intact.
 
 mod common;
 
-use ext4kit_engine::device::FileDevice;
-use ext4kit_engine::resize::grow_detached;
+use std::sync::Arc;
+
+use ext4kit_engine::device::{CrashDevice, FileDevice, MemDevice, Survivors};
+use ext4kit_engine::resize::{grow_detached, grow_detached_on};
 use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO};
-use ext4kit_testkit::tools::assert_fsck_clean;
+use ext4kit_testkit::tools::{assert_fsck_clean, e2fsck_fn};
 
 const ATTR: Attr = Attr {
     perm: 0o644,
@@ -97,4 +101,68 @@ fn a_detached_grow_keeps_files_unlinked_while_open() {
     fs.write(big.ino, 0, &vec![1u8; 20 << 20]).unwrap();
     fs.unmount().unwrap();
     assert_fsck_clean(&img).unwrap();
+}
+
+#[test]
+fn a_crash_at_every_write_of_a_detached_grow_leaves_old_or_new() {
+    let d = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(d.path(), None, &["-b", "1024", "-O", "metadata_csum"], "12M") else {
+        return;
+    };
+    let mut bytes = std::fs::read(&img).unwrap();
+    bytes.resize(40 << 20, 0);
+    let dev = Arc::new(CrashDevice::with_atomic_unit(bytes, 1024));
+    let fs = Filesystem::open(Box::new(dev.clone()), OpenOptions::default()).unwrap();
+    let named = fs.create(ROOT_INO, b"named", NodeKind::Regular, ATTR).unwrap();
+    fs.write(named.ino, 0, &vec![3u8; 50_000]).unwrap();
+    let gone = fs.create(ROOT_INO, b"gone", NodeKind::Regular, ATTR).unwrap();
+    fs.write(gone.ino, 0, &vec![7u8; 100_000]).unwrap();
+    fs.open_file(gone.ino).unwrap();
+    fs.unlink(ROOT_INO, b"gone").unwrap();
+    fs.sync().unwrap();
+    let start = dev.writes();
+    let open = fs.detach().unwrap();
+    drop(fs);
+    let r = grow_detached_on(Box::new(dev.clone()), 40 << 10, &open, &mut |_| Ok(())).unwrap();
+    assert!(r.journaled);
+    let (writes, flushes) = (dev.writes(), dev.flush_points());
+    let out = d.path().join("crash");
+    let mut seen = (0, 0);
+    for point in start..=writes {
+        for s in [
+            Survivors::None,
+            Survivors::All,
+            Survivors::Random {
+                seed: point as u64,
+                torn: true,
+                reorder: true,
+            },
+        ] {
+            if !matches!(s, Survivors::None) && flushes.contains(&point) {
+                continue;
+            }
+            // The next open after the crash: journal replayed, orphans freed.
+            let mem = Arc::new(MemDevice::new(dev.crash_image(point, s)));
+            let fs = Filesystem::open(Box::new(mem.clone()), OpenOptions::default())
+                .unwrap_or_else(|e| panic!("crash at write {point} ({s:?}): open: {e}"));
+            let blocks = fs.geometry().blocks_count;
+            assert!(
+                blocks == 12 << 10 || blocks == 40 << 10,
+                "crash at write {point}: {blocks} blocks"
+            );
+            let mut buf = vec![0u8; 50_000];
+            let n = fs.lookup(&fs.inode(ROOT_INO).unwrap(), b"named").unwrap();
+            fs.read_file_at(n, 0, &mut buf).unwrap();
+            assert!(
+                buf.iter().all(|&b| b == 3),
+                "crash at write {point}: the named file changed"
+            );
+            fs.unmount().unwrap();
+            std::fs::write(&out, mem.snapshot()).unwrap();
+            let f = e2fsck_fn(&out).unwrap();
+            assert!(f.is_clean(), "crash at write {point} of {writes} ({s:?}): {}", f.output);
+            if blocks == 40 << 10 { seen.1 += 1 } else { seen.0 += 1 }
+        }
+    }
+    assert!(seen.0 > 0 && seen.1 > 0, "{seen:?}");
 }

@@ -140,26 +140,35 @@ impl Served {
     }
 }
 
-/// Opens the image again (trying twice); the mount cannot go on without
-/// it, so a failure ends the server, leaving the image clean on disk.
+/// Opens the image again. The image lock is let go between the detach,
+/// the grow and this open, so another ext4kit process may hold the image
+/// for a moment: the open is tried for up to [`REOPEN_TRIES`] tenths of
+/// a second. The mount cannot go on without it, so a failure ends the
+/// server, leaving the image clean on disk.
 fn reopen(source: &Source, kept: OpenCounts) -> Filesystem {
-    let first = match (source.reopen)(kept.clone()) {
-        Ok(fs) => return fs,
-        Err(e) => e,
-    };
-    log::error!(
-        "ext4kit: opening {} again after a grow: {first}; trying once more",
-        source.image.display()
-    );
-    std::thread::sleep(Duration::from_millis(100));
-    match (source.reopen)(kept) {
-        Ok(fs) => fs,
-        Err(e) => {
-            log::error!(
-                "ext4kit: opening {} again after a grow: {e}; the mount cannot go on",
-                source.image.display()
-            );
-            std::process::exit(1);
+    let mut last = None;
+    for _ in 0..REOPEN_TRIES {
+        match (source.reopen)(kept.clone()) {
+            Ok(fs) => return fs,
+            Err(e) => {
+                if last.is_none() {
+                    log::error!(
+                        "ext4kit: opening {} again after a grow: {e}; trying again",
+                        source.image.display()
+                    );
+                }
+                last = Some(e);
+            }
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
+    log::error!(
+        "ext4kit: opening {} again after a grow: {}; the mount cannot go on",
+        source.image.display(),
+        last.map_or_else(String::new, |e| e.to_string())
+    );
+    std::process::exit(1);
 }
+
+/// How many times [`reopen`] tries.
+const REOPEN_TRIES: u32 = 100;

@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::{ResizeReport, grow, plan, size, write};
+use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::fs::{Filesystem, OpenOptions};
 
@@ -95,15 +96,42 @@ impl Filesystem {
 ///
 /// # Errors
 /// As the offline resize; [`Error::InUseElsewhere`] when the image is
-/// claimed.
+/// claimed; a device that is not an image file holds fewer blocks.
 pub fn grow_detached(path: &Path, blocks: u64, keep: &OpenCounts) -> Result<ResizeReport> {
     let dev = crate::tune::open_for_tune(path)?;
+    let file = std::fs::metadata(path).is_ok_and(|m| m.is_file());
+    grow_detached_on(Box::new(dev), blocks, keep, &mut |bytes| {
+        if !file {
+            return Err(Error::InvalidArgument(format!(
+                "the device holds fewer than the {bytes} bytes asked for, and only an image file can be extended"
+            )));
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_len(bytes))
+            .map_err(|source| Error::Io { offset: bytes, source })
+    })
+}
+
+/// [`grow_detached`] on `dev`, which `extend(bytes)` lengthens when the
+/// grow needs more than it holds (called once the grow is staged, before
+/// anything is written).
+///
+/// # Errors
+/// As [`grow_detached`].
+pub fn grow_detached_on(
+    dev: Box<dyn BlockDevice>,
+    blocks: u64,
+    keep: &OpenCounts,
+    extend: &mut dyn FnMut(u64) -> Result<()>,
+) -> Result<ResizeReport> {
     let opts = OpenOptions {
         count_mount: false,
         keep_open: keep.clone(),
         ..OpenOptions::default()
     };
-    let fs = Filesystem::open(Box::new(dev), opts)?;
+    let fs = Filesystem::open(dev, opts)?;
     if let Some(why) = fs.read_only_reason() {
         return Err(Error::InvalidArgument(format!("the image cannot be written: {why}")));
     }
@@ -119,19 +147,7 @@ pub fn grow_detached(path: &Path, blocks: u64, keep: &OpenCounts) -> Result<Resi
     let st = grow::stage(&fs, &p, false)?;
     let bytes = report.new_blocks * u64::from(fs.geo.block_size);
     if bytes > fs.dev.len() {
-        let file = std::fs::metadata(path).is_ok_and(|m| m.is_file());
-        if !file {
-            return Err(Error::InvalidArgument(format!(
-                "the device holds {} blocks, fewer than the {} asked for, and only an image file can be extended",
-                fs.dev.len() / u64::from(fs.geo.block_size),
-                report.new_blocks
-            )));
-        }
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .and_then(|f| f.set_len(bytes))
-            .map_err(|source| Error::Io { offset: bytes, source })?;
+        extend(bytes)?;
     }
     report.journaled = write::write(&fs, &p, st, &mut |_, _| {})?;
     report.new_groups = p.new.group_count;
