@@ -223,6 +223,7 @@ pub fn serve(
     let _ = stop.send(());
     let _ = flusher.join();
     warm.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    fs.wake();
     let _ = warm.1.join();
     let fs = Arc::try_unwrap(fs)
         .ok()
@@ -394,20 +395,15 @@ fn spawn_buddy_warmer(
         .name("ext4kit-mb-warm".into())
         .spawn(move || {
             let stopped = || flag.load(std::sync::atomic::Ordering::Relaxed);
-            let mut warmed = None;
             while !stopped() {
                 let generation = served.generation();
-                if warmed == Some(generation) {
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                    continue;
-                }
                 let gate = served.enter();
                 match served.get().warm_buddies(&|| stopped() || served.swapping()) {
                     Ok(n) => log::debug!("ext4kit: {n} buddies built"),
                     Err(e) => log::warn!("ext4kit: building buddies: {e}"),
                 }
                 drop(gate);
-                warmed = Some(generation);
+                served.wait_for_swap(generation, &stopped);
             }
         })?;
     Ok((stop, warmer))

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use ext4kit_engine::resize::{OpenCounts, ResizeReport, grow_detached};
 use ext4kit_engine::{Error, Filesystem};
-use parking_lot::{RwLock, RwLockReadGuard};
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 
 /// Opens the served image again after a grow, with the options of the
 /// mount and the given files already open
@@ -42,6 +42,8 @@ pub(crate) struct Served {
     swapping: AtomicBool,
     /// Counts the swaps (the buddy warmer starts over after one).
     generation: AtomicU64,
+    /// Wakes background threads waiting for a swap (or told to stop).
+    woken: (Mutex<()>, Condvar),
     source: Option<Source>,
 }
 
@@ -52,6 +54,7 @@ impl Served {
             gate: RwLock::new(()),
             swapping: AtomicBool::new(false),
             generation: AtomicU64::new(0),
+            woken: Default::default(),
             source,
         }
     }
@@ -77,6 +80,21 @@ impl Served {
 
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// Waits until a swap after generation `seen`, or until `stopped`
+    /// (whose setter calls [`Served::wake`]).
+    pub(crate) fn wait_for_swap(&self, seen: u64, stopped: &dyn Fn() -> bool) {
+        let mut g = self.woken.0.lock();
+        while self.generation() == seen && !stopped() {
+            self.woken.1.wait(&mut g);
+        }
+    }
+
+    /// Wakes [`Served::wait_for_swap`] to look again.
+    pub(crate) fn wake(&self) {
+        let _g = self.woken.0.lock();
+        self.woken.1.notify_all();
     }
 
     /// The file system, once nothing else holds it (at the end of the
@@ -106,6 +124,7 @@ impl Served {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.swapping.store(false, Ordering::Release);
         drop(gate);
+        self.wake();
         r.map(|report| (report, held.elapsed()))
     }
 
