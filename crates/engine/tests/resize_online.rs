@@ -166,3 +166,32 @@ fn a_crash_at_every_write_of_a_detached_grow_leaves_old_or_new() {
     }
     assert!(seen.0 > 0 && seen.1 > 0, "{seen:?}");
 }
+
+/// A detach that fails (the device refuses to flush) keeps the open
+/// counts: the session goes on and the unlinked file is freed at its last
+/// release, as without the attempt.
+#[test]
+fn a_failed_detach_keeps_the_session() {
+    use ext4kit_engine::device::FaultDevice;
+    let d = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(d.path(), None, &["-b", "1024"], "16M") else {
+        return;
+    };
+    let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
+    let (dev, faults) = FaultDevice::new(mem.clone());
+    let fs = Filesystem::open(Box::new(dev), OpenOptions::default()).unwrap();
+    let gone = fs.create(ROOT_INO, b"gone", NodeKind::Regular, ATTR).unwrap();
+    fs.write(gone.ino, 0, b"open").unwrap();
+    fs.open_file(gone.ino).unwrap();
+    fs.unlink(ROOT_INO, b"gone").unwrap();
+    faults.fail_flushes(true);
+    assert!(fs.detach().is_err());
+    faults.clear();
+    let mut buf = [0u8; 4];
+    assert_eq!(fs.read_file_at(gone.ino, 0, &mut buf).unwrap(), 4);
+    fs.release_file(gone.ino).unwrap();
+    assert!(
+        fs.open_file(gone.ino).is_err(),
+        "the last release did not free the unlinked file"
+    );
+}

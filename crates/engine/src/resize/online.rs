@@ -81,10 +81,14 @@ impl Filesystem {
     /// dropping the `Filesystem` then releases the image.
     ///
     /// # Errors
-    /// As [`Filesystem::unmount`].
+    /// As [`Filesystem::unmount`]; the open counts are kept then, so the
+    /// session can go on.
     pub fn detach(&self) -> Result<OpenCounts> {
         let open = std::mem::take(&mut *self.open_files.lock());
-        self.close()?;
+        if let Err(e) = self.close() {
+            self.open_files.lock().extend(open);
+            return Err(e);
+        }
         Ok(open)
     }
 }
