@@ -83,6 +83,11 @@ pub struct OpenOptions {
     /// (`s_journal_inum` 0), checked against `s_journal_uuid` at open
     /// (the kernel's `journal_path=`; see [`crate::journal::external`]).
     pub journal_device: Option<crate::journal::JournalDevice>,
+    /// Open counts carried over from the session that detached the image
+    /// ([`Filesystem::detach`]) to let it grow while mounted: these inodes
+    /// start open, and the orphan list, which holds the unlinked ones
+    /// among them, is kept rather than emptied at open.
+    pub keep_open: HashMap<u32, u32>,
 }
 
 impl Default for OpenOptions {
@@ -102,6 +107,7 @@ impl Default for OpenOptions {
             superblock: None,
             inline: crate::InlinePolicy::Kernel,
             journal_device: None,
+            keep_open: HashMap::new(),
         }
     }
 }

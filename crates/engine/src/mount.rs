@@ -112,6 +112,7 @@ impl Filesystem {
         let cache = BlockCache::new(opts.cache_bytes, geo.block_size as usize);
         let busy = crate::alloc::busy::BusyBlocks::new(geo.first_data_block, geo.blocks_per_group);
         let dirty = crate::writeback::Dirty::new(opts.writeback_bytes);
+        let kept_open = opts.keep_open.clone();
         let mut fs = Self {
             dev,
             sb: RwLock::new(sb),
@@ -127,7 +128,7 @@ impl Filesystem {
             mmp,
             journal: Default::default(),
             journaling: false,
-            open_files: Mutex::new(Default::default()),
+            open_files: Mutex::new(kept_open),
             prealloc: Default::default(),
             mb: Default::default(),
             ialloc_last: Default::default(),

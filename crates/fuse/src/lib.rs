@@ -23,8 +23,10 @@ pub mod remount_request;
 pub mod resize_request;
 mod session;
 mod space;
+pub mod swap;
 pub mod sync_request;
 
 pub use adapter::Ext4Fuse;
 pub use options::{AtimeMode, CpuLatencyMode, IdMap, MountConfig, OnError, PreCheck};
 pub use session::{resolve_mount_point, serve, server_lock_path};
+pub use swap::Reopen;

@@ -142,7 +142,7 @@ impl Ext4Fuse {
     fn switch_read_only(&self, read_only: bool) -> Result<(), Errno> {
         if read_only {
             if !self.live.read_only.swap(true, Ordering::AcqRel) {
-                self.fs.settle().map_err(|e| self.errno(e))?;
+                self.fs().settle().map_err(|e| self.errno(e))?;
             }
             return Ok(());
         }

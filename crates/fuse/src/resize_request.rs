@@ -9,7 +9,7 @@
 //! errno, so the caller can show why a resize was refused:
 //! [`RESIZED`] followed by the old and new block and group counts, or
 //! [`REFUSED`] followed by the engine's message
-//! ([`ext4kit_engine::Filesystem::grow_online`]). A size query gets
+//! ([`ext4kit_engine::Filesystem::plan_online_grow`], [`crate::swap`]). A size query gets
 //! [`REPLY_MAX`], since the answer is known only once the resize is done.
 
 use fuser::Errno;
@@ -58,7 +58,8 @@ fn reply(r: ext4kit_engine::Result<ext4kit_engine::resize::ResizeReport>) -> Vec
 
 impl Ext4Fuse {
     /// Answers a resize request for `blocks`: a size query gets
-    /// [`REPLY_MAX`], a read resizes first.
+    /// [`REPLY_MAX`], a read resizes first. Served outside the request
+    /// gate, which the grow takes exclusively (see [`crate::swap`]).
     pub(crate) fn resize_request(&self, blocks: u64, size: u32) -> Result<Vec<u8>, Errno> {
         if size == 0 {
             return Ok(vec![0; REPLY_MAX]);
@@ -68,10 +69,25 @@ impl Ext4Fuse {
                 "the mount is read-only".into(),
             ))));
         }
-        let r = self.fs.grow_online(blocks);
-        match &r {
-            Ok(r) => log::info!("ext4kit: resized from {} to {} blocks", r.old_blocks, r.new_blocks),
-            Err(e) => log::error!("ext4kit: resize to {blocks} blocks: {e}"),
+        let planned = {
+            let _gate = self.served.enter();
+            self.fs().plan_online_grow(blocks)
+        };
+        let r = match planned {
+            Ok(p) if p.new_blocks == p.old_blocks => Ok(p),
+            Ok(_) => self.served.grow(blocks).map(|(r, held)| {
+                log::info!(
+                    "ext4kit: grown from {} to {} blocks while mounted; requests held for {} ms",
+                    r.old_blocks,
+                    r.new_blocks,
+                    held.as_millis()
+                );
+                r
+            }),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &r {
+            log::error!("ext4kit: resize to {blocks} blocks: {e}");
         }
         Ok(reply(r))
     }

@@ -177,7 +177,8 @@ fn fuse_config(cfg: &MountConfig, source: &str) -> Config {
 
 /// Mounts `fs` at `mountpoint` and serves it until unmounted. `image`, the
 /// image file when there is one, lets the server watch the host file
-/// system under it (see [`crate::host_space`]). `mounted` runs once the
+/// system under it (see [`crate::host_space`]) and, with `reopen`, grow it
+/// while mounted (see [`crate::swap`]). `mounted` runs once the
 /// kernel has accepted the mount (the daemon reports success to its parent
 /// there). Returns after the image was closed cleanly.
 ///
@@ -188,18 +189,24 @@ pub fn serve(
     fs: Filesystem,
     source: &str,
     image: Option<&Path>,
+    reopen: Option<crate::swap::Reopen>,
     mountpoint: &Path,
     cfg: MountConfig,
     mounted: impl FnOnce(),
 ) -> io::Result<()> {
     let _server = lock_server(mountpoint)?;
-    let fs = Arc::new(fs);
+    let journal = journal_bytes(&fs);
+    let grows = image.zip(reopen).map(|(i, reopen)| crate::swap::Source {
+        image: i.to_path_buf(),
+        reopen,
+    });
+    let fs = Arc::new(crate::swap::Served::new(fs, grows));
     let config = fuse_config(&cfg, source);
     let adapter = Ext4Fuse::new(fs.clone(), cfg.clone());
     let commit = adapter.commit_slot();
     let notifier = adapter.notifier_slot();
     let space = adapter.space_slot();
-    if let Some(host) = image.and_then(|i| crate::host_space::HostSpace::open(i, journal_bytes(&fs))) {
+    if let Some(host) = image.and_then(|i| crate::host_space::HostSpace::open(i, journal)) {
         space.watch_host(host);
     }
     let mut session = mount_polled(adapter, mountpoint, &config, &cfg)?;
@@ -216,8 +223,12 @@ pub fn serve(
     let _ = stop.send(());
     let _ = flusher.join();
     warm.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    fs.wake();
     let _ = warm.1.join();
-    let fs = Arc::try_unwrap(fs).map_err(|_| io::Error::other("the file system is still in use after the session"))?;
+    let fs = Arc::try_unwrap(fs)
+        .ok()
+        .and_then(crate::swap::Served::into_inner)
+        .ok_or_else(|| io::Error::other("the file system is still in use after the session"))?;
     let closed = fs.unmount().map_err(io::Error::from);
     served.and(closed)
 }
@@ -373,9 +384,10 @@ fn unmount_retrying(unmounter: &mut fuser::SessionUnmounter, mountpoint: &Path) 
 
 /// Builds the allocator's buddies on a thread of its own after the mount
 /// (seed 001 §2.5), so group selection by order lists works from the
-/// first large write; stops when the returned flag is set.
+/// first large write, and again after a grow swapped the file system
+/// (giving way to the grow meanwhile); stops when the returned flag is set.
 fn spawn_buddy_warmer(
-    fs: Arc<Filesystem>,
+    served: Arc<crate::swap::Served>,
 ) -> io::Result<(Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>)> {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();
@@ -383,9 +395,15 @@ fn spawn_buddy_warmer(
         .name("ext4kit-mb-warm".into())
         .spawn(move || {
             let stopped = || flag.load(std::sync::atomic::Ordering::Relaxed);
-            match fs.warm_buddies(&stopped) {
-                Ok(n) => log::debug!("ext4kit: {n} buddies built after the mount"),
-                Err(e) => log::warn!("ext4kit: building buddies: {e}"),
+            while !stopped() {
+                let generation = served.generation();
+                let gate = served.enter();
+                match served.get().warm_buddies(&|| stopped() || served.swapping()) {
+                    Ok(n) => log::debug!("ext4kit: {n} buddies built"),
+                    Err(e) => log::warn!("ext4kit: building buddies: {e}"),
+                }
+                drop(gate);
+                served.wait_for_swap(generation, &stopped);
             }
         })?;
     Ok((stop, warmer))
@@ -394,7 +412,7 @@ fn spawn_buddy_warmer(
 /// Commits (writes back) what changed every `commit=` interval (which a
 /// remount may change) until told to stop through the returned sender.
 fn spawn_flusher(
-    fs: Arc<Filesystem>,
+    served: Arc<crate::swap::Served>,
     commit_ms: Arc<std::sync::atomic::AtomicU64>,
 ) -> io::Result<(mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
     let (stop, stopped) = mpsc::channel::<()>();
@@ -403,7 +421,8 @@ fn spawn_flusher(
         .spawn(move || {
             let interval = || crate::remount_request::commit_interval(&commit_ms);
             while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval()) {
-                if let Err(e) = fs.sync() {
+                let _gate = served.enter();
+                if let Err(e) = served.get().sync() {
                     log::error!("ext4kit: writing back: {e}");
                 }
             }

@@ -38,7 +38,7 @@ impl Ext4Fuse {
     /// every change is durable.
     pub(crate) fn sync_request(&self, size: u32) -> Result<Vec<u8>, Errno> {
         if size != 0 {
-            self.fs.sync().map_err(|e| self.errno(e))?;
+            self.fs().sync().map_err(|e| self.errno(e))?;
         }
         Ok(SYNC_REPLY.to_vec())
     }

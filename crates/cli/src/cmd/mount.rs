@@ -106,7 +106,7 @@ pub fn run(a: Args) -> Result<()> {
 fn open_and_serve(a: &Args, cfg: MountConfig, mounted: impl FnOnce()) -> Result<()> {
     wait_for_finishing_server(&a.image, FINISHING_WAIT);
     super::precheck::run(&a.image, &cfg)?;
-    let fs = open(&a.image, &cfg)?;
+    let fs = open(&a.image, &cfg, Default::default())?;
     let source = cfg.fsname.clone().unwrap_or_else(|| {
         std::fs::canonicalize(&a.image)
             .unwrap_or(a.image.clone())
@@ -114,7 +114,13 @@ fn open_and_serve(a: &Args, cfg: MountConfig, mounted: impl FnOnce()) -> Result<
             .to_string()
     });
     let daemon = std::env::var_os(DAEMON_CHILD).is_some();
-    ext4kit_fuse::serve(fs, &source, Some(&a.image), &a.mountpoint, cfg, || {
+    // A grow while mounted opens the image again, as this mount did.
+    let reopen: Option<ext4kit_fuse::Reopen> = (!cfg.read_only).then(|| {
+        let (image, cfg) = (a.image.clone(), cfg.clone());
+        Box::new(move |kept| open(&image, &cfg, kept).map_err(|e| std::io::Error::other(format!("{e:#}"))))
+            as ext4kit_fuse::Reopen
+    });
+    ext4kit_fuse::serve(fs, &source, Some(&a.image), reopen, &a.mountpoint, cfg, || {
         mounted();
         if daemon {
             let mut out = std::io::stdout();
@@ -170,8 +176,9 @@ fn is_mount_server(command: Option<&str>) -> bool {
 
 /// A read-write mount claims the image (the device layer's lock, no
 /// kernel mount); a read-only one holds a shared lock, so no ext4kit
-/// writer changes the image under it.
-fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
+/// writer changes the image under it. `kept`: files still open when the
+/// image is opened again after a grow (which is not counted as a mount).
+fn open(image: &Path, cfg: &MountConfig, kept: ext4kit_engine::resize::OpenCounts) -> Result<Filesystem> {
     let dev = if cfg.read_only {
         FileDevice::open_shared(image)
     } else {
@@ -193,6 +200,8 @@ fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
         readdir: cfg.readdir,
         superblock: cfg.superblock.map(SuperblockAt::Kib),
         journal_device: crate::open::external_journal(image, cfg.journal_path.as_deref(), !cfg.read_only)?,
+        count_mount: kept.is_empty(),
+        keep_open: kept,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(Box::new(dev), opts).map_err(|e| {

@@ -26,6 +26,10 @@ impl Filesystem {
         if self.read_only_reason.is_some() || self.journal.needs_recovery {
             return Ok(());
         }
+        // Reopened after a live grow: the list holds files still open.
+        if !self.opts.keep_open.is_empty() {
+            return Ok(());
+        }
         if self.superblock().s_state.get() & STATE_ERROR != 0 {
             return Ok(());
         }

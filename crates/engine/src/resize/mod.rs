@@ -47,6 +47,7 @@ use crate::error::{Error, Location, Result};
 use crate::fs::{Filesystem, OpenOptions};
 
 pub use minimum::minimum_size;
+pub use online::{OpenCounts, grow_detached, grow_detached_on};
 pub use size::{SizeSpec, parse_size};
 
 /// How to resize.

@@ -21,7 +21,7 @@ impl Ext4Fuse {
     pub(super) fn open_dir(&self, ino: INodeNo) -> Res<u64> {
         let ino = self.ino(ino)?;
         let dir = self.inode(ino)?;
-        let stream = self.fs.dir_stream(&dir).map_err(|e| self.errno(e))?;
+        let stream = self.fs().dir_stream(&dir).map_err(|e| self.errno(e))?;
         Ok(self.handles.insert(Handle::Dir {
             ino,
             stream: Arc::new(Mutex::new(stream)),
@@ -38,7 +38,7 @@ impl Ext4Fuse {
         let mut stream = stream.lock();
         let mut failed = None;
         let listed = self
-            .fs
+            .fs()
             .read_dir_from(&dir, &mut stream, offset, |e, next| match add(e, next) {
                 Ok(more) => Ok(more),
                 Err(errno) => {
@@ -57,7 +57,7 @@ impl Ext4Fuse {
         match e.file_type {
             Some(t) => fuse_type(t),
             None => self
-                .fs
+                .fs()
                 .inode(e.ino)
                 .ok()
                 .and_then(|i| i.raw.file_type())

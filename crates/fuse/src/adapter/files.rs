@@ -53,12 +53,12 @@ impl Ext4Fuse {
         if write || truncate {
             self.writable()?;
             let inode = self.inode(ino)?;
-            self.fs
+            self.fs()
                 .check_open(&inode, write, flags & libc::O_APPEND != 0, truncate)
                 .map_err(|e| self.errno(e))?;
             size = inode.size();
         }
-        self.fs.open_file(ino).map_err(|e| self.errno(e))?;
+        self.fs().open_file(ino).map_err(|e| self.errno(e))?;
         if write {
             self.opened_for_writing(ino, size, None);
         }
@@ -78,7 +78,7 @@ impl Ext4Fuse {
         flags: i32,
     ) -> Res<(ext4kit_engine::Inode, u64)> {
         let inode = self.create_node(req, parent, name, NodeKind::Regular, mode, umask)?;
-        self.fs.open_file(inode.ino).map_err(|e| self.errno(e))?;
+        self.fs().open_file(inode.ino).map_err(|e| self.errno(e))?;
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let fh = self.handles.insert(Handle::File { ino: inode.ino, write });
         if write {
@@ -93,7 +93,7 @@ impl Ext4Fuse {
                 if write {
                     self.closed_for_writing(ino);
                 }
-                self.fs.release_file(ino).map_err(|e| self.errno(e))
+                self.fs().release_file(ino).map_err(|e| self.errno(e))
             }
             Some(Handle::Dir { .. }) => Ok(()),
             None => Err(Errno::EBADF),
@@ -104,7 +104,7 @@ impl Ext4Fuse {
     pub(super) fn release_all(&self) {
         for h in self.handles.drain() {
             if let Handle::File { ino, .. } = h
-                && let Err(e) = self.fs.release_file(ino)
+                && let Err(e) = self.fs().release_file(ino)
             {
                 log::error!("ext4kit: closing inode {ino} at unmount: {e}");
             }
@@ -127,7 +127,7 @@ impl Ext4Fuse {
             // Reads the inode again under the file's lock: a write or
             // truncate that ran since is seen whole.
             let n = self
-                .fs
+                .fs()
                 .read_file_at(ino, offset, &mut buf[..len])
                 .map_err(|e| self.errno(e))?;
             reply(&buf[..n]);
@@ -152,7 +152,7 @@ impl Ext4Fuse {
         if self.writable().is_err() {
             return false;
         }
-        self.fs.touch_atime(ino, self.atime_policy()).unwrap_or_else(|e| {
+        self.fs().touch_atime(ino, self.atime_policy()).unwrap_or_else(|e| {
             log::warn!("ext4kit: updating the access time of inode {ino}: {e}");
             false
         })
@@ -181,11 +181,11 @@ impl Ext4Fuse {
         } else {
             self.check_space()?;
         }
-        let n = self.fs.write(ino, offset, data).map_err(|e| self.errno(e))?;
+        let n = self.fs().write(ino, offset, data).map_err(|e| self.errno(e))?;
         self.space_taken();
         self.written.lock().insert(ino);
         if self.cfg.sync {
-            self.fs.sync_inode(ino).map_err(|e| self.errno(e))?;
+            self.fs().sync_inode(ino).map_err(|e| self.errno(e))?;
         }
         Ok(n as u32)
     }
@@ -215,7 +215,7 @@ impl Ext4Fuse {
             return reply.error(e);
         }
         let mut reply = Some(reply);
-        let r = self.fs.write_announcing(e4, offset, data, |n| {
+        let r = self.fs().write_announcing(e4, offset, data, |n| {
             self.written.lock().insert(e4);
             if let Some(reply) = reply.take() {
                 reply.written(n as u32);
@@ -242,7 +242,7 @@ impl Ext4Fuse {
     /// data written to it since the last fsync was lost.
     pub(super) fn sync_inode(&self, ino: INodeNo) -> Res<()> {
         let ino = self.ino(ino)?;
-        let synced = self.fs.sync_inode(ino).map_err(|e| self.errno(e));
+        let synced = self.fs().sync_inode(ino).map_err(|e| self.errno(e));
         self.synced(ino);
         if self.lost_writes.lock().remove(&ino) {
             return Err(Errno::EIO);
@@ -257,7 +257,7 @@ impl Ext4Fuse {
             self.check_space()?;
         }
         let r = self
-            .fs
+            .fs()
             .fallocate(self.ino(ino)?, offset, len, mode)
             .map_err(|e| self.errno(e));
         self.space_taken();
@@ -268,8 +268,8 @@ impl Ext4Fuse {
         let ino = self.ino(ino)?;
         let offset = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
         let r = match whence {
-            libc::SEEK_DATA => self.fs.seek_data(ino, offset),
-            libc::SEEK_HOLE => self.fs.seek_hole(ino, offset),
+            libc::SEEK_DATA => self.fs().seek_data(ino, offset),
+            libc::SEEK_HOLE => self.fs().seek_hole(ino, offset),
             _ => return Err(Errno::EINVAL),
         };
         let pos = r.map_err(|e| self.errno(e))?;
@@ -301,13 +301,13 @@ impl Ext4Fuse {
             }
             let mut buf = vec![0u8; want as usize];
             let n = self
-                .fs
+                .fs()
                 .read_file_at(from, off_in, &mut buf)
                 .map_err(|e| self.errno(e))?;
             if n == 0 {
                 break;
             }
-            self.fs.write(to, off_out, &buf[..n]).map_err(|e| self.errno(e))?;
+            self.fs().write(to, off_out, &buf[..n]).map_err(|e| self.errno(e))?;
             self.space_taken();
             done += n as u64;
             off_in += n as u64;
@@ -325,12 +325,14 @@ impl Ext4Fuse {
             return Ok(());
         };
         let projid = u32::from_le_bytes(raw);
-        let (now, _) = self.fs.project(ino).map_err(|e| self.errno(e))?;
+        let (now, _) = self.fs().project(ino).map_err(|e| self.errno(e))?;
         if projid == now {
             return Ok(());
         }
         self.quota_caller(req);
-        self.fs.set_project(ino, Some(projid), None).map_err(|e| self.errno(e))
+        self.fs()
+            .set_project(ino, Some(projid), None)
+            .map_err(|e| self.errno(e))
     }
 
     pub(super) fn inode_ioctl(
@@ -353,7 +355,7 @@ impl Ext4Fuse {
                 self.writable()?;
                 let raw: [u8; 4] = input.get(..4).and_then(|b| b.try_into().ok()).ok_or(Errno::EINVAL)?;
                 let privileged = req.uid() == 0;
-                self.fs
+                self.fs()
                     .set_flags(ino, u32::from_le_bytes(raw), privileged)
                     .map_err(|e| self.errno(e))?;
                 Ok(Vec::new())
@@ -361,7 +363,7 @@ impl Ext4Fuse {
             FS_IOC_FSGETXATTR => {
                 let mut out = vec![0u8; 28];
                 out[..4].copy_from_slice(&to_xflags(self.inode(ino)?.raw.flags()).to_le_bytes());
-                let (projid, _) = self.fs.project(ino).map_err(|e| self.errno(e))?;
+                let (projid, _) = self.fs().project(ino).map_err(|e| self.errno(e))?;
                 out[12..16].copy_from_slice(&projid.to_le_bytes());
                 out.truncate(out_size as usize);
                 Ok(out)
@@ -371,7 +373,7 @@ impl Ext4Fuse {
                 let raw: [u8; 4] = input.get(..4).and_then(|b| b.try_into().ok()).ok_or(Errno::EINVAL)?;
                 let old = self.inode(ino)?.raw.flags() & ext4kit_engine::flags::USER_VISIBLE;
                 let flags = from_xflags(old, u32::from_le_bytes(raw));
-                self.fs
+                self.fs()
                     .set_flags(ino, flags, req.uid() == 0)
                     .map_err(|e| self.errno(e))?;
                 self.set_projid(req, ino, input)?;

@@ -37,7 +37,8 @@ const MAX_IO: u32 = 1 << 20;
 /// The FUSE file system: an engine plus the state a mount needs (handles,
 /// options, whether errors made it read-only).
 pub struct Ext4Fuse {
-    pub(crate) fs: Arc<Filesystem>,
+    /// The engine, replaced when the image grows (see [`crate::swap`]).
+    pub(crate) served: Arc<crate::swap::Served>,
     pub(crate) cfg: MountConfig,
     pub(crate) handles: Handles,
     /// Set by `errors=remount-ro` after corruption is found.
@@ -64,9 +65,14 @@ pub struct Ext4Fuse {
 
 type Res<T> = Result<T, Errno>;
 
+/// What a request holds while it is served (see
+/// [`Ext4Fuse::request_arrived`]).
+type Arrived<'a> = (parking_lot::RwLockReadGuard<'a, ()>, Option<crate::poll::Serving<'a>>);
+
 impl Ext4Fuse {
-    /// Serves `fs` with the options in `cfg`.
-    pub fn new(fs: Arc<Filesystem>, cfg: MountConfig) -> Self {
+    /// Serves `served` with the options in `cfg`.
+    pub(crate) fn new(served: Arc<crate::swap::Served>, cfg: MountConfig) -> Self {
+        let fs = served.get();
         let geo = fs.geometry();
         let max_dirty = if cfg.writeback_cache && !cfg.read_only {
             let bytes = geo.blocks_count.saturating_mul(u64::from(geo.block_size));
@@ -77,7 +83,7 @@ impl Ext4Fuse {
         Self {
             space: Arc::new(crate::space::Space::new(max_dirty)),
             live: crate::remount_request::Live::new(&cfg),
-            fs,
+            served,
             cfg,
             handles: Handles::default(),
             forced_ro: AtomicBool::new(false),
@@ -99,14 +105,21 @@ impl Ext4Fuse {
         self.poller.clone()
     }
 
-    /// Every request starts here: it keeps the mount busy. The request is
-    /// served while the returned guard lives.
-    fn request_arrived(&self) -> Option<crate::poll::Serving<'_>> {
+    /// The engine now served; a request holds it no longer than itself.
+    pub(crate) fn fs(&self) -> Arc<Filesystem> {
+        self.served.get()
+    }
+
+    /// Every request starts here: it keeps the mount busy and holds off a
+    /// grow (see [`crate::swap`]). The request is served while the
+    /// returned guard lives.
+    fn request_arrived(&self) -> Arrived<'_> {
         // No user is held to quota limits until the request names one
         // ([`Ext4Fuse::quota_caller`]): the caller is per thread, and this
         // thread's last request may have been another user's.
         ext4kit_engine::set_caller_uid(None);
-        self.poller.get().map(crate::poll::Poller::request)
+        let gate = self.served.enter();
+        (gate, self.poller.get().map(crate::poll::Poller::request))
     }
 
     /// Names this request's user (its image uid, after `uid=`) to the
@@ -123,7 +136,7 @@ impl Ext4Fuse {
     fn open_flags_for(&self, req: &Request, flags: i32) -> FopenFlags {
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let uid = crate::options::IdMap::to_image(self.cfg.uid_map, req.uid());
-        if writing && self.cfg.writeback_cache && self.fs.quota_limits_bind(uid) {
+        if writing && self.cfg.writeback_cache && self.fs().quota_limits_bind(uid) {
             return FopenFlags::FOPEN_DIRECT_IO;
         }
         open_flags(flags)
@@ -138,7 +151,7 @@ impl Ext4Fuse {
     /// ENOSPC when only the room kept for the kernel's cached writes is
     /// left (see [`crate::space`]).
     pub(crate) fn check_space(&self) -> Res<()> {
-        self.space.check(&self.fs, self.handles.writing())
+        self.space.check(&self.fs(), self.handles.writing())
     }
 
     /// After a change that may have taken space: on coming near the
@@ -146,7 +159,7 @@ impl Ext4Fuse {
     /// writing are dropped, so their next `write(2)` asks (see
     /// [`crate::space`]).
     pub(crate) fn space_taken(&self) {
-        if !self.space.update(&self.fs, self.handles.writing()) {
+        if !self.space.update(&self.fs(), self.handles.writing()) {
             return;
         }
         log::info!("ext4kit: free space near the reserve for cached writes: write(2) now asks first");
@@ -195,7 +208,7 @@ impl Ext4Fuse {
         if matches!(e, Error::Corrupt(_) | Error::BadChecksum { .. }) {
             log::error!("ext4kit: {e}");
             // Recorded in the superblock before anything else happens.
-            if let Err(e) = self.fs.commit_errors() {
+            if let Err(e) = self.fs().commit_errors() {
                 log::error!("ext4kit: recording the error in the superblock: {e}");
             }
             match self.live.errors() {
@@ -227,12 +240,12 @@ impl Ext4Fuse {
     }
 
     pub(crate) fn inode(&self, ino: u32) -> Res<Inode> {
-        self.fs.inode(ino).map_err(|e| self.errno(e))
+        self.fs().inode(ino).map_err(|e| self.errno(e))
     }
 
     pub(crate) fn attr_of(&self, inode: &Inode) -> Res<FileAttr> {
-        let m = self.fs.metadata(inode).map_err(|e| self.errno(e))?;
-        Ok(file_attr(&m, self.fs.geometry().block_size, &self.cfg))
+        let m = self.fs().metadata(inode).map_err(|e| self.errno(e))?;
+        Ok(file_attr(&m, self.fs().geometry().block_size, &self.cfg))
     }
 
     pub(crate) fn reply_entry(&self, inode: &Inode, reply: ReplyEntry) {
@@ -575,11 +588,11 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let _serving = self.request_arrived();
-        let s = self.fs.statfs();
+        let s = self.fs().statfs();
         // A full host under a sparse image shows as a full file system.
         let host = self
             .space
-            .host_limit(&self.fs)
+            .host_limit(&self.fs())
             .map_or(u64::MAX, |b| b / u64::from(s.block_size));
         reply.statfs(
             s.blocks,
@@ -609,13 +622,16 @@ impl fuser::Filesystem for Ext4Fuse {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        // Before the gate, which a grow takes exclusively.
+        if let Some(blocks) = crate::resize_request::parse_request(name_bytes(name)) {
+            let r = blocks.ok_or(Errno::EINVAL).and_then(|b| self.resize_request(b, size));
+            return xattrs::reply_sized(r, size, reply);
+        }
         let _serving = self.request_arrived();
         let r = if name == crate::sync_request::SYNC_XATTR {
             self.sync_request(size)
         } else if let Some(options) = crate::remount_request::parse_request(name_bytes(name)) {
             self.remount_request(options, size)
-        } else if let Some(blocks) = crate::resize_request::parse_request(name_bytes(name)) {
-            blocks.ok_or(Errno::EINVAL).and_then(|b| self.resize_request(b, size))
         } else if let Some(opts) = crate::defrag_request::parse_request(name_bytes(name)) {
             opts.ok_or(Errno::EINVAL)
                 .and_then(|o| self.defrag_request(req, ino, o, size))

@@ -33,7 +33,7 @@ impl Ext4Fuse {
     /// The inode `name` names in `parent`, or `None` when there is none.
     pub(super) fn lookup_name(&self, parent: INodeNo, name: &[u8]) -> Res<Option<Inode>> {
         let dir = self.inode(self.ino(parent)?)?;
-        match self.fs.lookup(&dir, name) {
+        match self.fs().lookup(&dir, name) {
             Ok(ino) => self.inode(ino).map(Some),
             Err(ext4kit_engine::Error::NotFound(_)) => Ok(None),
             Err(e) => Err(self.errno(e)),
@@ -56,7 +56,7 @@ impl Ext4Fuse {
         self.writable()?;
         let ino = self.ino(ino)?;
         if let Some(size) = c.size {
-            self.fs.truncate(ino, size).map_err(|e| self.errno(e))?;
+            self.fs().truncate(ino, size).map_err(|e| self.errno(e))?;
             self.truncated(ino, size);
         }
         let set = SetAttr {
@@ -69,14 +69,14 @@ impl Ext4Fuse {
         let inode = if set == SetAttr::default() && c.size.is_some() {
             self.inode(ino)?
         } else {
-            self.fs.setattr(ino, &set).map_err(|e| self.errno(e))?
+            self.fs().setattr(ino, &set).map_err(|e| self.errno(e))?
         };
         self.attr_of(&inode)
     }
 
     pub(super) fn read_link(&self, ino: INodeNo) -> Res<Vec<u8>> {
         let inode = self.inode(self.ino(ino)?)?;
-        self.fs.read_link(&inode).map_err(|e| self.errno(e))
+        self.fs().read_link(&inode).map_err(|e| self.errno(e))
     }
 
     /// Owner and mode bits of a new inode in `parent` (`inode_init_owner`).
@@ -116,7 +116,7 @@ impl Ext4Fuse {
         let dir = self.inode(parent)?;
         let attr = self.owner(req, &dir, mode, kind == NodeKind::Directory);
         let r = self
-            .fs
+            .fs()
             .create_with_umask(parent, name, kind, attr, (umask & 0o777) as u16)
             .map_err(|e| self.errno(e));
         self.space_taken();
@@ -157,9 +157,9 @@ impl Ext4Fuse {
         self.writable()?;
         let parent = self.ino(parent)?;
         let r = if dir {
-            self.fs.rmdir(parent, name)
+            self.fs().rmdir(parent, name)
         } else {
-            self.fs.unlink(parent, name)
+            self.fs().unlink(parent, name)
         };
         self.space_taken();
         r.map_err(|e| self.errno(e))
@@ -182,7 +182,7 @@ impl Ext4Fuse {
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
         };
-        self.fs
+        self.fs()
             .rename(self.ino(parent)?, name, self.ino(new_parent)?, new_name, how)
             .map_err(|e| self.errno(e))
     }
@@ -191,7 +191,7 @@ impl Ext4Fuse {
         self.writable()?;
         self.check_space()?;
         let ino = self.ino(ino)?;
-        self.fs
+        self.fs()
             .link(ino, self.ino(new_parent)?, new_name)
             .map_err(|e| match e {
                 ext4kit_engine::Error::IsDir(_) => Errno::EPERM,

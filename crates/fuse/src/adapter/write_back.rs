@@ -117,7 +117,7 @@ impl Ext4Fuse {
     }
 
     fn cut_after_failure(&self, ino: u32, keep: u64) {
-        let stored = match self.fs.inode(ino) {
+        let stored = match self.fs().inode(ino) {
             Ok(i) => i.size(),
             Err(e) => return log::error!("ext4kit: inode {ino} after a failed write: {e}"),
         };
@@ -125,7 +125,7 @@ impl Ext4Fuse {
             return;
         }
         log::warn!("ext4kit: inode {ino}: keeping {keep} of {stored} bytes: the data past them was not all stored");
-        if let Err(e) = self.fs.truncate(ino, keep) {
+        if let Err(e) = self.fs().truncate(ino, keep) {
             log::error!("ext4kit: inode {ino}: cutting back to {keep} bytes: {e}");
         }
     }

@@ -35,20 +35,20 @@ impl Ext4Fuse {
             _ => return Err(Errno::EINVAL),
         };
         self.check_space()?;
-        self.fs
+        self.fs()
             .set_xattr_by(self.ino(ino)?, name, value, how, &|gid| self.keeps_sgid(req, gid))
             .map_err(|e| self.errno(e))
     }
 
     pub(super) fn get_xattr(&self, ino: INodeNo, name: &[u8]) -> Res<Vec<u8>> {
         let inode = self.inode(self.ino(ino)?)?;
-        self.fs.xattr(&inode, name).map_err(|e| self.errno(e))
+        self.fs().xattr(&inode, name).map_err(|e| self.errno(e))
     }
 
     /// Names, each followed by a NUL, as `listxattr` returns them.
     pub(super) fn list_xattrs(&self, ino: INodeNo) -> Res<Vec<u8>> {
         let inode = self.inode(self.ino(ino)?)?;
-        let all = self.fs.xattrs(&inode).map_err(|e| self.errno(e))?;
+        let all = self.fs().xattrs(&inode).map_err(|e| self.errno(e))?;
         let mut out = Vec::new();
         for x in all {
             out.extend_from_slice(&x.name);
@@ -59,6 +59,6 @@ impl Ext4Fuse {
 
     pub(super) fn remove_xattr(&self, ino: INodeNo, name: &[u8]) -> Res<()> {
         self.writable()?;
-        self.fs.remove_xattr(self.ino(ino)?, name).map_err(|e| self.errno(e))
+        self.fs().remove_xattr(self.ino(ino)?, name).map_err(|e| self.errno(e))
     }
 }

@@ -41,7 +41,7 @@ impl Ext4Fuse {
         if !opts.dry_run {
             self.check_space()?;
         }
-        let out = self.fs.defrag_file(e4, &opts).map_err(|e| self.errno(e))?;
+        let out = self.fs().defrag_file(e4, &opts).map_err(|e| self.errno(e))?;
         if out.blocks_moved > 0 && !opts.dry_run {
             self.drop_cached_attrs(ino);
         }
