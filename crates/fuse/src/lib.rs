@@ -24,7 +24,8 @@ pub mod resize_request;
 mod session;
 mod space;
 pub mod sync_request;
+mod transport;
 
 pub use adapter::Ext4Fuse;
-pub use options::{AtimeMode, CpuLatencyMode, IdMap, MountConfig, OnError, PreCheck};
+pub use options::{AtimeMode, CpuLatencyMode, IdMap, MountConfig, OnError, PreCheck, Transport};
 pub use session::{resolve_mount_point, serve, server_lock_path};
