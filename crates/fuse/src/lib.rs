@@ -8,8 +8,10 @@
 //! ([`ext4kit_engine`]). It may call the engine and `fuser`; the CLI calls
 //! [`serve`].
 //!
-//! Transport: `fuser` 0.18, pure Rust, mounting with `mount(2)` when root,
-//! one cloned `/dev/fuse` descriptor per serving thread.
+//! Transports (`transport=`): this crate's own (`transport`), which reads
+//! `/dev/fuse` itself, mounts with `mount(2)` as root and answers
+//! FUSE_STATX (birth time); or `fuser` 0.18, which also mounts through
+//! `fusermount3` for other users.
 
 mod adapter;
 mod attr;

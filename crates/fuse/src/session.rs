@@ -287,7 +287,9 @@ fn mount_dev(adapter: Ext4Fuse, mountpoint: &Path, source: &str, cfg: &MountConf
         Some((fd.into(), session::thread_name(cfg.threads.max(1) - 1)))
     };
     start_poller(&adapter.poller_slot(), spin, latency, cfg);
-    Ok(Running::Dev(chan, Arc::new(adapter), mountpoint.to_path_buf()))
+    // Absolute: the unmount may come after the daemon left its directory.
+    let mountpoint = std::path::absolute(mountpoint)?;
+    Ok(Running::Dev(chan, Arc::new(adapter), mountpoint))
 }
 
 /// The CPU latency request `cpu_latency=` asks for, if any.
