@@ -38,8 +38,7 @@ pub enum OnError {
 /// (`transport=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
-    /// This crate's own over `/dev/fuse` when this process may mount
-    /// (root), else fuser's, which mounts through `fusermount3`.
+    /// The best there is: `Dev` (FUSE over io_uring comes next).
     #[default]
     Auto,
     /// This crate's own reader of `/dev/fuse` (answers FUSE_STATX).
@@ -49,11 +48,10 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// The transport `Auto` stands for in this process.
+    /// The transport `Auto` stands for.
     pub fn resolve(self) -> Self {
         match self {
-            Self::Auto if rustix::process::geteuid().is_root() => Self::Dev,
-            Self::Auto => Self::Fuser,
+            Self::Auto => Self::Dev,
             t => t,
         }
     }

@@ -83,6 +83,10 @@ impl Serve for Ext4Fuse {
     fn destroy(&self) {
         self.release_all();
     }
+
+    fn idle(&self) -> bool {
+        self.poller.get().is_some_and(crate::poll::Poller::stand_by)
+    }
 }
 
 fn err(unique: u64, e: Errno) -> Reply<'static> {

@@ -154,6 +154,23 @@ pub(crate) struct Serving<'a> {
     spinner: bool,
 }
 
+impl Poller {
+    /// For a serving thread other than the spinner whose read found no
+    /// request on the non-blocking device (the own transport reads one
+    /// shared descriptor, so all of its threads see it non-blocking): it
+    /// stands by, as after a request, while the spinner keeps up. False
+    /// when the spinner does not (held up, or not spinning): the thread
+    /// then waits for the device itself.
+    pub(crate) fn stand_by(&self) -> bool {
+        let s = &self.shared;
+        if s.is_spinner() || !s.spinning.load(Ordering::Acquire) || s.spinner_held_up() {
+            return false;
+        }
+        s.standby.wait();
+        true
+    }
+}
+
 impl Drop for Serving<'_> {
     /// The spinner goes back to spinning; another thread stands by while
     /// the spinner keeps up.

@@ -7,6 +7,7 @@
 //! carrier of the same messages (FUSE over io_uring) can come next to it.
 
 pub(crate) mod abi;
+mod fusermount;
 pub(crate) mod reply;
 pub(crate) mod session;
 

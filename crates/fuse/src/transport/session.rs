@@ -1,6 +1,7 @@
 //! A mount served over `/dev/fuse` by this crate alone: open the device,
 //! `mount(2)` the file system on it (as root; the kernel's `fuse` type with
-//! the options fuser passed), answer INIT, then serve requests on several
+//! the options fuser passed; other users through `fusermount3`, see
+//! [`super::fusermount`]), answer INIT, then serve requests on several
 //! threads, all reading the one descriptor, until the kernel ends the
 //! connection at unmount (reads then fail with ENODEV).
 
@@ -31,17 +32,27 @@ pub(crate) trait Serve: Send + Sync + 'static {
     fn serve(&self, chan: &Arc<Channel>, req: &Request<'_>);
     /// The connection ended: close what the kernel left open.
     fn destroy(&self);
+    /// Called by a thread that found the non-blocking device empty: waits
+    /// off the device while another thread polls it, and returns true;
+    /// false to have the caller wait in `poll(2)`.
+    fn idle(&self) -> bool {
+        false
+    }
 }
 
 /// Opens `/dev/fuse` and mounts it at `mountpoint` with the options of
 /// `cfg` (the kernel options fuser passed: `fd`, `rootmode`, `user_id`,
-/// `group_id`, `default_permissions`, `allow_other`, `subtype`).
+/// `group_id`, `default_permissions`, `allow_other`, `subtype`); a user
+/// other than root mounts through `fusermount3`.
 ///
 /// # Errors
-/// No `/dev/fuse`, or `mount(2)` refused (not root: `transport=fuser`
-/// mounts through `fusermount3` instead).
+/// No `/dev/fuse`, or `mount(2)` or the helper refused.
 pub(crate) fn mount(mountpoint: &Path, source: &str, cfg: &MountConfig) -> io::Result<Arc<Channel>> {
     use std::os::unix::fs::PermissionsExt;
+    if !rustix::process::geteuid().is_root() {
+        let dev = super::fusermount::mount(mountpoint, &helper_options(source, cfg))?;
+        return Ok(Arc::new(Channel::new(dev)));
+    }
     let dev = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse")?;
     let rootmode = std::fs::metadata(mountpoint)?.permissions().mode();
     let mut data = format!(
@@ -61,10 +72,7 @@ pub(crate) fn mount(mountpoint: &Path, source: &str, cfg: &MountConfig) -> io::R
     rustix::mount::mount(source, mountpoint, "fuse", mount_flags(cfg), data.as_c_str()).map_err(|e| {
         io::Error::new(
             io::Error::from(e).kind(),
-            format!(
-                "mounting {} (transport=dev mounts as root only): {e}",
-                mountpoint.display()
-            ),
+            format!("mounting {}: {e}", mountpoint.display()),
         )
     })?;
     Ok(Arc::new(Channel::new(dev)))
@@ -87,11 +95,41 @@ fn mount_flags(cfg: &MountConfig) -> MountFlags {
     f
 }
 
-/// Unmounts `mountpoint` (the serving threads then see ENODEV).
+/// The options `fusermount3 -o` takes for `cfg` (it adds `nosuid` and
+/// `nodev` itself unless `suid`/`dev` are asked for, which it refuses to
+/// users).
+fn helper_options(source: &str, cfg: &MountConfig) -> String {
+    let mut o = vec![
+        format!("fsname={}", super::fusermount::escape(source)),
+        "default_permissions".to_string(),
+    ];
+    for (on, opt) in [
+        (!cfg.plain_fuse_type, "subtype=ext4kit"),
+        (cfg.allow_other || cfg.allow_root, "allow_other"),
+        (cfg.read_only, "ro"),
+        (!cfg.read_only, "rw"),
+        (cfg.dev, "dev"),
+        (cfg.suid, "suid"),
+        (!cfg.exec, "noexec"),
+        (cfg.atime == crate::options::AtimeMode::NoAtime, "noatime"),
+        (cfg.sync, "sync"),
+    ] {
+        if on {
+            o.push(opt.to_string());
+        }
+    }
+    o.join(",")
+}
+
+/// Unmounts `mountpoint` (the serving threads then see ENODEV): with
+/// `umount2` as root, through `fusermount3 -u` otherwise.
 ///
 /// # Errors
-/// `umount2` fails (busy, not mounted).
+/// The unmount fails (busy, not mounted).
 pub(crate) fn unmount(mountpoint: &Path) -> io::Result<()> {
+    if !rustix::process::geteuid().is_root() {
+        return super::fusermount::unmount(mountpoint);
+    }
     rustix::mount::unmount(mountpoint, UnmountFlags::empty()).map_err(Into::into)
 }
 
@@ -104,7 +142,8 @@ pub(crate) fn unmount(mountpoint: &Path) -> io::Result<()> {
 pub(crate) fn handshake(chan: &Channel, wanted: u64) -> io::Result<InitOut> {
     let mut buf = vec![0u8; BUF_LEN];
     loop {
-        let n = read_request(chan, &mut buf, true)?.ok_or_else(|| io::Error::other("unmounted during INIT"))?;
+        let n =
+            read_request(chan, &mut buf, true, &NoServer)?.ok_or_else(|| io::Error::other("unmounted during INIT"))?;
         let Ok(req) = Request::parse(&buf[..n]) else {
             log::warn!("ext4kit: malformed request before INIT");
             continue;
@@ -139,6 +178,14 @@ pub(crate) fn handshake(chan: &Channel, wanted: u64) -> io::Result<InitOut> {
     }
 }
 
+/// What reads before INIT: nothing to stand by for.
+struct NoServer;
+
+impl Serve for NoServer {
+    fn serve(&self, _: &Arc<Channel>, _: &Request<'_>) {}
+    fn destroy(&self) {}
+}
+
 /// The INIT answer for a 7.`minor` kernel offering `offered`.
 fn init_out(minor: u32, max_readahead: u32, offered: u64, wanted: u64) -> InitOut {
     use abi::init;
@@ -161,9 +208,9 @@ fn init_out(minor: u32, max_readahead: u32, offered: u64, wanted: u64) -> InitOu
 
 /// Reads one request into `buf`: its length, or `None` once the
 /// connection is gone (unmounted). With the descriptor non-blocking (see
-/// [`crate::poll`]) the spinning thread retries at once; the others wait
-/// in `poll(2)`.
-fn read_request(chan: &Channel, buf: &mut [u8], spinner: bool) -> io::Result<Option<usize>> {
+/// [`crate::poll`]) the spinning thread retries at once; the others stand
+/// by ([`Serve::idle`]) or wait in `poll(2)`.
+fn read_request(chan: &Channel, buf: &mut [u8], spinner: bool, server: &dyn Serve) -> io::Result<Option<usize>> {
     use rustix::io::Errno;
     loop {
         match rustix::io::read(chan.device(), &mut *buf) {
@@ -171,6 +218,7 @@ fn read_request(chan: &Channel, buf: &mut [u8], spinner: bool) -> io::Result<Opt
             // Interrupted, or a request the kernel took back.
             Err(Errno::INTR | Errno::NOENT) => {}
             Err(Errno::AGAIN) if spinner => std::hint::spin_loop(),
+            Err(Errno::AGAIN) if server.idle() => {}
             Err(Errno::AGAIN) => {
                 let mut fds = [rustix::event::PollFd::new(chan.device(), rustix::event::PollFlags::IN)];
                 let _ = rustix::event::poll(&mut fds, None);
@@ -218,7 +266,7 @@ pub(crate) fn thread_name(i: usize) -> String {
 
 fn serve_loop(chan: &Arc<Channel>, server: &dyn Serve, spinner: bool) -> io::Result<()> {
     let mut buf = vec![0u8; BUF_LEN];
-    while let Some(n) = read_request(chan, &mut buf, spinner)? {
+    while let Some(n) = read_request(chan, &mut buf, spinner, server)? {
         match Request::parse(&buf[..n]) {
             Ok(req) => server.serve(chan, &req),
             Err(abi::Malformed) => {
@@ -236,6 +284,19 @@ fn serve_loop(chan: &Arc<Channel>, server: &dyn Serve, spinner: bool) -> io::Res
 mod tests {
     use super::*;
     use abi::init;
+
+    #[test]
+    fn helper_options_name_the_image_and_the_flags() {
+        let cfg = MountConfig {
+            read_only: true,
+            exec: false,
+            ..MountConfig::default()
+        };
+        assert_eq!(
+            helper_options("/a,b.img", &cfg),
+            r"fsname=/a\,b.img,default_permissions,subtype=ext4kit,ro,noexec"
+        );
+    }
 
     #[test]
     fn init_answers_only_what_the_kernel_offers() {
