@@ -9,9 +9,8 @@
 //! [`serve`].
 //!
 //! Transports (`transport=`): this crate's own (`transport`), which reads
-//! `/dev/fuse` itself, mounts with `mount(2)` as root and answers
-//! FUSE_STATX (birth time); or `fuser` 0.18, which also mounts through
-//! `fusermount3` for other users.
+//! `/dev/fuse` itself and answers FUSE_STATX (birth time); or `fuser` 0.18.
+//! Both mount with `mount(2)` as root and through `fusermount3` otherwise.
 
 mod adapter;
 mod attr;

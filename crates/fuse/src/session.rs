@@ -280,13 +280,20 @@ fn mount_dev(adapter: Ext4Fuse, mountpoint: &Path, source: &str, cfg: &MountConf
         return Err(e);
     }
     adapter.set_dev_notifier(chan.clone());
-    let spin = if cfg.poll.is_zero() {
-        None
-    } else {
-        let fd = chan.device().try_clone()?;
-        Some((fd.into(), session::thread_name(cfg.threads.max(1) - 1)))
-    };
-    start_poller(&adapter.poller_slot(), spin, latency, cfg);
+    let spinner = (!cfg.poll.is_zero()).then(|| session::thread_name(cfg.threads.max(1) - 1));
+    if spinner.is_some() || latency.is_some() {
+        let window = if cfg.poll.is_zero() { DEFAULT_POLL } else { cfg.poll };
+        let started = match spinner {
+            Some(name) => crate::poll::Poller::start_polling_thread(name, latency, window),
+            None => crate::poll::Poller::start(None, latency, window),
+        };
+        match started {
+            Ok(p) => {
+                let _ = adapter.poller_slot().set(p);
+            }
+            Err(e) => log::warn!("ext4kit: serving without polling: {e}"),
+        }
+    }
     // Absolute: the unmount may come after the daemon left its directory.
     let mountpoint = std::path::absolute(mountpoint)?;
     Ok(Running::Dev(chan, Arc::new(adapter), mountpoint))

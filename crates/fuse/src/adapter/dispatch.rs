@@ -84,8 +84,8 @@ impl Serve for Ext4Fuse {
         self.release_all();
     }
 
-    fn idle(&self) -> bool {
-        self.poller.get().is_some_and(crate::poll::Poller::stand_by)
+    fn spinning(&self) -> bool {
+        self.poller.get().is_some_and(crate::poll::Poller::spinning)
     }
 }
 

@@ -32,10 +32,9 @@ pub(crate) trait Serve: Send + Sync + 'static {
     fn serve(&self, chan: &Arc<Channel>, req: &Request<'_>);
     /// The connection ended: close what the kernel left open.
     fn destroy(&self);
-    /// Called by a thread that found the non-blocking device empty: waits
-    /// off the device while another thread polls it, and returns true;
-    /// false to have the caller wait in `poll(2)`.
-    fn idle(&self) -> bool {
+    /// Whether the spinning thread should busy-poll the device before its
+    /// next read (see [`crate::poll`]).
+    fn spinning(&self) -> bool {
         false
     }
 }
@@ -207,18 +206,20 @@ fn init_out(minor: u32, max_readahead: u32, offered: u64, wanted: u64) -> InitOu
 }
 
 /// Reads one request into `buf`: its length, or `None` once the
-/// connection is gone (unmounted). With the descriptor non-blocking (see
-/// [`crate::poll`]) the spinning thread retries at once; the others stand
-/// by ([`Serve::idle`]) or wait in `poll(2)`.
+/// connection is gone (unmounted). While the mount is busy (see
+/// [`crate::poll`]) the spinning thread first polls the device without
+/// sleeping until a request is there; the descriptor itself stays
+/// blocking, since every thread reads it.
 fn read_request(chan: &Channel, buf: &mut [u8], spinner: bool, server: &dyn Serve) -> io::Result<Option<usize>> {
     use rustix::io::Errno;
     loop {
+        if spinner {
+            spin_until_ready(chan, server);
+        }
         match rustix::io::read(chan.device(), &mut *buf) {
             Ok(n) => return Ok(Some(n)),
             // Interrupted, or a request the kernel took back.
             Err(Errno::INTR | Errno::NOENT) => {}
-            Err(Errno::AGAIN) if spinner => std::hint::spin_loop(),
-            Err(Errno::AGAIN) if server.idle() => {}
             Err(Errno::AGAIN) => {
                 let mut fds = [rustix::event::PollFd::new(chan.device(), rustix::event::PollFlags::IN)];
                 let _ = rustix::event::poll(&mut fds, None);
@@ -226,6 +227,20 @@ fn read_request(chan: &Channel, buf: &mut [u8], spinner: bool, server: &dyn Serv
             Err(Errno::NODEV) => return Ok(None),
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// Busy-polls the device while `server` says to spin: returns once a
+/// request is there (or the device is gone), or the spin ended.
+fn spin_until_ready(chan: &Channel, server: &dyn Serve) {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let now = Timespec { tv_sec: 0, tv_nsec: 0 };
+    while server.spinning() {
+        let mut fds = [PollFd::new(chan.device(), PollFlags::IN)];
+        if !matches!(poll(&mut fds, Some(&now)), Ok(0)) {
+            return;
+        }
+        std::hint::spin_loop();
     }
 }
 
