@@ -517,8 +517,37 @@ fn statfs_matches_the_kernel() {
 }
 
 /// How many of process `pid`'s `/dev/fuse` descriptors are non-blocking
-/// (`O_NONBLOCK` in `/proc/PID/fdinfo`): the one the server polls.
+/// (`O_NONBLOCK` in `/proc/PID/fdinfo`): the one fuser's spinner reads;
+/// plus the threads of the own transport spinning on the device now.
 fn polled_fuse_fds(pid: u32) -> usize {
+    non_blocking_fuse_fds(pid) + spinning_threads(pid)
+}
+
+/// Serving threads of `pid` (`ext4kit-fuse-N`) that neither sleep nor
+/// block in a read: on a CPU, or in `ppoll` without waiting, in two looks
+/// 100 µs apart (a thread that only finishes a request is back in `read`
+/// by the second).
+fn spinning_threads(pid: u32) -> usize {
+    let look = || -> std::collections::HashSet<String> {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return Default::default();
+        };
+        tasks
+            .filter_map(Result::ok)
+            .filter(|t| {
+                let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+                let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
+                comm.starts_with("ext4kit-fuse-") && (call.starts_with("running") || call.starts_with("271 "))
+            })
+            .map(|t| t.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let first = look();
+    std::thread::sleep(std::time::Duration::from_micros(100));
+    first.intersection(&look()).count()
+}
+
+fn non_blocking_fuse_fds(pid: u32) -> usize {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap();
     fds.filter_map(Result::ok)
         .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == Path::new("/dev/fuse")))

@@ -509,3 +509,66 @@ fn remount_rw_of_a_read_only_mount_is_refused() {
     assert!(m.unmount().unwrap().success());
     assert_clean(&img);
 }
+
+/// `(stx_mask has STATX_BTIME, btime secs, btime nsecs, attributes,
+/// attributes_mask)` of `p`, not following a symlink.
+fn birth(p: &Path) -> (bool, i64, u32, u64, u64) {
+    use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
+    let s = statx(
+        CWD,
+        p,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    )
+    .unwrap_or_else(|e| panic!("statx {}: {e}", p.display()));
+    (
+        s.stx_mask & StatxFlags::BTIME.bits() != 0,
+        s.stx_btime.tv_sec,
+        s.stx_btime.tv_nsec,
+        s.stx_attributes.bits(),
+        s.stx_attributes_mask.bits(),
+    )
+}
+
+/// `statx` on the mount shows the birth time (`i_crtime`, to the
+/// nanosecond) that kernel ext4 shows on a loop mount of the same image,
+/// for files the kernel made; and where this kernel passes a FUSE
+/// server's `stx_attributes` on, the same immutable/append/nodump bits.
+#[test]
+fn statx_shows_the_birth_time_kernel_ext4_shows() {
+    if !ready(&["mkfs.ext4", "chattr"]) {
+        return;
+    }
+    if skip_unless(can_loop_mount()).is_none() {
+        assert!(std::env::var_os("CI").is_none(), "statx test skipped on CI");
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "statx.ext4");
+    let names = [".", "f", "d", "d/g", "l", "imm", "app", "nod"];
+    let k = LoopMount::rw(&img, &[]).unwrap();
+    let root = k.path().to_path_buf();
+    std::fs::write(root.join("f"), b"x").unwrap();
+    std::fs::create_dir(root.join("d")).unwrap();
+    std::fs::write(root.join("d/g"), b"y").unwrap();
+    std::os::unix::fs::symlink("f", root.join("l")).unwrap();
+    for (name, flag) in [("imm", "+i"), ("app", "+a"), ("nod", "+d")] {
+        std::fs::write(root.join(name), b"z").unwrap();
+        run("chattr", &[flag], &root.join(name));
+    }
+    let kernel: Vec<_> = names.iter().map(|n| birth(&root.join(n))).collect();
+    k.unmount().unwrap();
+    let m = FuseMount::start(exe(), &img, "transport=dev").unwrap();
+    let fuse: Vec<_> = names.iter().map(|n| birth(&m.path().join(n))).collect();
+    assert!(m.unmount().unwrap().success());
+    assert_clean(&img);
+    const EXT4_BITS: u64 = 0x10 | 0x20 | 0x40;
+    for ((name, k), f) in names.iter().zip(&kernel).zip(&fuse) {
+        assert!(k.0, "kernel ext4 shows no birth time of {name}");
+        assert_eq!((f.0, f.1, f.2), (k.0, k.1, k.2), "birth time of {name}");
+        if f.4 & EXT4_BITS != 0 {
+            assert_eq!(f.3 & EXT4_BITS, k.3 & EXT4_BITS, "statx attributes of {name}");
+        }
+    }
+    assert_eq!(kernel[5].3 & EXT4_BITS, 0x10, "chattr +i as statx shows it");
+}

@@ -8,8 +8,9 @@
 //! ([`ext4kit_engine`]). It may call the engine and `fuser`; the CLI calls
 //! [`serve`].
 //!
-//! Transport: `fuser` 0.18, pure Rust, mounting with `mount(2)` when root,
-//! one cloned `/dev/fuse` descriptor per serving thread.
+//! Transports (`transport=`): this crate's own (`transport`), which reads
+//! `/dev/fuse` itself and answers FUSE_STATX (birth time); or `fuser` 0.18.
+//! Both mount with `mount(2)` as root and through `fusermount3` otherwise.
 
 mod adapter;
 mod attr;
@@ -25,8 +26,9 @@ mod session;
 mod space;
 pub mod swap;
 pub mod sync_request;
+mod transport;
 
 pub use adapter::Ext4Fuse;
-pub use options::{AtimeMode, CpuLatencyMode, IdMap, MountConfig, OnError, PreCheck};
+pub use options::{AtimeMode, CpuLatencyMode, IdMap, MountConfig, OnError, PreCheck, Transport};
 pub use session::{resolve_mount_point, serve, server_lock_path};
 pub use swap::Reopen;

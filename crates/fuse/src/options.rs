@@ -34,6 +34,29 @@ pub enum OnError {
     Panic,
 }
 
+/// What carries FUSE requests between the kernel and the adapter
+/// (`transport=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// The best there is: `Dev` (FUSE over io_uring comes next).
+    #[default]
+    Auto,
+    /// This crate's own reader of `/dev/fuse` (answers FUSE_STATX).
+    Dev,
+    /// The `fuser` library's session.
+    Fuser,
+}
+
+impl Transport {
+    /// The transport `Auto` stands for.
+    pub fn resolve(self) -> Self {
+        match self {
+            Self::Auto => Self::Dev,
+            t => t,
+        }
+    }
+}
+
 /// Whether a busy mount asks the kernel that idle CPUs wake at once
 /// (`cpu_latency=`; see the `poll` module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -129,6 +152,8 @@ pub struct MountConfig {
     /// Whether a busy mount holds a CPU wake-up latency request
     /// (`cpu_latency=auto|on|off`).
     pub cpu_latency: CpuLatencyMode,
+    /// What carries requests (`transport=auto|dev|fuser`).
+    pub transport: Transport,
     /// The kernel's readahead for the mount in KiB (`read_ahead_kb=`);
     /// `None` sets [`DEFAULT_READ_AHEAD_KB`] where permitted.
     pub read_ahead_kb: Option<u32>,
@@ -200,6 +225,7 @@ impl Default for MountConfig {
             writeback_cache: true,
             poll: DEFAULT_POLL,
             cpu_latency: CpuLatencyMode::Auto,
+            transport: Transport::Auto,
             read_ahead_kb: None,
             max_dirty: None,
             sync: false,
@@ -382,6 +408,15 @@ impl MountConfig {
                 }
                 _ => Err("expects microseconds from 0 to 1000000".into()),
             },
+            "transport" => {
+                self.transport = match value {
+                    Some("auto") => Transport::Auto,
+                    Some("dev") => Transport::Dev,
+                    Some("fuser") => Transport::Fuser,
+                    _ => return Err("expects auto, dev or fuser".into()),
+                };
+                Ok(())
+            }
             "cpu_latency" => {
                 self.cpu_latency = match value {
                     Some("auto") => CpuLatencyMode::Auto,
@@ -610,6 +645,9 @@ mod tests {
         c.apply("poll=250").unwrap();
         assert_eq!(c.poll, Duration::from_micros(250));
         assert_eq!(c.cpu_latency, CpuLatencyMode::Auto);
+        c.apply("transport=fuser").unwrap();
+        assert_eq!(c.transport, Transport::Fuser);
+        assert!(c.apply("transport=uring").is_err());
         c.apply("cpu_latency=off").unwrap();
         assert_eq!(c.cpu_latency, CpuLatencyMode::Off);
         c.apply("cpu_latency=on").unwrap();

@@ -209,16 +209,23 @@ pub fn serve(
     if let Some(host) = image.and_then(|i| crate::host_space::HostSpace::open(i, journal)) {
         space.watch_host(host);
     }
-    let mut session = mount_polled(adapter, mountpoint, &config, &cfg)?;
+    let mut session = match cfg.transport.resolve() {
+        crate::Transport::Fuser => {
+            let mut session = mount_polled(adapter, mountpoint, &config, &cfg)?;
+            let _ = notifier.set(crate::transport::Notifier::Fuser(session.notifier()));
+            let mut unmounter = session.unmount_callable();
+            Running::Fuser(Box::new(session), Box::new(move || unmounter.unmount()))
+        }
+        _ => mount_dev(adapter, mountpoint, source, &cfg)?,
+    };
     set_read_ahead(mountpoint, cfg.read_ahead_kb)?;
     set_max_dirty(mountpoint, &space, cfg.max_dirty.is_some())?;
-    let _ = notifier.set(session.notifier());
-    let signals = on_signals_unmount(session.unmount_callable(), std::path::absolute(mountpoint)?)?;
+    let signals = on_signals_unmount(session.unmounter(), std::path::absolute(mountpoint)?)?;
     let (stop, flusher) = spawn_flusher(fs.clone(), commit)?;
     let warm = spawn_buddy_warmer(fs.clone())?;
     mounted();
     // Ends with the adapter dropped, and with it the poller.
-    let served = session.run();
+    let served = session.run(cfg.threads);
     signals.close();
     let _ = stop.send(());
     let _ = flusher.join();
@@ -231,6 +238,114 @@ pub fn serve(
         .ok_or_else(|| io::Error::other("the file system is still in use after the session"))?;
     let closed = fs.unmount().map_err(io::Error::from);
     served.and(closed)
+}
+
+/// A mounted session on either transport, and how to unmount it.
+enum Running {
+    Fuser(Box<fuser::Session<Ext4Fuse>>, Unmounter),
+    Dev(Arc<crate::transport::Channel>, Arc<Ext4Fuse>, PathBuf),
+}
+
+/// The first unmount attempt on a signal (see [`unmount_retrying`]).
+type Unmounter = Box<dyn FnMut() -> io::Result<()> + Send>;
+
+impl Running {
+    fn unmounter(&mut self) -> Unmounter {
+        match self {
+            Self::Fuser(_, u) => std::mem::replace(u, Box::new(|| Ok(()))),
+            Self::Dev(_, _, mountpoint) => {
+                let mountpoint = mountpoint.clone();
+                Box::new(move || crate::transport::session::unmount(&mountpoint))
+            }
+        }
+    }
+
+    fn run(self, threads: usize) -> io::Result<()> {
+        match self {
+            Self::Fuser(session, _) => session.run(),
+            Self::Dev(chan, adapter, mountpoint) => {
+                let served = crate::transport::session::run(&chan, adapter, threads);
+                if served.is_err() {
+                    // Ended by an error, not the unmount: let nothing hang
+                    // on a mount nobody serves.
+                    let _ = rustix::mount::unmount(&mountpoint, rustix::mount::UnmountFlags::DETACH);
+                }
+                served
+            }
+        }
+    }
+}
+
+/// Mounts with the project's own transport, answers INIT, and starts the
+/// poller as [`mount_polled`] does (its spinner is the last serving thread).
+///
+/// # Errors
+/// Mounting fails, INIT fails, or `cpu_latency=on` and the kernel refuses.
+fn mount_dev(adapter: Ext4Fuse, mountpoint: &Path, source: &str, cfg: &MountConfig) -> io::Result<Running> {
+    use crate::transport::session;
+    let latency = cpu_latency(cfg)?;
+    let chan = session::mount(mountpoint, source, cfg)?;
+    let init = session::handshake(&chan, adapter.init_wanted());
+    if let Err(e) = init {
+        let _ = rustix::mount::unmount(mountpoint, rustix::mount::UnmountFlags::DETACH);
+        return Err(e);
+    }
+    adapter.set_dev_notifier(chan.clone());
+    let spinner = (!cfg.poll.is_zero()).then(|| session::thread_name(cfg.threads.max(1) - 1));
+    if spinner.is_some() || latency.is_some() {
+        let window = if cfg.poll.is_zero() { DEFAULT_POLL } else { cfg.poll };
+        let started = match spinner {
+            Some(name) => crate::poll::Poller::start_polling_thread(name, latency, window),
+            None => crate::poll::Poller::start(None, latency, window),
+        };
+        match started {
+            Ok(p) => {
+                let _ = adapter.poller_slot().set(p);
+            }
+            Err(e) => log::warn!("ext4kit: serving without polling: {e}"),
+        }
+    }
+    // Absolute: the unmount may come after the daemon left its directory.
+    let mountpoint = std::path::absolute(mountpoint)?;
+    Ok(Running::Dev(chan, Arc::new(adapter), mountpoint))
+}
+
+/// The CPU latency request `cpu_latency=` asks for, if any.
+///
+/// # Errors
+/// `cpu_latency=on` and the kernel refuses the request.
+fn cpu_latency(cfg: &MountConfig) -> io::Result<Option<CpuLatency>> {
+    Ok(match cfg.cpu_latency {
+        CpuLatencyMode::Off => None,
+        CpuLatencyMode::On => Some(CpuLatency::open().map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cpu_latency=on: {e} (it needs root; cpu_latency=auto goes without)"),
+            )
+        })?),
+        CpuLatencyMode::Auto => CpuLatency::open()
+            .inspect_err(|e| log::info!("ext4kit: no CPU latency request while busy: {e}"))
+            .ok(),
+    })
+}
+
+/// Starts the poller into `slot` when there is something to do while busy.
+fn start_poller(
+    slot: &std::sync::OnceLock<crate::poll::Poller>,
+    spin: Option<(std::os::fd::OwnedFd, String)>,
+    latency: Option<CpuLatency>,
+    cfg: &MountConfig,
+) {
+    if spin.is_none() && latency.is_none() {
+        return;
+    }
+    let window = if cfg.poll.is_zero() { DEFAULT_POLL } else { cfg.poll };
+    match crate::poll::Poller::start(spin, latency, window) {
+        Ok(p) => {
+            let _ = slot.set(p);
+        }
+        Err(e) => log::warn!("ext4kit: serving without polling: {e}"),
+    }
 }
 
 /// Mounts, then keeps round trips short while requests keep coming (see
@@ -247,18 +362,7 @@ fn mount_polled(
     config: &Config,
     cfg: &MountConfig,
 ) -> io::Result<fuser::Session<Ext4Fuse>> {
-    let latency = match cfg.cpu_latency {
-        CpuLatencyMode::Off => None,
-        CpuLatencyMode::On => Some(CpuLatency::open().map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cpu_latency=on: {e} (it needs root; cpu_latency=auto goes without)"),
-            )
-        })?),
-        CpuLatencyMode::Auto => CpuLatency::open()
-            .inspect_err(|e| log::info!("ext4kit: no CPU latency request while busy: {e}"))
-            .ok(),
-    };
+    let latency = cpu_latency(cfg)?;
     static MOUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = MOUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let slot = adapter.poller_slot();
@@ -275,16 +379,7 @@ fn mount_polled(
         // threads it names `fuser-0`, `fuser-1`…; the others read clones.
         fd.map(|fd| (fd, format!("fuser-{}", cfg.threads.saturating_sub(1))))
     };
-    if spin.is_none() && latency.is_none() {
-        return Ok(session);
-    }
-    let window = if cfg.poll.is_zero() { DEFAULT_POLL } else { cfg.poll };
-    match crate::poll::Poller::start(spin, latency, window) {
-        Ok(p) => {
-            let _ = slot.set(p);
-        }
-        Err(e) => log::warn!("ext4kit: serving without polling: {e}"),
-    }
+    start_poller(&slot, spin, latency, cfg);
     Ok(session)
 }
 
@@ -339,10 +434,7 @@ fn set_max_dirty(mountpoint: &Path, space: &crate::space::Space, asked: bool) ->
 
 /// Unmounts on SIGINT, SIGTERM or SIGHUP (from a thread of its own); the
 /// handle stops that thread.
-fn on_signals_unmount(
-    mut unmounter: fuser::SessionUnmounter,
-    mountpoint: PathBuf,
-) -> io::Result<signal_hook::iterator::Handle> {
+fn on_signals_unmount(mut unmounter: Unmounter, mountpoint: PathBuf) -> io::Result<signal_hook::iterator::Handle> {
     let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let handle = signals.handle();
     std::thread::Builder::new()
@@ -363,9 +455,9 @@ fn on_signals_unmount(
 /// not, so the retries call `umount2` on the mount point themselves; the
 /// last resort is a lazy unmount (`MNT_DETACH`), after which the session
 /// ends as soon as nothing uses the file system any more.
-fn unmount_retrying(unmounter: &mut fuser::SessionUnmounter, mountpoint: &Path) {
+fn unmount_retrying(unmounter: &mut Unmounter, mountpoint: &Path) {
     use rustix::mount::{UnmountFlags, unmount};
-    let Err(e) = unmounter.unmount() else { return };
+    let Err(e) = unmounter() else { return };
     log::warn!("ext4kit: unmounting on signal: {e}; trying again");
     for _ in 0..100 {
         std::thread::sleep(std::time::Duration::from_millis(100));

@@ -6,11 +6,42 @@
 //! the request's uid, gid and pid, and the caller's supplementary groups
 //! in `/proc/PID/status`.
 
-use fuser::Request;
-
 use crate::options::IdMap;
 
 use super::Ext4Fuse;
+
+/// Who sent a request (`fuse_in_header`'s uid, gid and pid), whichever
+/// transport carried it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caller {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) pid: u32,
+}
+
+impl Caller {
+    pub(crate) fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    pub(crate) fn gid(&self) -> u32 {
+        self.gid
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
+impl From<&fuser::Request> for Caller {
+    fn from(r: &fuser::Request) -> Self {
+        Self {
+            uid: r.uid(),
+            gid: r.gid(),
+            pid: r.pid(),
+        }
+    }
+}
 
 /// Longest `/proc/PID/status` read (a few KiB in practice).
 const STATUS_MAX: u64 = 64 << 10;
@@ -19,7 +50,7 @@ impl Ext4Fuse {
     /// Whether the caller of `req` keeps `S_ISGID` on a file of (image)
     /// group `gid`: it is in that group, or privileged. Privilege is
     /// approximated as uid 0; the caller's `CAP_FSETID` is not read.
-    pub(super) fn keeps_sgid(&self, req: &Request, gid: u32) -> bool {
+    pub(super) fn keeps_sgid(&self, req: &Caller, gid: u32) -> bool {
         if req.uid() == 0 {
             return true;
         }

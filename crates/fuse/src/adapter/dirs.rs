@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use ext4kit_engine::dir::DirEntry;
-use fuser::{Errno, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
+use fuser::{Errno, FileType, INodeNo};
 use parking_lot::Mutex;
 
 use super::{Ext4Fuse, Res};
@@ -65,38 +65,33 @@ impl Ext4Fuse {
         }
     }
 
-    pub(super) fn list_dir(&self, fh: u64, offset: u64, mut reply: ReplyDirectory) {
-        let listed = self.stream_dir(fh, offset, |e, next| {
-            Ok(!reply.add(fuse_ino(e.ino), next, self.entry_type(e), bytes_name(&e.name)))
-        });
-        match listed {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+    /// Lists handle `fh` from `offset` into `add` (ino, next offset,
+    /// type, name), which returns false once the reply is full.
+    pub(crate) fn list_dir(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(INodeNo, u64, FileType, &[u8]) -> bool,
+    ) -> Res<()> {
+        self.stream_dir(fh, offset, |e, next| {
+            Ok(add(fuse_ino(e.ino), next, self.entry_type(e), &e.name))
+        })
     }
 
-    pub(super) fn list_dir_plus(&self, fh: u64, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let listed = self.stream_dir(fh, offset, |e, next| {
+    /// [`Ext4Fuse::list_dir`] with each entry's attributes (READDIRPLUS).
+    pub(crate) fn list_dir_plus(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(&super::Entry, u64, FileType, &[u8]) -> bool,
+    ) -> Res<()> {
+        self.stream_dir(fh, offset, |e, next| {
             let inode = self.inode(e.ino)?;
-            let attr = self.attr_of(&inode)?;
-            let generation = Generation(u64::from(inode.raw.i_generation.get()));
-            Ok(!reply.add(
-                fuse_ino(e.ino),
-                next,
-                bytes_name(&e.name),
-                &self.attr_ttl(&self.cfg.entry_timeout),
-                &attr,
-                generation,
-            ))
-        });
-        match listed {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+            let mut entry = self.entry_of(&inode)?;
+            // One time to live for both, as fuser's READDIRPLUS gave.
+            entry.attr_ttl = self.attr_ttl(&self.cfg.entry_timeout);
+            entry.entry_ttl = entry.attr_ttl;
+            Ok(add(&entry, next, self.entry_type(e), &e.name))
+        })
     }
-}
-
-fn bytes_name(name: &[u8]) -> &std::ffi::OsStr {
-    use std::os::unix::ffi::OsStrExt;
-    std::ffi::OsStr::from_bytes(name)
 }

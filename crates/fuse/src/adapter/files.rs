@@ -4,7 +4,9 @@
 //! ioctls (`chattr`/`lsattr`, with project ids: `chattr -p`, `lsattr -p`).
 
 use ext4kit_engine::NodeKind;
-use fuser::{Errno, INodeNo, ReplyWrite, Request};
+use fuser::{Errno, INodeNo};
+
+use super::caller::Caller;
 
 use super::{Ext4Fuse, MAX_IO, Res};
 use crate::handles::Handle;
@@ -70,7 +72,7 @@ impl Ext4Fuse {
 
     pub(super) fn create_file(
         &self,
-        req: &Request,
+        req: &Caller,
         parent: INodeNo,
         name: &[u8],
         mode: u32,
@@ -200,11 +202,11 @@ impl Ext4Fuse {
         offset: u64,
         data: &[u8],
         cached: bool,
-        reply: ReplyWrite,
+        reply: impl FnOnce(Res<u32>),
     ) {
         let e4 = match self.writable().and_then(|()| self.ino(ino)) {
             Ok(i) => i,
-            Err(e) => return reply.error(e),
+            Err(e) => return reply(Err(e)),
         };
         let admitted = if cached {
             self.past_failure(e4, offset, data.len())
@@ -212,13 +214,13 @@ impl Ext4Fuse {
             self.check_space()
         };
         if let Err(e) = admitted {
-            return reply.error(e);
+            return reply(Err(e));
         }
         let mut reply = Some(reply);
         let r = self.fs().write_announcing(e4, offset, data, |n| {
             self.written.lock().insert(e4);
             if let Some(reply) = reply.take() {
-                reply.written(n as u32);
+                reply(Ok(n as u32));
             }
         });
         self.space_taken();
@@ -228,7 +230,7 @@ impl Ext4Fuse {
                 self.write_back_failed(e4, offset, data.len(), errno);
             }
             match reply.take() {
-                Some(reply) => reply.error(errno),
+                Some(reply) => reply(Err(errno)),
                 None => {
                     log::error!("ext4kit: writing data of inode {e4} after answering: {errno:?}");
                     self.lost_writes.lock().insert(e4);
@@ -320,7 +322,7 @@ impl Ext4Fuse {
     /// the inode's usage to the new project, held to its limits
     /// (`ext4_ioctl_setproject`); without the project feature only 0 is
     /// accepted (EOPNOTSUPP otherwise).
-    fn set_projid(&self, req: &Request, ino: u32, input: &[u8]) -> Res<()> {
+    fn set_projid(&self, req: &Caller, ino: u32, input: &[u8]) -> Res<()> {
         let Some(raw) = input.get(12..16).and_then(|b| <[u8; 4]>::try_from(b).ok()) else {
             return Ok(());
         };
@@ -337,7 +339,7 @@ impl Ext4Fuse {
 
     pub(super) fn inode_ioctl(
         &self,
-        req: &Request,
+        req: &Caller,
         ino: INodeNo,
         cmd: u32,
         input: &[u8],

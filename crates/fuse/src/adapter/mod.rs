@@ -1,15 +1,20 @@
-//! [`Ext4Fuse`]: the `fuser::Filesystem` over an engine [`Filesystem`]. The
-//! trait implementation here only unpacks requests and sends replies; each
-//! operation is a method in `names`, `files`, `dirs` or `xattrs` that
-//! returns a `Result` and calls the engine, which holds every rule about
-//! the on-disk format.
+//! [`Ext4Fuse`]: the FUSE file system over an engine [`Filesystem`], served
+//! by either transport: the project's own over `/dev/fuse`
+//! ([`crate::transport`], through `dispatch`) or fuser's (the
+//! `fuser::Filesystem` implementation here). Both only unpack requests and
+//! send replies; each operation is a method in `names`, `files`, `dirs`,
+//! `xattrs` or here that returns a `Result` and calls the engine, which
+//! holds every rule about the on-disk format.
 
 mod caller;
 mod dirs;
+pub(crate) mod dispatch;
 mod files;
 mod names;
 mod write_back;
 mod xattrs;
+
+pub(crate) use caller::Caller;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -22,14 +27,33 @@ use std::time::SystemTime;
 use ext4kit_engine::{Error, Filesystem, Inode};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo,
-    InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::attr::{ext4_ino, file_attr};
 use crate::handles::Handles;
 use crate::options::{MountConfig, OnError};
+use crate::transport::Notifier;
+use crate::transport::abi::init;
+
+/// An inode as LOOKUP, MKNOD, CREATE… answer it: its attributes and how
+/// long the kernel may keep the name and the attributes.
+pub(crate) struct Entry {
+    pub(crate) attr: FileAttr,
+    pub(crate) generation: u64,
+    pub(crate) entry_ttl: std::time::Duration,
+    pub(crate) attr_ttl: std::time::Duration,
+}
+
+/// What STATX adds to an inode's attributes: its creation time, when it
+/// has one, and its `i_flags`.
+pub(crate) struct Statx {
+    pub(crate) attr: FileAttr,
+    pub(crate) crtime: Option<ext4kit_format::inode::Timestamp>,
+    pub(crate) flags: u32,
+}
 
 /// Largest read or write request (the kernel's `max_pages_limit` of 256 pages).
 const MAX_IO: u32 = 1 << 20;
@@ -125,7 +149,7 @@ impl Ext4Fuse {
     /// Names this request's user (its image uid, after `uid=`) to the
     /// engine, which holds that user to quota limits in the transactions
     /// this thread runs for the request.
-    pub(crate) fn quota_caller(&self, req: &Request) {
+    pub(crate) fn quota_caller(&self, req: &Caller) {
         let uid = crate::options::IdMap::to_image(self.cfg.uid_map, req.uid());
         ext4kit_engine::set_caller_uid(Some(uid));
     }
@@ -133,7 +157,7 @@ impl Ext4Fuse {
     /// [`open_flags`], and direct I/O for a writer held to quota limits
     /// under the write-back cache: cached pages reach us later from the
     /// kernel's flusher, without their writer, too late for EDQUOT.
-    fn open_flags_for(&self, req: &Request, flags: i32) -> FopenFlags {
+    fn open_flags_for(&self, req: &Caller, flags: i32) -> FopenFlags {
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let uid = crate::options::IdMap::to_image(self.cfg.uid_map, req.uid());
         if writing && self.cfg.writeback_cache && self.fs().quota_limits_bind(uid) {
@@ -248,16 +272,212 @@ impl Ext4Fuse {
         Ok(file_attr(&m, self.fs().geometry().block_size, &self.cfg))
     }
 
-    pub(crate) fn reply_entry(&self, inode: &Inode, reply: ReplyEntry) {
-        match self.attr_of(inode) {
-            Ok(a) => reply.entry_with_ttls(
-                &self.cfg.entry_timeout,
-                &self.attr_ttl(&self.cfg.attr_timeout),
-                &a,
-                Generation(u64::from(inode.raw.i_generation.get())),
-            ),
-            Err(e) => reply.error(e),
+    pub(crate) fn entry_of(&self, inode: &Inode) -> Res<Entry> {
+        Ok(Entry {
+            attr: self.attr_of(inode)?,
+            generation: u64::from(inode.raw.i_generation.get()),
+            entry_ttl: self.cfg.entry_timeout,
+            attr_ttl: self.attr_ttl(&self.cfg.attr_timeout),
+        })
+    }
+
+    /// LOOKUP: the entry, or a negative one.
+    pub(crate) fn lookup_entry(&self, parent: INodeNo, name: &[u8]) -> Res<Entry> {
+        match self.lookup_name(parent, name)? {
+            Some(inode) => self.entry_of(&inode),
+            None => self.negative_entry(),
         }
+    }
+
+    /// The INIT capabilities (`FUSE_*` bits) this server wants.
+    pub(crate) fn init_wanted(&self) -> u64 {
+        let mut want = init::PARALLEL_DIROPS
+            | init::DO_READDIRPLUS
+            | init::READDIRPLUS_AUTO
+            | init::CACHE_SYMLINKS
+            | init::ASYNC_DIO
+            | init::EXPORT_SUPPORT
+            | init::HAS_IOCTL_DIR
+            // The kernel checks permissions against our POSIX ACLs and
+            // leaves umask and default-ACL inheritance to the engine.
+            | init::POSIX_ACL
+            | init::DONT_MASK
+            // A file opened with O_DIRECT may be mapped shared, as on
+            // ext4: the kernel then flushes and drops the cached pages
+            // around each direct read and write, which keeps the map and
+            // direct I/O coherent (without this, mmap fails with ENODEV).
+            | init::DIRECT_IO_ALLOW_MMAP;
+        if self.cfg.writeback_cache && !self.cfg.read_only {
+            want |= init::WRITEBACK_CACHE;
+        }
+        want
+    }
+
+    /// A GETATTR naming a handle open for writing is, with the write-back
+    /// cache, how a `write(2)` with stale attributes starts: refused
+    /// near full (see [`crate::space`]).
+    pub(crate) fn getattr_of(&self, ino: INodeNo, fh: Option<u64>) -> Res<FileAttr> {
+        if let Some(fh) = fh
+            && let Some(crate::handles::Handle::File { write: true, .. }) = self.handles.get(fh)
+        {
+            self.check_space()?;
+        }
+        self.ino(ino).and_then(|i| self.inode(i)).and_then(|i| self.attr_of(&i))
+    }
+
+    /// STATX: what GETATTR answers, plus the creation time and flags.
+    pub(crate) fn statx_of(&self, ino: INodeNo, fh: Option<u64>) -> Res<Statx> {
+        let attr = self.getattr_of(ino, fh)?;
+        let m = self
+            .fs()
+            .metadata(&self.inode(self.ino(ino)?)?)
+            .map_err(|e| self.errno(e))?;
+        Ok(Statx {
+            attr,
+            crtime: m.crtime,
+            flags: m.flags,
+        })
+    }
+
+    pub(crate) fn setattr_request(&self, ino: INodeNo, change: &names::Change) -> Res<FileAttr> {
+        let r = self.set_attributes(ino, change);
+        self.space_taken();
+        r
+    }
+
+    /// WRITE: `cached` for pages from the kernel's write-back cache.
+    pub(crate) fn write_request(
+        &self,
+        req: &Caller,
+        ino: INodeNo,
+        offset: u64,
+        data: &[u8],
+        cached: bool,
+        reply: impl FnOnce(Res<u32>),
+    ) {
+        // A writer's own write colours a new file's first goal by its pid,
+        // as ext4 without delalloc does; write-back comes from the
+        // kernel's flusher and gets none, as ext4's delalloc gets none.
+        ext4kit_engine::set_caller_pid((!cached).then(|| req.pid()));
+        if !cached {
+            self.quota_caller(req);
+        }
+        if !self.cfg.sync {
+            return self.write_answering_early(ino, offset, data, cached, reply);
+        }
+        let r = self.write_data(ino, offset, data, cached);
+        if let (Err(e), true) = (r, cached) {
+            self.write_back_failed(ext4_ino(ino).unwrap_or(0), offset, data.len(), e);
+        }
+        reply(r);
+    }
+
+    /// Nothing to do at close: writes are committed as they arrive, and
+    /// with the write-back cache the kernel writes its dirty pages back and
+    /// drops the cached `st_blocks` itself before it would ask. Answering
+    /// ENOSYS makes it stop sending FLUSH at all, which saves a round trip
+    /// on every `close`.
+    pub(crate) fn flush_request(&self, ino: INodeNo) -> Res<()> {
+        self.written.lock().remove(&ext4_ino(ino).unwrap_or(0));
+        Err(Errno::ENOSYS)
+    }
+
+    /// Also forgets that the file was written: the kernel dropped its
+    /// cached `st_blocks` when it wrote the pages back at close, and FLUSH,
+    /// which would say so, is no longer sent. (The set only tells fsync
+    /// whether to drop cached attributes; it must not grow with every file
+    /// ever written.)
+    pub(crate) fn release_request(&self, ino: INodeNo, fh: u64) -> Res<()> {
+        self.written.lock().remove(&ext4_ino(ino).unwrap_or(0));
+        self.close_handle(fh)
+    }
+
+    /// The cached attributes are dropped before the answer: a `stat` right
+    /// after `fsync` returns must see the `st_blocks` of the pages it just
+    /// wrote back (the kernel processes the notification at once).
+    pub(crate) fn fsync_request(&self, ino: INodeNo) -> Res<()> {
+        let synced = self.sync_inode(ino);
+        self.refresh_attrs(ino);
+        synced
+    }
+
+    /// The open flags of a directory: its entries are cached with their
+    /// offsets (see `dirs`).
+    pub(crate) fn dir_open_flags() -> FopenFlags {
+        FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
+    }
+
+    /// STATFS: (blocks, free, available, files, free files, block size,
+    /// name length).
+    pub(crate) fn statfs_request(&self) -> (u64, u64, u64, u64, u64, u32, u32) {
+        let fs = self.fs();
+        let s = fs.statfs();
+        // A full host under a sparse image shows as a full file system.
+        let host = self
+            .space
+            .host_limit(&fs)
+            .map_or(u64::MAX, |b| b / u64::from(s.block_size));
+        (
+            s.blocks,
+            s.blocks_free.min(host),
+            s.blocks_available.min(host),
+            s.files,
+            s.files_free,
+            s.block_size,
+            s.name_max,
+        )
+    }
+
+    /// GETXATTR, including the names that carry this server's own
+    /// requests (sync, remount, defrag; resize is taken before the gate).
+    pub(crate) fn getxattr_request(&self, req: &Caller, ino: INodeNo, name: &[u8], size: u32) -> Res<xattrs::Sized> {
+        let r = if name == crate::sync_request::SYNC_XATTR.as_bytes() {
+            self.sync_request(size)
+        } else if let Some(options) = crate::remount_request::parse_request(name) {
+            self.remount_request(options, size)
+        } else if let Some(opts) = crate::defrag_request::parse_request(name) {
+            opts.ok_or(Errno::EINVAL)
+                .and_then(|o| self.defrag_request(req, ino, o, size))
+        } else {
+            self.get_xattr(ino, name)
+        };
+        xattrs::sized(r, size)
+    }
+
+    /// CREATE: the new file's entry, handle and open flags.
+    pub(crate) fn create_request(
+        &self,
+        req: &Caller,
+        parent: INodeNo,
+        name: &[u8],
+        (mode, umask, flags): (u32, u32, i32),
+    ) -> Res<(Entry, u64, FopenFlags)> {
+        let (inode, fh) = self.create_file(req, parent, name, mode, umask, flags)?;
+        let mut entry = self.entry_of(&inode)?;
+        entry.attr_ttl = self.attr_ttl(&self.cfg.entry_timeout);
+        Ok((entry, fh, self.open_flags_for(req, flags)))
+    }
+}
+
+fn reply_entry(r: Res<Entry>, reply: ReplyEntry) {
+    match r {
+        Ok(e) => reply.entry_with_ttls(&e.entry_ttl, &e.attr_ttl, &e.attr, Generation(e.generation)),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn reply_attr(r: Res<FileAttr>, ttl: std::time::Duration, reply: ReplyAttr) {
+    match r {
+        Ok(a) => reply.attr(&ttl, &a),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn reply_sized(r: Res<xattrs::Sized>, reply: ReplyXattr) {
+    match r {
+        Ok(xattrs::Sized::Len(n)) => reply.size(n),
+        Ok(xattrs::Sized::Data(d)) => reply.data(&d),
+        Err(e) => reply.error(e),
     }
 }
 
@@ -285,25 +505,7 @@ fn reply_empty(r: Res<()>, reply: ReplyEmpty) {
 
 impl fuser::Filesystem for Ext4Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut want = InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_ASYNC_DIO
-            | InitFlags::FUSE_EXPORT_SUPPORT
-            | InitFlags::FUSE_HAS_IOCTL_DIR
-            // The kernel checks permissions against our POSIX ACLs and
-            // leaves umask and default-ACL inheritance to the engine.
-            | InitFlags::FUSE_POSIX_ACL
-            | InitFlags::FUSE_DONT_MASK
-            // A file opened with O_DIRECT may be mapped shared, as on
-            // ext4: the kernel then flushes and drops the cached pages
-            // around each direct read and write, which keeps the map and
-            // direct I/O coherent (without this, mmap fails with ENODEV).
-            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
-        if self.cfg.writeback_cache && !self.cfg.read_only {
-            want |= InitFlags::FUSE_WRITEBACK_CACHE;
-        }
+        let want = InitFlags::from_bits_retain(self.init_wanted());
         let have = config.capabilities();
         let _ = config.add_capabilities(want & have);
         let _ = config.set_max_write(MAX_IO);
@@ -320,28 +522,13 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _serving = self.request_arrived();
-        match self.lookup_name(parent, name_bytes(name)) {
-            Ok(Some(inode)) => self.reply_entry(&inode, reply),
-            Ok(None) => self.reply_negative(reply),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(self.lookup_entry(parent, name_bytes(name)), reply);
     }
 
-    /// A GETATTR naming a handle open for writing is, with the write-back
-    /// cache, how a `write(2)` with stale attributes starts: refused
-    /// near full (see [`crate::space`]).
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let _serving = self.request_arrived();
-        if let Some(fh) = fh
-            && let Some(crate::handles::Handle::File { write: true, .. }) = self.handles.get(fh.0)
-            && let Err(e) = self.check_space()
-        {
-            return reply.error(e);
-        }
-        match self.ino(ino).and_then(|i| self.inode(i)).and_then(|i| self.attr_of(&i)) {
-            Ok(a) => reply.attr(&self.attr_ttl(&self.cfg.attr_timeout), &a),
-            Err(e) => reply.error(e),
-        }
+        let r = self.getattr_of(ino, fh.map(|f| f.0));
+        reply_attr(r, self.attr_ttl(&self.cfg.attr_timeout), reply);
     }
 
     fn setattr(
@@ -368,15 +555,11 @@ impl fuser::Filesystem for Ext4Fuse {
             uid,
             gid,
             size,
-            atime,
-            mtime,
+            atime: atime.map(Into::into),
+            mtime: mtime.map(Into::into),
         };
-        let r = self.set_attributes(ino, &change);
-        self.space_taken();
-        match r {
-            Ok(a) => reply.attr(&self.attr_ttl(&self.cfg.attr_timeout), &a),
-            Err(e) => reply.error(e),
-        }
+        let r = self.setattr_request(ino, &change);
+        reply_attr(r, self.attr_ttl(&self.cfg.attr_timeout), reply);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -389,18 +572,14 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let _serving = self.request_arrived();
-        match self.make_node(req, parent, name_bytes(name), mode, umask, rdev) {
-            Ok(inode) => self.reply_entry(&inode, reply),
-            Err(e) => reply.error(e),
-        }
+        let r = self.make_node(&req.into(), parent, name_bytes(name), mode, umask, rdev);
+        reply_entry(r.and_then(|i| self.entry_of(&i)), reply);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let _serving = self.request_arrived();
-        match self.make_dir(req, parent, name_bytes(name), mode, umask) {
-            Ok(inode) => self.reply_entry(&inode, reply),
-            Err(e) => reply.error(e),
-        }
+        let r = self.make_dir(&req.into(), parent, name_bytes(name), mode, umask);
+        reply_entry(r.and_then(|i| self.entry_of(&i)), reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -415,10 +594,13 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let _serving = self.request_arrived();
-        match self.make_symlink(req, parent, name_bytes(link_name), target.as_os_str().as_bytes()) {
-            Ok(inode) => self.reply_entry(&inode, reply),
-            Err(e) => reply.error(e),
-        }
+        let r = self.make_symlink(
+            &req.into(),
+            parent,
+            name_bytes(link_name),
+            target.as_os_str().as_bytes(),
+        );
+        reply_entry(r.and_then(|i| self.entry_of(&i)), reply);
     }
 
     fn rename(
@@ -432,24 +614,22 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         let _serving = self.request_arrived();
-        self.quota_caller(req);
+        self.quota_caller(&req.into());
         let r = self.rename_entry(parent, name_bytes(name), newparent, name_bytes(newname), flags);
         reply_empty(r, reply);
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let _serving = self.request_arrived();
-        self.quota_caller(req);
-        match self.hard_link(ino, newparent, name_bytes(newname)) {
-            Ok(inode) => self.reply_entry(&inode, reply),
-            Err(e) => reply.error(e),
-        }
+        self.quota_caller(&req.into());
+        let r = self.hard_link(ino, newparent, name_bytes(newname));
+        reply_entry(r.and_then(|i| self.entry_of(&i)), reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _serving = self.request_arrived();
         match self.open_file(ino, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags_for(req, flags.0)),
+            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags_for(&req.into(), flags.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -490,46 +670,18 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyWrite,
     ) {
         let _serving = self.request_arrived();
-        // Pages the kernel cached (write-back), which may use the reserve.
         let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
-        // A writer's own write colours a new file's first goal by its pid,
-        // as ext4 without delalloc does; write-back comes from the
-        // kernel's flusher and gets none, as ext4's delalloc gets none.
-        ext4kit_engine::set_caller_pid((!cached).then(|| req.pid()));
-        if !cached {
-            self.quota_caller(req);
-        }
-        if self.cfg.sync {
-            match self.write_data(ino, offset, data, cached) {
-                Ok(n) => reply.written(n),
-                Err(e) => {
-                    if cached {
-                        self.write_back_failed(ext4_ino(ino).unwrap_or(0), offset, data.len(), e);
-                    }
-                    reply.error(e)
-                }
-            }
-            return;
-        }
-        self.write_answering_early(ino, offset, data, cached, reply);
+        self.write_request(&req.into(), ino, offset, data, cached, |r| match r {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        });
     }
 
-    /// Nothing to do at close: writes are committed as they arrive, and
-    /// with the write-back cache the kernel writes its dirty pages back and
-    /// drops the cached `st_blocks` itself before it would ask. Answering
-    /// ENOSYS makes it stop sending FLUSH at all, which saves a round trip
-    /// on every `close`.
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         let _serving = self.request_arrived();
-        self.written.lock().remove(&ext4_ino(ino).unwrap_or(0));
-        reply.error(Errno::ENOSYS);
+        reply_empty(self.flush_request(ino), reply);
     }
 
-    /// Also forgets that the file was written: the kernel dropped its
-    /// cached `st_blocks` when it wrote the pages back at close, and FLUSH,
-    /// which would say so, is no longer sent. (The set only tells fsync
-    /// whether to drop cached attributes; it must not grow with every file
-    /// ever written.)
     fn release(
         &self,
         _req: &Request,
@@ -541,39 +693,49 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         let _serving = self.request_arrived();
-        self.written.lock().remove(&ext4_ino(ino).unwrap_or(0));
-        reply_empty(self.close_handle(fh.0), reply);
+        reply_empty(self.release_request(ino, fh.0), reply);
     }
 
-    /// The cached attributes are dropped before the answer: a `stat` right
-    /// after `fsync` returns must see the `st_blocks` of the pages it just
-    /// wrote back (the kernel processes the notification at once).
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let _serving = self.request_arrived();
-        let synced = self.sync_inode(ino);
-        self.refresh_attrs(ino);
-        reply_empty(synced, reply);
+        reply_empty(self.fsync_request(ino), reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _serving = self.request_arrived();
         match self.open_dir(ino) {
-            Ok(fh) => reply.opened(
-                FileHandle(fh),
-                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-            ),
+            Ok(fh) => reply.opened(FileHandle(fh), Self::dir_open_flags()),
             Err(e) => reply.error(e),
         }
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let _serving = self.request_arrived();
-        self.list_dir(fh.0, offset, reply);
+        let r = self.list_dir(fh.0, offset, |ino, next, kind, name| {
+            !reply.add(ino, next, kind, OsStr::from_bytes(name))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
-    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectoryPlus) {
+    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let _serving = self.request_arrived();
-        self.list_dir_plus(fh.0, offset, reply);
+        let r = self.list_dir_plus(fh.0, offset, |e, next, _kind, name| {
+            !reply.add(
+                e.attr.ino,
+                next,
+                OsStr::from_bytes(name),
+                &e.attr_ttl,
+                &e.attr,
+                Generation(e.generation),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
@@ -588,22 +750,8 @@ impl fuser::Filesystem for Ext4Fuse {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let _serving = self.request_arrived();
-        let s = self.fs().statfs();
-        // A full host under a sparse image shows as a full file system.
-        let host = self
-            .space
-            .host_limit(&self.fs())
-            .map_or(u64::MAX, |b| b / u64::from(s.block_size));
-        reply.statfs(
-            s.blocks,
-            s.blocks_free.min(host),
-            s.blocks_available.min(host),
-            s.files,
-            s.files_free,
-            s.block_size,
-            s.name_max,
-            s.block_size,
-        );
+        let (blocks, bfree, bavail, files, ffree, bsize, namelen) = self.statfs_request();
+        reply.statfs(blocks, bfree, bavail, files, ffree, bsize, namelen, bsize);
     }
 
     fn setxattr(
@@ -617,33 +765,24 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         let _serving = self.request_arrived();
-        self.quota_caller(req);
-        reply_empty(self.set_xattr(req, ino, name_bytes(name), value, flags), reply);
+        let caller = Caller::from(req);
+        self.quota_caller(&caller);
+        reply_empty(self.set_xattr(&caller, ino, name_bytes(name), value, flags), reply);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         // Before the gate, which a grow takes exclusively.
         if let Some(blocks) = crate::resize_request::parse_request(name_bytes(name)) {
             let r = blocks.ok_or(Errno::EINVAL).and_then(|b| self.resize_request(b, size));
-            return xattrs::reply_sized(r, size, reply);
+            return reply_sized(xattrs::sized(r, size), reply);
         }
         let _serving = self.request_arrived();
-        let r = if name == crate::sync_request::SYNC_XATTR {
-            self.sync_request(size)
-        } else if let Some(options) = crate::remount_request::parse_request(name_bytes(name)) {
-            self.remount_request(options, size)
-        } else if let Some(opts) = crate::defrag_request::parse_request(name_bytes(name)) {
-            opts.ok_or(Errno::EINVAL)
-                .and_then(|o| self.defrag_request(req, ino, o, size))
-        } else {
-            self.get_xattr(ino, name_bytes(name))
-        };
-        xattrs::reply_sized(r, size, reply);
+        reply_sized(self.getxattr_request(&req.into(), ino, name_bytes(name), size), reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _serving = self.request_arrived();
-        xattrs::reply_sized(self.list_xattrs(ino), size, reply);
+        reply_sized(xattrs::sized(self.list_xattrs(ino), size), reply);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -668,17 +807,8 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyCreate,
     ) {
         let _serving = self.request_arrived();
-        match self.create_file(req, parent, name_bytes(name), mode, umask, flags) {
-            Ok((inode, fh)) => match self.attr_of(&inode) {
-                Ok(a) => reply.created(
-                    &self.attr_ttl(&self.cfg.entry_timeout),
-                    &a,
-                    Generation(u64::from(inode.raw.i_generation.get())),
-                    FileHandle(fh),
-                    self.open_flags_for(req, flags),
-                ),
-                Err(e) => reply.error(e),
-            },
+        match self.create_request(&req.into(), parent, name_bytes(name), (mode, umask, flags)) {
+            Ok((e, fh, open)) => reply.created(&e.attr_ttl, &e.attr, Generation(e.generation), FileHandle(fh), open),
             Err(e) => reply.error(e),
         }
     }
@@ -695,7 +825,7 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyIoctl,
     ) {
         let _serving = self.request_arrived();
-        match self.inode_ioctl(req, ino, cmd, in_data, out_size) {
+        match self.inode_ioctl(&req.into(), ino, cmd, in_data, out_size) {
             Ok(out) => reply.ioctl(0, &out),
             Err(e) => reply.error(e),
         }
@@ -712,7 +842,7 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         let _serving = self.request_arrived();
-        self.quota_caller(req);
+        self.quota_caller(&req.into());
         reply_empty(self.allocate(ino, offset, length, mode), reply);
     }
 
@@ -738,7 +868,7 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyWrite,
     ) {
         let _serving = self.request_arrived();
-        self.quota_caller(req);
+        self.quota_caller(&req.into());
         match self.copy_range(ino_in, offset_in, ino_out, offset_out, len) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),

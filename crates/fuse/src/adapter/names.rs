@@ -6,26 +6,45 @@
 use std::time::SystemTime;
 
 use ext4kit_engine::{Attr, Inode, NodeKind, SetAttr};
-use fuser::{Errno, FileAttr, INodeNo, RenameFlags, ReplyEntry, Request, TimeOrNow};
+use ext4kit_format::inode::Timestamp;
+use fuser::{Errno, FileAttr, INodeNo, RenameFlags, TimeOrNow};
+
+use super::caller::Caller;
 
 use super::{Ext4Fuse, Res};
 use crate::attr::{decode_rdev, request_timestamp, timestamp};
 use crate::options::IdMap;
 
 /// The parts of a `setattr` request the engine acts on.
-pub(super) struct Change {
-    pub(super) mode: Option<u32>,
-    pub(super) uid: Option<u32>,
-    pub(super) gid: Option<u32>,
-    pub(super) size: Option<u64>,
-    pub(super) atime: Option<TimeOrNow>,
-    pub(super) mtime: Option<TimeOrNow>,
+pub(crate) struct Change {
+    pub(crate) mode: Option<u32>,
+    pub(crate) uid: Option<u32>,
+    pub(crate) gid: Option<u32>,
+    pub(crate) size: Option<u64>,
+    pub(crate) atime: Option<NewTime>,
+    pub(crate) mtime: Option<NewTime>,
 }
 
-fn time_of(t: TimeOrNow) -> ext4kit_format::inode::Timestamp {
+/// A time a `setattr` sets: the one given, or the server's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NewTime {
+    Now,
+    At(Timestamp),
+}
+
+impl From<TimeOrNow> for NewTime {
+    fn from(t: TimeOrNow) -> Self {
+        match t {
+            TimeOrNow::SpecificTime(t) => Self::At(request_timestamp(t)),
+            TimeOrNow::Now => Self::Now,
+        }
+    }
+}
+
+fn time_of(t: NewTime) -> Timestamp {
     match t {
-        TimeOrNow::SpecificTime(t) => request_timestamp(t),
-        TimeOrNow::Now => timestamp(SystemTime::now()),
+        NewTime::At(t) => t,
+        NewTime::Now => timestamp(SystemTime::now()),
     }
 }
 
@@ -43,16 +62,21 @@ impl Ext4Fuse {
     /// A negative entry: the kernel remembers the name is absent for the
     /// entry timeout (only this mount can create it, and creating through
     /// the kernel drops the negative entry).
-    pub(super) fn reply_negative(&self, reply: ReplyEntry) {
+    pub(crate) fn negative_entry(&self) -> Res<super::Entry> {
         if self.cfg.entry_timeout.is_zero() {
-            return reply.error(Errno::ENOENT);
+            return Err(Errno::ENOENT);
         }
         let mut attr = crate::attr::file_attr(&empty_metadata(), 0, &self.cfg);
         attr.ino = INodeNo(0);
-        reply.entry(&self.cfg.entry_timeout, &attr, fuser::Generation(0));
+        Ok(super::Entry {
+            attr,
+            generation: 0,
+            entry_ttl: self.cfg.entry_timeout,
+            attr_ttl: self.cfg.entry_timeout,
+        })
     }
 
-    pub(super) fn set_attributes(&self, ino: INodeNo, c: &Change) -> Res<FileAttr> {
+    pub(crate) fn set_attributes(&self, ino: INodeNo, c: &Change) -> Res<FileAttr> {
         self.writable()?;
         let ino = self.ino(ino)?;
         if let Some(size) = c.size {
@@ -80,7 +104,7 @@ impl Ext4Fuse {
     }
 
     /// Owner and mode bits of a new inode in `parent` (`inode_init_owner`).
-    fn owner(&self, req: &Request, parent: &Inode, mode: u32, is_dir: bool) -> Attr {
+    fn owner(&self, req: &Caller, parent: &Inode, mode: u32, is_dir: bool) -> Attr {
         let mut perm = (mode & 0o7777) as u16;
         let setgid_parent = parent.raw.permissions() & 0o2000 != 0;
         let gid = if setgid_parent {
@@ -102,7 +126,7 @@ impl Ext4Fuse {
     /// us, and the engine applies it or the directory's default ACL.
     pub(super) fn create_node(
         &self,
-        req: &Request,
+        req: &Caller,
         parent: INodeNo,
         name: &[u8],
         kind: NodeKind,
@@ -125,7 +149,7 @@ impl Ext4Fuse {
 
     pub(super) fn make_node(
         &self,
-        req: &Request,
+        req: &Caller,
         parent: INodeNo,
         name: &[u8],
         mode: u32,
@@ -145,11 +169,11 @@ impl Ext4Fuse {
         self.create_node(req, parent, name, kind, mode, umask)
     }
 
-    pub(super) fn make_dir(&self, req: &Request, parent: INodeNo, name: &[u8], mode: u32, umask: u32) -> Res<Inode> {
+    pub(super) fn make_dir(&self, req: &Caller, parent: INodeNo, name: &[u8], mode: u32, umask: u32) -> Res<Inode> {
         self.create_node(req, parent, name, NodeKind::Directory, mode, umask)
     }
 
-    pub(super) fn make_symlink(&self, req: &Request, parent: INodeNo, name: &[u8], target: &[u8]) -> Res<Inode> {
+    pub(super) fn make_symlink(&self, req: &Caller, parent: INodeNo, name: &[u8], target: &[u8]) -> Res<Inode> {
         self.create_node(req, parent, name, NodeKind::Symlink(target.to_vec()), 0o777, 0)
     }
 
@@ -202,7 +226,7 @@ impl Ext4Fuse {
 }
 
 /// Metadata for a negative entry's placeholder attributes.
-fn empty_metadata() -> ext4kit_engine::Metadata {
+pub(super) fn empty_metadata() -> ext4kit_engine::Metadata {
     let zero = ext4kit_format::inode::Timestamp { secs: 0, nsecs: 0 };
     ext4kit_engine::Metadata {
         ino: 0,

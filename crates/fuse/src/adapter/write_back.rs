@@ -18,7 +18,9 @@
 
 use std::collections::HashMap;
 
-use fuser::{Errno, INodeNo, Notifier};
+use fuser::{Errno, INodeNo};
+
+use crate::transport::Notifier;
 use parking_lot::Mutex;
 
 use super::Ext4Fuse;

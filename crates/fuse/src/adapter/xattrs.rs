@@ -3,7 +3,9 @@
 //! ERANGE.
 
 use ext4kit_engine::XattrSet;
-use fuser::{Errno, INodeNo, ReplyXattr, Request};
+use fuser::{Errno, INodeNo};
+
+use super::caller::Caller;
 
 use super::{Ext4Fuse, Res};
 
@@ -11,22 +13,26 @@ use super::{Ext4Fuse, Res};
 const XATTR_CREATE: i32 = 1;
 const XATTR_REPLACE: i32 = 2;
 
-pub(super) fn reply_sized(r: Res<Vec<u8>>, size: u32, reply: ReplyXattr) {
+/// What a GETXATTR or LISTXATTR answers.
+pub(crate) enum Sized {
+    /// The length a zero-sized request asks for.
+    Len(u32),
+    Data(Vec<u8>),
+}
+
+pub(crate) fn sized(r: Res<Vec<u8>>, size: u32) -> Res<Sized> {
     match r {
-        Ok(v) if size == 0 => match u32::try_from(v.len()) {
-            Ok(n) => reply.size(n),
-            Err(_) => reply.error(Errno::E2BIG),
-        },
-        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
-        Ok(v) => reply.data(&v),
-        Err(e) => reply.error(e),
+        Ok(v) if size == 0 => u32::try_from(v.len()).map(Sized::Len).map_err(|_| Errno::E2BIG),
+        Ok(v) if v.len() > size as usize => Err(Errno::ERANGE),
+        Ok(v) => Ok(Sized::Data(v)),
+        Err(e) => Err(e),
     }
 }
 
 impl Ext4Fuse {
     /// An access ACL sent by a caller outside the file's group clears its
     /// `S_ISGID` (see [`super::caller`]).
-    pub(super) fn set_xattr(&self, req: &Request, ino: INodeNo, name: &[u8], value: &[u8], flags: i32) -> Res<()> {
+    pub(super) fn set_xattr(&self, req: &Caller, ino: INodeNo, name: &[u8], value: &[u8], flags: i32) -> Res<()> {
         self.writable()?;
         let how = match flags & (XATTR_CREATE | XATTR_REPLACE) {
             0 => XattrSet::Any,

@@ -2,7 +2,9 @@
 //! engine, which holds every rule about what moves and how.
 
 use ext4kit_engine::DefragOptions;
-use fuser::{Errno, INodeNo, Request};
+use fuser::{Errno, INodeNo};
+
+use crate::adapter::Caller;
 
 use super::{encode_reply, reply_len};
 use crate::adapter::Ext4Fuse;
@@ -22,7 +24,7 @@ impl Ext4Fuse {
     /// defrag frees.
     pub(crate) fn defrag_request(
         &self,
-        req: &Request,
+        req: &Caller,
         ino: INodeNo,
         opts: DefragOptions,
         size: u32,
@@ -51,7 +53,7 @@ impl Ext4Fuse {
     /// Root or the file's owner, as `e4defrag` allows (the kernel checked
     /// only read permission for a `getxattr`; `EXT4_IOC_MOVE_EXT` wants
     /// the file open for writing).
-    fn may_defrag(&self, req: &Request, ino: u32) -> Result<(), Errno> {
+    fn may_defrag(&self, req: &Caller, ino: u32) -> Result<(), Errno> {
         if req.uid() == 0 {
             return Ok(());
         }

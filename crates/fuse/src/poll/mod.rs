@@ -4,10 +4,12 @@
 //! While requests arrive back to back the mount is *busy*, and three things
 //! cut wake-ups out:
 //!
-//! - **Spinning** (`poll=`): one serving thread's descriptor is made
-//!   non-blocking. `fuser` retries its read at once on `EAGAIN`, so that
-//!   thread picks the next request up without being woken. It pauses while
-//!   threads wait for a CPU ([`load::Pressure`]).
+//! - **Spinning** (`poll=`): one serving thread picks the next request up
+//!   without being woken. With fuser its descriptor is made non-blocking
+//!   and fuser retries its read at once on `EAGAIN`; the own transport's
+//!   threads share one descriptor, so its spinner instead polls the device
+//!   without waiting before each read ([`Poller::spinning`]). It pauses
+//!   while threads wait for a CPU ([`load::Pressure`]).
 //! - **A CPU latency request** (`cpu_latency=`, [`cpu_latency`]): idle CPUs
 //!   poll instead of halting, so the program waiting for a reply resumes at
 //!   once too.
@@ -102,6 +104,30 @@ impl Poller {
         standby: standby::Standby,
     ) -> std::io::Result<Self> {
         let (spin, spinner) = spin.unzip();
+        Self::start_parts(spin, spinner, latency, window, pressure, standby)
+    }
+
+    /// [`Poller::start`] for a spinner that polls the device itself
+    /// (`poll(2)` with no wait, then a blocking read) instead of reading a
+    /// descriptor made non-blocking: the thread named `spinner` asks
+    /// [`Poller::spinning`].
+    pub(crate) fn start_polling_thread(
+        spinner: String,
+        latency: Option<CpuLatency>,
+        window: Duration,
+    ) -> std::io::Result<Self> {
+        let (pressure, standby) = (load::Pressure::new(), standby::Standby::default());
+        Self::start_parts(None, Some(spinner), latency, window, pressure, standby)
+    }
+
+    fn start_parts(
+        spin: Option<OwnedFd>,
+        spinner: Option<String>,
+        latency: Option<CpuLatency>,
+        window: Duration,
+        pressure: load::Pressure,
+        standby: standby::Standby,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             spin,
             spinning: AtomicBool::new(false),
@@ -152,6 +178,15 @@ impl Poller {
 pub(crate) struct Serving<'a> {
     shared: &'a Shared,
     spinner: bool,
+}
+
+impl Poller {
+    /// Whether the spinner should busy-poll the device now: the own
+    /// transport's spinner checks this before each read, since its
+    /// threads share one descriptor that must stay blocking for the others.
+    pub(crate) fn spinning(&self) -> bool {
+        self.shared.spinning.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for Serving<'_> {
@@ -210,7 +245,7 @@ impl Shared {
                 latency.as_mut().map(CpuLatency::relax);
                 std::thread::park();
                 // A request that made the mount busy also started the spin.
-                spinning = self.spin.is_some();
+                spinning = self.spinner.is_some();
                 rest = 0;
                 pressure.restart();
                 continue;
@@ -227,7 +262,7 @@ impl Shared {
                 if !self.idle_for_a_window() && !self.busy.swap(true, Ordering::SeqCst) {
                     spinning = self.set_spinning(true);
                 }
-            } else if self.spin.is_some() {
+            } else if self.spinner.is_some() {
                 rest = if pressure.crowded(self.window) {
                     REST_WINDOWS
                 } else {
@@ -247,10 +282,13 @@ impl Shared {
     /// Makes the spun descriptor non-blocking or blocking again; returns
     /// whether it now spins.
     fn set_spinning(&self, on: bool) -> bool {
-        let Some(fd) = &self.spin else {
+        if self.spinner.is_none() {
             return false;
-        };
+        }
         self.spinning.store(on, Ordering::Release);
+        let Some(fd) = &self.spin else {
+            return on;
+        };
         let fd = fd.as_fd();
         let r = fcntl_getfl(fd).and_then(|mut f| {
             f.set(OFlags::NONBLOCK, on);
