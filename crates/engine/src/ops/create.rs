@@ -6,6 +6,7 @@ use ext4kit_format::inode::{FileType, flags};
 
 use crate::InlinePolicy;
 use crate::clock;
+use crate::crypt::names::Intent;
 use crate::dir::Placement;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
@@ -156,6 +157,8 @@ impl Txn<'_> {
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
+        let disk = self.fs.disk_name(&dir, name, Intent::Create)?;
+        let name: &[u8] = &disk;
         super::require_live(&dir)?;
         let before = dir.clone();
         let place = if lookup == Lookup::Skip && !dir.has_inline_data() {
@@ -185,8 +188,14 @@ impl Txn<'_> {
         self.inherit_project(&dir, &mut inode);
         self.fs.inherit_casefold(&dir, &mut inode);
         self.inherit_acl(&dir, &mut inode, umask)?;
-        self.fill_body(&mut inode, &kind, parent)?;
+        let crypt = self.encrypt_new_inode(&dir, &mut inode, &kind)?;
+        let stored_kind = crypt.as_ref().and_then(|(_, k)| k.as_ref()).unwrap_or(&kind);
+        self.fill_body(&mut inode, stored_kind, parent)?;
         self.write_inode(&mut inode)?;
+        if let Some((ctx, _)) = &crypt {
+            self.set_encryption_context(ino, ctx)?;
+            inode = self.inode(ino)?;
+        }
         if !(dir.has_inline_data() && self.add_inline_entry(&mut dir, name, ino, ft.dirent_code())?) {
             self.add_entry_placed(&mut dir, name, ino, ft.dirent_code(), place)?;
         }
