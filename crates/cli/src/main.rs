@@ -12,6 +12,7 @@ macro_rules! outln {
 }
 
 mod cmd;
+mod keys;
 mod logger;
 mod open;
 
@@ -57,6 +58,10 @@ pub struct ImageArgs {
     /// `-z FILE`, `--undo-sync`: the undo file of a command that writes.
     #[command(flatten)]
     pub undo: open::UndoArgs,
+    /// An fscrypt master key file for encrypted directories (repeatable):
+    /// FILE for v2 policies, DESCRIPTOR=FILE (16 hex digits) for v1.
+    #[arg(long = "key", value_name = "[DESCRIPTOR=]FILE")]
+    pub keys: Vec<String>,
 }
 
 #[derive(Subcommand)]

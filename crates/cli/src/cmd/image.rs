@@ -69,6 +69,7 @@ pub fn run(a: Args) -> Result<()> {
         block_size: a.block_size,
         journal: None,
         undo: Default::default(),
+        keys: Vec::new(),
     })?;
     let opts = ImageOptions {
         all_data: a.all_data,

@@ -207,6 +207,7 @@ fn open(image: &Path, cfg: &MountConfig) -> Result<Filesystem> {
         }
     })?;
     crate::open::log_recovery(&fs);
+    crate::keys::add_keys(&fs, &cfg.keys)?;
     if !cfg.read_only
         && let Some(why) = fs.read_only_reason()
     {
