@@ -404,3 +404,75 @@ fn ext4kit_writes_kernel_reads_with_the_key() {
     }
     m.unmount().unwrap();
 }
+
+/// IV_INO_LBLK_64 and IV_INO_LBLK_32 (v2, `stable_inodes`): one key per
+/// mode from the master key and the file system UUID, IVs from the inode
+/// number; each padding flag too. Read both ways against the kernel.
+#[test]
+fn iv_ino_lblk_policies_and_paddings_both_ways() {
+    if !kernel_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-O", "encrypt,stable_inodes", "-b", "4096"], "64M") else {
+        return;
+    };
+    let key = dir.path().join("key");
+    std::fs::write(&key, content(64, 5)).unwrap();
+    // (directory, policy flags): pad 4/8/16/32, LBLK_64, LBLK_32.
+    let policies = [
+        ("pad4", 0),
+        ("pad8", 1),
+        ("pad32", 3),
+        ("lblk64", 0x0a),
+        ("lblk32", 0x12),
+    ];
+    let m = LoopMount::rw(&img, &[]).unwrap();
+    let id = kernel_add_keys(m.path(), &key);
+    for (d, flags) in policies {
+        std::fs::create_dir(m.path().join(d)).unwrap();
+        let p = m.path().join(d);
+        run(
+            "python3",
+            &[&helper(), "set-policy", p.to_str().unwrap(), &id, &flags.to_string()],
+        );
+        fill(&p);
+    }
+    m.unmount().unwrap();
+    let m = LoopMount::ro(&img).unwrap();
+    kernel_add_keys(m.path(), &key);
+    let kernel: Vec<Tree> = policies
+        .iter()
+        .map(|(d, _)| kernel_tree(&m.path().join(d), true))
+        .collect();
+    m.unmount().unwrap();
+
+    let fs = open_rw(&img);
+    add_keys(&fs, &key, &id);
+    for ((d, _), want) in policies.iter().zip(&kernel) {
+        assert_eq!(
+            &our_tree(&fs, format!("/{d}").as_bytes(), true),
+            want,
+            "/{d} with the key"
+        );
+        let top = fs.resolve(format!("/{d}").as_bytes()).unwrap().ino;
+        let f = fs.create(top, b"ours", NodeKind::Regular, ATTR).unwrap().ino;
+        fs.write(f, 0, &content(20_000, 9)).unwrap();
+        fs.create(top, b"ours-link", NodeKind::Symlink(b"ours".to_vec()), ATTR)
+            .unwrap();
+    }
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img).unwrap();
+    let m = LoopMount::ro(&img).unwrap();
+    kernel_add_keys(m.path(), &key);
+    for (d, _) in policies {
+        let p = m.path().join(d);
+        assert_eq!(
+            std::fs::read(p.join("ours")).unwrap(),
+            content(20_000, 9),
+            "/{d}/ours read by the kernel"
+        );
+        assert_eq!(std::fs::read_link(p.join("ours-link")).unwrap(), Path::new("ours"));
+    }
+    m.unmount().unwrap();
+}

@@ -261,12 +261,15 @@ impl Txn<'_> {
                 }
                 inode.raw.i_links_count.set(2);
             }
-            NodeKind::Regular if self.inline_enabled() => match self.fs.opts.inline {
-                InlinePolicy::Kernel => self.fs.may_inline.note(inode.ino),
-                InlinePolicy::Mke2fs => {
-                    self.start_inline_file(inode)?;
+            // Encrypted contents are whole encrypted blocks, never inline.
+            NodeKind::Regular if self.inline_enabled() && !inode.raw.has_flag(flags::ENCRYPT) => {
+                match self.fs.opts.inline {
+                    InlinePolicy::Kernel => self.fs.may_inline.note(inode.ino),
+                    InlinePolicy::Mke2fs => {
+                        self.start_inline_file(inode)?;
+                    }
                 }
-            },
+            }
             NodeKind::Symlink(target) => self.fill_symlink(inode, target)?,
             NodeKind::CharDevice(major, minor) | NodeKind::BlockDevice(major, minor) => {
                 encode_device(&mut inode.raw.i_block, *major, *minor);
