@@ -195,8 +195,9 @@ impl Model {
             .keys()
             .filter(|k| !k.is_empty() && split(k).0 == p && self.is_dir(k))
             .count() as u32;
-        // The root also holds lost+found.
-        2 + subdirs + u32::from(p.is_empty())
+        // The file system's root also holds lost+found.
+        let at_root = p.is_empty() && BASE.with(|b| b.borrow().0) == ROOT_INO;
+        2 + subdirs + u32::from(at_root)
     }
     /// Moves `src` and everything under it to `dst`.
     fn move_tree(&mut self, src: &str, dst: &str) -> Vec<(String, usize)> {
@@ -225,11 +226,18 @@ fn under(p: &str, dir: &str) -> bool {
     }
 }
 
+thread_local! {
+    /// The directory the model's root stands for, and its path: the root,
+    /// or an encrypted directory ([`run_encrypted`]).
+    static BASE: std::cell::RefCell<(u32, String)> = const { std::cell::RefCell::new((ROOT_INO, String::new())) };
+}
+
 fn ino(fs: &Filesystem, p: &str) -> u32 {
+    let (base, at) = BASE.with(|b| b.borrow().clone());
     if p.is_empty() {
-        ROOT_INO
+        base
     } else {
-        fs.resolve(p.as_bytes()).unwrap().ino
+        fs.resolve(format!("{at}/{p}").as_bytes()).unwrap().ino
     }
 }
 
@@ -601,7 +609,7 @@ fn exchange(fs: &Filesystem, m: &mut Model, s: usize, d: usize) {
 /// Engine tree == model; explicit times kept; open orphans hold their bodies.
 fn check(fs: &Filesystem, m: &Model) {
     let mut seen = BTreeMap::new();
-    walk(fs, m, ROOT_INO, "", &mut seen);
+    walk(fs, m, ino(fs, ""), "", &mut seen);
     let want: BTreeMap<String, Seen> = m
         .paths
         .iter()
@@ -614,7 +622,18 @@ fn check(fs: &Filesystem, m: &Model) {
             )
         })
         .collect();
-    assert_eq!(seen, want);
+    if seen != want {
+        let keys: std::collections::BTreeSet<&String> = seen.keys().chain(want.keys()).collect();
+        for k in keys {
+            let (a, b) = (seen.get(k), want.get(k));
+            if a != b {
+                let short = |x: Option<&Seen>| {
+                    x.map(|s| (format!("{:?}", s.0).chars().take(60).collect::<String>(), s.1, s.4, s.5))
+                };
+                panic!("{k:?}: engine {:?}, model {:?}", short(a), short(b));
+            }
+        }
+    }
     for (id, n) in m.nodes.iter().enumerate() {
         if n.open > 0 && !m.paths.values().any(|&v| v == id) {
             let inode = fs.inode(n.ino).unwrap();
@@ -696,7 +715,14 @@ fn run_prepared(ops: &[Op], args: &[&str], opts: OpenOptions, prepare: impl FnOn
     };
     let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), opts).unwrap();
     prepare(&fs);
-    let root = fs.metadata(&fs.inode(ROOT_INO).unwrap()).unwrap();
+    run_on(&fs, ops);
+    drop(fs);
+    fsck_clean(&img, ops);
+}
+
+/// Applies `ops` under the model's root ([`BASE`]) and checks the tree.
+fn run_on(fs: &Filesystem, ops: &[Op]) {
+    let root = fs.metadata(&fs.inode(ino(fs, "")).unwrap()).unwrap();
     let mut m = Model {
         paths: BTreeMap::new(),
         nodes: Vec::new(),
@@ -707,7 +733,7 @@ fn run_prepared(ops: &[Op], args: &[&str], opts: OpenOptions, prepare: impl FnOn
             .contains(ext4kit_format::features::IncompatFeatures::EXTENTS),
     };
     m.nodes.push(Node {
-        ino: ROOT_INO,
+        ino: ino(fs, ""),
         kind: Kind::Dir,
         perm: root.perm,
         uid: root.uid,
@@ -720,13 +746,51 @@ fn run_prepared(ops: &[Op], args: &[&str], opts: OpenOptions, prepare: impl FnOn
     });
     m.paths.insert(String::new(), 0);
     for op in ops {
-        apply(&fs, &mut m, op);
+        apply(fs, &mut m, op);
     }
-    check(&fs, &m);
+    check(fs, &m);
     while let Some(id) = m.opens.pop() {
-        release(&fs, &mut m, id);
+        release(fs, &mut m, id);
     }
-    check(&fs, &m);
+    check(fs, &m);
+}
+
+/// The model inside a v2-encrypted directory `/enc` the kernel made, with
+/// the key given (names, contents and symlinks through fscrypt). Skips
+/// without loop mounts or kernel encryption.
+fn run_encrypted(ops: &[Op]) {
+    use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
+    if let Err(why) = can_loop_mount().and_then(|()| {
+        std::fs::metadata("/sys/fs/ext4/features/encryption")
+            .map(|_| ())
+            .map_err(|_| "no ext4 encryption".to_string())
+    }) {
+        ext4kit_testkit::skipped!("{why}");
+        assert!(std::env::var_os("CI").is_none(), "CI must run this: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(dir.path(), None, &["-b", "4096", "-O", "encrypt"], "16M") else {
+        return;
+    };
+    let key = dir.path().join("key");
+    std::fs::write(&key, [0x5au8; 64]).unwrap();
+    let helper = format!("{}/../testkit/scripts/fscrypt_ioctl.py", env!("CARGO_MANIFEST_DIR"));
+    let m = LoopMount::rw(&img, &[]).unwrap();
+    let id = common::run(
+        "python3",
+        &[&helper, "add-key", m.path().to_str().unwrap(), key.to_str().unwrap()],
+    );
+    let enc = m.path().join("enc");
+    std::fs::create_dir(&enc).unwrap();
+    common::run("python3", &[&helper, "set-policy", enc.to_str().unwrap(), id.trim()]);
+    m.unmount().unwrap();
+    let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), OpenOptions::default()).unwrap();
+    fs.add_key(&[0x5au8; 64], None).unwrap();
+    let base = fs.resolve(b"/enc").unwrap().ino;
+    BASE.with(|b| *b.borrow_mut() = (base, "/enc".into()));
+    run_on(&fs, ops);
+    BASE.with(|b| *b.borrow_mut() = (ROOT_INO, String::new()));
     drop(fs);
     fsck_clean(&img, ops);
 }
@@ -806,6 +870,12 @@ proptest! {
         run_prepared(&ops, &args, OpenOptions::default(), |fs| {
             fs.set_project(ROOT_INO, Some(42), Some(true)).unwrap();
         });
+    }
+
+    /// Inside an encrypted directory with its key (issue 21).
+    #[test]
+    fn ops_match_the_model_in_an_encrypted_directory(ops in prop::collection::vec(op(), 1..60)) {
+        run_encrypted(&ops);
     }
 
     /// Quota on bigalloc: usage moves by whole clusters.
