@@ -287,15 +287,12 @@ fn no_key_names_unlink_and_rmdir_as_on_the_kernel() {
     let fs = open_rw(&img);
     let v2 = fs.resolve(b"/v2").unwrap();
     let names: Vec<Vec<u8>> = fs.read_dir(&v2).unwrap().into_iter().map(|e| e.name).collect();
-    let many = fs.resolve(b"/v2").unwrap();
-    let many_ino = fs.inode(
-        names
-            .iter()
-            .map(|n| fs.lookup(&many, n).unwrap())
-            .find(|&i| fs.inode(i).unwrap().is_dir() && fs.read_dir(&fs.inode(i).unwrap()).unwrap().len() > 100)
-            .unwrap(),
-    );
-    let many_dir = many_ino.unwrap();
+    // The no-key name of "many": the one directory of over a hundred entries.
+    let many_dir = names
+        .iter()
+        .map(|n| fs.inode(fs.lookup(&v2, n).unwrap()).unwrap())
+        .find(|i| i.is_dir() && fs.read_dir(i).unwrap().len() > 100)
+        .unwrap();
     let victims: Vec<Vec<u8>> = fs
         .read_dir(&many_dir)
         .unwrap()

@@ -125,6 +125,12 @@ impl Filesystem {
         let Some(ctx) = self.encryption_context(inode)? else {
             return Ok(None);
         };
+        if inode.is_dir() && self.casefolded(inode) {
+            return Err(Error::Unsupported(format!(
+                "casefold + encryption on directory {} (SipHash-2-4 hashes stored in the entries)",
+                inode.ino
+            )));
+        }
         let ring = self.keyring.0.read();
         let Some(master) = ring.get(&ctx.key) else {
             return Err(Error::NoKey(format!(
