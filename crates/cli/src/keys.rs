@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use ext4kit_engine::Filesystem;
 
 /// Splits `[DESCRIPTOR=]FILE`.
-fn parse(spec: &str) -> Result<(Option<[u8; 8]>, &str)> {
+pub(crate) fn parse(spec: &str) -> Result<(Option<[u8; 8]>, &str)> {
     match spec.split_once('=') {
         Some((d, file)) if d.len() == 16 && d.bytes().all(|b| b.is_ascii_hexdigit()) => {
             let mut desc = [0u8; 8];

@@ -604,6 +604,12 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         let _serving = self.request_arrived();
+        if let Some(desc) = crate::key_request::parse_request(name_bytes(name)) {
+            let r = desc
+                .map_err(|()| Errno::EINVAL)
+                .and_then(|d| self.add_key_request(d, value));
+            return reply_empty(r, reply);
+        }
         self.quota_caller(req);
         reply_empty(self.set_xattr(req, ino, name_bytes(name), value, flags), reply);
     }
