@@ -12,6 +12,7 @@ macro_rules! outln {
 }
 
 mod cmd;
+mod keys;
 mod logger;
 mod open;
 
@@ -57,6 +58,10 @@ pub struct ImageArgs {
     /// `-z FILE`, `--undo-sync`: the undo file of a command that writes.
     #[command(flatten)]
     pub undo: open::UndoArgs,
+    /// An fscrypt master key file for encrypted directories (repeatable):
+    /// FILE for v2 policies, DESCRIPTOR=FILE (16 hex digits) for v1.
+    #[arg(long = "key", value_name = "[DESCRIPTOR=]FILE")]
+    pub keys: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -112,6 +117,8 @@ enum Command {
     Umount(cmd::mount::UmountArgs),
     /// Make everything written to an ext4kit mount durable now.
     Sync(cmd::sync::Args),
+    /// fscrypt keys for a running mount: `key add MOUNTPOINT [DESCRIPTOR=]FILE`.
+    Key(cmd::key::Args),
     /// Change tunable parameters of an unmounted image (like tune2fs):
     /// features, label, UUID, error behaviour, check intervals.
     Tune(cmd::tune::Args),
@@ -184,6 +191,7 @@ fn main() -> ExitCode {
         Command::Mount(a) => cmd::mount::run(a),
         Command::Umount(a) => cmd::mount::umount(a),
         Command::Sync(a) => cmd::sync::run(a),
+        Command::Key(a) => cmd::key::run(a),
         Command::Tune(a) => cmd::tune::run(a),
         Command::Quota(a) => cmd::quota::run(a),
         Command::Project(a) => cmd::quota::project(a),

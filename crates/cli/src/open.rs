@@ -132,6 +132,7 @@ fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesys
             None => anyhow::Error::new(e).context(format!("{}", a.image.display())),
         }
     })?;
+    crate::keys::add_keys(&fs, &a.keys)?;
     if superblock.is_some() && !writable {
         log::warn!(
             "ext4kit: {}: {}",

@@ -266,7 +266,8 @@ impl<'a> Batch<'a> {
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {}", dir.ino)));
         }
-        match txn.find_entry(&dir, name)?.0 {
+        let disk = txn.fs.disk_name(&dir, name, crate::crypt::names::Intent::Find)?;
+        match txn.find_entry(&dir, &disk)?.0 {
             Some(ino) => Ok(ino),
             None => Err(Error::NotFound(String::from_utf8_lossy(name).into_owned())),
         }

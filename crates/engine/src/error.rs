@@ -185,6 +185,14 @@ pub enum Error {
     /// the level above (or the root hash) says: `EIO`, as fs-verity.
     #[error("fs-verity verification failed: {0}")]
     VerityMismatch(String),
+    /// An encrypted directory's names or a file's contents without the
+    /// master key given (`ENOKEY`, as fscrypt).
+    #[error("required key not available: {0}")]
+    NoKey(String),
+    /// A link or rename into an encrypted directory of something not under
+    /// the same policy (`EXDEV`, as `fscrypt_has_permitted_context`).
+    #[error("encryption policy mismatch: {0}")]
+    PolicyMismatch(String),
 }
 
 /// Result alias of the engine.
@@ -240,6 +248,8 @@ impl Error {
             Self::QuotaExceeded(_) => libc::EDQUOT,
             Self::CrossProject(_) => libc::EXDEV,
             Self::VerityMismatch(_) => libc::EIO,
+            Self::NoKey(_) => libc::ENOKEY,
+            Self::PolicyMismatch(_) => libc::EXDEV,
         }
     }
 }

@@ -190,6 +190,8 @@ pub struct Filesystem {
     /// taken exclusive by the write-back, so metadata never reaches the
     /// device before the data it points at (`data=ordered`).
     pub(crate) data_in_flight: RwLock<()>,
+    /// fscrypt master keys given to this session ([`crate::crypt`]).
+    pub(crate) keyring: crate::crypt::Keyring,
 }
 
 impl std::fmt::Debug for Filesystem {

@@ -35,7 +35,8 @@ const READABLE_INCOMPAT: IncompatFeatures = IncompatFeatures(
         | IncompatFeatures::CSUM_SEED.0
         | IncompatFeatures::LARGEDIR.0
         | IncompatFeatures::INLINE_DATA.0
-        | IncompatFeatures::CASEFOLD.0,
+        | IncompatFeatures::CASEFOLD.0
+        | IncompatFeatures::ENCRYPT.0,
 );
 
 /// Ro_compat features the engine understands (the rest force read-only).
@@ -65,7 +66,7 @@ impl Filesystem {
     /// - [`Error::Corrupt`] / [`Error::BadChecksum`] at [`Location::Superblock`]
     ///   or [`Location::Group`] for a bad superblock or descriptor.
     /// - [`Error::Unsupported`] naming each incompat feature the engine cannot
-    ///   read (e.g. `encrypt`, or a bit no tool knows), and a casefold
+    ///   read (e.g. `compression`, or a bit no tool knows), and a casefold
     ///   `s_encoding` without known tables.
     /// - [`Error::NeedsRecovery`] when the journal is dirty and
     ///   [`OpenOptions::dirty_journal`] is [`DirtyJournal::Refuse`].
@@ -142,6 +143,7 @@ impl Filesystem {
             dirty: Mutex::new(dirty),
             log: Mutex::new(None),
             writeback_seq: Default::default(),
+            keyring: Default::default(),
             publish_seq: Default::default(),
             busy,
             inode_locks: Default::default(),

@@ -79,10 +79,12 @@ impl Filesystem {
             )));
         }
         let size = inode.size();
-        if self.is_fast_symlink(inode) {
-            return Ok(inode.raw.i_block[..size as usize].to_vec());
-        }
-        self.read_all_unlocked(inode, MAX_LINK)
+        let body = if self.is_fast_symlink(inode) {
+            inode.raw.i_block[..size as usize].to_vec()
+        } else {
+            self.read_all_unlocked(inode, MAX_LINK)?
+        };
+        self.present_link(inode, body)
     }
 
     /// Fast symlinks keep the target in `i_block`: no data blocks (beyond an

@@ -637,7 +637,18 @@ fn check(fs: &Filesystem, m: &Model) {
             )
         })
         .collect();
-    assert_eq!(seen, want);
+    if seen != want {
+        let keys: std::collections::BTreeSet<&String> = seen.keys().chain(want.keys()).collect();
+        for k in keys {
+            let (a, b) = (seen.get(k), want.get(k));
+            if a != b {
+                let short = |x: Option<&Seen>| {
+                    x.map(|s| (format!("{:?}", s.0).chars().take(60).collect::<String>(), s.1, s.4, s.5))
+                };
+                panic!("{k:?}: engine {:?}, model {:?}", short(a), short(b));
+            }
+        }
+    }
     for (id, n) in m.nodes.iter().enumerate() {
         if n.open > 0 && !m.paths.values().any(|&v| v == id) {
             let inode = fs.inode(n.ino).unwrap();
@@ -784,6 +795,44 @@ fn run_model(fs: &Filesystem, ops: &[Op], base: u32, fold: bool, names: &'static
     check(fs, &m);
 }
 
+/// The model inside a v2-encrypted directory `/enc` the kernel made, with
+/// the key given (names, contents and symlinks through fscrypt). Skips
+/// without loop mounts or kernel encryption.
+fn run_encrypted(ops: &[Op]) {
+    use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
+    if let Err(why) = can_loop_mount().and_then(|()| {
+        std::fs::metadata("/sys/fs/ext4/features/encryption")
+            .map(|_| ())
+            .map_err(|_| "no ext4 encryption".to_string())
+    }) {
+        ext4kit_testkit::skipped!("{why}");
+        assert!(std::env::var_os("CI").is_none(), "CI must run this: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = common::mkfs(dir.path(), None, &["-b", "4096", "-O", "encrypt"], "16M") else {
+        return;
+    };
+    let key = dir.path().join("key");
+    std::fs::write(&key, [0x5au8; 64]).unwrap();
+    let helper = format!("{}/../testkit/scripts/fscrypt_ioctl.py", env!("CARGO_MANIFEST_DIR"));
+    let m = LoopMount::rw(&img, &[]).unwrap();
+    let id = common::run(
+        "python3",
+        &[&helper, "add-key", m.path().to_str().unwrap(), key.to_str().unwrap()],
+    );
+    let enc = m.path().join("enc");
+    std::fs::create_dir(&enc).unwrap();
+    common::run("python3", &[&helper, "set-policy", enc.to_str().unwrap(), id.trim()]);
+    m.unmount().unwrap();
+    let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), OpenOptions::default()).unwrap();
+    fs.add_key(&[0x5au8; 64], None).unwrap();
+    let base = fs.resolve(b"/enc").unwrap().ino;
+    run_model(&fs, ops, base, false, NAMES);
+    drop(fs);
+    fsck_clean(&img, ops);
+}
+
 fn fsck_clean(img: &Path, ops: &[Op]) {
     let r = e2fsck_fn(img).unwrap();
     assert!(r.is_clean(), "e2fsck after {ops:?}:\n{}", r.output);
@@ -880,6 +929,12 @@ proptest! {
     #[test]
     fn ops_match_the_model_in_a_casefolded_directory(ops in prop::collection::vec(op(), 1..60)) {
         run_casefold(&ops);
+    }
+
+    /// Inside an encrypted directory with its key (issue 21).
+    #[test]
+    fn ops_match_the_model_in_an_encrypted_directory(ops in prop::collection::vec(op(), 1..60)) {
+        run_encrypted(&ops);
     }
 
     /// Quota on bigalloc: usage moves by whole clusters.

@@ -19,6 +19,7 @@ pub mod error;
 pub mod extent;
 pub mod features;
 pub mod fields;
+pub mod fscrypt;
 pub mod group_desc;
 pub mod hash;
 pub mod htree;

@@ -18,6 +18,7 @@ mod bdi;
 pub mod defrag_request;
 mod handles;
 mod host_space;
+pub mod key_request;
 pub mod options;
 mod poll;
 pub mod remount_request;

@@ -206,6 +206,9 @@ pub struct MountConfig {
     /// The external journal device (`journal_path=`, as ext4 spells it),
     /// for an image whose journal lives on another device.
     pub journal_path: Option<std::path::PathBuf>,
+    /// fscrypt master key files (`key=[DESCRIPTOR=]FILE`, repeatable; see
+    /// the CLI's `--key`).
+    pub keys: Vec<String>,
 }
 
 impl Default for MountConfig {
@@ -241,6 +244,7 @@ impl Default for MountConfig {
             readdir: ReadDirOptions::default(),
             superblock: None,
             journal_path: None,
+            keys: Vec::new(),
         }
     }
 }
@@ -486,6 +490,13 @@ impl MountConfig {
                 self.journal_path = Some(p);
                 Ok(())
             }
+            "key" => match value {
+                Some(k) if !k.is_empty() => {
+                    self.keys.push(k.into());
+                    Ok(())
+                }
+                _ => Err("expects a key file, [DESCRIPTOR=]FILE".into()),
+            },
             "journal_path" => match value {
                 Some(p) if !p.is_empty() => {
                     self.journal_path = Some(p.into());

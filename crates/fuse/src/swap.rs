@@ -149,6 +149,7 @@ impl Served {
                 return Err(e);
             }
         };
+        let keys = fs.keys();
         // Releases the image, which the grow claims for itself.
         drop(fs);
         let detached = t.elapsed();
@@ -157,7 +158,9 @@ impl Served {
         if let Err(e) = &grown {
             log::error!("ext4kit: growing {} while mounted: {e}", source.image.display());
         }
-        *slot = Some(Arc::new(reopen(source, kept)));
+        let fs = reopen(source, kept);
+        fs.add_keys(keys);
+        *slot = Some(Arc::new(fs));
         log::info!(
             "ext4kit: grow while mounted: detached in {} ms, grown in {} ms, opened again in {} ms",
             detached.as_millis(),

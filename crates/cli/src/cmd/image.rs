@@ -212,6 +212,7 @@ fn open_source(a: &Args) -> Result<Filesystem> {
         block_size: a.block_size,
         journal: None,
         undo: Default::default(),
+        keys: Vec::new(),
     };
     if a.src_offset == 0 {
         return open_ro(&args);

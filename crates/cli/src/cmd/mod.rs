@@ -14,6 +14,7 @@ pub mod fsck;
 pub mod image;
 pub mod import;
 pub mod info;
+pub mod key;
 pub mod layout;
 pub mod ls;
 pub mod man;

@@ -216,6 +216,7 @@ fn open(image: &Path, cfg: &MountConfig, kept: ext4kit_engine::resize::OpenCount
         }
     })?;
     crate::open::log_recovery(&fs);
+    crate::keys::add_keys(&fs, &cfg.keys)?;
     if !cfg.read_only
         && let Some(why) = fs.read_only_reason()
     {

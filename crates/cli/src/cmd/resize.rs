@@ -53,6 +53,7 @@ pub fn run(a: Args) -> Result<()> {
             block_size: None,
             journal: None,
             undo: Default::default(),
+            keys: Vec::new(),
         })?;
         outln!("Estimated minimum size of the filesystem: {}", minimum_size(&fs));
         return Ok(());

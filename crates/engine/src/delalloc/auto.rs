@@ -48,11 +48,11 @@ impl Filesystem {
         if !self.opts.alloc.auto_da_alloc || self.delalloc.inodes().is_empty() {
             return Ok(());
         }
-        let src = self.lookup(&self.inode(old_parent)?, old_name)?;
+        let src = self.lookup_disk(&self.inode(old_parent)?, old_name)?;
         if !self.delalloc.holds(src) {
             return Ok(());
         }
-        match self.lookup(&self.inode(new_parent)?, new_name) {
+        match self.lookup_disk(&self.inode(new_parent)?, new_name) {
             Ok(_) => self.flush_file(src),
             Err(Error::NotFound(_)) => Ok(()),
             Err(e) => Err(e),

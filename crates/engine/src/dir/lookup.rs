@@ -20,6 +20,22 @@ impl Filesystem {
         if name.len() > 255 {
             return Err(Error::NameTooLong(String::from_utf8_lossy(name).into_owned()));
         }
+        let disk = self.disk_name(dir, name, crate::crypt::names::Intent::Find)?;
+        self.lookup_disk(dir, &disk).map_err(|e| {
+            if matches!(e, Error::NotFound(_)) {
+                Error::NotFound(String::from_utf8_lossy(name).into_owned())
+            } else {
+                e
+            }
+        })
+    }
+
+    /// [`Self::lookup`] of a name as stored (ciphertext in an encrypted
+    /// directory).
+    pub(crate) fn lookup_disk(&self, dir: &Inode, name: &[u8]) -> Result<u32> {
+        if name.len() > 255 {
+            return Err(Error::NameTooLong(String::from_utf8_lossy(name).into_owned()));
+        }
         if let Some(found) = self.htree_lookup(dir, name)? {
             return found.ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into_owned()));
         }

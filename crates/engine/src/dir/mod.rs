@@ -93,20 +93,33 @@ impl Filesystem {
     pub fn read_dir_each(&self, dir: &Inode, f: impl FnMut(DirEntry) -> Result<bool>) -> Result<()> {
         self.reading("read_dir", || {
             self.require_dir(dir)?;
-            self.for_each_dir_entry(dir, f)
+            let shown = self.presenter(dir)?;
+            let mut f = f;
+            self.for_each_dir_entry(dir, |mut e| {
+                if !shown.is_plain() {
+                    e.name = shown.present(&e.name);
+                }
+                f(e)
+            })
         })
     }
 
     fn read_dir_unrecorded(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
         self.require_dir(dir)?;
-        if itree::has_itree(dir) {
-            return self.read_dir_itree(dir);
+        let mut out = if itree::has_itree(dir) {
+            self.read_dir_itree(dir)?
+        } else {
+            let mut out = Vec::new();
+            self.for_each_dir_entry(dir, |e| {
+                out.push(e);
+                Ok(true)
+            })?;
+            out
+        };
+        let shown = self.presenter(dir)?;
+        if !shown.is_plain() {
+            out.iter_mut().for_each(|e| e.name = shown.present(&e.name));
         }
-        let mut out = Vec::new();
-        self.for_each_dir_entry(dir, |e| {
-            out.push(e);
-            Ok(true)
-        })?;
         Ok(out)
     }
 
@@ -202,7 +215,11 @@ impl Filesystem {
                 );
                 return Err(Error::inconsistent(at, what));
             }
-            check_name(e.name, at, e.offset)?;
+            // Stored encrypted names are ciphertext: any bytes. They are
+            // never shown as stored ([`crate::crypt::names`]).
+            if !self.is_encrypted(dir) {
+                check_name(e.name, at, e.offset)?;
+            }
             if f(&e) {
                 return Ok(Some(e.inode));
             }

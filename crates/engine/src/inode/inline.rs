@@ -114,7 +114,9 @@ impl Filesystem {
                     format!("inline entry names inode {} beyond the inode count", e.inode),
                 ));
             }
-            crate::dir::check_name(e.name, at, e.offset)?;
+            if !self.is_encrypted(dir) {
+                crate::dir::check_name(e.name, at, e.offset)?;
+            }
             if !f(DirEntry {
                 ino: e.inode,
                 name: e.name.to_vec(),

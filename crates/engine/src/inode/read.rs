@@ -53,6 +53,10 @@ impl Filesystem {
     /// [`Filesystem::read_body`] with the pages held for delayed
     /// allocation laid over what the image holds.
     fn read_with_held(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        if let Some(key) = self.contents_key(inode)? {
+            // Written whole blocks at a time, never held ([`Filesystem::write`]).
+            return self.read_encrypted(inode, &key, offset, buf);
+        }
         if crate::verity::is_verity(inode) {
             // Immutable: nothing is held for it.
             return self.read_verified(inode, offset, buf);
@@ -112,7 +116,14 @@ impl Filesystem {
 
     fn read_all_unrecorded(&self, inode: &Inode, limit: u64) -> Result<Vec<u8>> {
         let _file = self.inode_locks.read(inode.ino);
-        let mut body = self.read_all_unlocked(&self.inode(inode.ino)?, limit)?;
+        let inode = &self.inode(inode.ino)?;
+        if let Some(key) = self.contents_key(inode)? {
+            let mut body = vec![0u8; inode.size().min(limit) as usize];
+            let n = self.read_encrypted(inode, &key, 0, &mut body)?;
+            body.truncate(n);
+            return Ok(body);
+        }
+        let mut body = self.read_all_unlocked(inode, limit)?;
         self.delalloc.overlay_read(inode.ino, 0, &mut body, self.geo.block_size);
         Ok(body)
     }

@@ -124,6 +124,9 @@ impl Txn<'_> {
         let mut target = self.inode(ino)?;
         // An unlinked inode, open or not, gets no new name (`vfs_link`).
         super::require_live(&target)?;
+        let disk = self.fs.disk_name(&dir, name, crate::crypt::names::Intent::Create)?;
+        let name: &[u8] = &disk;
+        self.fs.check_permitted_context(&dir, &target)?;
         let shown = || String::from_utf8_lossy(name).into_owned();
         if target.is_dir() {
             return Err(Error::IsDir(shown()));

@@ -6,6 +6,7 @@ use ext4kit_format::inode::{FileType, flags};
 
 use crate::InlinePolicy;
 use crate::clock;
+use crate::crypt::names::Intent;
 use crate::dir::Placement;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
@@ -156,6 +157,8 @@ impl Txn<'_> {
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
+        let disk = self.fs.disk_name(&dir, name, Intent::Create)?;
+        let name: &[u8] = &disk;
         super::require_live(&dir)?;
         let before = dir.clone();
         let place = if lookup == Lookup::Skip && !dir.has_inline_data() {
@@ -185,8 +188,14 @@ impl Txn<'_> {
         self.inherit_project(&dir, &mut inode);
         self.fs.inherit_casefold(&dir, &mut inode);
         self.inherit_acl(&dir, &mut inode, umask)?;
-        self.fill_body(&mut inode, &kind, parent)?;
+        let crypt = self.encrypt_new_inode(&dir, &mut inode, &kind)?;
+        let stored_kind = crypt.as_ref().and_then(|(_, k)| k.as_ref()).unwrap_or(&kind);
+        self.fill_body(&mut inode, stored_kind, parent)?;
         self.write_inode(&mut inode)?;
+        if let Some((ctx, _)) = &crypt {
+            self.set_encryption_context(ino, ctx)?;
+            inode = self.inode(ino)?;
+        }
         if !(dir.has_inline_data() && self.add_inline_entry(&mut dir, name, ino, ft.dirent_code())?) {
             self.add_entry_placed(&mut dir, name, ino, ft.dirent_code(), place)?;
         }
@@ -252,12 +261,15 @@ impl Txn<'_> {
                 }
                 inode.raw.i_links_count.set(2);
             }
-            NodeKind::Regular if self.inline_enabled() => match self.fs.opts.inline {
-                InlinePolicy::Kernel => self.fs.may_inline.note(inode.ino),
-                InlinePolicy::Mke2fs => {
-                    self.start_inline_file(inode)?;
+            // Encrypted contents are whole encrypted blocks, never inline.
+            NodeKind::Regular if self.inline_enabled() && !inode.raw.has_flag(flags::ENCRYPT) => {
+                match self.fs.opts.inline {
+                    InlinePolicy::Kernel => self.fs.may_inline.note(inode.ino),
+                    InlinePolicy::Mke2fs => {
+                        self.start_inline_file(inode)?;
+                    }
                 }
-            },
+            }
             NodeKind::Symlink(target) => self.fill_symlink(inode, target)?,
             NodeKind::CharDevice(major, minor) | NodeKind::BlockDevice(major, minor) => {
                 encode_device(&mut inode.raw.i_block, *major, *minor);

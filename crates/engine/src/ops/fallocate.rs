@@ -248,7 +248,15 @@ impl Txn<'_> {
         let at = (e.physical + (lblk - u64::from(e.logical))) * bs;
         let mut buf = vec![0u8; bs as usize];
         self.read_data(at, &mut buf)?;
+        // An encrypted block is one cipher unit: zeroed in plaintext.
+        let key = self.fs.contents_key(inode)?;
+        if let Some(k) = &key {
+            k.decrypt_block(lblk, &mut buf)?;
+        }
         buf[(from % bs) as usize..(from % bs + (to - from)) as usize].fill(0);
+        if let Some(k) = &key {
+            k.encrypt_block(lblk, &mut buf)?;
+        }
         self.write_data(at, buf);
         Ok(())
     }

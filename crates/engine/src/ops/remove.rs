@@ -50,6 +50,8 @@ impl Txn<'_> {
         if !dir.is_dir() {
             return Err(Error::NotDir(format!("inode {parent}")));
         }
+        let disk = self.fs.disk_name(&dir, name, crate::crypt::names::Intent::Find)?;
+        let name: &[u8] = &disk;
         let ino = self.find_entry(&dir, name)?.0.ok_or_else(|| Error::NotFound(shown()))?;
         let mut dir = self.inode(parent)?;
         let before = dir.clone();

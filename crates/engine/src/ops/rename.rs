@@ -50,15 +50,23 @@ impl Filesystem {
     ) -> Result<()> {
         super::check_new_name(old_name)?;
         super::check_new_name(new_name)?;
+        let [old_disk, new_disk] = self.rename_disk_names(old_parent, old_name, new_parent, new_name)?;
+        let (old_name, new_name): (&[u8], &[u8]) = (&old_disk, &new_disk);
         self.write_back_replacing(old_parent, old_name, new_parent, new_name)?;
         let mut txn = Txn::begin(self)?;
         // Every lookup first, on the directories as on disk.
-        let src_ino = self.lookup(&txn.inode(old_parent)?, old_name)?;
-        let dst_ino = match self.lookup(&txn.inode(new_parent)?, new_name) {
+        let src_ino = self.lookup_disk(&txn.inode(old_parent)?, old_name)?;
+        let dst_ino = match self.lookup_disk(&txn.inode(new_parent)?, new_name) {
             Ok(ino) => Some(ino),
             Err(Error::NotFound(_)) => None,
             Err(e) => return Err(e),
         };
+        if old_parent != new_parent {
+            self.check_permitted_context(&txn.inode(new_parent)?, &txn.inode(src_ino)?)?;
+            if let Some(d) = dst_ino.filter(|_| flags.exchange) {
+                self.check_permitted_context(&txn.inode(old_parent)?, &txn.inode(d)?)?;
+            }
+        }
         let shown = || String::from_utf8_lossy(new_name).into_owned();
         // As do_renameat2: an existing target under NOREPLACE is EEXIST
         // before any other check (moving into itself included).

@@ -73,6 +73,13 @@ impl Filesystem {
             return Err(Error::InvalidArgument("collapse or insert of zero bytes".into()));
         }
         let end = offset.checked_add(len).ok_or(Error::FileTooBig)?;
+        if self.is_encrypted(&self.inode(ino)?) {
+            // Blocks are encrypted under their logical number: moving them
+            // would change what they decrypt to (the kernel's EOPNOTSUPP).
+            return Err(Error::Unsupported(format!(
+                "collapse or insert range on encrypted inode {ino}"
+            )));
+        }
         let _file = self.inode_locks.write(ino);
         self.flush_locked(ino)?;
         let mut txn = Txn::begin(self)?;

@@ -56,6 +56,9 @@ impl Txn<'_> {
         super::require_live(&dir)?;
         super::flags::require_mutable(&dir)?;
         let mut target = self.inode(ino)?;
+        let disk = self.fs.disk_name(&dir, name, crate::crypt::names::Intent::Create)?;
+        let name: &[u8] = &disk;
+        self.fs.check_permitted_context(&dir, &target)?;
         let at = match (target.raw.links(), self.orphan_find(ino)?) {
             (0, Some(at)) if target.raw.file_type() == Some(FileType::Regular) => at,
             _ => {

@@ -37,6 +37,8 @@ impl Filesystem {
         seen.require_regular()?;
         super::flags::require_changeable(&seen)?;
         super::flags::require_not_verity(&seen)?;
+        // fscrypt_prepare_setattr: a size change needs the key.
+        self.contents_key(&seen)?;
         self.check_file_end(&seen, size)?;
         self.truncate_held(ino, size)?;
         if size == 0 {

@@ -51,6 +51,11 @@ impl Filesystem {
     /// error), to be reported on the next `fsync`.
     pub fn write_announcing(&self, ino: u32, offset: u64, data: &[u8], published: impl FnOnce(usize)) -> Result<usize> {
         let file = self.inode_locks.write(ino);
+        if let Some(key) = self.contents_key(&self.inode(ino)?)? {
+            let n = self.write_encrypted(ino, &key, offset, data)?;
+            published(n);
+            return Ok(n);
+        }
         if self.quota_binds_caller() {
             // Limits are checked where blocks are taken: at once.
             self.flush_locked(ino)?;

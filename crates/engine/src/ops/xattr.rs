@@ -156,7 +156,7 @@ impl Txn<'_> {
     }
 
     /// Sets one attribute, its value in a value inode when `outside`.
-    fn set_xattr_as(
+    pub(crate) fn set_xattr_as(
         &mut self,
         ino: u32,
         index: u8,

@@ -205,8 +205,7 @@ impl Ext4Fuse {
                 Reply::statfs(unique, &s)
             }
             Op::Setxattr { flags, name, value } => {
-                self.quota_caller(&caller);
-                empty(unique, self.set_xattr(&caller, ino, name, value, flags as i32))
+                empty(unique, self.setxattr_request(&caller, ino, name, value, flags as i32))
             }
             Op::Getxattr { size, name } => {
                 return self.send_sized(chan, unique, self.getxattr_request(&caller, ino, name, size));

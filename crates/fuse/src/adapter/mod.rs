@@ -428,6 +428,25 @@ impl Ext4Fuse {
         )
     }
 
+    /// SETXATTR, including the name that carries a key for encrypted
+    /// directories ([`crate::key_request`]).
+    pub(crate) fn setxattr_request(
+        &self,
+        req: &Caller,
+        ino: INodeNo,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+    ) -> Res<()> {
+        if let Some(desc) = crate::key_request::parse_request(name) {
+            return desc
+                .map_err(|()| Errno::EINVAL)
+                .and_then(|d| self.add_key_request(d, value));
+        }
+        self.quota_caller(req);
+        self.set_xattr(req, ino, name, value, flags)
+    }
+
     /// GETXATTR, including the names that carry this server's own
     /// requests (sync, remount, defrag; resize is taken before the gate).
     pub(crate) fn getxattr_request(&self, req: &Caller, ino: INodeNo, name: &[u8], size: u32) -> Res<xattrs::Sized> {
@@ -765,9 +784,10 @@ impl fuser::Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         let _serving = self.request_arrived();
-        let caller = Caller::from(req);
-        self.quota_caller(&caller);
-        reply_empty(self.set_xattr(&caller, ino, name_bytes(name), value, flags), reply);
+        reply_empty(
+            self.setxattr_request(&Caller::from(req), ino, name_bytes(name), value, flags),
+            reply,
+        );
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {

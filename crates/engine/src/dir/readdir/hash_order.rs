@@ -180,6 +180,19 @@ impl Filesystem {
         Ok(small && self.default_hash().is_some())
     }
 
+    /// The hash version the kernel's readdir gives `dir`'s entries (the
+    /// no-key names of an encrypted directory carry it); `None` when it
+    /// lists without hashes.
+    pub(crate) fn readdir_hash_version(&self, dir: &Inode) -> Result<Option<HashVersion>> {
+        if !self.hash_ordered(dir)? {
+            return Ok(None);
+        }
+        if self.indexed(dir) {
+            return Ok(self.dx_root(dir)?.map(|(_, v)| v));
+        }
+        Ok(self.default_hash())
+    }
+
     /// `s_def_hash_version` as the kernel applies it to unindexed
     /// directories (`ext4_htree_fill_tree`).
     fn default_hash(&self) -> Option<HashVersion> {

@@ -237,6 +237,18 @@ impl Filesystem {
             )));
         }
         let dir = &self.live_dir(dir.ino)?;
+        let shown = self.presenter(dir)?;
+        let mut f = f;
+        let f = |e: &DirEntry, next: u64| {
+            if shown.is_plain() {
+                return f(e, next);
+            }
+            let e = DirEntry {
+                name: shown.present(&e.name),
+                ..e.clone()
+            };
+            f(&e, next)
+        };
         if pos == 0 || matches!(stream.cursor, Cursor::Unset) {
             stream.cursor = self.choose_cursor(dir, &stream.opts, pos == 0)?;
         }
