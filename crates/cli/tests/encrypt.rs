@@ -184,7 +184,7 @@ fn mount_with_keys_reads_and_writes_what_the_kernel_reads() {
 }
 
 #[test]
-fn key_add_gives_a_running_mount_the_key() {
+fn key_add_gives_a_running_mount_the_key_which_a_grow_keeps() {
     if !ready() {
         return;
     }
@@ -207,6 +207,11 @@ fn key_add_gives_a_running_mount_the_key() {
         assert_eq!(std::fs::read(m.path().join(d).join("small")).unwrap(), b"hello\n");
     }
     assert_eq!(names(&m.path().join("v2")), [b"small".to_vec(), b"sub".to_vec()]);
+    // A grow reopens the image under the mount: the keys added stay.
+    ok(&["resize", mp, "48M"]);
+    assert_eq!(std::fs::read(m.path().join("v1/sub/deep")).unwrap(), vec![7u8; 9000]);
+    std::fs::write(m.path().join("v2/after-grow"), b"still keyed\n").unwrap();
+    assert_eq!(std::fs::read(m.path().join("v2/after-grow")).unwrap(), b"still keyed\n");
     m.unmount().expect("unmount");
     assert_fsck_clean(&img).expect("e2fsck -fn clean");
 }
