@@ -29,8 +29,11 @@ pub(crate) fn load(fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc], released: 
             if g >= p.new.group_count {
                 continue;
             }
-            if p.old_has_super(g) == p.new_has_super(g) && p.new_base(g) > 0 {
-                map.mark(start, p.new_base(g));
+            // (A grow's longer descriptor table is marked by the caller; a
+            // shrink's shorter one leaves its tail free.)
+            let base = p.old_base(g).min(p.new_base(g));
+            if p.old_has_super(g) == p.new_has_super(g) && base > 0 {
+                map.mark(start, base);
             }
             for (b, len) in [
                 (d.block_bitmap(), 1),
