@@ -935,3 +935,18 @@ fn crash_at_every_write_of_a_grow_past_the_reserve_leaves_old_or_new() {
     let r = crash_every_write(bytes, None, old, d.path());
     assert!(r.moved_blocks > 0, "{r:?}");
 }
+
+/// sparse_super2: a shrink moves the second backup to the new last group
+/// (`s_backup_bgs`), whose first blocks are emptied first: its tables
+/// (without flex_bg) get new homes, data there moves.
+#[test]
+fn shrink_sparse_super2_moves_the_backup_to_the_new_last_group() {
+    let args = ["-b", "1024", "-O", "sparse_super2,^flex_bg"];
+    let (blocks, _) = shrink_moving(&args, "40M", &["36M", "33M"]);
+    assert!(blocks > 0, "moved {blocks} blocks");
+}
+
+#[test]
+fn shrink_cut_sparse_super2_4k_like_resize2fs() {
+    shrink_and_compare(&["-b", "4096", "-O", "sparse_super2"], "64M", "1G", &["600M", "200M"]);
+}

@@ -163,8 +163,9 @@ pub(crate) fn plan_with(fs: &Filesystem, blocks: u64, displace: bool) -> Result<
         )));
     }
     backup_bgs(&mut sb, old.group_count, groups);
-    if (1..groups.min(old.group_count))
-        .any(|g| has_super(&old, &old_sb, g) != has_super(&old, &sb, g) && has_super(&old, &sb, g))
+    if !displace
+        && (1..groups.min(old.group_count))
+            .any(|g| has_super(&old, &old_sb, g) != has_super(&old, &sb, g) && has_super(&old, &sb, g))
     {
         return Err(Error::Unsupported(
             "sparse_super2: the new last group would need a superblock backup; moving its blocks away is              not implemented"

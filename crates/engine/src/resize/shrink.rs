@@ -51,9 +51,15 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
             released.push((p.old.group_first_block(g) + new, old - new));
         }
     }
-    let cut = relocate::cut_tables(p, &tables[..keep]);
+    let mut cut = relocate::cut_tables(p, &tables[..keep]);
+    let area = new_backup(p);
+    cut.extend(super::displace::in_the_way(p, &tables[..keep], &area));
     released.extend(cut.iter().map(|c| (c.2, c.3)));
     let mut map = usage::load(fs, p, &old_descs, &released)?;
+    let area_data: u64 = area.iter().map(|&(b, n)| map.used_in(b, b + n)).sum();
+    for &(b, n) in &area {
+        map.mark(b, n);
+    }
     let mut busy = map.clone();
     for &(b, n) in &released {
         busy.mark(b, n);
@@ -71,7 +77,10 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
     let end = p.new.blocks_count;
     let mut gone = UsedMap::over(p.old.blocks_count, u64::from(p.new.first_data_block));
     gone.mark(end, p.old.blocks_count - end);
-    let past = map.used_in(end, p.old.blocks_count);
+    for &(b, n) in &area {
+        gone.mark(b, n);
+    }
+    let past = map.used_in(end, p.old.blocks_count) + area_data;
     let moved = moves::move_blocks(fs, p, &ren, map, (busy, gone, past), &mut st)?;
     for (d, t) in descs.iter_mut().zip(&tables) {
         relocate::point(d, t);
@@ -133,6 +142,16 @@ pub(crate) fn keep_journal_backup(sb: &mut ext4kit_format::superblock::RawSuperb
     if sb.s_jnl_backup_type == ext4kit_format::superblock::JNL_BACKUP_BLOCKS {
         sb.set_journal_backup(i_block, size);
     }
+}
+
+/// sparse_super2: the superblock and descriptor copy the new last group
+/// takes when `s_backup_bgs` follows it there, as runs; what lies there
+/// moves first, as resize2fs's `reserve_sparse_super2_last_group` has it.
+fn new_backup(p: &Plan) -> Vec<(u64, u64)> {
+    (1..p.new.group_count)
+        .filter(|&g| !p.old_has_super(g) && p.new_has_super(g))
+        .map(|g| (p.new.group_first_block(g), p.new_base(g)))
+        .collect()
 }
 
 fn group_of(p: &Plan, b: u64) -> u32 {
