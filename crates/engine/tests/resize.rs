@@ -916,22 +916,14 @@ fn crash_at_every_write_of_a_grow_past_the_reserve_leaves_old_or_new() {
     let d = tempfile::tempdir().unwrap();
     // The journal away from group 0's tables: one that moves cannot carry
     // the switch (see the moving shrink's crash test).
-    // 1024 blocks a group: five descriptor blocks at 130 MiB, so group
-    // 0's inode table is in the way too.
-    let args = [
-        "-b",
-        "1024",
-        "-g",
-        "1024",
-        "-O",
-        "metadata_csum,^resize_inode,^flex_bg",
-        "-J",
-        "location=10M",
-    ];
+    // 512 blocks a group, 16 descriptors a block: from two descriptor
+    // blocks to five at 40 MiB, so group 0's inode table is in the way too.
+    let features = "64bit,metadata_csum,^resize_inode,^flex_bg";
+    let args = ["-b", "1024", "-g", "512", "-O", features, "-J", "location=10M"];
     let img = filled(d.path(), &args, "12M");
     let mut bytes = std::fs::read(&img).unwrap();
     let old = bytes.len() as u64 / 1024;
-    bytes.resize(130 << 20, 0);
+    bytes.resize(40 << 20, 0);
     let r = crash_every_write(bytes, None, old, d.path());
     assert!(r.moved_blocks > 0, "{r:?}");
 }

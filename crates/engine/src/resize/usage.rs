@@ -40,7 +40,8 @@ pub(crate) fn load(fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc], released: 
                 (d.inode_bitmap(), 1),
                 (d.inode_table(), u64::from(p.old.inode_table_blocks)),
             ] {
-                if b >= start && b < start + n {
+                // (A table moved away is released here as in a bitmap.)
+                if b >= start && b < start + n && !released.iter().any(|r| r.0 == b) {
                     map.mark(b, len.min(start + n - b));
                 }
             }
