@@ -663,23 +663,51 @@ fn refused_grow_leaves_the_image_file_unchanged() {
     assert_fsck_clean(&big).unwrap();
 }
 
-/// A meta_bg shrink is refused by name, before anything is written.
+/// meta_bg shrinks: whole meta groups are dropped with their descriptor
+/// blocks (a meta group's copies sit in its first, second and last groups
+/// by number, so a partial last meta group needs no new copy), and the
+/// last kept meta group's descriptor block is rewritten.
 #[test]
-fn meta_bg_shrink_is_refused_by_name() {
+fn shrink_cut_meta_bg_like_resize2fs() {
+    let args = ["-b", "1024", "-O", "meta_bg,^resize_inode"];
+    shrink_and_compare(&args, "20M", "300M", &["250M", "200M", "100M", "30M"]);
+}
+
+/// Without a resize inode the descriptor table grows past the reserve on
+/// the way up (bitmaps and data moved out of its way) and gets shorter on
+/// the way down, the tail of each copy freed.
+#[test]
+fn shrink_cut_no_resize_inode_like_resize2fs() {
+    let args = ["-b", "1024", "-O", "^resize_inode,^flex_bg"];
+    shrink_and_compare(&args, "20M", "600M", &["300M", "200M", "30M"]);
+}
+
+#[test]
+fn shrink_moving_meta_bg_1k_64bit_metadata_csum() {
+    let args = ["-b", "1024", "-O", "64bit,metadata_csum,meta_bg,^resize_inode"];
+    let (blocks, inodes) = shrink_moving(&args, "300M", &["260M", "200M"]);
+    assert!(blocks > 0, "moved {blocks} blocks, {inodes} inodes");
+}
+
+#[test]
+fn crash_at_every_write_of_a_meta_bg_shrink_leaves_old_or_new() {
     if !have_all() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let img = common::mkfs(d.path(), None, &["-b", "1024", "-O", "meta_bg,^resize_inode"], "64M").unwrap();
+    let args = [
+        "-b",
+        "1024",
+        "-O",
+        "64bit,metadata_csum,meta_bg,^resize_inode",
+        "-J",
+        "location=3M",
+    ];
+    let img = filled_at_the_end(d.path(), &args, "150M");
     let bytes = std::fs::read(&img).unwrap();
-    let opts = ResizeOptions {
-        force: true,
-        ..ResizeOptions::default()
-    };
-    let e = resize_image(&img, Some(SizeSpec::Bytes(40 << 20)), &opts, &mut |_, _| {}).unwrap_err();
-    assert!(e.to_string().contains("shrinking meta_bg"), "{e}");
-    assert!(std::fs::read(&img).unwrap() == bytes, "the image changed");
-    assert_fsck_clean(&img).unwrap();
+    let old = bytes.len() as u64 / 1024;
+    let r = crash_every_write(bytes, Some(100 << 10), old, d.path());
+    assert!(r.moved_blocks > 0, "{r:?}");
 }
 
 /// Group `g`'s table locations as dumpe2fs prints them: (block bitmap,
@@ -770,4 +798,147 @@ fn crash_at_every_write_of_a_shrink_moving_tables_leaves_old_or_new() {
     let bytes = std::fs::read(&img).unwrap();
     let old = bytes.len() as u64 / 1024;
     crash_every_write(bytes, Some(30720), old, d.path());
+}
+
+/// Blocks resize2fs moved, from its `-d 2` (`RESIZE_DEBUG_BMOVE`) lines
+/// "Moving N blocks A->B".
+fn resize2fs_moving(img: &Path, size: &str) -> u64 {
+    let out = run_ok("resize2fs", &["-d", "2", img.to_str().unwrap(), size])
+        .unwrap()
+        .stdout;
+    out.lines()
+        .filter_map(|l| l.strip_prefix("Moving "))
+        .map(|l| l.split_whitespace().next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// Grows a kernel-filled image past its reserved GDT blocks to each of
+/// `targets` (ext4kit, and resize2fs on a copy): the bitmaps, inode
+/// tables and data in the way of the longer descriptor table move. The
+/// image is e2fsck-clean, every file as before through a kernel mount,
+/// and the dumpe2fs layout is resize2fs's but for group 0's inode table
+/// (see docs/resize.md). Returns (ours, resize2fs's) blocks moved per
+/// target.
+fn grow_past_the_reserve(args: &[&str], size: &str, targets: &[&str]) -> Vec<(u64, u64)> {
+    if !have_all() {
+        return Vec::new();
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = filled(d.path(), args, size);
+    let before = walk(&img);
+    let mut out = Vec::new();
+    for t in targets {
+        let reference = d.path().join("ref");
+        std::fs::copy(&img, &reference).unwrap();
+        let theirs = resize2fs_moving(&reference, t);
+        let r = resize_image(
+            &img,
+            Some(parse_size(t).unwrap()),
+            &ResizeOptions::default(),
+            &mut |_, _| {},
+        )
+        .unwrap_or_else(|e| panic!("{args:?} {size} → {t}: {e}"));
+        assert!(r.new_blocks > r.old_blocks, "{t}: {r:?}");
+        assert_fsck_clean(&img).unwrap_or_else(|e| panic!("{args:?} {size} → {t}: {e}"));
+        assert_fsck_clean(&reference).unwrap();
+        // Free counts aside: a moved file's extent tree is rebuilt whole,
+        // in as few blocks as hold it, where resize2fs edits it in place.
+        let free = |l: &Vec<String>| l.iter().find(|l| l.starts_with("Free blocks:")).cloned();
+        let (mut ours, mut theirs_layout) = (layout(&img), layout(&reference));
+        eprintln!(
+            "{args:?} {size} → {t}: {:?} against resize2fs's {:?}",
+            free(&ours),
+            free(&theirs_layout)
+        );
+        ours.retain(|l| !l.starts_with("Free blocks:"));
+        theirs_layout.retain(|l| !l.starts_with("Free blocks:"));
+        // Group 0's inode table (the journal inode's) goes only where the
+        // old file system keeps nothing, where resize2fs may put it on data.
+        let first_itable = |l: &mut Vec<String>| {
+            let i = l.iter().position(|x| x.starts_with("  Inode table at")).unwrap();
+            l.remove(i)
+        };
+        let (a, b) = (first_itable(&mut ours), first_itable(&mut theirs_layout));
+        if a != b {
+            eprintln!("{args:?} {size} → {t}: group 0: ours{a}, resize2fs's{b}");
+        }
+        let diff: Vec<_> = ours.iter().zip(&theirs_layout).filter(|(a, b)| a != b).collect();
+        assert!(
+            ours == theirs_layout,
+            "{args:?} {size} → {t}: layout differs from resize2fs: {diff:?}"
+        );
+        assert_eq!(walk(&img), before, "{args:?} → {t}: files changed");
+        eprintln!(
+            "{args:?} {size} → {t}: moved {} blocks, resize2fs {theirs}",
+            r.moved_blocks
+        );
+        out.push((r.moved_blocks, theirs));
+    }
+    out
+}
+
+#[test]
+fn grow_past_the_reserve_1k_no_resize_inode_like_resize2fs() {
+    let moved = grow_past_the_reserve(
+        &["-b", "1024", "-O", "^resize_inode,^flex_bg"],
+        "16M",
+        &["300M", "1200M"],
+    );
+    assert!(moved.iter().all(|m| m.0 > 0 && m.1 > 0), "{moved:?}");
+}
+
+#[test]
+fn grow_past_the_reserve_4k_flex_bg_like_resize2fs() {
+    let moved = grow_past_the_reserve(&["-b", "4096", "-O", "^resize_inode"], "64M", &["9G", "40G"]);
+    assert!(moved.iter().all(|m| m.0 > 0 && m.1 > 0), "{moved:?}");
+}
+
+#[test]
+fn grow_past_the_reserve_1k_used_up_metadata_csum_like_resize2fs() {
+    let moved = grow_past_the_reserve(
+        &["-b", "1024", "-O", "metadata_csum", "-E", "resize=200000"],
+        "16M",
+        &["200M", "700M", "1500M"],
+    );
+    assert!(moved.iter().any(|m| m.0 > 0 && m.1 > 0), "{moved:?}");
+}
+
+/// A grow past the reserve (no resize inode) whose longer descriptor
+/// table displaces bitmaps, an inode table and data, crashed at every
+/// write: the displaced tables and data are copied where the old file
+/// system keeps nothing (or, where it has data, in the switch), so each
+/// crash leaves the old file system or the new one.
+#[test]
+fn crash_at_every_write_of_a_grow_past_the_reserve_leaves_old_or_new() {
+    if !have_all() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    // The journal away from group 0's tables: one that moves cannot carry
+    // the switch (see the moving shrink's crash test).
+    // 512 blocks a group, 16 descriptors a block: from two descriptor
+    // blocks to five at 40 MiB, so group 0's inode table is in the way too.
+    let features = "64bit,metadata_csum,^resize_inode,^flex_bg";
+    let args = ["-b", "1024", "-g", "512", "-O", features, "-J", "location=10M"];
+    let img = filled(d.path(), &args, "12M");
+    let mut bytes = std::fs::read(&img).unwrap();
+    let old = bytes.len() as u64 / 1024;
+    bytes.resize(40 << 20, 0);
+    let r = crash_every_write(bytes, None, old, d.path());
+    assert!(r.moved_blocks > 0, "{r:?}");
+}
+
+/// sparse_super2: a shrink moves the second backup to the new last group
+/// (`s_backup_bgs`), whose first blocks are emptied first: its tables
+/// (without flex_bg) get new homes, data there moves.
+#[test]
+fn shrink_sparse_super2_moves_the_backup_to_the_new_last_group() {
+    let args = ["-b", "1024", "-O", "sparse_super2,^flex_bg"];
+    let (blocks, _) = shrink_moving(&args, "40M", &["36M", "33M"]);
+    assert!(blocks > 0, "moved {blocks} blocks");
+}
+
+#[test]
+fn shrink_cut_sparse_super2_4k_like_resize2fs() {
+    shrink_and_compare(&["-b", "4096", "-O", "sparse_super2"], "64M", "1G", &["600M", "200M"]);
 }

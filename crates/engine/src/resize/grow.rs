@@ -9,7 +9,7 @@ use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZERO
 
 use super::plan::Plan;
 use super::stage::Stage;
-use super::{place, superblocks, usage};
+use super::{displace, place, superblocks, usage};
 use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::mkfs::layout::GroupTables;
@@ -18,7 +18,6 @@ use crate::mkfs::layout::GroupTables;
 /// group checksum (without one they are always zeroed).
 pub(crate) fn stage(fs: &Filesystem, p: &Plan, zero_itables: bool) -> Result<Stage> {
     let old_descs = fs.group_descs();
-    let mut map = usage::load(fs, p, &old_descs, &[])?;
     let mut tables: Vec<GroupTables> = old_descs
         .iter()
         .map(|d| GroupTables {
@@ -27,11 +26,35 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan, zero_itables: bool) -> Result<Sta
             inode_table: d.inode_table(),
         })
         .collect();
+    let area = displace::area(p);
+    let way = displace::in_the_way(p, &tables, &area);
+    let released: Vec<(u64, u64)> = way.iter().map(|w| (w.2, w.3)).collect();
+    let data = usage::load(fs, p, &old_descs, &released)?;
+    let mut map = data.clone();
+    // `adjust_fs_info` reserves the longer tables before new groups' tables
+    // are placed.
+    for &(b, n) in &area {
+        map.mark(b, n);
+    }
     for g in p.old.group_count..p.new.group_count {
         let t = place::place(p, &mut map, &tables, g)?;
         tables.push(t);
     }
-    let touched = touched_old_groups(p, &tables);
+    let mut descs = old_descs.clone();
+    let mut st = Stage::new(p);
+    let mut touched = touched_old_groups(p, &tables);
+    let mut p = p.clone();
+    if !area.is_empty() {
+        let room = displace::make_room(fs, &p, (&data, map), &mut tables, (&area, &way), &mut descs, &mut st)?;
+        map = room.map;
+        touched.extend(room.touched);
+        if let Some((i_block, size)) = room.journal {
+            super::shrink::keep_journal_backup(&mut p.new_sb, &i_block, size);
+            st.sb = p.new_sb;
+            st.skip_journal = true;
+        }
+    }
+    let p = &p;
     let hosts = if p.new.groups_per_flex > 1 {
         host_groups(p, &tables)
     } else {
@@ -39,11 +62,9 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan, zero_itables: bool) -> Result<Sta
     };
     let csum = p.new.features.has_group_csum();
     let zero = !csum || zero_itables;
-    let mut descs = old_descs;
     for g in p.old.group_count..p.new.group_count {
         descs.push(new_desc(p, &tables[g as usize], g, csum, zero)?);
     }
-    let mut st = Stage::new(p);
     // `ext2fs_allocate_group_table` initialises a flex group's hosts.
     for &g in touched.iter().chain(hosts.iter()) {
         let d = &mut descs[g as usize];

@@ -13,14 +13,16 @@
 //!   there are renumbered into the kept groups ([`inodes`]) and the blocks
 //!   in use past the end moved below it ([`moves`], into [`dest`]).
 //!
+//! A grow needing more descriptor blocks than are reserved (without
+//! meta_bg) first moves the tables and data in the way ([`displace`]).
+//!
 //! Refused, each with a message naming it: an image that needs e2fsck
 //! first and a shrink below the `-P` estimate ([`minimum_size`]), unless
-//! forced (as `resize2fs -f`); bigalloc; a meta_bg shrink; a grow
-//! needing more descriptor blocks than are reserved without meta_bg
-//! (resize2fs moves what is in the way); a shrink whose data does not
+//! forced (as `resize2fs -f`); bigalloc; a shrink whose data does not
 //! fit. Kept groups' tables past a shrink's end are moved ([`relocate`]).
 
 mod dest;
+mod displace;
 mod grow;
 mod inodes;
 mod minimum;
@@ -163,7 +165,7 @@ fn resize_within(
             )));
         }
     }
-    let p = plan::plan(&fs, blocks)?;
+    let p = plan::plan_with(&fs, blocks, true)?;
     let st = if blocks < fs.geo.blocks_count {
         shrink::stage(&fs, &p)?
     } else {

@@ -64,6 +64,9 @@ struct Mover<'a> {
     /// The inode being walked was renumbered.
     current_renumbered: bool,
     dest: Dest,
+    /// Blocks that must be vacated: past a shrink's new end, or where a
+    /// grow's longer descriptor table and the tables it displaces go.
+    gone: UsedMap,
     /// Blocks past the end accounted for.
     moved: u64,
     freed: BTreeSet<u64>,
@@ -76,29 +79,26 @@ struct Mover<'a> {
     recharged: u32,
 }
 
-/// Moves the blocks in use past the new end; `map` is the old file
-/// system's used map (cut groups' tables already left out), `released`
-/// those tables.
+/// Moves the blocks in use in `gone` (past a shrink's new end, or in
+/// the way of a grow's longer descriptor table); `map` is the used map
+/// (moved tables' old places left out), `busy` every block the old file
+/// system reads or the new one claims (where no copy may go), `past` the
+/// number of blocks of `map` in `gone` (each must be found in an inode).
 pub(crate) fn move_blocks(
     fs: &Filesystem,
     p: &Plan,
     ren: &Renumbered,
     map: UsedMap,
-    released: &[(u64, u64)],
+    (busy, gone, past): (UsedMap, UsedMap, u64),
     st: &mut Stage,
 ) -> Result<Moved> {
     let end = p.new.blocks_count;
-    let past = map.used_in(end, p.old.blocks_count);
     if past == 0 && ren.map.is_empty() {
         return Ok(Moved {
             map,
             touched: BTreeSet::new(),
             journal: None,
         });
-    }
-    let mut busy = map.clone();
-    for &(b, n) in released {
-        busy.mark(b, n);
     }
     let first = u64::from(p.new.first_data_block);
     let mut m = Mover {
@@ -109,6 +109,7 @@ pub(crate) fn move_blocks(
         dir_seed: None,
         current_renumbered: false,
         dest: Dest::new(busy, first, end),
+        gone,
         moved: 0,
         freed: BTreeSet::new(),
         xattr: HashMap::new(),
@@ -165,7 +166,7 @@ fn no_room(e: Error, past: u64) -> Error {
 /// `map` without `freed`, with `taken`.
 fn rebuilt(map: &UsedMap, freed: &BTreeSet<u64>, taken: &[(u64, u64)], p: &Plan) -> UsedMap {
     let first = u64::from(p.new.first_data_block);
-    let size = p.old.blocks_count;
+    let size = p.old.blocks_count.max(p.new.blocks_count);
     let mut out = UsedMap::over(size, first);
     map.for_each_in(first, size, |a, b| {
         let mut s = a;
@@ -186,8 +187,23 @@ fn rebuilt(map: &UsedMap, freed: &BTreeSet<u64>, taken: &[(u64, u64)], p: &Plan)
 }
 
 impl Mover<'_> {
-    fn end(&self) -> u64 {
-        self.p.new.blocks_count
+    fn gone(&self, b: u64) -> bool {
+        self.gone.is_used(b)
+    }
+
+    /// The run at `b` (at most `n` blocks) that is all kept or all gone:
+    /// (gone, length).
+    fn run(&self, b: u64, n: u64) -> (bool, u64) {
+        if !self.gone(b) {
+            return (false, self.gone.free_run(b, n));
+        }
+        let mut len = 0;
+        self.gone.for_each_in(b, b + n, |a, e| {
+            if a == b {
+                len = e - a;
+            }
+        });
+        (true, len)
     }
 
     fn read(&self, b: u64) -> Result<Vec<u8>> {
@@ -226,7 +242,7 @@ impl Mover<'_> {
         let mut raw = inode.raw;
         let mut changed = false;
         let acl = raw.file_acl();
-        if acl >= self.end() {
+        if acl != 0 && self.gone(acl) {
             let to = self.xattr_block(acl)?;
             raw.i_file_acl_lo.set(to as u32);
             raw.i_file_acl_high.set((to >> 32) as u16);
@@ -292,7 +308,6 @@ impl Mover<'_> {
 
     /// Rebuilds the extent tree of an inode with anything past the end.
     fn extents(&mut self, inode: &Inode, raw: &mut RawInode) -> Result<bool> {
-        let end = self.end();
         // Tree blocks are still summed with the number the inode had.
         let mut old = inode.clone();
         old.ino = self.renumbered.get(&inode.ino).copied().unwrap_or(inode.ino);
@@ -308,7 +323,8 @@ impl Mover<'_> {
             .collect();
         // A renumbered inode's tree blocks are summed with its new number.
         let resum = !tree.is_empty() && self.renumbered.contains_key(&inode.ino);
-        if !resum && tree.iter().all(|&b| b < end) && leaves.iter().all(|e| e.physical + u64::from(e.len) <= end) {
+        let clear = |e: &Extent| self.gone.used_in(e.physical, e.physical + u64::from(e.len)) == 0;
+        if !resum && tree.iter().all(|&b| !self.gone(b)) && leaves.iter().all(clear) {
             for e in leaves.iter().filter(|e| !e.unwritten) {
                 self.fix_dir_run(e.physical, e.physical, u64::from(e.len))?;
             }
@@ -317,19 +333,19 @@ impl Mover<'_> {
         let mut out = Vec::with_capacity(leaves.len());
         for e in leaves {
             let len = u64::from(e.len);
-            let stay = end.saturating_sub(e.physical).min(len);
-            if stay > 0 {
-                out.push(Extent { len: stay as u16, ..e });
-                if !e.unwritten {
-                    self.fix_dir_run(e.physical, e.physical, stay)?;
-                }
-            }
-            let mut done = stay;
+            let mut done = 0;
             while done < len {
-                let (to, n) = self.dest.take(len - done)?;
-                self.copy(e.physical + done, to, n);
+                let at = e.physical + done;
+                let (gone, run) = self.run(at, len - done);
+                let (to, n) = if gone {
+                    let (to, n) = self.dest.take(run)?;
+                    self.copy(at, to, n);
+                    (to, n)
+                } else {
+                    (at, run)
+                };
                 if !e.unwritten {
-                    self.fix_dir_run(e.physical + done, to, n)?;
+                    self.fix_dir_run(at, to, n)?;
                 }
                 out.push(Extent {
                     logical: e.logical + done as u32,
@@ -341,7 +357,7 @@ impl Mover<'_> {
             }
         }
         for &b in &tree {
-            if b >= end {
+            if self.gone(b) {
                 self.moved += 1;
             } else {
                 self.freed.insert(b);
@@ -428,7 +444,7 @@ impl Mover<'_> {
             return Ok(0);
         }
         if level == 0 {
-            if b < self.end() {
+            if !self.gone(b) {
                 self.fix_dir_run(b, b, 1)?;
                 return Ok(ptr);
             }
@@ -447,7 +463,7 @@ impl Mover<'_> {
                 dirty = true;
             }
         }
-        if b >= self.end() {
+        if self.gone(b) {
             let (to, _) = self.dest.take(1)?;
             self.moved += 1;
             self.before.insert(to, buf);

@@ -12,16 +12,38 @@ use crate::mkfs::layout::{GroupTables, UsedMap};
 /// Places the tables of `group`; `prev` holds the tables of every group
 /// before it.
 pub(crate) fn place(p: &Plan, map: &mut UsedMap, prev: &[GroupTables], group: u32) -> Result<GroupTables> {
+    let none = GroupTables {
+        block_bitmap: 0,
+        inode_bitmap: 0,
+        inode_table: 0,
+    };
+    place_missing(p, map, prev, group, none)
+}
+
+/// Places the tables of `group` that `cur` leaves at 0, keeping the
+/// others, as `ext2fs_allocate_group_table` does for a descriptor whose
+/// locations are partly cleared (resize2fs's `blocks_to_move`).
+pub(crate) fn place_missing(
+    p: &Plan,
+    map: &mut UsedMap,
+    prev: &[GroupTables],
+    group: u32,
+    cur: GroupTables,
+) -> Result<GroupTables> {
     let g = &p.new;
     let group_blk = g.group_first_block(group);
     let itb = u64::from(g.inode_table_blocks);
     let flex = g.groups_per_flex;
+    let keep = |b: u64, f: &mut dyn FnMut() -> Result<u64>| if b != 0 { Ok(b) } else { f() };
     if flex <= 1 {
         let last = last_block(p, group);
-        let bb = take(map, group_blk, group_blk, last)?;
-        let ib = take(map, group_blk, group_blk, last)?;
-        let it = map.get_free(group_blk, last, itb).ok_or_else(no_room)?;
-        map.mark(it, itb);
+        let bb = keep(cur.block_bitmap, &mut || take(map, group_blk, group_blk, last))?;
+        let ib = keep(cur.inode_bitmap, &mut || take(map, group_blk, group_blk, last))?;
+        let it = keep(cur.inode_table, &mut || {
+            let it = map.get_free(group_blk, last, itb).ok_or_else(no_room)?;
+            map.mark(it, itb);
+            Ok(it)
+        })?;
         return Ok(GroupTables {
             block_bitmap: bb,
             inode_bitmap: ib,
@@ -40,14 +62,17 @@ pub(crate) fn place(p: &Plan, map: &mut UsedMap, prev: &[GroupTables], group: u3
     let before = (!first_in_flex).then(|| prev[group as usize - 1]);
     let hint = before.map_or(0, |t| t.block_bitmap + 1);
     let start = offset(p, map, group, hint, rem, 1);
-    let bb = take(map, start, group_blk, last)?;
+    let bb = keep(cur.block_bitmap, &mut || take(map, start, group_blk, last))?;
     let hint = before.map_or(bb + table_offset, |t| t.inode_bitmap + 1);
     let start = offset(p, map, group, hint, rem, 1);
-    let ib = take(map, start, group_blk, last)?;
+    let ib = keep(cur.inode_bitmap, &mut || take(map, start, group_blk, last))?;
     let hint = before.map_or(ib + table_offset, |t| t.inode_table + itb);
     let start = offset(p, map, group, hint, rem, itb);
-    let it = map.get_free(start, last, itb).ok_or_else(no_room)?;
-    map.mark(it, itb);
+    let it = keep(cur.inode_table, &mut || {
+        let it = map.get_free(start, last, itb).ok_or_else(no_room)?;
+        map.mark(it, itb);
+        Ok(it)
+    })?;
     Ok(GroupTables {
         block_bitmap: bb,
         inode_bitmap: ib,

@@ -30,13 +30,6 @@ impl Plan {
         has_super(&self.old, &self.old_sb, group)
     }
 
-    /// Blocks after a backup superblock taken by descriptors and reserved
-    /// GDT blocks (the same before and after: reserved blocks become
-    /// descriptor blocks one for one).
-    pub(crate) fn base_desc_blocks(&self) -> u64 {
-        u64::from(self.new_desc_blocks) + u64::from(self.new_sb.s_reserved_gdt_blocks.get())
-    }
-
     /// Blocks opening `group` of the new layout held by its superblock and
     /// descriptor copies (see [`base_len`]).
     pub(crate) fn new_base(&self, group: u32) -> u64 {
@@ -115,8 +108,16 @@ pub(crate) fn refuse_features(geo: &Geometry) -> Result<()> {
     Ok(())
 }
 
-/// The plan for a file system of `blocks` blocks (already [`super::size::fit`]).
+/// The plan for a file system of `blocks` blocks (already [`super::size::fit`]),
+/// refusing a grow past the reserved GDT blocks without meta_bg (the
+/// online grow, which cannot move what is in the way).
 pub(crate) fn plan(fs: &Filesystem, blocks: u64) -> Result<Plan> {
+    plan_with(fs, blocks, false)
+}
+
+/// [`plan`]; `displace`: a grow may need more descriptor blocks than are
+/// reserved (the offline grow moves what is in the way, [`super::displace`]).
+pub(crate) fn plan_with(fs: &Filesystem, blocks: u64, displace: bool) -> Result<Plan> {
     let old_sb = fs.superblock();
     let old = fs.geo.clone();
     refuse_features(&old)?;
@@ -139,7 +140,7 @@ pub(crate) fn plan(fs: &Filesystem, blocks: u64) -> Result<Plan> {
     let reserved = u32::from(old_sb.s_reserved_gdt_blocks.get());
     if old.features.incompat.contains(IncompatFeatures::META_BG) {
         refuse_meta_bg(&old, &old_sb, blocks)?;
-    } else if new_desc_blocks > old_desc_blocks + reserved {
+    } else if !displace && new_desc_blocks > old_desc_blocks + reserved {
         return Err(Error::Unsupported(format!(
             "growing to {groups} groups needs {new_desc_blocks} descriptor blocks but only {} fit \
              ({old_desc_blocks} used, {reserved} reserved); resize2fs would move the tables and data \
@@ -154,14 +155,17 @@ pub(crate) fn plan(fs: &Filesystem, blocks: u64) -> Result<Plan> {
     }
     let base = |desc: u32, sb: &RawSuperblock| desc + u32::from(sb.s_reserved_gdt_blocks.get());
     let meta_bg = old.features.incompat.contains(IncompatFeatures::META_BG);
-    if !meta_bg && base(new_desc_blocks, &sb) != base(old_desc_blocks, &old_sb) {
+    // A longer area takes blocks from what is in the way (offline only); a
+    // shorter one frees its tail, as resize2fs's `blocks_to_move` does.
+    if !meta_bg && base(new_desc_blocks, &sb) != base(old_desc_blocks, &old_sb) && !displace {
         return Err(Error::Unsupported(format!(
             "going from {old_desc_blocks} to {new_desc_blocks} descriptor blocks would change the              blocks after each superblock copy (reserved GDT blocks capped or absent); not implemented"
         )));
     }
     backup_bgs(&mut sb, old.group_count, groups);
-    if (1..groups.min(old.group_count))
-        .any(|g| has_super(&old, &old_sb, g) != has_super(&old, &sb, g) && has_super(&old, &sb, g))
+    if !displace
+        && (1..groups.min(old.group_count))
+            .any(|g| has_super(&old, &old_sb, g) != has_super(&old, &sb, g) && has_super(&old, &sb, g))
     {
         return Err(Error::Unsupported(
             "sparse_super2: the new last group would need a superblock backup; moving its blocks away is              not implemented"
@@ -180,14 +184,16 @@ pub(crate) fn plan(fs: &Filesystem, blocks: u64) -> Result<Plan> {
     })
 }
 
-/// The meta_bg layouts this resize does not change: a shrink, the resize
-/// inode beside meta_bg (mke2fs does not make it), sparse_super2 (a
+/// The meta_bg layouts this resize does not change: a shrink below
+/// `s_first_meta_bg` meta groups, the resize inode beside meta_bg (mke2fs does not make it), sparse_super2 (a
 /// dropped backup would move a group's descriptor block), and an
 /// old-style table longer than the descriptor blocks (resize2fs would
 /// turn meta_bg off).
 fn refuse_meta_bg(old: &Geometry, sb: &RawSuperblock, blocks: u64) -> Result<()> {
-    let why = if blocks < old.blocks_count {
-        "shrinking"
+    let groups = (blocks - u64::from(old.first_data_block)).div_ceil(u64::from(old.blocks_per_group)) as u32;
+    let why = if blocks < old.blocks_count && groups.div_ceil(old.descs_per_block()) < sb.s_first_meta_bg.get() {
+        // resize2fs would turn meta_bg off (the old-style table covers it all).
+        "shrinking below s_first_meta_bg with"
     } else if old.features.compat.contains(CompatFeatures::RESIZE_INODE) {
         "the resize inode beside"
     } else if old.features.compat.contains(CompatFeatures::SPARSE_SUPER2) {

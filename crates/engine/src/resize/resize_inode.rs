@@ -32,8 +32,9 @@ pub(crate) fn rebuild(fs: &Filesystem, p: &Plan, tables: &[GroupTables], st: &mu
     let at = u64::from(RESIZE_INO - 1) * isz;
     let itable_block = tables[0].inode_table + at / bs;
     let off = (at % bs) as usize;
-    // A shrink that moved blocks may already have rewritten this block.
-    let mut block = match st.txn.remove(&itable_block) {
+    // A shrink that moved blocks may already have rewritten this block; a
+    // grow that moved the inode table has staged it whole at its home.
+    let mut block = match st.txn.remove(&itable_block).or_else(|| st.before.remove(&itable_block)) {
         Some(b) => b,
         None => {
             let mut b = vec![0u8; bs as usize];

@@ -19,7 +19,7 @@ use super::stage::Stage;
 use super::{inodes, moves, relocate, superblocks, usage};
 use crate::error::Result;
 use crate::fs::Filesystem;
-use crate::mkfs::layout::GroupTables;
+use crate::mkfs::layout::{GroupTables, UsedMap};
 
 /// Stages a shrink.
 pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
@@ -37,13 +37,29 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
     let mut released = Vec::new();
     for (g, t) in tables.iter().enumerate().skip(keep) {
         released.extend([(t.block_bitmap, 1), (t.inode_bitmap, 1), (t.inode_table, itb)]);
-        if p.old_has_super(g as u32) {
-            released.push((p.old.group_first_block(g as u32), 1 + p.base_desc_blocks()));
+        // Superblock and descriptor copies, or (meta_bg) the meta group's
+        // descriptor block: a dropped meta group takes its blocks along.
+        if p.old_base(g as u32) > 0 {
+            released.push((p.old.group_first_block(g as u32), p.old_base(g as u32)));
         }
     }
-    let cut = relocate::cut_tables(p, &tables[..keep]);
+    // A shorter descriptor table (no reserve to take the freed blocks)
+    // frees the tail of each kept copy.
+    for g in 0..keep as u32 {
+        let (old, new) = (p.old_base(g), p.new_base(g));
+        if p.old_has_super(g) && p.new_has_super(g) && old > new {
+            released.push((p.old.group_first_block(g) + new, old - new));
+        }
+    }
+    let mut cut = relocate::cut_tables(p, &tables[..keep]);
+    let area = new_backup(p);
+    cut.extend(super::displace::in_the_way(p, &tables[..keep], &area));
     released.extend(cut.iter().map(|c| (c.2, c.3)));
     let mut map = usage::load(fs, p, &old_descs, &released)?;
+    let area_data: u64 = area.iter().map(|&(b, n)| map.used_in(b, b + n)).sum();
+    for &(b, n) in &area {
+        map.mark(b, n);
+    }
     let mut busy = map.clone();
     for &(b, n) in &released {
         busy.mark(b, n);
@@ -58,7 +74,14 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
     let mut descs = old_descs.clone();
     descs.truncate(keep);
     let ren = inodes::renumber(fs, p, &old_descs, &mut descs, &mut st)?;
-    let moved = moves::move_blocks(fs, p, &ren, map, &released, &mut st)?;
+    let end = p.new.blocks_count;
+    let mut gone = UsedMap::over(p.old.blocks_count, u64::from(p.new.first_data_block));
+    gone.mark(end, p.old.blocks_count - end);
+    for &(b, n) in &area {
+        gone.mark(b, n);
+    }
+    let past = map.used_in(end, p.old.blocks_count) + area_data;
+    let moved = moves::move_blocks(fs, p, &ren, map, (busy, gone, past), &mut st)?;
     for (d, t) in descs.iter_mut().zip(&tables) {
         relocate::point(d, t);
     }
@@ -115,10 +138,20 @@ pub(crate) fn stage(fs: &Filesystem, p: &Plan) -> Result<Stage> {
 
 /// `s_jnl_blocks`: the superblock's copy of the journal inode's `i_block`
 /// and size (`EXT3_JNL_BACKUP_BLOCKS`), kept in step with a moved journal.
-fn keep_journal_backup(sb: &mut ext4kit_format::superblock::RawSuperblock, i_block: &[u8; 60], size: u64) {
+pub(crate) fn keep_journal_backup(sb: &mut ext4kit_format::superblock::RawSuperblock, i_block: &[u8; 60], size: u64) {
     if sb.s_jnl_backup_type == ext4kit_format::superblock::JNL_BACKUP_BLOCKS {
         sb.set_journal_backup(i_block, size);
     }
+}
+
+/// sparse_super2: the superblock and descriptor copy the new last group
+/// takes when `s_backup_bgs` follows it there, as runs; what lies there
+/// moves first, as resize2fs's `reserve_sparse_super2_last_group` has it.
+fn new_backup(p: &Plan) -> Vec<(u64, u64)> {
+    (1..p.new.group_count)
+        .filter(|&g| !p.old_has_super(g) && p.new_has_super(g))
+        .map(|g| (p.new.group_first_block(g), p.new_base(g)))
+        .collect()
 }
 
 fn group_of(p: &Plan, b: u64) -> u32 {

@@ -29,15 +29,19 @@ pub(crate) fn load(fs: &Filesystem, p: &Plan, descs: &[RawGroupDesc], released: 
             if g >= p.new.group_count {
                 continue;
             }
-            if p.old_has_super(g) == p.new_has_super(g) && p.new_base(g) > 0 {
-                map.mark(start, p.new_base(g));
+            // (A grow's longer descriptor table is marked by the caller; a
+            // shrink's shorter one leaves its tail free.)
+            let base = p.old_base(g).min(p.new_base(g));
+            if p.old_has_super(g) == p.new_has_super(g) && base > 0 {
+                map.mark(start, base);
             }
             for (b, len) in [
                 (d.block_bitmap(), 1),
                 (d.inode_bitmap(), 1),
                 (d.inode_table(), u64::from(p.old.inode_table_blocks)),
             ] {
-                if b >= start && b < start + n {
+                // (A table moved away is released here as in a bitmap.)
+                if b >= start && b < start + n && !released.iter().any(|r| r.0 == b) {
                     map.mark(b, len.min(start + n - b));
                 }
             }
