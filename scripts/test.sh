@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 # independent checkers on it; git, make, gcc and tar for the real-program
 # tests on the mount; fonts-dejavu-core for the text of benchmark plots;
 # time (GNU) for bench fsck's peak RSS; python3 maps files (mmap with
-# O_DIRECT) where Rust would need `unsafe`; fsverity cross-checks `ext4kit
+# O_DIRECT) and sets fscrypt keys and policies on kernel mounts (ioctls)
+# where Rust would need `unsafe`; fsverity cross-checks `ext4kit
 # verity digest`.
 PACKAGES="e2fsprogs attr bzip2 util-linux kmod fuse3 fuse2fs acl fio stress-ng fonts-dejavu-core git make gcc tar time python3 fsverity"
 TOOLS="mkfs.ext4 e2fsck debugfs dumpe2fs setfattr bzip2 mount losetup swapon fusermount3 fuse2fs setfacl fio stress-ng git make gcc tar python3"
