@@ -400,8 +400,11 @@ fn refusals_are_clear() {
     assert!(err(&[], "8M").contains("contains a ext4 file system"), "no -F");
     make(&img, "8M", &["-F", "-t", "ext2"]);
     assert!(err(&["-F", "-d", "/nonexistent-source"], "8M").contains("nonexistent-source"));
-    let e = err(&["-F", "-O", "encrypt,verity"], "8M");
-    assert!(e.contains("encrypt") && e.contains("verity"), "{e}");
+    let e = err(&["-F", "-O", "dir_prealloc,imagic_inodes"], "8M");
+    assert!(
+        e.contains("cannot create") && e.contains("dir_prealloc") && e.contains("imagic_inodes"),
+        "{e}"
+    );
     assert!(err(&["-F"], "16K").contains("too small"));
     assert!(err(&["-F", "-O", "meta_bg"], "8M").contains("resize_inode"));
     assert!(err(&["-F", "-t", "ext2", "-O", "orphan_file"], "8M").contains("journal"));
