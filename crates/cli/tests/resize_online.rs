@@ -1,7 +1,9 @@
 //! `ext4kit resize` of a mounted image: the request reaches the mount's
 //! server through the mount point or through the image (its lock holder);
 //! a shrink is refused as the kernel refuses it, a grow the offline resize
-//! refuses is refused before the image file is touched, and a grow is
+//! refuses is refused before the image file is touched, and a grow (also
+//! one past the reserved GDT blocks, which moves the tables and data in
+//! the longer descriptor table's way) is
 //! done while a writer keeps writing and fsyncing files: every write
 //! succeeds, `statfs` shows the new size, the new space takes data, every
 //! file reads back as written (also a file unlinked while open across the
@@ -71,8 +73,8 @@ fn a_mounted_image_is_asked_through_its_server() {
     assert!(same.status.success(), "{}", text(&same));
     assert!(text(&same).contains("Nothing to do"), "{}", text(&same));
 
-    // Past the reserved GDT blocks: the offline planner's refusal, before
-    // the image file is touched.
+    // More descriptor blocks than a group holds (the kernel would switch to
+    // meta_bg): the planner's refusal, before the image file is touched.
     let far = resize(&img, "2T");
     assert!(!far.status.success());
     assert!(text(&far).contains("meta_bg"), "{}", text(&far));
@@ -235,6 +237,21 @@ fn grows_1k_blocks_flex_bg_under_writes() {
 #[test]
 fn grows_4k_blocks_under_writes() {
     grow_under_writes(&["-b", "4096"], "32M", &["36M", "100M", "300M"]);
+}
+
+/// Without a resize inode every grow that adds a descriptor block moves
+/// what lies after each superblock copy's table: from 1 descriptor block
+/// to 8.
+#[test]
+fn grows_without_resize_inode_far_past_the_reserve_under_writes() {
+    grow_under_writes(&["-b", "1024", "-O", "^resize_inode"], "16M", &["64M", "300M", "1G"]);
+}
+
+/// One reserved GDT block (room for 32 groups): the first grow uses it,
+/// the next goes past it (5 descriptor blocks).
+#[test]
+fn grows_1k_past_a_used_up_reserve_under_writes() {
+    grow_under_writes(&["-b", "1024", "-E", "resize=200000"], "16M", &["200M", "600M"]);
 }
 
 #[test]

@@ -77,9 +77,11 @@ impl Ext4Fuse {
             Ok(p) if p.new_blocks == p.old_blocks => Ok(p),
             Ok(_) => self.served.grow(blocks).map(|(r, held)| {
                 log::info!(
-                    "ext4kit: grown from {} to {} blocks while mounted; requests held for {} ms",
+                    "ext4kit: grown from {} to {} blocks while mounted ({} blocks moved out of the \
+                     descriptor table's way); requests held for {} ms",
                     r.old_blocks,
                     r.new_blocks,
+                    r.moved_blocks,
                     held.as_millis()
                 );
                 r

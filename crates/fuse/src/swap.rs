@@ -9,8 +9,10 @@
 //! between it detaches the file system (written back, committed, clean,
 //! files still open kept open), grows the image file offline and opens it
 //! again with the open counts carried over. Handles, write-back state and
-//! the kernel's caches name inodes, which a grow does not move, so they
-//! stay valid across the swap.
+//! the kernel's caches name inodes and offsets, which a grow does not
+//! change (a grow past the reserved GDT blocks moves data blocks and
+//! tables, whose places only the engine knows and the new open reads
+//! anew), so they stay valid across the swap.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeSet;
 
+use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::group_desc::RawGroupDesc;
 
 use super::inodes;
@@ -24,7 +25,7 @@ use super::moves::{self, Moved};
 use super::plan::Plan;
 use super::relocate::{self, Move};
 use super::stage::Stage;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::mkfs::layout::{GroupTables, UsedMap};
 
@@ -213,12 +214,26 @@ fn journal_safe(p: &Plan, g: u32, it: u64, reserve: &mut UsedMap, data: &UsedMap
     let mut both = reserve.clone();
     let first = u64::from(p.new.first_data_block);
     data.for_each_in(first, p.new.blocks_count, |a, b| both.mark(a, b - a));
-    let flex = p.new.groups_per_flex.max(1);
-    let from = p.new.group_first_block(g - g % flex);
-    let home = both
-        .get_free(from, p.new.blocks_count, itb)
-        .or_else(|| both.get_free(first, p.new.blocks_count, itb))
-        .ok_or(crate::error::Error::NoSpace)?;
+    let home = if p.new.features.incompat.contains(IncompatFeatures::FLEX_BG) {
+        let flex = p.new.groups_per_flex.max(1);
+        let from = p.new.group_first_block(g - g % flex);
+        both.get_free(from, p.new.blocks_count, itb)
+            .or_else(|| both.get_free(first, p.new.blocks_count, itb))
+    } else {
+        // Without flex_bg a group's tables lie in the group
+        // (`ext2fs_check_desc`).
+        let from = p.new.group_first_block(g);
+        let end = (from + u64::from(p.new.blocks_per_group)).min(p.new.blocks_count);
+        let last_start = (end + 1).checked_sub(itb).filter(|&l| l > from);
+        last_start.and_then(|l| both.get_free(from, l, itb))
+    };
+    let home = home.ok_or_else(|| {
+        Error::Unsupported(format!(
+            "group {g}'s inode table holds the journal inode and must move out of the longer descriptor \
+             table's way, but no run of {itb} blocks is free where it may go; free space in the group \
+             (or grow with meta_bg)"
+        ))
+    })?;
     reserve.mark(home, itb);
     Ok(home)
 }

@@ -165,7 +165,7 @@ fn resize_within(
             )));
         }
     }
-    let p = plan::plan_with(&fs, blocks, true)?;
+    let p = plan::plan(&fs, blocks)?;
     let st = if blocks < fs.geo.blocks_count {
         shrink::stage(&fs, &p)?
     } else {

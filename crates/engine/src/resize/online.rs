@@ -9,9 +9,11 @@
 //! 1. [`Filesystem::plan_online_grow`] checks and plans the grow against
 //!    the live superblock with the offline planner ([`super::plan`]), so a
 //!    grow the offline resize would refuse (bigalloc, meta_bg past its
-//!    reach, not enough reserved GDT blocks) is refused with the same
-//!    message while serving goes on; a shrink is refused as the kernel
-//!    refuses it.
+//!    reach) is refused with the same message while serving goes on; a
+//!    shrink is refused as the kernel refuses it. A grow needing more
+//!    descriptor blocks than are reserved is planned as offline: what lies
+//!    where the longer table goes is moved ([`super::displace`]), where the
+//!    kernel would switch to meta_bg instead.
 //! 2. [`Filesystem::detach`] closes the session as an unmount does —
 //!    delayed allocation written, journal committed and checkpointed,
 //!    the state found at open put back, MMP released — except that files
@@ -22,6 +24,11 @@
 //!    [`super::write`]) on the image file, extending it first, and the
 //!    caller reopens the image with [`crate::OpenOptions::keep_open`] set
 //!    to what [`Filesystem::detach`] returned.
+//!
+//! Moved blocks need nothing from the caller: the reopened `Filesystem`
+//! reads every extent tree, block map, table location and xattr block
+//! anew, and a front end names files by inode number and offset only
+//! (inodes keep their numbers: a moved inode table keeps its contents).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -149,6 +156,7 @@ pub fn grow_detached_on(
     }
     let p = plan::plan(&fs, report.new_blocks)?;
     let st = grow::stage(&fs, &p, false)?;
+    report.moved_blocks = st.moved.0;
     let bytes = report.new_blocks * u64::from(fs.geo.block_size);
     if bytes > fs.dev.len() {
         extend(bytes)?;

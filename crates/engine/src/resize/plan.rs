@@ -108,16 +108,10 @@ pub(crate) fn refuse_features(geo: &Geometry) -> Result<()> {
     Ok(())
 }
 
-/// The plan for a file system of `blocks` blocks (already [`super::size::fit`]),
-/// refusing a grow past the reserved GDT blocks without meta_bg (the
-/// online grow, which cannot move what is in the way).
+/// The plan for a file system of `blocks` blocks (already [`super::size::fit`]).
+/// A grow may need more descriptor blocks than are reserved: the blocks
+/// in the way are then moved ([`super::displace`]), offline and online.
 pub(crate) fn plan(fs: &Filesystem, blocks: u64) -> Result<Plan> {
-    plan_with(fs, blocks, false)
-}
-
-/// [`plan`]; `displace`: a grow may need more descriptor blocks than are
-/// reserved (the offline grow moves what is in the way, [`super::displace`]).
-pub(crate) fn plan_with(fs: &Filesystem, blocks: u64, displace: bool) -> Result<Plan> {
     let old_sb = fs.superblock();
     let old = fs.geo.clone();
     refuse_features(&old)?;
@@ -140,12 +134,14 @@ pub(crate) fn plan_with(fs: &Filesystem, blocks: u64, displace: bool) -> Result<
     let reserved = u32::from(old_sb.s_reserved_gdt_blocks.get());
     if old.features.incompat.contains(IncompatFeatures::META_BG) {
         refuse_meta_bg(&old, &old_sb, blocks)?;
-    } else if !displace && new_desc_blocks > old_desc_blocks + reserved {
+    } else if u64::from(new_desc_blocks) + first > u64::from(old.blocks_per_group) {
+        // resize2fs's "too many block group descriptors"; the kernel would
+        // switch to meta_bg, which this resize does not do.
         return Err(Error::Unsupported(format!(
-            "growing to {groups} groups needs {new_desc_blocks} descriptor blocks but only {} fit \
-             ({old_desc_blocks} used, {reserved} reserved); resize2fs would move the tables and data \
-             in the way (it does not convert to meta_bg), which this resize does not do",
-            old_desc_blocks + reserved
+            "growing to {groups} groups needs {new_desc_blocks} descriptor blocks, more than a group of {} \
+             blocks holds; without meta_bg the table must fit in one group (converting to meta_bg is not \
+             implemented)",
+            old.blocks_per_group
         )));
     }
     if old.features.compat.contains(CompatFeatures::RESIZE_INODE) && new_desc_blocks != old_desc_blocks {
@@ -153,25 +149,7 @@ pub(crate) fn plan_with(fs: &Filesystem, blocks: u64, displace: bool) -> Result<
         sb.s_reserved_gdt_blocks
             .set(r.clamp(0, i64::from(old.block_size / 4)) as u16);
     }
-    let base = |desc: u32, sb: &RawSuperblock| desc + u32::from(sb.s_reserved_gdt_blocks.get());
-    let meta_bg = old.features.incompat.contains(IncompatFeatures::META_BG);
-    // A longer area takes blocks from what is in the way (offline only); a
-    // shorter one frees its tail, as resize2fs's `blocks_to_move` does.
-    if !meta_bg && base(new_desc_blocks, &sb) != base(old_desc_blocks, &old_sb) && !displace {
-        return Err(Error::Unsupported(format!(
-            "going from {old_desc_blocks} to {new_desc_blocks} descriptor blocks would change the              blocks after each superblock copy (reserved GDT blocks capped or absent); not implemented"
-        )));
-    }
     backup_bgs(&mut sb, old.group_count, groups);
-    if !displace
-        && (1..groups.min(old.group_count))
-            .any(|g| has_super(&old, &old_sb, g) != has_super(&old, &sb, g) && has_super(&old, &sb, g))
-    {
-        return Err(Error::Unsupported(
-            "sparse_super2: the new last group would need a superblock backup; moving its blocks away is              not implemented"
-                .into(),
-        ));
-    }
     scale_reserved(&mut sb, &old_sb, old.blocks_count, blocks, bit64);
     sb.s_overhead_clusters.set(0);
     let new = Geometry::from_superblock(&sb).map_err(|e| Error::format(Location::Superblock, e))?;
