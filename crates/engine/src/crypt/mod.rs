@@ -13,11 +13,13 @@
 //! - [`names`]: user names to stored names and back, at the public
 //!   directory operations (the directory code below sees stored names).
 //! - [`contents`]: the block transform at the file read and write paths.
+//! - [`policy`]: giving an empty directory a policy.
 
 pub(crate) mod contents;
 pub(crate) mod create;
 pub(crate) mod keys;
 pub(crate) mod names;
+pub(crate) mod policy;
 
 use std::collections::HashMap;
 
@@ -31,6 +33,7 @@ use crate::fs::Filesystem;
 use crate::inode::Inode;
 
 pub use keys::MasterKey;
+pub use policy::Policy;
 
 /// Master keys taken from one `Filesystem` for another
 /// ([`Filesystem::keys`]); their bytes are not reachable through it.
