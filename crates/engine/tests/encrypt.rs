@@ -475,7 +475,8 @@ fn iv_ino_lblk_policies_and_paddings_both_ways() {
 }
 
 /// Policies set by ext4kit on empty directories (as
-/// `FS_IOC_SET_ENCRYPTION_POLICY`): the kernel reports the same policy
+/// `FS_IOC_SET_ENCRYPTION_POLICY`; an inline directory first moves to a
+/// block; nothing encrypted is made inline): the kernel reports the same policy
 /// and reads back, byte for byte, the names and contents ext4kit wrote
 /// under it. The kernel's refusals come back with its errnos.
 #[test]
@@ -485,7 +486,7 @@ fn ext4kit_sets_policies_the_kernel_reads() {
     }
     for args in [
         &["-O", "encrypt", "-b", "4096"][..],
-        &["-O", "encrypt", "-b", "1024"][..],
+        &["-O", "encrypt,inline_data", "-b", "1024"][..],
     ] {
         let dir = tempfile::tempdir().unwrap();
         let Some(img) = mkfs(dir.path(), None, args, "64M") else {
