@@ -598,3 +598,32 @@ fn refusals(fs: &Filesystem, v2: KeyRef) {
     fs.rmdir(ROOT_INO, b"empty").unwrap();
     fs.unlink(ROOT_INO, b"file").unwrap();
 }
+
+/// `remove_key`: what its policy covers reads as without the key again
+/// (no-key names, `ENOKEY` contents, even for an inode looked up before);
+/// removing it twice is `ENOKEY`; adding it back restores everything.
+#[test]
+fn removed_keys_leave_no_access_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-O", "encrypt"], "16M") else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let raw = content(64, 5);
+    let v2 = fs.add_key(&raw, None).unwrap();
+    let d = fs.create(ROOT_INO, b"vault", NodeKind::Directory, ATTR).unwrap().ino;
+    fs.set_encryption_policy(d, &Policy::new(v2, 2)).unwrap();
+    let f = fs.create(d, b"secret", NodeKind::Regular, ATTR).unwrap();
+    fs.write(f.ino, 0, b"plaintext").unwrap();
+    let vault = fs.inode(d).unwrap();
+    fs.remove_key(&v2).unwrap();
+    assert_eq!(fs.read_all(&f, 1 << 20).unwrap_err().errno(), libc::ENOKEY);
+    let listed: Vec<Vec<u8>> = fs.read_dir(&vault).unwrap().into_iter().map(|e| e.name).collect();
+    assert!(!listed.contains(&b"secret".to_vec()), "a no-key name instead");
+    assert_eq!(listed.len(), 3);
+    assert_eq!(fs.remove_key(&v2).unwrap_err().errno(), libc::ENOKEY);
+    fs.add_key(&raw, None).unwrap();
+    assert_eq!(fs.read_all(&fs.inode(f.ino).unwrap(), 1 << 20).unwrap(), b"plaintext");
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img).unwrap();
+}

@@ -68,6 +68,21 @@ impl Filesystem {
         Ok(name)
     }
 
+    /// Removes a master key, as `FS_IOC_REMOVE_ENCRYPTION_KEY`: from then
+    /// on its directories list no-key names and its files refuse their
+    /// contents (`ENOKEY`). No per-file key outlives it (they are derived
+    /// at each access), so a file opened before loses its contents too,
+    /// where the kernel lets files in use keep theirs and reports them busy.
+    ///
+    /// # Errors
+    /// [`Error::NoKey`] when the key was not added (the kernel's `ENOKEY`).
+    pub fn remove_key(&self, key: &KeyRef) -> Result<()> {
+        match self.keyring.0.write().remove(key) {
+            Some(_) => Ok(()),
+            None => Err(Error::NoKey(format!("{} was not added", keys::describe(key)))),
+        }
+    }
+
     /// The master keys added so far, to hand to the `Filesystem` that
     /// replaces this one on the same image (a mount grown while serving
     /// reopens it and must keep the keys added while it ran).
