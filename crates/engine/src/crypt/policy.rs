@@ -29,8 +29,8 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// AES-256-XTS contents and AES-256-CTS-CBC names (the modes `fscrypt`
-    /// and the kernel default to) with `flags`.
+    /// AES-256-XTS contents and AES-256-CTS-CBC names (the modes the
+    /// `fscrypt` tool defaults to) with `flags`.
     pub fn new(key: KeyRef, flags: u8) -> Self {
         Self {
             contents_mode: mode::AES_256_XTS,
@@ -170,7 +170,7 @@ impl Txn<'_> {
         if self.fs.casefolded(&inode) {
             return Err(Error::Unsupported(format!("casefold + encryption on directory {ino}")));
         }
-        let mut inode = self.inode_for_change(ino)?;
+        self.inode_for_change(ino)?;
         let ctx = Context {
             contents_mode: policy.contents_mode,
             filenames_mode: policy.filenames_mode,
@@ -180,7 +180,7 @@ impl Txn<'_> {
             nonce: super::create::random_nonce()?,
         };
         self.set_encryption_context(ino, &ctx)?;
-        inode = self.inode(inode.ino)?;
+        let mut inode = self.inode(ino)?;
         inode.raw.i_flags.set(inode.raw.flags() | flags::ENCRYPT);
         self.write_inode(&mut inode)
     }
