@@ -215,3 +215,70 @@ fn key_add_gives_a_running_mount_the_key_which_a_grow_keeps() {
     m.unmount().expect("unmount");
     assert_fsck_clean(&img).expect("e2fsck -fn clean");
 }
+
+/// `mkfs -O encrypt`, `mkdir`, `key set-policy` and `write --key` make an
+/// encrypted directory the kernel reads with the key: same policy (v2,
+/// 32-byte padding by default), same name and bytes; e2fsck is clean.
+#[test]
+fn key_set_policy_makes_a_directory_the_kernel_reads() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img");
+    let i = img.to_str().unwrap();
+    ok(&["mkfs", "-q", "-O", "encrypt", i, "32M"]);
+    let key = dir.path().join("key");
+    // v1 keys are used whole: 64 bytes for AES-256-XTS.
+    std::fs::write(&key, (0..64u8).map(|i| i ^ 0xa5).collect::<Vec<_>>()).unwrap();
+    let k = key.to_str().unwrap();
+    ok(&["mkdir", i, "/secret", "/v1", "/full"]);
+    ok(&["write", i, "/full/x"]);
+    let no_key = ext4kit(&["key", "set-policy", i, "/secret"]);
+    assert!(String::from_utf8_lossy(&no_key.stderr).contains("--key"));
+    let full = ext4kit(&["key", "set-policy", i, "/full", "--key", k]);
+    assert!(!full.status.success(), "a non-empty directory is refused");
+    ok(&["key", "set-policy", i, "/secret", "--key", k]);
+    ok(&[
+        "key",
+        "set-policy",
+        i,
+        "/v1",
+        "--key",
+        &format!("{DESC}={k}"),
+        "--padding",
+        "16",
+    ]);
+    let mut body: Vec<u8> = (0..10_000u32).map(|n| (n * 31 % 251) as u8).collect();
+    let v1 = format!("{DESC}={k}");
+    let write = |path: &str, extra: &[&str], data: &[u8]| {
+        let mut w = Command::new(exe())
+            .args(["write", i, path, "--key", &v1, "--key", k])
+            .args(extra)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut w.stdin.take().unwrap(), data).unwrap();
+        assert!(w.wait().unwrap().success(), "write {path} {extra:?}");
+    };
+    for d in ["secret", "v1"] {
+        write(&format!("/{d}/a file name"), &[], &body);
+        // Within blocks: the edges are decrypted, patched, re-encrypted.
+        write(&format!("/{d}/a file name"), &["--offset", "5000"], b"patched in place");
+    }
+    body[5000..5016].copy_from_slice(b"patched in place");
+    assert_fsck_clean(&img).unwrap();
+    let m = LoopMount::ro(&img).unwrap();
+    add_keys(m.path(), &key);
+    let id = helper(&["add-key", m.path().to_str().unwrap(), k]);
+    for (d, policy) in [("secret", format!("2 1 4 3 {id}")), ("v1", format!("0 1 4 2 {DESC}"))] {
+        let p = m.path().join(d);
+        assert_eq!(helper(&["get-policy", p.to_str().unwrap()]), policy);
+        assert_eq!(names(&p), [b"a file name".to_vec()]);
+        assert!(
+            std::fs::read(p.join("a file name")).unwrap() == body,
+            "contents of /{d}"
+        );
+    }
+    m.unmount().unwrap();
+}

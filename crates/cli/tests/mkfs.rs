@@ -237,6 +237,8 @@ fn matches_mke2fs() {
         ("64M", &["-t", "ext4", "-O", "inline_data"][..]),
         ("64M", &["-t", "ext4", "-O", "casefold"][..]),
         ("64M", &["-t", "ext4", "-O", "verity"][..]),
+        ("64M", &["-t", "ext4", "-O", "encrypt"][..]),
+        ("8M", &["-t", "ext4", "-O", "encrypt,stable_inodes,^metadata_csum"][..]),
         (
             "64M",
             &["-t", "ext4", "-b", "4096", "-O", "inline_data,^metadata_csum"][..],

@@ -188,7 +188,16 @@ impl<'a> Batch<'a> {
     /// # Errors
     /// As [`Filesystem::write`].
     pub fn write(&mut self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
-        self.run(None, |t| t.write(ino, offset, data))
+        let txn = self.txn.as_ref().ok_or_else(abandoned)?;
+        let Some(key) = self.fs.contents_key(&txn.inode(ino)?)? else {
+            return self.run(None, |t| t.write(ino, offset, data));
+        };
+        // The blocks the range shares with older data are read back from
+        // the device to be re-encrypted: the batch's changes go there first.
+        if self.pending > 0 {
+            self.commit()?;
+        }
+        self.run(None, |t| t.write_encrypted(ino, &key, offset, data))
     }
 
     /// [`Filesystem::truncate`] inside the batch.

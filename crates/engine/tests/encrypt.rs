@@ -15,7 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use common::{mkfs, open_rw, run};
-use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, ROOT_INO};
+use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, Policy, ROOT_INO};
 use ext4kit_format::fscrypt::KeyRef;
 use ext4kit_format::inode::FileType;
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
@@ -472,4 +472,158 @@ fn iv_ino_lblk_policies_and_paddings_both_ways() {
         assert_eq!(std::fs::read_link(p.join("ours-link")).unwrap(), Path::new("ours"));
     }
     m.unmount().unwrap();
+}
+
+/// Policies set by ext4kit on empty directories (as
+/// `FS_IOC_SET_ENCRYPTION_POLICY`; an inline directory first moves to a
+/// block; nothing encrypted is made inline): the kernel reports the same policy
+/// and reads back, byte for byte, the names and contents ext4kit wrote
+/// under it. The kernel's refusals come back with its errnos.
+#[test]
+fn ext4kit_sets_policies_the_kernel_reads() {
+    if !kernel_ready() {
+        return;
+    }
+    for args in [
+        &["-O", "encrypt", "-b", "4096"][..],
+        &["-O", "encrypt,inline_data", "-b", "1024"][..],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(img) = mkfs(dir.path(), None, args, "64M") else {
+            return;
+        };
+        let key = dir.path().join("key");
+        std::fs::write(&key, content(64, 99)).unwrap();
+        let fs = open_rw(&img);
+        let raw = std::fs::read(&key).unwrap();
+        let v2 = fs.add_key(&raw, None).unwrap();
+        let desc: [u8; 8] = hex(V1_DESC).try_into().unwrap();
+        let d1 = fs.add_key(&raw, Some(desc)).unwrap();
+        refusals(&fs, v2);
+        let mut want = Tree::new();
+        want.insert(b"/small".to_vec(), Node::File(b"hello\n".to_vec()));
+        want.insert(b"/multi".to_vec(), Node::File(content(3 * 4096 + 100, 1)));
+        want.insert(
+            [&b"/"[..], &b"L".repeat(200)].concat(),
+            Node::File(b"long name".to_vec()),
+        );
+        want.insert(b"/link".to_vec(), Node::Link(b"t/".repeat(60)));
+        want.insert(b"/sub".to_vec(), Node::Dir);
+        want.insert(b"/sub/deep".to_vec(), Node::File(content(700, 3)));
+        let tops = [
+            ("v2", Policy::new(v2, 2)),
+            ("v1", Policy::new(d1, 0)),
+            ("pad32", Policy::new(v2, 3)),
+        ];
+        for (top, policy) in tops {
+            let d = fs
+                .create(ROOT_INO, top.as_bytes(), NodeKind::Directory, ATTR)
+                .unwrap()
+                .ino;
+            fs.set_encryption_policy(d, &policy).unwrap();
+            fs.set_encryption_policy(d, &policy).unwrap();
+            let other = Policy::new(policy.key, policy.flags ^ 1);
+            assert_eq!(fs.set_encryption_policy(d, &other).unwrap_err().errno(), libc::EEXIST);
+            assert_eq!(fs.encryption_policy(d).unwrap(), Some(policy));
+            fill_ours(&fs, d, &want);
+            assert_eq!(
+                our_tree(&fs, format!("/{top}").as_bytes(), true),
+                want,
+                "ext4kit reads /{top}"
+            );
+        }
+        fs.unmount().unwrap();
+        assert_fsck_clean(&img).unwrap();
+        let m = LoopMount::ro(&img).unwrap();
+        let id = kernel_add_keys(m.path(), &key);
+        for (top, shown) in [
+            ("v2", format!("2 1 4 2 {id}")),
+            ("v1", format!("0 1 4 0 {V1_DESC}")),
+            ("pad32", format!("2 1 4 3 {id}")),
+        ] {
+            let p = m.path().join(top);
+            let got = run("python3", &[&helper(), "get-policy", p.to_str().unwrap()]);
+            assert_eq!(got.trim(), shown, "the kernel's policy of /{top}");
+            assert_eq!(kernel_tree(&p, true), want, "the kernel reads /{top}");
+        }
+        m.unmount().unwrap();
+    }
+}
+
+/// Writes `want` (paths under `d`) through ext4kit.
+fn fill_ours(fs: &Filesystem, d: u32, want: &Tree) {
+    for (path, node) in want {
+        let (parent, name) = match path[1..].iter().position(|&b| b == b'/') {
+            Some(i) => (fs.lookup(&fs.inode(d).unwrap(), &path[1..=i]).unwrap(), &path[i + 2..]),
+            None => (d, &path[1..]),
+        };
+        let kind = match node {
+            Node::Dir => NodeKind::Directory,
+            Node::Link(t) => NodeKind::Symlink(t.clone()),
+            Node::File(_) => NodeKind::Regular,
+        };
+        let ino = fs.create(parent, name, kind, ATTR).unwrap().ino;
+        if let Node::File(body) = node {
+            fs.write(ino, 0, body).unwrap();
+        }
+    }
+}
+
+/// What `FS_IOC_SET_ENCRYPTION_POLICY` refuses, with its errno.
+fn refusals(fs: &Filesystem, v2: KeyRef) {
+    let mk = |name: &[u8], kind| fs.create(ROOT_INO, name, kind, ATTR).unwrap().ino;
+    let full = mk(b"full", NodeKind::Directory);
+    fs.create(full, b"f", NodeKind::Regular, ATTR).unwrap();
+    let file = mk(b"file", NodeKind::Regular);
+    let empty = mk(b"empty", NodeKind::Directory);
+    let errno = |ino: u32, p: Policy| fs.set_encryption_policy(ino, &p).unwrap_err().errno();
+    assert_eq!(errno(full, Policy::new(v2, 2)), libc::ENOTEMPTY);
+    assert_eq!(errno(file, Policy::new(v2, 2)), libc::ENOTDIR);
+    assert_eq!(errno(empty, Policy::new(KeyRef::Identifier([7; 16]), 2)), libc::ENOKEY);
+    assert_eq!(errno(empty, Policy::new(v2, 0x40)), libc::EINVAL, "unknown flag");
+    assert_eq!(
+        errno(empty, Policy::new(v2, 0x08)),
+        libc::EINVAL,
+        "IV_INO_LBLK_64 without stable_inodes"
+    );
+    let cbc = Policy {
+        contents_mode: 5,
+        filenames_mode: 6,
+        ..Policy::new(v2, 0)
+    };
+    assert_eq!(errno(empty, cbc), libc::EOPNOTSUPP, "valid, not written here");
+    assert_eq!(fs.encryption_policy(empty).unwrap(), None);
+    fs.unlink(full, b"f").unwrap();
+    fs.rmdir(ROOT_INO, b"full").unwrap();
+    fs.rmdir(ROOT_INO, b"empty").unwrap();
+    fs.unlink(ROOT_INO, b"file").unwrap();
+}
+
+/// `remove_key`: what its policy covers reads as without the key again
+/// (no-key names, `ENOKEY` contents, even for an inode looked up before);
+/// removing it twice is `ENOKEY`; adding it back restores everything.
+#[test]
+fn removed_keys_leave_no_access_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(img) = mkfs(dir.path(), None, &["-O", "encrypt"], "16M") else {
+        return;
+    };
+    let fs = open_rw(&img);
+    let raw = content(64, 5);
+    let v2 = fs.add_key(&raw, None).unwrap();
+    let d = fs.create(ROOT_INO, b"vault", NodeKind::Directory, ATTR).unwrap().ino;
+    fs.set_encryption_policy(d, &Policy::new(v2, 2)).unwrap();
+    let f = fs.create(d, b"secret", NodeKind::Regular, ATTR).unwrap();
+    fs.write(f.ino, 0, b"plaintext").unwrap();
+    let vault = fs.inode(d).unwrap();
+    fs.remove_key(&v2).unwrap();
+    assert_eq!(fs.read_all(&f, 1 << 20).unwrap_err().errno(), libc::ENOKEY);
+    let listed: Vec<Vec<u8>> = fs.read_dir(&vault).unwrap().into_iter().map(|e| e.name).collect();
+    assert!(!listed.contains(&b"secret".to_vec()), "a no-key name instead");
+    assert_eq!(listed.len(), 3);
+    assert_eq!(fs.remove_key(&v2).unwrap_err().errno(), libc::ENOKEY);
+    fs.add_key(&raw, None).unwrap();
+    assert_eq!(fs.read_all(&fs.inode(f.ino).unwrap(), 1 << 20).unwrap(), b"plaintext");
+    fs.unmount().unwrap();
+    assert_fsck_clean(&img).unwrap();
 }

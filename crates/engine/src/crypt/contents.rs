@@ -125,16 +125,29 @@ impl Filesystem {
         if data.is_empty() {
             return Ok(0);
         }
-        let inode = self.inode(ino)?;
-        let (start, blocks) = self.encrypt_range(&inode, key, offset, data)?;
-        let size = inode.size().max(offset + data.len() as u64);
         let mut txn = crate::txn::Txn::begin(self)?;
         txn.under_inode_lock();
-        txn.write(ino, start, &blocks)?;
-        let mut after = txn.inode(ino)?;
-        after.raw.set_size(size);
-        txn.write_inode(&mut after)?;
+        txn.write_encrypted(ino, key, offset, data)?;
         txn.commit_deferring_data()?.write()?;
+        Ok(data.len())
+    }
+}
+
+impl crate::txn::Txn<'_> {
+    /// The body of [`Filesystem::write_encrypted`] in this transaction,
+    /// whose changes to the file must be on the device already: the
+    /// partial blocks are read from there to be decrypted.
+    pub(crate) fn write_encrypted(&mut self, ino: u32, key: &FileKey, offset: u64, data: &[u8]) -> Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let inode = self.inode(ino)?;
+        let (start, blocks) = self.fs.encrypt_range(&inode, key, offset, data)?;
+        let size = inode.size().max(offset + data.len() as u64);
+        self.write(ino, start, &blocks)?;
+        let mut after = self.inode(ino)?;
+        after.raw.set_size(size);
+        self.write_inode(&mut after)?;
         Ok(data.len())
     }
 }

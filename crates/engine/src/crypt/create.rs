@@ -19,7 +19,7 @@ use crate::txn::Txn;
 
 /// 16 bytes from the kernel's random source; a nonce must never repeat, so
 /// there is no weaker fallback.
-fn random_nonce() -> Result<[u8; fscrypt::NONCE_SIZE]> {
+pub(super) fn random_nonce() -> Result<[u8; fscrypt::NONCE_SIZE]> {
     let mut n = [0u8; fscrypt::NONCE_SIZE];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut n))

@@ -13,11 +13,13 @@
 //! - [`names`]: user names to stored names and back, at the public
 //!   directory operations (the directory code below sees stored names).
 //! - [`contents`]: the block transform at the file read and write paths.
+//! - [`policy`]: giving an empty directory a policy.
 
 pub(crate) mod contents;
 pub(crate) mod create;
 pub(crate) mod keys;
 pub(crate) mod names;
+pub(crate) mod policy;
 
 use std::collections::HashMap;
 
@@ -31,6 +33,7 @@ use crate::fs::Filesystem;
 use crate::inode::Inode;
 
 pub use keys::MasterKey;
+pub use policy::Policy;
 
 /// Master keys taken from one `Filesystem` for another
 /// ([`Filesystem::keys`]); their bytes are not reachable through it.
@@ -63,6 +66,21 @@ impl Filesystem {
         };
         self.keyring.0.write().insert(name, key);
         Ok(name)
+    }
+
+    /// Removes a master key, as `FS_IOC_REMOVE_ENCRYPTION_KEY`: from then
+    /// on its directories list no-key names and its files refuse their
+    /// contents (`ENOKEY`). No per-file key outlives it (they are derived
+    /// at each access), so a file opened before loses its contents too,
+    /// where the kernel lets files in use keep theirs and reports them busy.
+    ///
+    /// # Errors
+    /// [`Error::NoKey`] when the key was not added (the kernel's `ENOKEY`).
+    pub fn remove_key(&self, key: &KeyRef) -> Result<()> {
+        match self.keyring.0.write().remove(key) {
+            Some(_) => Ok(()),
+            None => Err(Error::NoKey(format!("{} was not added", keys::describe(key)))),
+        }
     }
 
     /// The master keys added so far, to hand to the `Filesystem` that

@@ -335,7 +335,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for an unknown name; [`Error::Unsupported`]
-/// naming every feature this mkfs cannot lay out (encrypt, verity, …).
+/// naming every feature this mkfs cannot lay out (compression, …).
 pub(crate) fn resolve_features(opts: &MkfsOptions) -> Result<Features> {
     let mut f = opts.fs_type.default_features();
     for (name, on) in &opts.feature_edits {
@@ -410,6 +410,7 @@ const SUPPORTED: Features = Features {
             | IncompatFeatures::LARGEDIR.0
             | IncompatFeatures::INLINE_DATA.0
             | IncompatFeatures::EA_INODE.0
+            | IncompatFeatures::ENCRYPT.0
             | IncompatFeatures::CASEFOLD.0,
     ),
     ro_compat: RoCompatFeatures(
@@ -451,9 +452,9 @@ mod tests {
         assert_eq!((o.flex_meta, o.media), (FlexMeta::Middle, Some(Media::Ssd)));
         assert!(o.add_extended("flex_meta=end").is_err());
         assert!(o.add_extended("media=tape").is_err());
-        o.add_features("encrypt");
+        o.add_features("encrypt,compression");
         let e = resolve_features(&o).unwrap_err().to_string();
-        assert!(e.contains("encrypt"), "{e}");
+        assert!(e.contains("compression") && !e.contains("encrypt"), "{e}");
     }
 
     #[test]

@@ -325,6 +325,11 @@ fn superblock(b: &Build, files: &Files, free_blocks: u64) -> RawSuperblock {
         sb.s_encoding.set(ext4kit_format::casefold::ENCODING_UTF8_12_1);
         sb.s_encoding_flags.set(b.opts.encoding_flags.unwrap_or(0));
     }
+    if p.features.incompat.contains(IncompatFeatures::ENCRYPT) {
+        // mke2fs records the default modes here; the kernel never reads them.
+        sb.s_encrypt_algos[0] = ext4kit_format::fscrypt::mode::AES_256_XTS;
+        sb.s_encrypt_algos[1] = ext4kit_format::fscrypt::mode::AES_256_CTS;
+    }
     sb.s_raid_stride.set(b.opts.stride as u16);
     sb.s_raid_stripe_width.set(b.opts.stripe_width);
     if p.features.incompat.contains(IncompatFeatures::FLEX_BG) {

@@ -254,8 +254,11 @@ impl Txn<'_> {
     /// The kind-specific part of a new inode.
     fn fill_body(&mut self, inode: &mut Inode, kind: &NodeKind, parent: u32) -> Result<()> {
         match kind {
+            // The kernel keeps no encrypted inode inline (its inline
+            // readdir does not decrypt names).
             NodeKind::Directory => {
-                if !(self.inline_enabled() && self.start_inline_dir(inode, parent)?) {
+                let inline = self.inline_enabled() && !inode.raw.has_flag(flags::ENCRYPT);
+                if !(inline && self.start_inline_dir(inode, parent)?) {
                     let block = self.first_dir_block(inode)?;
                     self.init_dir_block(inode, block, parent)?;
                 }
@@ -290,7 +293,8 @@ impl Txn<'_> {
             inode.raw.set_size(target.len() as u64);
             return Ok(());
         }
-        if self.inline_enabled() {
+        // An encrypted one goes to a block, as the kernel's do.
+        if self.inline_enabled() && !inode.raw.has_flag(flags::ENCRYPT) {
             inode.raw.i_flags.set(inode.raw.flags() | flags::INLINE_DATA);
             if self.store_inline_body(inode, target)? {
                 inode.raw.set_size(target.len() as u64);

@@ -41,8 +41,18 @@ impl Txn<'_> {
         self.inherit_project(&dir, &mut inode);
         self.inherit_acl(&dir, &mut inode, umask)?;
         inode.raw.i_links_count.set(0);
+        // Under a policy the file is encrypted from birth, so the
+        // directory's key must be there (`fscrypt_prepare_new_inode`).
+        if self.fs.is_encrypted(&dir) {
+            self.fs.file_key(&dir)?;
+        }
+        let crypt = self.encrypt_new_inode(&dir, &mut inode, &crate::ops::NodeKind::Regular)?;
         self.orphan_add(&mut inode)?;
         self.write_inode(&mut inode)?;
+        if let Some((ctx, _)) = crypt {
+            self.set_encryption_context(ino, &ctx)?;
+            inode = self.inode(ino)?;
+        }
         Ok(inode)
     }
 

@@ -1,0 +1,187 @@
+//! Giving an empty directory an encryption policy, as the kernel's
+//! `FS_IOC_SET_ENCRYPTION_POLICY` does (`fscrypt_ioctl_set_policy`,
+//! `fscrypt_supported_policy`, `ext4_set_context`): the directory gets a
+//! context xattr (index 9, `c`) with the policy and a fresh nonce, and
+//! `EXT4_ENCRYPT_FL`; an inline directory first moves to a block, as
+//! `ext4_set_context` converts it. Everything made in it afterwards
+//! inherits the policy ([`super::create`]).
+
+use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
+use ext4kit_format::fscrypt::{Context, KeyRef, mode, policy_flags};
+use ext4kit_format::inode::flags;
+
+use crate::error::{Error, Result};
+use crate::fs::Filesystem;
+use crate::txn::Txn;
+
+/// An fscrypt policy (`struct fscrypt_policy_v1` / `_v2`): the version
+/// follows the key reference (a v1 descriptor or a v2 identifier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// `contents_encryption_mode` ([`mode`]).
+    pub contents_mode: u8,
+    /// `filenames_encryption_mode` ([`mode`]).
+    pub filenames_mode: u8,
+    /// `flags` ([`policy_flags`]).
+    pub flags: u8,
+    /// The master key the policy names.
+    pub key: KeyRef,
+}
+
+impl Policy {
+    /// AES-256-XTS contents and AES-256-CTS-CBC names (the modes the
+    /// `fscrypt` tool defaults to) with `flags`.
+    pub fn new(key: KeyRef, flags: u8) -> Self {
+        Self {
+            contents_mode: mode::AES_256_XTS,
+            filenames_mode: mode::AES_256_CTS,
+            flags,
+            key,
+        }
+    }
+
+    /// The policy of a context (its nonce aside).
+    pub fn of(ctx: &Context) -> Self {
+        Self {
+            contents_mode: ctx.contents_mode,
+            filenames_mode: ctx.filenames_mode,
+            flags: ctx.flags,
+            key: ctx.key,
+        }
+    }
+
+    /// Refuses what `fscrypt_supported_policy` refuses (`EINVAL`), then
+    /// what the kernel accepts but this code cannot write (`EOPNOTSUPP`).
+    fn check(&self, stable_inodes: bool) -> Result<()> {
+        let v2 = matches!(self.key, KeyRef::Identifier(_));
+        let pair = (self.contents_mode, self.filenames_mode);
+        let kernel_pairs: &[(u8, u8)] = if v2 {
+            &[
+                (mode::AES_256_XTS, mode::AES_256_CTS),
+                (mode::AES_128_CBC, mode::AES_128_CTS),
+                (mode::ADIANTUM, mode::ADIANTUM),
+                (mode::AES_256_XTS, mode::AES_256_HCTR2),
+                (mode::SM4_XTS, mode::SM4_CTS),
+            ]
+        } else {
+            &[
+                (mode::AES_256_XTS, mode::AES_256_CTS),
+                (mode::AES_128_CBC, mode::AES_128_CTS),
+                (mode::ADIANTUM, mode::ADIANTUM),
+            ]
+        };
+        let invalid = |why: String| Err(Error::InvalidArgument(format!("fscrypt policy: {why}")));
+        if !kernel_pairs.contains(&pair) {
+            return invalid(format!(
+                "contents mode {} with names mode {} is not a valid pair",
+                mode::name(pair.0),
+                mode::name(pair.1)
+            ));
+        }
+        let iv_flags = policy_flags::IV_INO_LBLK_64 | policy_flags::IV_INO_LBLK_32;
+        let known = policy_flags::PAD_MASK | policy_flags::DIRECT_KEY | if v2 { iv_flags } else { 0 };
+        if self.flags & !known != 0 {
+            return invalid(format!(
+                "flags {:#x} not valid for a v{} policy",
+                self.flags,
+                1 + u8::from(v2)
+            ));
+        }
+        let key_flags = self.flags & (policy_flags::DIRECT_KEY | iv_flags);
+        if key_flags.count_ones() > 1 {
+            return invalid("DIRECT_KEY, IV_INO_LBLK_64 and IV_INO_LBLK_32 exclude each other".into());
+        }
+        if key_flags & iv_flags != 0 && !stable_inodes {
+            return invalid("IV_INO_LBLK policies need the stable_inodes feature".into());
+        }
+        if pair != (mode::AES_256_XTS, mode::AES_256_CTS) || key_flags & policy_flags::DIRECT_KEY != 0 {
+            return Err(Error::Unsupported(format!(
+                "fscrypt policy with {}/{} and flags {:#x}: only AES-256-XTS/AES-256-CTS-CBC without DIRECT_KEY are written here",
+                mode::name(pair.0),
+                mode::name(pair.1),
+                self.flags
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Filesystem {
+    /// The policy of inode `ino` (`FS_IOC_GET_ENCRYPTION_POLICY_EX`),
+    /// `None` when it is not encrypted.
+    ///
+    /// # Errors
+    /// As [`Filesystem::encryption_context`].
+    pub fn encryption_policy(&self, ino: u32) -> Result<Option<Policy>> {
+        let inode = self.inode(ino)?;
+        Ok(self.encryption_context(&inode)?.map(|c| Policy::of(&c)))
+    }
+
+    /// Gives directory `ino` `policy`, as `FS_IOC_SET_ENCRYPTION_POLICY`:
+    /// a no-op when it already has that policy.
+    ///
+    /// # Errors
+    /// As the kernel: [`Error::Unsupported`] without the `encrypt` feature
+    /// (`EOPNOTSUPP`; also for valid policies this code cannot write),
+    /// [`Error::InvalidArgument`] for a policy the kernel refuses,
+    /// [`Error::Exists`] when `ino` has another policy, [`Error::NotDir`],
+    /// [`Error::NotEmpty`], [`Error::NoKey`] for a v2 policy whose key was
+    /// not added, [`Error::NotPermitted`] for the root directory (e2fsck
+    /// needs an unencrypted lost+found).
+    pub fn set_encryption_policy(&self, ino: u32, policy: &Policy) -> Result<()> {
+        if !self.geo.features.incompat.contains(IncompatFeatures::ENCRYPT) {
+            return Err(Error::Unsupported(
+                "setting an encryption policy needs the encrypt feature".into(),
+            ));
+        }
+        self.in_txn(|txn| txn.set_encryption_policy(ino, policy))
+    }
+}
+
+impl Txn<'_> {
+    /// The body of [`Filesystem::set_encryption_policy`] in this transaction.
+    fn set_encryption_policy(&mut self, ino: u32, policy: &Policy) -> Result<()> {
+        let inode = self.inode(ino)?;
+        if let Some(ctx) = self.fs.encryption_context(&inode)? {
+            if Policy::of(&ctx) == *policy {
+                return Ok(());
+            }
+            return Err(Error::Exists(format!(
+                "inode {ino} already has another encryption policy"
+            )));
+        }
+        if !inode.is_dir() {
+            return Err(Error::NotDir(format!("inode {ino}: only a directory takes a policy")));
+        }
+        if inode.raw.links() == 0 {
+            return Err(Error::NotFound(format!("directory {ino} was removed")));
+        }
+        if !self.dir_is_empty(&inode)? {
+            return Err(Error::NotEmpty(format!("directory {ino}")));
+        }
+        let stable = self.fs.geo.features.compat.contains(CompatFeatures::STABLE_INODES);
+        policy.check(stable)?;
+        if let KeyRef::Identifier(_) = policy.key {
+            self.fs.keyring.master(&policy.key)?;
+        }
+        if ino == crate::ROOT_INO {
+            return Err(Error::NotPermitted("the root directory cannot be encrypted".into()));
+        }
+        if self.fs.casefolded(&inode) {
+            return Err(Error::Unsupported(format!("casefold + encryption on directory {ino}")));
+        }
+        self.inode_for_change(ino)?;
+        let ctx = Context {
+            contents_mode: policy.contents_mode,
+            filenames_mode: policy.filenames_mode,
+            flags: policy.flags,
+            log2_data_unit_size: 0,
+            key: policy.key,
+            nonce: super::create::random_nonce()?,
+        };
+        self.set_encryption_context(ino, &ctx)?;
+        let mut inode = self.inode(ino)?;
+        inode.raw.i_flags.set(inode.raw.flags() | flags::ENCRYPT);
+        self.write_inode(&mut inode)
+    }
+}
