@@ -525,8 +525,8 @@ fn polled_fuse_fds(pid: u32) -> usize {
 
 /// Serving threads of `pid` (`ext4kit-fuse-N`) that neither sleep nor
 /// block in a read: on a CPU, or in `ppoll` without waiting, in two looks
-/// 100 µs apart (a thread that only finishes a request is back in `read`
-/// by the second).
+/// 100 µs apart. A serving thread that is only finishing a request can be
+/// caught too, so callers judge by most looks, not one.
 fn spinning_threads(pid: u32) -> usize {
     let look = || -> std::collections::HashSet<String> {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -560,8 +560,10 @@ fn non_blocking_fuse_fds(pid: u32) -> usize {
         .count()
 }
 
-/// While requests keep coming, one `/dev/fuse` descriptor of the server
-/// is polled; once they stop, none is; `poll=0` never polls.
+/// While requests keep coming, the server polls its device (in most of
+/// 400 looks: a spinner is seen in nearly all, a loaded server without
+/// one in a few at most); once they stop, it does not; `poll=0` never
+/// polls.
 #[test]
 fn the_server_polls_its_device_only_while_requests_come() {
     if !ready() {
@@ -573,11 +575,21 @@ fn the_server_polls_its_device_only_while_requests_come() {
         let m = FuseMount::start(exe(), &img, options).unwrap();
         let pid = m.pid().unwrap();
         // Each stat of a new name is a LOOKUP the kernel cannot answer.
-        let busy_polled = (0..20_000).any(|i| {
-            let _ = std::fs::metadata(m.path().join(format!("absent{i}")));
-            i % 50 == 49 && polled_fuse_fds(pid) > 0
-        });
-        assert_eq!(busy_polled, polls, "polling while busy with -o '{options}'");
+        let looks = (0..20_000)
+            .filter(|i| {
+                let _ = std::fs::metadata(m.path().join(format!("absent{i}")));
+                i % 50 == 49
+            })
+            .map(|_| polled_fuse_fds(pid) > 0)
+            .collect::<Vec<_>>();
+        let hits = looks.iter().filter(|&&p| p).count();
+        let busy_polled = hits * 2 > looks.len();
+        assert_eq!(
+            busy_polled,
+            polls,
+            "polling while busy with -o '{options}': {hits} of {} looks",
+            looks.len()
+        );
         let idle = (0..500).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(10));
             polled_fuse_fds(pid) == 0
