@@ -174,6 +174,11 @@ impl Ext4Fuse {
                 ..
             } => {
                 let cached = write_flags & abi::WRITE_CACHE != 0;
+                if write_flags & abi::WRITE_KILL_SUIDGID != 0
+                    && let Err(e) = self.kill_suidgid(ino)
+                {
+                    return chan.send(&err(unique, e));
+                }
                 let mut sent = Ok(());
                 self.write_request(&caller, ino, offset, data, cached, |r| {
                     sent = chan.send(&r.map_or_else(|e| err(unique, e), |n| Reply::written(unique, n)));
@@ -325,6 +330,7 @@ fn change_of(s: &abi::SetAttrIn) -> Change {
         size: s.size,
         atime: s.atime.map(time),
         mtime: s.mtime.map(time),
+        kill_suidgid: s.kill_suidgid,
     }
 }
 

@@ -10,6 +10,7 @@ mod caller;
 mod dirs;
 pub(crate) mod dispatch;
 mod files;
+mod killpriv;
 mod names;
 mod write_back;
 mod xattrs;
@@ -25,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use ext4kit_engine::{Error, Filesystem, Inode};
+use ext4kit_format::inode::flags as fl;
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo,
     InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -281,10 +283,16 @@ impl Ext4Fuse {
         })
     }
 
-    /// LOOKUP: the entry, or a negative one.
+    /// LOOKUP: the entry, or a negative one the kernel keeps — except in
+    /// a casefolded directory, where the kernel's case-sensitive cache
+    /// would go on hiding `README` after `readme` is created, and in an
+    /// encrypted one, whose names change when a key is added
+    /// ([`crate::key_request`]) with no create the kernel would see.
     pub(crate) fn lookup_entry(&self, parent: INodeNo, name: &[u8]) -> Res<Entry> {
-        match self.lookup_name(parent, name)? {
+        let dir = self.inode(self.ino(parent)?)?;
+        match self.lookup_name(&dir, name)? {
             Some(inode) => self.entry_of(&inode),
+            None if dir.raw.flags() & (fl::CASEFOLD | fl::ENCRYPT) != 0 => Err(Errno::ENOENT),
             None => self.negative_entry(),
         }
     }
@@ -306,7 +314,10 @@ impl Ext4Fuse {
             // ext4: the kernel then flushes and drops the cached pages
             // around each direct read and write, which keeps the map and
             // direct I/O coherent (without this, mmap fails with ENODEV).
-            | init::DIRECT_IO_ALLOW_MMAP;
+            | init::DIRECT_IO_ALLOW_MMAP
+            // Set-id bits are dropped here, so the kernel can skip its
+            // `security.capability` look-up on most writes (see `killpriv`).
+            | init::HANDLE_KILLPRIV_V2;
         if self.cfg.writeback_cache && !self.cfg.read_only {
             want |= init::WRITEBACK_CACHE;
         }
@@ -524,7 +535,9 @@ fn reply_empty(r: Res<()>, reply: ReplyEmpty) {
 
 impl fuser::Filesystem for Ext4Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let want = InitFlags::from_bits_retain(self.init_wanted());
+        // fuser's SETATTR does not pass FATTR_KILL_SUIDGID on: without it
+        // a chown or truncate could not drop the set-id bits.
+        let want = InitFlags::from_bits_retain(self.init_wanted() & !init::HANDLE_KILLPRIV_V2);
         let have = config.capabilities();
         let _ = config.add_capabilities(want & have);
         let _ = config.set_max_write(MAX_IO);
@@ -576,6 +589,7 @@ impl fuser::Filesystem for Ext4Fuse {
             size,
             atime: atime.map(Into::into),
             mtime: mtime.map(Into::into),
+            kill_suidgid: false,
         };
         let r = self.setattr_request(ino, &change);
         reply_attr(r, self.attr_ttl(&self.cfg.attr_timeout), reply);

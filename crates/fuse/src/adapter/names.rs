@@ -23,6 +23,8 @@ pub(crate) struct Change {
     pub(crate) size: Option<u64>,
     pub(crate) atime: Option<NewTime>,
     pub(crate) mtime: Option<NewTime>,
+    /// `FATTR_KILL_SUIDGID` (see `killpriv`): ignored when `mode` is set.
+    pub(crate) kill_suidgid: bool,
 }
 
 /// A time a `setattr` sets: the one given, or the server's clock.
@@ -49,10 +51,9 @@ fn time_of(t: NewTime) -> Timestamp {
 }
 
 impl Ext4Fuse {
-    /// The inode `name` names in `parent`, or `None` when there is none.
-    pub(super) fn lookup_name(&self, parent: INodeNo, name: &[u8]) -> Res<Option<Inode>> {
-        let dir = self.inode(self.ino(parent)?)?;
-        match self.fs().lookup(&dir, name) {
+    /// The inode `name` names in `dir`, or `None` when there is none.
+    pub(super) fn lookup_name(&self, dir: &Inode, name: &[u8]) -> Res<Option<Inode>> {
+        match self.fs().lookup(dir, name) {
             Ok(ino) => self.inode(ino).map(Some),
             Err(ext4kit_engine::Error::NotFound(_)) => Ok(None),
             Err(e) => Err(self.errno(e)),
@@ -61,7 +62,9 @@ impl Ext4Fuse {
 
     /// A negative entry: the kernel remembers the name is absent for the
     /// entry timeout (only this mount can create it, and creating through
-    /// the kernel drops the negative entry).
+    /// the kernel drops the negative entry). Saves the LOOKUP before each
+    /// create without `O_EXCL` (with it the kernel looks the name up
+    /// again whatever it cached).
     pub(crate) fn negative_entry(&self) -> Res<super::Entry> {
         if self.cfg.entry_timeout.is_zero() {
             return Err(Errno::ENOENT);
@@ -84,7 +87,7 @@ impl Ext4Fuse {
             self.truncated(ino, size);
         }
         let set = SetAttr {
-            perm: c.mode.map(|m| (m & 0o7777) as u16),
+            perm: c.mode.map(|m| (m & 0o7777) as u16).or(self.perm_killed(ino, c)?),
             uid: c.uid.map(|u| IdMap::to_image(self.cfg.uid_map, u)),
             gid: c.gid.map(|g| IdMap::to_image(self.cfg.gid_map, g)),
             atime: c.atime.map(time_of),

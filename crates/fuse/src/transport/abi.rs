@@ -71,6 +71,7 @@ pub(crate) mod init {
     pub(crate) const POSIX_ACL: u64 = 1 << 20;
     pub(crate) const MAX_PAGES: u64 = 1 << 22;
     pub(crate) const CACHE_SYMLINKS: u64 = 1 << 23;
+    pub(crate) const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
     pub(crate) const INIT_EXT: u64 = 1 << 30;
     pub(crate) const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
 }
@@ -86,6 +87,7 @@ pub(crate) mod fattr {
     pub(crate) const FH: u32 = 1 << 6;
     pub(crate) const ATIME_NOW: u32 = 1 << 7;
     pub(crate) const MTIME_NOW: u32 = 1 << 8;
+    pub(crate) const KILL_SUIDGID: u32 = 1 << 11;
 }
 
 /// `FUSE_GETATTR_FH`: the GETATTR/STATX request names an open handle.
@@ -94,6 +96,9 @@ const GETATTR_FH: u32 = 1 << 0;
 const FSYNC_FDATASYNC: u32 = 1 << 0;
 /// `FUSE_WRITE_CACHE`: a WRITE of pages from the kernel's write-back cache.
 pub(crate) const WRITE_CACHE: u32 = 1 << 0;
+/// `FUSE_WRITE_KILL_SUIDGID`: the writer lacks `CAP_FSETID`; the set-id
+/// bits go (see `adapter::killpriv`).
+pub(crate) const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 /// The top bit of `unique` marks a request the kernel sent again.
 const UNIQUE_RESEND: u64 = 1 << 63;
 
@@ -202,6 +207,8 @@ pub(crate) struct SetAttrIn {
     pub(crate) gid: Option<u32>,
     pub(crate) atime: Option<SetTime>,
     pub(crate) mtime: Option<SetTime>,
+    /// `FATTR_KILL_SUIDGID`: drop the set-id bits too.
+    pub(crate) kill_suidgid: bool,
 }
 
 /// `struct fuse_copy_file_range_in`.
@@ -592,6 +599,7 @@ fn parse_setattr(r: &mut Reader<'_>) -> Result<SetAttrIn, Malformed> {
         gid: some(fattr::GID).then_some(gid),
         atime: time(fattr::ATIME, fattr::ATIME_NOW, atime, atimensec)?,
         mtime: time(fattr::MTIME, fattr::MTIME_NOW, mtime, mtimensec)?,
+        kill_suidgid: some(fattr::KILL_SUIDGID),
     })
 }
 
@@ -694,7 +702,7 @@ pub(crate) mod tests {
 
     #[test]
     fn setattr_takes_only_valid_fields() {
-        let valid = fattr::SIZE | fattr::MTIME | fattr::ATIME_NOW;
+        let valid = fattr::SIZE | fattr::MTIME | fattr::ATIME_NOW | fattr::KILL_SUIDGID;
         let mut body = le(
             &[valid as u64, 0, 5, 1234, 0, 1, (-5i64) as u64, 0],
             &[4, 4, 8, 8, 8, 8, 8, 8],
@@ -709,6 +717,7 @@ pub(crate) mod tests {
         assert_eq!(s.mode, None);
         assert_eq!(s.atime, Some(SetTime::Now));
         assert_eq!(s.mtime, Some(SetTime::At { secs: -5, nsecs: 250 }));
+        assert!(s.kill_suidgid);
     }
 
     #[test]
