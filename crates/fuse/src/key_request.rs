@@ -8,8 +8,9 @@
 //! the key ([`ext4kit_engine::Filesystem::add_key`]); from then on readdir
 //! of the directories it opens shows their names and their files read.
 //! What the kernel cached before stays until it expires or is dropped:
-//! directory listings read without the key, no-key names looked up, and
-//! plaintext names it was told are missing (`entry_timeout=`).
+//! directory listings read without the key and no-key names looked up
+//! (`entry_timeout=`). Misses in encrypted directories are never cached
+//! (see [`Ext4Fuse::lookup_entry`]), so a plaintext name is found at once.
 
 use fuser::Errno;
 
