@@ -188,6 +188,86 @@ mod tests {
         assert_eq!(h.finish(), 0xa129_ca61_49be_45e5);
     }
 
+    /// Python: HKDF-SHA512 from `cryptography`, SipHash-2-4 written out
+    /// from the paper (an independent path to the same 64 bits).
+    const PY: &str = r#"
+import sys
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+master, nonce, msg = (bytes.fromhex(a) for a in sys.argv[1:4])
+k = HKDF(algorithm=hashes.SHA512(), length=16, salt=None,
+         info=b"fscrypt\0" + bytes([5]) + nonce).derive(master)
+M = (1 << 64) - 1
+rotl = lambda x, b: ((x << b) | (x >> (64 - b))) & M
+k0, k1 = int.from_bytes(k[:8], "little"), int.from_bytes(k[8:], "little")
+v = [k0 ^ 0x736f6d6570736575, k1 ^ 0x646f72616e646f6d, k0 ^ 0x6c7967656e657261, k1 ^ 0x7465646279746573]
+def rnd():
+    v[0] = (v[0] + v[1]) & M; v[1] = rotl(v[1], 13) ^ v[0]; v[0] = rotl(v[0], 32)
+    v[2] = (v[2] + v[3]) & M; v[3] = rotl(v[3], 16) ^ v[2]
+    v[0] = (v[0] + v[3]) & M; v[3] = rotl(v[3], 21) ^ v[0]
+    v[2] = (v[2] + v[1]) & M; v[1] = rotl(v[1], 17) ^ v[2]; v[2] = rotl(v[2], 32)
+b = msg + bytes((-len(msg) - 1) % 8) + bytes([len(msg) & 0xff])
+for i in range(0, len(b), 8):
+    m = int.from_bytes(b[i:i + 8], "little")
+    v[3] ^= m; rnd(); rnd(); v[0] ^= m
+v[2] ^= 0xff
+for _ in range(4): rnd()
+print("%016x" % (v[0] ^ v[1] ^ v[2] ^ v[3]))
+"#;
+
+    /// The dirhash key derivation and SipHash against Python's.
+    #[test]
+    fn dirhash_matches_an_independent_derivation() {
+        use ext4kit_format::fscrypt::Context;
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let master = super::super::keys::MasterKey::new(&(0..64).map(|i| i * 3 + 1).collect::<Vec<u8>>()).unwrap();
+        let nonce: Vec<u8> = (0..16).map(|i| 0xa0 ^ i).collect();
+        let mut ctx = vec![2u8, 1, 4, 2, 0, 0, 0, 0];
+        ctx.extend_from_slice(&master.identifier());
+        ctx.extend_from_slice(&nonce);
+        let ctx = Context::parse(&ctx).unwrap();
+        let mut record = vec![0u8; 256];
+        record[..2].copy_from_slice(&0o40755u16.to_le_bytes());
+        record[128..130].copy_from_slice(&32u16.to_le_bytes());
+        let inode = Inode {
+            ino: 12,
+            raw: ext4kit_format::inode::RawInode::parse(&record, 256).unwrap(),
+            record: record.into(),
+        };
+        let key = FileKey::derive(&master, &ctx, &inode, &[0; 16])
+            .unwrap()
+            .with_dirhash(&master)
+            .unwrap();
+        for msg in [
+            &b"abc"[..],
+            b"strasse-00001-\xd1\x84\xd0\xb0\xd0\xb9\xd0\xbb",
+            b"exactly8",
+            b"",
+        ] {
+            let out = std::process::Command::new("python3")
+                .args([
+                    "-c",
+                    PY,
+                    &hex(&(0..64).map(|i| i * 3 + 1).collect::<Vec<u8>>()),
+                    &hex(&nonce),
+                    &hex(msg),
+                ])
+                .output();
+            let Ok(out) = out.map_err(|e| e.to_string()).and_then(|o| {
+                if o.status.success() {
+                    Ok(o)
+                } else {
+                    Err(String::from_utf8_lossy(&o.stderr).into_owned())
+                }
+            }) else {
+                ext4kit_testkit::skipped!("python3 with cryptography (python3-cryptography) is missing");
+                return;
+            };
+            let want = u64::from_str_radix(String::from_utf8_lossy(&out.stdout).trim(), 16).unwrap();
+            assert_eq!(key.siphash(msg), Some(want), "{:?}", String::from_utf8_lossy(msg));
+        }
+    }
+
     #[test]
     fn major_hash_has_bit_0_clear_and_avoids_the_eof_cookie() {
         let h = split_siphash(0x1234_5679_9abc_def0);
