@@ -141,7 +141,9 @@ impl Filesystem {
         let Some(version) = root.hash_version().map(|v| v.with_unsigned(unsigned)) else {
             return Ok(None);
         };
-        if version == HashVersion::SipHash {
+        // SipHash indexes only directories whose entries carry their hash
+        // ([`crate::crypt::dirhash`]); anywhere else it is nothing to walk.
+        if version == HashVersion::SipHash && !self.hash_in_dirent(dir) {
             return Ok(None);
         }
         Ok(Some((root, version)))
