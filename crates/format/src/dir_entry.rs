@@ -22,6 +22,41 @@ pub fn rec_len_for(name_len: usize) -> usize {
     (name_len + 8 + 3) & !3
 }
 
+/// Size of `struct ext4_dir_entry_hash`: the major and minor hash a
+/// directory both casefolded and encrypted stores after each name.
+pub const HASH_LEN: usize = 8;
+
+/// Minimal record length for a name of `name_len` bytes in a directory
+/// that stores hashes in its entries (`ext4_dir_rec_len` with
+/// `ext4_hash_in_dirent`): the hash sits at the first 4-byte boundary
+/// past the name.
+pub fn rec_len_hashed(name_len: usize, hashed: bool) -> usize {
+    if hashed {
+        rec_len_for(name_len) + HASH_LEN
+    } else {
+        rec_len_for(name_len)
+    }
+}
+
+/// The `(hash, minor_hash)` stored after the name of `e` in `buf` (the
+/// block `e` was read from), `None` when its record is too short to hold
+/// them (`EXT4_DIRENT_HASHES`).
+pub fn stored_hash(buf: &[u8], e: &DirEntry<'_>) -> Option<(u32, u32)> {
+    let at = e.offset + rec_len_for(e.name.len());
+    if rec_len_for(e.name.len()) + HASH_LEN > e.rec_len {
+        return None;
+    }
+    Some((le32(buf, at, STRUCT).ok()?, le32(buf, at + 4, STRUCT).ok()?))
+}
+
+/// Writes `hash` after the name of the record at `offset` whose name is
+/// `name_len` bytes (the caller sized the record with [`rec_len_hashed`]).
+pub fn encode_hash(buf: &mut [u8], offset: usize, name_len: usize, hash: (u32, u32)) {
+    let at = offset + rec_len_for(name_len);
+    buf[at..at + 4].copy_from_slice(&hash.0.to_le_bytes());
+    buf[at + 4..at + 8].copy_from_slice(&hash.1.to_le_bytes());
+}
+
 /// Decodes an on-disk `rec_len` for a block of `block_size` bytes; 64 KiB
 /// blocks store 65536 as 0 or 65535 and keep bits 16–17 in the low bits.
 pub fn rec_len_from_disk(raw: u16, block_size: usize) -> usize {
@@ -242,6 +277,22 @@ mod tests {
         let v: Vec<_> = DirEntryIter::new(&b, bs, true).collect();
         assert_eq!(v.len(), 2);
         assert_eq!(v[1].unwrap_err().field, "rec_len");
+    }
+
+    #[test]
+    fn hash_sits_at_the_first_word_past_the_name() {
+        let bs = 1024;
+        let mut b = vec![0u8; bs];
+        encode_entry(&mut b, 0, 11, rec_len_hashed(5, true), 1, b"hello", bs);
+        encode_hash(&mut b, 0, 5, (0x1234_5678, 0x9abc_def0));
+        encode_entry(&mut b, 24, 12, bs - 24, 1, b"x", bs);
+        assert_eq!(rec_len_hashed(5, true), 24);
+        assert_eq!(&b[16..20], &0x1234_5678u32.to_le_bytes());
+        let es: Vec<_> = DirEntryIter::new(&b, bs, true).map(Result::unwrap).collect();
+        assert_eq!(stored_hash(&b, &es[0]), Some((0x1234_5678, 0x9abc_def0)));
+        let mut short = es[0];
+        short.rec_len = 16;
+        assert_eq!(stored_hash(&b, &short), None);
     }
 
     #[test]

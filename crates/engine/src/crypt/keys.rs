@@ -20,6 +20,7 @@ mod hkdf_context {
     pub const KEY_IDENTIFIER: u8 = 1;
     pub const PER_FILE_ENC_KEY: u8 = 2;
     pub const IV_INO_LBLK_64_KEY: u8 = 4;
+    pub const DIRHASH_KEY: u8 = 5;
     pub const IV_INO_LBLK_32_KEY: u8 = 6;
     pub const INODE_HASH_KEY: u8 = 7;
 }
@@ -84,6 +85,8 @@ pub(crate) struct FileKey {
     pub(crate) key: Vec<u8>,
     pub(crate) ctx: Context,
     iv: IvBase,
+    /// The SipHash key of a casefolded directory (`ci_dirhash_key`).
+    pub(crate) dirhash: Option<(u64, u64)>,
 }
 
 /// Key size of each mode this code implements.
@@ -132,7 +135,37 @@ impl FileKey {
             key,
             ctx: *ctx,
             iv,
+            dirhash: None,
         })
+    }
+
+    /// Adds the dirhash key of a casefolded directory: HKDF-SHA512 of the
+    /// master key with the directory's nonce (`fscrypt_derive_dirhash_key`),
+    /// read as two little-endian words. v1 policies have no way to derive
+    /// one, and the kernel refuses them on casefolded directories.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a v1 policy.
+    pub(crate) fn with_dirhash(mut self, master: &MasterKey) -> Result<Self> {
+        if let KeyRef::Descriptor(_) = self.ctx.key {
+            return Err(Error::InvalidArgument(
+                "a v1 encryption policy cannot be used on a casefolded directory (no dirhash key)".into(),
+            ));
+        }
+        let mut k = [0u8; 16];
+        master.hkdf(hkdf_context::DIRHASH_KEY, &self.ctx.nonce, &mut k);
+        self.dirhash = Some(sip_key(&k));
+        Ok(self)
+    }
+
+    /// SipHash-2-4 of `folded` under the dirhash key
+    /// (`fscrypt_fname_siphash`); `None` without one.
+    pub(crate) fn siphash(&self, folded: &[u8]) -> Option<u64> {
+        use std::hash::Hasher;
+        let (k0, k1) = self.dirhash?;
+        let mut h = siphasher::sip::SipHasher24::new_with_keys(k0, k1);
+        h.write(folded);
+        Some(h.finish())
     }
 
     /// The 16-byte IV of data unit `lblk` (0 for names).
@@ -178,13 +211,27 @@ fn hashed_ino(master: &MasterKey, ino: u32) -> u32 {
     use std::hash::Hasher;
     let mut k = [0u8; 16];
     master.hkdf(hkdf_context::INODE_HASH_KEY, &[], &mut k);
-    let (k0, k1) = (
-        u64::from_le_bytes(k[..8].try_into().unwrap()),
-        u64::from_le_bytes(k[8..].try_into().unwrap()),
-    );
+    let (k0, k1) = sip_key(&k);
     let mut h = siphasher::sip::SipHasher24::new_with_keys(k0, k1);
     h.write(&u64::from(ino).to_le_bytes());
     h.finish() as u32
+}
+
+/// A `siphash_key_t` from 16 derived bytes (two little-endian words).
+fn sip_key(k: &[u8; 16]) -> (u64, u64) {
+    let word = |i: usize| {
+        u64::from_le_bytes([
+            k[i],
+            k[i + 1],
+            k[i + 2],
+            k[i + 3],
+            k[i + 4],
+            k[i + 5],
+            k[i + 6],
+            k[i + 7],
+        ])
+    };
+    (word(0), word(8))
 }
 
 /// v1: each 16 bytes of the master key encrypted with AES-128 keyed by the

@@ -14,9 +14,12 @@
 //!   directory operations (the directory code below sees stored names).
 //! - [`contents`]: the block transform at the file read and write paths.
 //! - [`policy`]: giving an empty directory a policy.
+//! - [`dirhash`]: directories both casefolded and encrypted, whose
+//!   entries carry the SipHash of the folded plaintext name.
 
 pub(crate) mod contents;
 pub(crate) mod create;
+pub(crate) mod dirhash;
 pub(crate) mod keys;
 pub(crate) mod names;
 pub(crate) mod policy;
@@ -160,12 +163,6 @@ impl Filesystem {
         let Some(ctx) = self.encryption_context(inode)? else {
             return Ok(None);
         };
-        if inode.is_dir() && self.casefolded(inode) {
-            return Err(Error::Unsupported(format!(
-                "casefold + encryption on directory {} (SipHash-2-4 hashes stored in the entries)",
-                inode.ino
-            )));
-        }
         let ring = self.keyring.0.read();
         let Some(master) = ring.get(&ctx.key) else {
             return Err(Error::NoKey(format!(
@@ -175,7 +172,11 @@ impl Filesystem {
             )));
         };
         let uuid = self.sb.read().s_uuid;
-        keys::FileKey::derive(master, &ctx, inode, &uuid).map(Some)
+        let key = keys::FileKey::derive(master, &ctx, inode, &uuid)?;
+        if inode.is_dir() && self.casefolded(inode) {
+            return key.with_dirhash(master).map(Some);
+        }
+        Ok(Some(key))
     }
 }
 

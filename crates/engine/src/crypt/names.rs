@@ -7,6 +7,7 @@
 //! ([`Filesystem::disk_name`]) and readdir on the way out ([`Presenter`]).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use aes::Aes256;
 use aes::cipher::block_padding::NoPadding;
@@ -103,8 +104,12 @@ pub(crate) enum Presenter {
     /// With the key: decrypted.
     Decrypt(FileKey),
     /// Without it: the no-key name, carrying the readdir hash when the
-    /// kernel would give one.
-    NoKey { hash: Option<(HashVersion, [u32; 4])> },
+    /// kernel would give one: computed over the stored name, or, in a
+    /// casefolded directory, the one each entry stores.
+    NoKey {
+        hash: Option<(HashVersion, [u32; 4])>,
+        stored: Option<HashMap<Vec<u8>, (u32, u32)>>,
+    },
 }
 
 impl Presenter {
@@ -121,7 +126,11 @@ impl Presenter {
                 Ok(Some(n)) if !n.is_empty() => n,
                 _ => fscrypt::nokey_encode(disk, 0, 0, sha256),
             },
-            Self::NoKey { hash } => {
+            Self::NoKey { stored: Some(map), .. } => {
+                let (major, minor) = map.get(disk).copied().unwrap_or((0, 0));
+                fscrypt::nokey_encode(disk, major, minor, sha256)
+            }
+            Self::NoKey { hash, .. } => {
                 let h = hash.and_then(|(v, seed)| dx_hash(disk, v, &seed).ok());
                 let (major, minor) = h.map_or((0, 0), |h| (h.major, h.minor));
                 fscrypt::nokey_encode(disk, major, minor, sha256)
@@ -145,9 +154,16 @@ impl Filesystem {
             Ok(None) => Ok(Presenter::Plain),
             Ok(Some(k)) => Ok(Presenter::Decrypt(k)),
             Err(Error::NoKey(_)) => {
+                if self.hash_in_dirent(dir) {
+                    return Ok(Presenter::NoKey {
+                        hash: None,
+                        stored: Some(self.stored_hashes(dir)?),
+                    });
+                }
                 let seed = self.sb.read().s_hash_seed.map(|w| w.get());
                 Ok(Presenter::NoKey {
                     hash: self.readdir_hash_version(dir)?.map(|v| (v, seed)),
+                    stored: None,
                 })
             }
             Err(e) => Err(e),
@@ -164,7 +180,12 @@ impl Filesystem {
         }
         match self.file_key(dir) {
             Ok(None) => Ok(Cow::Borrowed(name)),
-            Ok(Some(k)) => k.encrypt_name(name, 255).map(Cow::Owned),
+            Ok(Some(k)) => {
+                if intent == Intent::Create {
+                    self.check_plain_casefold_name(dir, name)?;
+                }
+                k.encrypt_name(name, 255).map(Cow::Owned)
+            }
             Err(Error::NoKey(why)) if intent == Intent::Create => Err(Error::NoKey(why)),
             Err(Error::NoKey(_)) => self.nokey_lookup(dir, name).map(Cow::Owned),
             Err(e) => Err(e),

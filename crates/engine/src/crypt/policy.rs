@@ -167,8 +167,12 @@ impl Txn<'_> {
         if ino == crate::ROOT_INO {
             return Err(Error::NotPermitted("the root directory cannot be encrypted".into()));
         }
-        if self.fs.casefolded(&inode) {
-            return Err(Error::Unsupported(format!("casefold + encryption on directory {ino}")));
+        // `fscrypt_supported_v1_policy`: a v1 key cannot give the dirhash
+        // key a casefolded directory's entries are hashed with.
+        if self.fs.casefolded(&inode) && matches!(policy.key, KeyRef::Descriptor(_)) {
+            return Err(Error::InvalidArgument(format!(
+                "fscrypt policy: v1 policies cannot be used on casefolded directory {ino}; use a v2 policy"
+            )));
         }
         self.inode_for_change(ino)?;
         let ctx = Context {

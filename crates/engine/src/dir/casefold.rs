@@ -10,7 +10,10 @@ use ext4kit_format::casefold::{self, Encoding, FoldedName};
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::inode::flags;
 
-use crate::error::{Error, Result};
+use ext4kit_format::hash::{DxHash, HashVersion, dx_hash};
+
+use crate::crypt::dirhash::SealedName;
+use crate::error::{Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
 
@@ -22,6 +25,9 @@ pub(crate) enum NameKey<'a> {
     Exact(&'a [u8]),
     /// Comparison of folds (raw bytes when either is not UTF-8).
     Folded(FoldedName<'a>),
+    /// Comparison of the folds of decrypted names, in a casefolded,
+    /// encrypted directory whose key is present.
+    Sealed(Box<SealedName<'a>>),
 }
 
 impl NameKey<'_> {
@@ -30,6 +36,7 @@ impl NameKey<'_> {
         match self {
             Self::Exact(n) => *n == entry,
             Self::Folded(k) => k.matches(entry),
+            Self::Sealed(k) => k.matches(entry),
         }
     }
 }
@@ -48,6 +55,12 @@ impl Filesystem {
 
     /// `name` as a key for scanning `dir`.
     pub(crate) fn name_key<'a>(&self, dir: &Inode, name: &'a [u8]) -> NameKey<'a> {
+        if self.hash_in_dirent(dir) {
+            return match self.sealed_name(dir, name) {
+                Some(k) => NameKey::Sealed(Box::new(k)),
+                None => NameKey::Exact(name),
+            };
+        }
         if self.casefolded(dir) {
             NameKey::Folded(FoldedName::new(name))
         } else {
@@ -64,6 +77,21 @@ impl Filesystem {
         }
     }
 
+    /// The htree hash of stored name `name` in `dir` under `version`: the
+    /// stored-hash SipHash in a casefolded, encrypted directory (which
+    /// needs the key), else `dx_hash` over [`Self::hash_input`].
+    ///
+    /// # Errors
+    /// [`Error::NoKey`] for a casefolded, encrypted directory without its
+    /// key; a version `dx_hash` does not compute.
+    pub(crate) fn name_dx_hash(&self, dir: &Inode, name: &[u8], version: HashVersion) -> Result<DxHash> {
+        if self.hash_in_dirent(dir) {
+            return self.sealed_hash(dir, name);
+        }
+        let seed = self.sb.read().s_hash_seed.map(|w| w.get());
+        dx_hash(&self.hash_input(dir, name), version, &seed).map_err(|e| Error::format(Location::Inode(dir.ino), e))
+    }
+
     /// A directory made in a casefolded one is casefolded too
     /// (`ext4_inherit_flags`; the flag is for directories only).
     pub(crate) fn inherit_casefold(&self, parent: &Inode, inode: &mut Inode) {
@@ -76,6 +104,16 @@ impl Filesystem {
     /// a casefolded directory must be valid UTF-8 (`ext4_add_entry`'s
     /// `EINVAL`).
     pub(crate) fn check_new_casefold_name(&self, dir: &Inode, name: &[u8]) -> Result<()> {
+        // Stored names of an encrypted directory are ciphertext; its
+        // plaintext was checked before encryption ([`crate::crypt::names`]).
+        if self.is_encrypted(dir) {
+            return Ok(());
+        }
+        self.check_plain_casefold_name(dir, name)
+    }
+
+    /// [`Self::check_new_casefold_name`] of a plaintext name.
+    pub(crate) fn check_plain_casefold_name(&self, dir: &Inode, name: &[u8]) -> Result<()> {
         match self.encoding() {
             Some(enc) if self.casefolded(dir) && !enc.accepts(name) => Err(Error::InvalidArgument(format!(
                 "{:?} is not valid UTF-8, which the strict {} encoding requires",

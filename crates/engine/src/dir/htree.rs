@@ -5,7 +5,7 @@
 //! See `directory.rst`, "Hash Tree Directories".
 
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
-use ext4kit_format::hash::{HashVersion, dx_hash};
+use ext4kit_format::hash::HashVersion;
 use ext4kit_format::htree::{DxEntry, DxNode, DxParams, DxRoot, find, verify_dx_checksum};
 use ext4kit_format::inode::flags;
 
@@ -105,10 +105,12 @@ impl Filesystem {
         let Some((root, version)) = self.dx_root(dir)? else {
             return Ok(None);
         };
-        let seed = self.sb.read().s_hash_seed.map(|w| w.get());
-        let hash = dx_hash(&self.hash_input(dir, name), version, &seed)
-            .map_err(|e| Error::format(Location::Inode(dir.ino), e))?
-            .major;
+        // Without the key a casefolded, encrypted directory cannot hash a
+        // name; its callers scan instead.
+        let hash = match self.name_dx_hash(dir, name, version) {
+            Err(Error::NoKey(_)) => return Ok(None),
+            h => h?.major,
+        };
         Ok(Some((hash, self.dx_descend(dir, root, hash)?)))
     }
 
@@ -139,7 +141,9 @@ impl Filesystem {
         let Some(version) = root.hash_version().map(|v| v.with_unsigned(unsigned)) else {
             return Ok(None);
         };
-        if version == HashVersion::SipHash {
+        // SipHash indexes only directories whose entries carry their hash
+        // ([`crate::crypt::dirhash`]); anywhere else it is nothing to walk.
+        if version == HashVersion::SipHash && !self.hash_in_dirent(dir) {
             return Ok(None);
         }
         Ok(Some((root, version)))

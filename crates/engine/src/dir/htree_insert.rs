@@ -8,9 +8,9 @@
 //! A tree that would need more levels than the file system allows is
 //! refused with `ENOSPC`, as the kernel does.
 
-use ext4kit_format::dir_entry::{self, DirEntryIter, encode_entry, rec_len_for};
+use ext4kit_format::dir_entry::{self, DirEntryIter, encode_entry, rec_len_hashed};
 use ext4kit_format::extent::Extent;
-use ext4kit_format::hash::{HashVersion, dx_hash};
+use ext4kit_format::hash::HashVersion;
 use ext4kit_format::htree::{DxEntry, DxNode, DxParams, DxRoot, find, set_dx_checksum};
 use ext4kit_format::inode::flags;
 
@@ -22,6 +22,8 @@ use crate::txn::Txn;
 /// A live entry being moved between blocks.
 struct Moved {
     hash: u32,
+    /// The hash stored after the name, in a casefolded, encrypted directory.
+    stored: Option<(u32, u32)>,
     ino: u32,
     ft: u8,
     name: Vec<u8>,
@@ -71,13 +73,10 @@ impl Txn<'_> {
     pub(super) fn name_hash(&self, dir: &Inode, name: &[u8], code: u8) -> Result<u32> {
         let unsigned = self.fs.sb.read().s_flags.get() & 2 != 0;
         let v = HashVersion::from_code(code)
-            .filter(|v| *v != HashVersion::SipHash)
+            .filter(|v| *v != HashVersion::SipHash || self.fs.hash_in_dirent(dir))
             .ok_or_else(|| Error::Unsupported(format!("directory hash version {code}")))?
             .with_unsigned(unsigned);
-        let seed = self.fs.sb.read().s_hash_seed.map(|w| w.get());
-        Ok(dx_hash(&self.fs.hash_input(dir, name), v, &seed)
-            .map_err(|e| Error::format(Location::Superblock, e))?
-            .major)
+        Ok(self.fs.name_dx_hash(dir, name, v)?.major)
     }
 
     pub(super) fn phys_of(&self, dir: &Inode, logical: u64) -> Result<u64> {
@@ -106,12 +105,20 @@ impl Txn<'_> {
             buf.len()
         };
         let at = Location::Block { block, inode: dir.ino };
+        let hashed = self.fs.hash_in_dirent(dir);
         let mut out = Vec::new();
         for e in DirEntryIter::new(&buf[..used], buf.len(), true) {
             let e = e.map_err(|err| Error::format(at, err))?;
             if e.inode != 0 && e.name != b"." && e.name != b".." {
+                // A stored hash is the entry's hash (`dx_make_map`); one too
+                // short to hold it sorts at 0, as the kernel reads it.
+                let stored = hashed.then(|| dir_entry::stored_hash(&buf, &e).unwrap_or((0, 0)));
                 out.push(Moved {
-                    hash: self.name_hash(dir, e.name, code)?,
+                    hash: match stored {
+                        Some((h, _)) => h,
+                        None => self.name_hash(dir, e.name, code)?,
+                    },
+                    stored,
                     ino: e.inode,
                     ft: e.file_type,
                     name: e.name.to_vec(),
@@ -138,9 +145,12 @@ impl Txn<'_> {
             let rec = if i + 1 == entries.len() {
                 used - off
             } else {
-                rec_len_for(e.name.len())
+                rec_len_hashed(e.name.len(), e.stored.is_some())
             };
             encode_entry(buf, off, e.ino, rec, e.ft, &e.name, bs);
+            if let Some(h) = e.stored {
+                dir_entry::encode_hash(buf, off, e.name.len(), h);
+            }
             off += rec;
         }
         if entries.is_empty() {
@@ -180,7 +190,10 @@ impl Txn<'_> {
         if dir.size() != bs {
             return Ok(false);
         }
+        // A casefolded, encrypted directory is always indexed by the
+        // hashes its entries carry (`make_indexed_dir`).
         let code = match self.fs.sb.read().s_def_hash_version {
+            _ if self.fs.hash_in_dirent(dir) => HashVersion::SipHash.code(),
             c @ 0..=2 => c,
             _ => 1,
         };

@@ -203,6 +203,7 @@ impl Filesystem {
         }
         let used = if tail { bs - dir_entry::TAIL_SIZE } else { bs };
         let filetype = self.geo.features.incompat.contains(IncompatFeatures::FILETYPE);
+        let hashed = self.hash_in_dirent(dir);
         for e in DirEntryIter::new(&buf[..used], bs, filetype) {
             let e = e.map_err(|e| Error::format(at, e))?;
             if e.inode == 0 {
@@ -219,6 +220,12 @@ impl Filesystem {
             // never shown as stored ([`crate::crypt::names`]).
             if !self.is_encrypted(dir) {
                 check_name(e.name, at, e.offset)?;
+            } else if hashed && e.name != b"." && e.name != b".." && dir_entry::stored_hash(buf, &e).is_none() {
+                let what = format!(
+                    "entry at byte {} has no room for its stored hash (rec_len {})",
+                    e.offset, e.rec_len
+                );
+                return Err(Error::inconsistent(at, what));
             }
             if f(&e) {
                 return Ok(Some(e.inode));

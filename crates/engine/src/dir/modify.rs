@@ -4,7 +4,7 @@
 //! directories take the entry in the leaf their htree names. Removing merges
 //! the record into its predecessor, as the kernel's `ext4_generic_delete_entry`.
 
-use ext4kit_format::dir_entry::{self, DirEntryIter, encode_entry, rec_len_for};
+use ext4kit_format::dir_entry::{self, DirEntryIter, encode_entry, rec_len_hashed};
 use ext4kit_format::extent::Extent;
 use ext4kit_format::inode::flags;
 
@@ -132,7 +132,10 @@ impl Txn<'_> {
         let buf = self.block(block, dir.ino)?;
         let bs = buf.len();
         let used = self.used_len(&buf);
-        let Some((off, rec_len, actual)) = find_slot(&buf[..used], bs, rec_len_for(name.len()), at)? else {
+        let hash = self.fs.dirent_hash(dir, name)?;
+        let hashed = self.fs.hash_in_dirent(dir);
+        let need = rec_len_hashed(name.len(), hashed);
+        let Some((off, rec_len, actual)) = find_slot(&buf[..used], bs, need, hashed, at)? else {
             return Ok(false);
         };
         let buf = self.block_mut(block, dir.ino)?;
@@ -140,6 +143,9 @@ impl Txn<'_> {
             buf[off + 4..off + 6].copy_from_slice(&dir_entry::rec_len_to_disk(actual, bs).to_le_bytes());
         }
         encode_entry(buf, off + actual, ino, rec_len - actual, ft, name, bs);
+        if let Some(h) = hash {
+            dir_entry::encode_hash(buf, off + actual, name.len(), h);
+        }
         self.seal_dir_block(dir, block)?;
         Ok(true)
     }
@@ -200,8 +206,12 @@ impl Txn<'_> {
         } else {
             bs
         };
+        let hash = self.fs.dirent_hash(dir, name)?;
         let buf = self.new_block(block);
         encode_entry(buf, 0, ino, used, ft, name, bs);
+        if let Some(h) = hash {
+            dir_entry::encode_hash(buf, 0, name.len(), h);
+        }
         self.seal_dir_block(dir, block)?;
         let e = Extent {
             logical: logical as u32,
@@ -353,11 +363,23 @@ impl Txn<'_> {
 
 /// The first record of the used part `buf` (of a `bs`-byte block) whose
 /// slack, or whose whole length if unused, holds a record of `need` bytes:
-/// its offset, length and the length its own entry keeps.
-pub(super) fn find_slot(buf: &[u8], bs: usize, need: usize, at: Location) -> Result<Option<(usize, usize, usize)>> {
+/// its offset, length and the length its own entry keeps. In a directory
+/// whose entries carry hashes (`hashed`) every live entry keeps room for
+/// one, `.` and `..` too (`ext4_find_dest_de` sizes them all alike).
+pub(super) fn find_slot(
+    buf: &[u8],
+    bs: usize,
+    need: usize,
+    hashed: bool,
+    at: Location,
+) -> Result<Option<(usize, usize, usize)>> {
     for e in DirEntryIter::new(buf, bs, true) {
         let e = e.map_err(|err| Error::format(at, err))?;
-        let actual = if e.inode == 0 { 0 } else { rec_len_for(e.name.len()) };
+        let actual = if e.inode == 0 {
+            0
+        } else {
+            rec_len_hashed(e.name.len(), hashed).min(e.rec_len)
+        };
         if e.rec_len - actual >= need {
             return Ok(Some((e.offset, e.rec_len, actual)));
         }

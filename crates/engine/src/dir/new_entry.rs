@@ -17,7 +17,7 @@
 //! unique is the caller's responsibility, and [`crate::Filesystem::create`]
 //! is the call for a caller who cannot promise it.
 
-use ext4kit_format::dir_entry::rec_len_for;
+use ext4kit_format::dir_entry::rec_len_hashed;
 use ext4kit_format::features::CompatFeatures;
 use ext4kit_format::inode::flags;
 
@@ -93,7 +93,9 @@ impl Txn<'_> {
                 return Ok(false);
             }
             let used = self.used_len(buf);
-            Ok(find_slot(&buf[..used], buf.len(), rec_len_for(name.len()), at)?.is_some())
+            let hashed = self.fs.hash_in_dirent(dir);
+            let need = rec_len_hashed(name.len(), hashed);
+            Ok(find_slot(&buf[..used], buf.len(), need, hashed, at)?.is_some())
         })?
     }
 

@@ -153,6 +153,9 @@ impl Filesystem {
         if (old ^ new) & fl::CASEFOLD != 0 {
             check_casefold_switch(&txn, &inode)?;
         }
+        if new & !old & fl::CASEFOLD != 0 {
+            self.check_casefold_on_encrypted(&inode)?;
+        }
         if (old ^ new) & JOURNAL_DATA != 0 {
             // EXT4_FC_REASON_JOURNAL_FLAG_CHANGE.
             txn.fc_ineligible("journal flag changed");

@@ -23,8 +23,9 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
+use ext4kit_format::dir_entry;
 use ext4kit_format::features::CompatFeatures;
-use ext4kit_format::hash::{HashVersion, dx_hash};
+use ext4kit_format::hash::HashVersion;
 
 use super::{fill, scratch};
 use crate::dir::DirEntry;
@@ -201,9 +202,7 @@ impl Filesystem {
     }
 
     fn name_pos(&self, dir: &Inode, name: &[u8], version: HashVersion) -> Result<u64> {
-        let seed = self.sb.read().s_hash_seed.map(|w| w.get());
-        let h = dx_hash(&self.hash_input(dir, name), version, &seed)
-            .map_err(|e| Error::format(Location::Inode(dir.ino), e))?;
+        let h = self.name_dx_hash(dir, name, version)?;
         Ok(hash2pos(h.major, h.minor))
     }
 
@@ -345,12 +344,16 @@ impl Filesystem {
             ));
         }
         let mut failed = None;
-        let pos_of = |name: &[u8]| match name {
+        // Entries that carry their hash are placed by it, with or without
+        // the key (`htree_dirblock_to_tree`; one too short for it at 0).
+        let stored = self.hash_in_dirent(dir);
+        let pos_of = |e: &dir_entry::DirEntry<'_>| match e.name {
             b"." if !leaf => Ok(0),
             b".." if !leaf => Ok(DOTDOT_POS),
-            _ => self.name_pos(dir, name, version),
+            _ if stored => Ok(dir_entry::stored_hash(&buf, e).map_or(0, |(h, m)| hash2pos(h, m))),
+            name => self.name_pos(dir, name, version),
         };
-        self.scan_dir_block(dir, &buf, logical, at, |e| match pos_of(e.name) {
+        self.scan_dir_block(dir, &buf, logical, at, |e| match pos_of(e) {
             Ok(pos) => {
                 batch.push(pos, e.inode, e.file_type, e.name);
                 false
