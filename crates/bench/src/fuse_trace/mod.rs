@@ -19,7 +19,8 @@ use crate::report::fmt_num;
 use crate::suite::Phase;
 
 /// The profile of a capture, with requests per operation for each of the
-/// workload's timed `phases`.
+/// workload's timed `phases` that is not nested in another
+/// ([`profile::outermost`]).
 pub fn profile_of(cap: &Capture, phases: &[Phase]) -> Profile {
     let windows: Vec<PhaseWindow> = phases
         .iter()
@@ -33,7 +34,7 @@ pub fn profile_of(cap: &Capture, phases: &[Phase]) -> Profile {
             })
         })
         .collect();
-    cap.pairer.summarize(&windows, cap.lost_events)
+    cap.pairer.summarize(&profile::outermost(windows), cap.lost_events)
 }
 
 impl Profile {

@@ -111,6 +111,27 @@ pub struct PhaseWindow {
     pub to_ns: u64,
 }
 
+/// The windows not nested in a longer one. A phase summed from pieces
+/// spread over another phase (PostMark's reads and appends, each piece a
+/// part of one transaction) spans nearly all of it, so the requests in
+/// its window are not its own; only the enclosing phase is counted (of
+/// two equal windows, the one listed first).
+pub fn outermost(windows: Vec<PhaseWindow>) -> Vec<PhaseWindow> {
+    let len = |w: &PhaseWindow| w.to_ns.saturating_sub(w.from_ns);
+    let nested = |i: usize, w: &PhaseWindow| {
+        windows.iter().enumerate().any(|(j, o)| {
+            let inside = o.from_ns <= w.from_ns && w.to_ns <= o.to_ns;
+            inside && (len(o) > len(w) || (len(o) == len(w) && j < i))
+        })
+    };
+    let keep: Vec<bool> = windows.iter().enumerate().map(|(i, w)| !nested(i, w)).collect();
+    windows
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(w, k)| k.then_some(w))
+        .collect()
+}
+
 /// Requests and server time of one workload on one target.
 #[derive(Debug, Clone, Serialize)]
 pub struct Profile {
@@ -195,15 +216,15 @@ fn phase_row(requests: &[Request], p: &PhaseWindow) -> PhaseRow {
         *by_op.entry(r.opcode).or_default() += 1;
     }
     let per = |n: u64| n as f64 / p.ops.max(1) as f64;
-    let mut ops: Vec<(u32, u64)> = by_op.into_iter().collect();
-    ops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut ops: Vec<(String, u64)> = by_op.into_iter().map(|(op, n)| (opcode_name(op), n)).collect();
+    ops.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let requests = ops.iter().map(|(_, n)| n).sum();
     PhaseRow {
         name: p.name.clone(),
         ops: p.ops,
         requests,
         per_op: per(requests),
-        by_opcode: ops.into_iter().map(|(op, n)| (opcode_name(op), per(n))).collect(),
+        by_opcode: ops.into_iter().map(|(op, n)| (op, per(n))).collect(),
     }
 }
 
@@ -244,7 +265,7 @@ mod tests {
     /// The captured `echo hi > a; cat a; ls -l; rm a` on fuse2fs: every
     /// request paired, counted per opcode with its errors (the failed
     /// LOOKUP of the new name, fuse2fs's ENOSYS flush and its ENODATA
-    /// xattr replies), and its send-to-end times.
+    /// xattr replies), and its send-to-end times; ties by name.
     #[test]
     fn the_captured_requests_pair_and_count_by_opcode() {
         let mut p = Pairer::new(39);
@@ -254,9 +275,9 @@ mod tests {
         let prof = p.summarize(&[], 0);
         assert_eq!((prof.requests, prof.unanswered, prof.unpaired_ends), (31, 0, 0));
         let row = |name: &str| prof.opcodes.iter().find(|r| r.opcode == name).unwrap();
-        assert_eq!(prof.opcodes[0].opcode, "GETATTR");
-        assert_eq!((row("GETATTR").count, row("GETATTR").errors), (7, 0));
-        assert_eq!((row("GETXATTR").count, row("GETXATTR").errors), (7, 7));
+        assert_eq!(prof.opcodes[0].opcode, "GETXATTR");
+        assert_eq!((row("GETATTR").count, row("GETATTR").errors), (8, 0));
+        assert_eq!((row("GETXATTR").count, row("GETXATTR").errors), (9, 9));
         assert_eq!((row("LOOKUP").count, row("LOOKUP").errors), (2, 1));
         assert_eq!(
             (row("CREATE").count, row("WRITE").count, row("RELEASE").count),
@@ -322,6 +343,28 @@ mod tests {
             ]
         );
         assert_eq!((prof.phases[1].requests, prof.phases[1].per_op), (1, 1.0));
+    }
+
+    /// PostMark's read phase is summed from pieces inside its transactions
+    /// phase: it is left out, the transactions and the disjoint phases
+    /// kept.
+    #[test]
+    fn phases_nested_in_a_longer_one_are_left_out() {
+        let w = |name: &str, from_ns, to_ns| PhaseWindow {
+            name: name.into(),
+            ops: 1,
+            from_ns,
+            to_ns,
+        };
+        let kept = outermost(vec![
+            w("pool", 0, 10),
+            w("transactions", 20, 100),
+            w("read", 21, 99),
+            w("append", 20, 100),
+            w("delete", 110, 120),
+        ]);
+        let names: Vec<&str> = kept.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["pool", "transactions", "delete"]);
     }
 
     #[test]
