@@ -196,13 +196,55 @@ pub struct Config {
     pub dir: Option<PathBuf>,
     /// The `ext4kit` executable for the `ext4kit` target.
     pub ext4kit_exe: PathBuf,
-    /// More `-o` options for the `ext4kit` target's mount.
-    pub ext4kit_options: Option<String>,
+    /// More `-o` options for the `ext4kit` target's mount; each entry is
+    /// one ext4kit configuration, run as a target of its own (none: one
+    /// run with the defaults).
+    pub ext4kit_options: Vec<String>,
+    /// Record the FUSE requests of every workload on the FUSE targets
+    /// ([`crate::fuse_trace`]; root and tracefs).
+    pub profile: bool,
     /// How many times every target runs (see [`crate::rounds`]); at least 1.
     pub rounds: usize,
 }
 
+/// One target as it runs: the kind of mount and, for ext4kit, its options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetRun {
+    /// The kind of mount.
+    pub target: Target,
+    /// More `-o` options (ext4kit only).
+    pub options: Option<String>,
+    /// Its name in the reports, unique within the run.
+    pub label: String,
+}
+
 impl Config {
+    /// The targets as they run, in order: the ext4kit target once per
+    /// `ext4kit_options` entry, labelled `ext4kit[OPTIONS]` when there are
+    /// several (plain `ext4kit` for one, so reports keep their columns).
+    pub fn runs(&self) -> Vec<TargetRun> {
+        let mut out = Vec::new();
+        for &target in &self.targets {
+            let plain = |options: Option<String>| TargetRun {
+                target,
+                options,
+                label: target.name().to_string(),
+            };
+            match (target, self.ext4kit_options.as_slice()) {
+                (Target::Ext4kit, [one]) => out.push(plain(Some(one.clone()))),
+                (Target::Ext4kit, many) if many.len() > 1 => {
+                    out.extend(many.iter().map(|o| TargetRun {
+                        target,
+                        options: Some(o.clone()),
+                        label: format!("ext4kit[{o}]"),
+                    }));
+                }
+                _ => out.push(plain(None)),
+            }
+        }
+        out
+    }
+
     /// The sizes in force.
     pub fn sizes(&self) -> Sizes {
         if self.quick { Sizes::QUICK } else { Sizes::FULL }
@@ -232,5 +274,37 @@ mod tests {
                 .contains("kernel")
         );
         assert!(parse_list::<Workload>(",", &Workload::ALL).is_err());
+    }
+
+    /// One `--ext4kit-options` keeps the plain `ext4kit` column; several
+    /// make one labelled target each, in the order given, after the others.
+    #[test]
+    fn each_ext4kit_option_set_is_a_target_of_its_own() {
+        let mut cfg = Config {
+            targets: Target::ALL.to_vec(),
+            workloads: vec![Workload::Create],
+            quick: true,
+            dir: None,
+            ext4kit_exe: PathBuf::from("ext4kit"),
+            ext4kit_options: Vec::new(),
+            profile: false,
+            rounds: 1,
+        };
+        let labels = |c: &Config| c.runs().into_iter().map(|r| r.label).collect::<Vec<_>>();
+        assert_eq!(labels(&cfg), ["kernel", "fuse2fs", "ext4kit"]);
+        cfg.ext4kit_options = vec!["poll=0".into()];
+        assert_eq!(labels(&cfg), ["kernel", "fuse2fs", "ext4kit"]);
+        assert_eq!(cfg.runs()[2].options.as_deref(), Some("poll=0"));
+        cfg.ext4kit_options = vec!["transport=dev".into(), "transport=fuser".into()];
+        assert_eq!(
+            labels(&cfg),
+            [
+                "kernel",
+                "fuse2fs",
+                "ext4kit[transport=dev]",
+                "ext4kit[transport=fuser]"
+            ]
+        );
+        assert_eq!(cfg.runs()[3].options.as_deref(), Some("transport=fuser"));
     }
 }

@@ -21,6 +21,7 @@
 pub mod config;
 pub mod create_scale;
 pub mod fsck;
+pub mod fuse_trace;
 pub mod hugedir;
 pub mod journal;
 pub mod modeled;
@@ -34,7 +35,7 @@ pub mod system;
 pub mod tarball;
 pub mod target;
 
-pub use config::{Config, Sizes, Target, Workload};
+pub use config::{Config, Sizes, Target, TargetRun, Workload};
 pub use report::{FsckOutcome, Metric, Report, TargetReport, WorkloadResult};
 
 /// Runs the benchmark described by `cfg`: every target in turn, each on a
@@ -48,13 +49,19 @@ pub fn run(cfg: &Config) -> anyhow::Result<Report> {
     let (interrupted, _guard) = suite::interrupt_flag()?;
     let mut report = Report::new(cfg);
     let rounds = cfg.rounds.max(1);
-    let mut runs: Vec<Vec<TargetReport>> = vec![Vec::new(); cfg.targets.len()];
+    let targets = cfg.runs();
+    let tracer = if cfg.profile {
+        Some(fuse_trace::Tracer::new()?)
+    } else {
+        None
+    };
+    let mut runs: Vec<Vec<TargetReport>> = vec![Vec::new(); targets.len()];
     for round in 1..=rounds {
         if rounds > 1 {
             log(&format!("round {round} of {rounds}"));
         }
-        for (runs, &t) in runs.iter_mut().zip(&cfg.targets) {
-            runs.push(target::run_target(cfg, t, work.path(), &interrupted));
+        for (runs, t) in runs.iter_mut().zip(&targets) {
+            runs.push(target::run_target(cfg, t, work.path(), &interrupted, tracer.as_ref()));
             if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
                 anyhow::bail!("interrupted");
             }

@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{Context, Result, anyhow};
 
 use crate::config::{Sizes, Workload};
+use crate::fuse_trace::{self, Profile, Tracer};
 use crate::report::Metric;
 use crate::suite::host::HostFs;
 use crate::suite::{self, Outcome, Params, Phase, Progress};
@@ -63,13 +64,18 @@ pub fn suite_params(w: Workload, sizes: &Sizes) -> (&'static str, Params) {
     }
 }
 
+/// A suite run on the mount, with its FUSE profile when one was taken.
+type Ran = (Outcome, Option<Profile>);
+
 /// Runs the mount's workloads on one mounted file system.
 pub struct Runner<'a> {
     mnt: &'a Path,
     sizes: Sizes,
     interrupted: Arc<AtomicBool>,
+    /// Records the mount's FUSE requests around each workload (`--profile`).
+    tracer: Option<&'a Tracer>,
     /// The `seqio` run `seqwrite` and `seqread` share, once made.
-    seqio: Option<Result<Outcome, String>>,
+    seqio: Option<Result<Ran, String>>,
 }
 
 impl<'a> Runner<'a> {
@@ -79,35 +85,50 @@ impl<'a> Runner<'a> {
             mnt,
             sizes,
             interrupted,
+            tracer: None,
             seqio: None,
         }
     }
 
-    /// Runs `w` (or takes its half of the `seqio` run) and gives its figures.
-    pub fn run(&mut self, w: Workload) -> Result<Vec<Metric>> {
+    /// Profiles every workload with `tracer` (the mount must be FUSE).
+    pub fn with_tracer(self, tracer: Option<&'a Tracer>) -> Self {
+        Self { tracer, ..self }
+    }
+
+    /// Runs `w` (or takes its half of the `seqio` run) and gives its
+    /// figures and, with a tracer, its profile (`seqwrite` and `seqread`
+    /// share the profile of their one run, split by phase).
+    pub fn run(&mut self, w: Workload) -> Result<(Vec<Metric>, Option<Profile>)> {
         let (name, params) = suite_params(w, &self.sizes);
         if name != "seqio" {
-            return metrics(w, &self.run_suite(name, &params)?);
+            let (out, profile) = self.run_suite(name, &params)?;
+            return Ok((metrics(w, &out)?, profile));
         }
         if self.seqio.is_none() {
             self.seqio = Some(self.run_suite(name, &params).map_err(|e| format!("{e:#}")));
         }
         match self.seqio.as_ref() {
-            Some(Ok(out)) => metrics(w, out),
+            Some(Ok((out, profile))) => Ok((metrics(w, out)?, profile.clone())),
             Some(Err(e)) => Err(anyhow!("seqio: {e}")),
             None => unreachable!("seqio ran just above"),
         }
     }
 
     /// Runs suite workload `name` in a new directory `mnt/name`.
-    fn run_suite(&self, name: &str, params: &Params) -> Result<Outcome> {
+    fn run_suite(&self, name: &str, params: &Params) -> Result<Ran> {
         let w = suite::workload(name)?;
         let dir = self.mnt.join(if name == "seqio" { "seq" } else { name });
         std::fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
         let mut fs = HostFs::new(&dir)?;
         let mut quiet = |_: u64, _: u64| {};
         let mut progress = Progress::new(&mut quiet, self.interrupted.clone());
-        (w.run)(&mut fs, params, &mut progress)
+        let Some(tracer) = self.tracer else {
+            return Ok(((w.run)(&mut fs, params, &mut progress)?, None));
+        };
+        let (out, cap) = tracer.capture(self.mnt, || (w.run)(&mut fs, params, &mut progress))?;
+        let out = out?;
+        let profile = fuse_trace::profile_of(&cap, &out.phases);
+        Ok((out, Some(profile)))
     }
 }
 
@@ -140,7 +161,7 @@ pub fn metrics(w: Workload, out: &Outcome) -> Result<Vec<Metric>> {
     let ph = |name| phase(out, name);
     Ok(match w {
         Workload::Create => {
-            let c = ph("create")?;
+            let (c, o) = (ph("create")?, ph("open (cold, random order)")?);
             let first = value(out, "median_us_first_5pct")?;
             let last = value(out, "median_us_last_5pct")?;
             vec![
@@ -149,6 +170,7 @@ pub fn metrics(w: Workload, out: &Outcome) -> Result<Vec<Metric>> {
                 Metric::lower("median create, first 5%", first, "µs"),
                 Metric::lower("median create, last 5%", last, "µs"),
                 Metric::lower("flatness last/first", last / first.max(1e-9), "ratio"),
+                Metric::higher("cold random open/s", rate(o.ops as f64, secs(o)), "ops/s"),
             ]
         }
         Workload::Postmark => {
@@ -177,13 +199,15 @@ pub fn metrics(w: Workload, out: &Outcome) -> Result<Vec<Metric>> {
             )]
         }
         Workload::Untar => {
-            let (extract, sync) = (ph("extract")?, ph("sync")?);
+            let (extract, sync, rm) = (ph("extract")?, ph("sync")?, ph("rm -rf")?);
             let total = secs(extract) + secs(sync);
             vec![
                 Metric::lower("total incl. sync", total, "s"),
                 Metric::lower("extract", secs(extract), "s"),
                 Metric::lower("sync", secs(sync), "s"),
                 Metric::higher("files/s", rate(extract.ops as f64, total), "files/s"),
+                Metric::lower("rm -rf", secs(rm), "s"),
+                Metric::higher("rm -rf entries/s", rate(rm.ops as f64, secs(rm)), "entries/s"),
             ]
         }
         Workload::Cached => {
@@ -237,14 +261,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut r = Runner::new(dir.path(), tiny(), Arc::new(AtomicBool::new(false)));
         for w in Workload::ALL {
-            let m = r.run(w).unwrap_or_else(|e| panic!("{w}: {e:#}"));
+            let (m, profile) = r.run(w).unwrap_or_else(|e| panic!("{w}: {e:#}"));
+            assert!(profile.is_none(), "no tracer, no profile");
             assert!(!m.is_empty(), "{w}");
             for x in &m {
                 assert!(x.value.is_finite() && x.value >= 0.0, "{w} {}: {}", x.name, x.value);
             }
         }
         assert_eq!(std::fs::read_dir(dir.path().join("create")).unwrap().count(), 200);
-        let names: Vec<String> = r.run(Workload::Seqread).unwrap().into_iter().map(|m| m.name).collect();
+        let names: Vec<String> = r
+            .run(Workload::Seqread)
+            .unwrap()
+            .0
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
         assert_eq!(names, ["MB/s cold"], "seqread reuses the one seqio run");
     }
 
@@ -262,7 +293,7 @@ mod tests {
         let sizes = tiny();
         let r = Runner::new(dir.path(), sizes, Arc::new(AtomicBool::new(false)));
         let (_, p) = suite_params(Workload::Postmark, &sizes);
-        let out = r.run_suite("postmark", &p).unwrap();
+        let (out, _) = r.run_suite("postmark", &p).unwrap();
         assert_eq!(out.params["files"], 50);
         assert_eq!(out.params["transactions"], 200);
         assert_eq!(out.params["subdirectories"], sizes.postmark_dirs);

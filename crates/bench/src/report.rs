@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::config::{Config, Sizes, Target, Workload};
+use crate::config::{Config, Sizes, Target, TargetRun, Workload};
+use crate::fuse_trace::Profile;
 
 /// One measured figure.
 #[derive(Debug, Clone, Serialize)]
@@ -50,21 +51,26 @@ pub struct WorkloadResult {
     pub metrics: Vec<Metric>,
     /// Why it failed, when it did.
     pub error: Option<String>,
+    /// Its FUSE requests (`--profile`, FUSE targets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
 }
 
 impl WorkloadResult {
     /// Records a workload's outcome.
-    pub fn from_result(workload: Workload, r: anyhow::Result<Vec<Metric>>) -> Self {
+    pub fn from_result(workload: Workload, r: anyhow::Result<(Vec<Metric>, Option<Profile>)>) -> Self {
         match r {
-            Ok(metrics) => WorkloadResult {
+            Ok((metrics, profile)) => WorkloadResult {
                 workload,
                 metrics,
                 error: None,
+                profile,
             },
             Err(e) => WorkloadResult {
                 workload,
                 metrics: Vec::new(),
                 error: Some(format!("{e:#}")),
+                profile: None,
             },
         }
     }
@@ -101,6 +107,12 @@ pub struct FsckOutcome {
 pub struct TargetReport {
     /// Which target.
     pub target: Target,
+    /// Its name in the tables: the target, or for one of several ext4kit
+    /// configurations `ext4kit[OPTIONS]`.
+    pub label: String,
+    /// The ext4kit mount's extra `-o` options, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub options: Option<String>,
     /// Why it did not run (missing tool, not root), when it did not.
     pub skipped: Option<String>,
     /// A failure outside the workloads (mkfs, mount, unmount, e2fsck).
@@ -118,10 +130,12 @@ pub struct TargetReport {
 }
 
 impl TargetReport {
-    /// An empty report for `target`.
-    pub fn new(target: Target) -> Self {
+    /// An empty report for `run`.
+    pub fn new(run: &TargetRun) -> Self {
         TargetReport {
-            target,
+            target: run.target,
+            label: run.label.clone(),
+            options: run.options.clone(),
             skipped: None,
             error: None,
             mount_s: 0.0,
@@ -234,7 +248,7 @@ impl Report {
             let _ = writeln!(
                 s,
                 "| {} | {} | {:.2} | {:.2} |",
-                t.target,
+                t.label,
                 t.status().replace('\n', " "),
                 t.mount_s,
                 t.umount_s
@@ -251,7 +265,7 @@ impl Report {
         let mut head = String::from("| metric |");
         let mut rule = String::from("|---|");
         for t in &self.targets {
-            let _ = write!(head, " {} |", t.target);
+            let _ = write!(head, " {} |", t.label);
             rule.push_str("---:|");
         }
         let ratios = self.ratio_columns();
@@ -272,7 +286,7 @@ impl Report {
                 let _ = write!(s, " {cell} |");
             }
             for (other, _) in &ratios {
-                let cell = self.ratio(w, &name, *other).map_or("–".into(), |r| format!("{r:.2}"));
+                let cell = self.ratio(w, &name, other).map_or("–".into(), |r| format!("{r:.2}"));
                 let _ = write!(s, " {cell} |");
             }
             s.push('\n');
@@ -284,33 +298,56 @@ impl Report {
                 .find(|r| r.workload == w)
                 .and_then(|r| r.error.as_ref())
             {
-                let _ = writeln!(s, "\n**{} failed:** {}", t.target, e.replace('\n', " "));
+                let _ = writeln!(s, "\n**{} failed:** {}", t.label, e.replace('\n', " "));
+            }
+        }
+        for t in &self.targets {
+            if let Some(p) = t
+                .workloads
+                .iter()
+                .find(|r| r.workload == w)
+                .and_then(|r| r.profile.as_ref())
+            {
+                s.push_str(&p.to_markdown(&format!("{} {w}", t.label)));
             }
         }
     }
 
-    /// The ratio columns shown: ext4kit over each other target present.
-    fn ratio_columns(&self) -> Vec<(Target, String)> {
-        let has = |t| self.targets.iter().any(|r| r.target == t);
-        if !has(Target::Ext4kit) {
-            return Vec::new();
-        }
-        [Target::Fuse2fs, Target::Kernel]
-            .into_iter()
-            .filter(|&t| has(t))
-            .map(|t| (t, format!("ext4kit/{t}")))
-            .collect()
-    }
-
-    fn ratio(&self, w: Workload, name: &str, other: Target) -> Option<f64> {
-        let get = |t| {
+    /// The ratio columns shown, as (numerator, denominator) labels: each
+    /// ext4kit run over fuse2fs and over kernel, then every further ext4kit
+    /// configuration over the first.
+    fn ratio_columns(&self) -> Vec<((String, String), String)> {
+        let labels = |t: Target| -> Vec<String> {
             self.targets
                 .iter()
-                .find(|r| r.target == t)?
+                .filter(|r| r.target == t)
+                .map(|r| r.label.clone())
+                .collect()
+        };
+        let ours = labels(Target::Ext4kit);
+        let mut out = Vec::new();
+        for a in &ours {
+            for other in [Target::Fuse2fs, Target::Kernel] {
+                for b in labels(other) {
+                    out.push(((a.clone(), b.clone()), format!("{a}/{b}")));
+                }
+            }
+        }
+        for a in ours.iter().skip(1) {
+            out.push(((a.clone(), ours[0].clone()), format!("{a}/{}", ours[0])));
+        }
+        out
+    }
+
+    fn ratio(&self, w: Workload, name: &str, (a, b): &(String, String)) -> Option<f64> {
+        let get = |label: &String| {
+            self.targets
+                .iter()
+                .find(|r| r.label == *label)?
                 .metric(w, name)
                 .map(|m| m.value)
         };
-        let (a, b) = (get(Target::Ext4kit)?, get(other)?);
+        let (a, b) = (get(a)?, get(b)?);
         (b != 0.0).then(|| a / b)
     }
 

@@ -67,6 +67,8 @@ fn fold_workload(rounds: &[TargetReport], w: &crate::config::Workload) -> Worklo
         workload: *w,
         metrics,
         error: runs.iter().find_map(|r| r.error.clone()),
+        // Request counts hardly move between rounds; the first is shown.
+        profile: runs.iter().find_map(|r| r.profile.clone()),
     }
 }
 
@@ -84,11 +86,15 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Target, Workload};
+    use crate::config::{Target, TargetRun, Workload};
     use crate::report::FsckOutcome;
 
     fn round(tx: f64, pool: f64, clean: bool, error: Option<&str>) -> TargetReport {
-        let mut r = TargetReport::new(Target::Ext4kit);
+        let mut r = TargetReport::new(&TargetRun {
+            target: Target::Ext4kit,
+            options: None,
+            label: "ext4kit".into(),
+        });
         r.mount_s = tx / 1000.0;
         r.fsck = Some(FsckOutcome {
             clean,
@@ -102,6 +108,7 @@ mod tests {
                 Metric::lower("initial pool", pool, "s"),
             ],
             error: error.map(str::to_string),
+            profile: None,
         });
         r
     }

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::config::{Config, Target};
+use crate::config::{Config, Target, TargetRun};
+use crate::fuse_trace::Tracer;
 use crate::report::{TargetReport, WorkloadResult};
 use crate::system::{self, find_tool, run_ok, tool};
 use crate::{log, mount_suite};
@@ -58,41 +59,60 @@ pub fn availability(cfg: &Config, t: Target) -> Result<(), String> {
     }
 }
 
-/// Runs every selected workload on a fresh image mounted by `t`; all
+/// Runs every selected workload on a fresh image mounted by `run`; all
 /// failures end up in the returned report. Once `interrupted` is set the
 /// running workload fails, no other starts, and the target is unmounted
-/// and checked as usual.
-pub fn run_target(cfg: &Config, t: Target, work: &Path, interrupted: &Arc<AtomicBool>) -> TargetReport {
-    let mut r = TargetReport::new(t);
-    if let Err(why) = availability(cfg, t) {
+/// and checked as usual. With a `tracer`, every workload on a FUSE target
+/// is profiled.
+pub fn run_target(
+    cfg: &Config,
+    run: &TargetRun,
+    work: &Path,
+    interrupted: &Arc<AtomicBool>,
+    tracer: Option<&Tracer>,
+) -> TargetReport {
+    let mut r = TargetReport::new(run);
+    let t = &run.label;
+    if let Err(why) = availability(cfg, run.target) {
         eprintln!("SKIPPED: target {t}: {why}");
         r.skipped = Some(why);
         return r;
     }
-    if let Err(e) = run_mounted(cfg, t, work, interrupted, &mut r) {
+    let tracer = tracer.filter(|_| run.target != Target::Kernel);
+    if let Err(e) = run_mounted(cfg, run, work, interrupted, tracer, &mut r) {
         log(&format!("{t}: FAILED: {e:#}"));
         r.error = Some(format!("{e:#}"));
     }
     r
 }
 
+/// `label` as a file name: letters, digits, `-` and `_` kept, the rest `_`.
+fn file_name(label: &str) -> String {
+    label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .collect()
+}
+
 fn run_mounted(
     cfg: &Config,
-    t: Target,
+    run: &TargetRun,
     work: &Path,
     interrupted: &Arc<AtomicBool>,
+    tracer: Option<&Tracer>,
     r: &mut TargetReport,
 ) -> Result<()> {
-    let image = work.join(format!("{t}.ext4"));
-    let mnt = work.join(format!("{t}.mnt"));
+    let t = &run.label;
+    let image = work.join(format!("{}.ext4", file_name(t)));
+    let mnt = work.join(format!("{}.mnt", file_name(t)));
     std::fs::create_dir_all(&mnt)?;
     log(&format!("{t}: mkfs.ext4 {}", image.display()));
     system::mkfs(&image, cfg.sizes().image_bytes)?;
     let started = Instant::now();
-    let mut mounted = Mounted::mount(cfg, t, &image, &mnt, work)?;
+    let mut mounted = Mounted::mount(cfg, run, &image, &mnt, work)?;
     r.mount_s = started.elapsed().as_secs_f64();
     log(&format!("{t}: mounted at {} in {:.2} s", mnt.display(), r.mount_s));
-    let mut runner = mount_suite::Runner::new(&mnt, cfg.sizes(), interrupted.clone());
+    let mut runner = mount_suite::Runner::new(&mnt, cfg.sizes(), interrupted.clone()).with_tracer(tracer);
     for &w in &cfg.workloads {
         if interrupted.load(Ordering::Relaxed) {
             r.error = Some("interrupted".into());
@@ -114,7 +134,7 @@ fn run_mounted(
     if fsck.clean {
         std::fs::remove_file(&image)?;
     } else {
-        r.kept_image = Some(keep_dirty_image(cfg, t, &image)?);
+        r.kept_image = Some(keep_dirty_image(cfg, &file_name(t), &image)?);
         log(&format!("{t}: e2fsck -fn found errors:\n{}", fsck.output));
     }
     r.fsck = Some(fsck);
@@ -122,7 +142,7 @@ fn run_mounted(
 }
 
 /// Moves a dirty image out of the temporary directory so it can be examined.
-fn keep_dirty_image(cfg: &Config, t: Target, image: &Path) -> Result<PathBuf> {
+fn keep_dirty_image(cfg: &Config, t: &str, image: &Path) -> Result<PathBuf> {
     let base = cfg.dir.clone().unwrap_or_else(|| PathBuf::from("/var/tmp"));
     let kept = base.join(format!("ext4kit-bench-{t}-{}.dirty.ext4", std::process::id()));
     std::fs::rename(image, &kept)?;
@@ -146,8 +166,8 @@ enum Kind {
 impl Mounted {
     /// Mounts `image` at `mnt`. When this fails, whatever got mounted is
     /// detached: a helper can fail after its mount took effect.
-    fn mount(cfg: &Config, t: Target, image: &Path, mnt: &Path, work: &Path) -> Result<Mounted> {
-        match Self::start(cfg, t, image, mnt, work) {
+    fn mount(cfg: &Config, run: &TargetRun, image: &Path, mnt: &Path, work: &Path) -> Result<Mounted> {
+        match Self::start(cfg, run, image, mnt, work) {
             Ok(kind) => Ok(Mounted {
                 kind,
                 mnt: mnt.to_path_buf(),
@@ -159,8 +179,8 @@ impl Mounted {
         }
     }
 
-    fn start(cfg: &Config, t: Target, image: &Path, mnt: &Path, work: &Path) -> Result<Kind> {
-        Ok(match t {
+    fn start(cfg: &Config, run: &TargetRun, image: &Path, mnt: &Path, work: &Path) -> Result<Kind> {
+        Ok(match run.target {
             Target::Kernel => {
                 run_ok(Command::new(tool("mount")?).args(["-o", "loop"]).arg(image).arg(mnt))?;
                 Kind::Kernel
@@ -189,7 +209,7 @@ impl Mounted {
                         .arg(image)
                         .arg(mnt)
                         .args(["-d", "-o"])
-                        .arg(match &cfg.ext4kit_options {
+                        .arg(match &run.options {
                             Some(more) => format!("allow_other,{more}"),
                             None => "allow_other".into(),
                         })

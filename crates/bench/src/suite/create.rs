@@ -7,12 +7,16 @@
 //! `create-scale` plots the whole curve; this is its two-point summary,
 //! cheap enough for `bench mount`.
 //!
+//! Then, caches dropped, every file is opened and closed once in a
+//! random order (`--seed`): issue 22's "cold random open", each open a
+//! look-up the file system must answer from disk.
+//!
 //! `-n` files (default 100,000, scaled). Names are `f0000000`…, so every
 //! target sees the same directory.
 
 use anyhow::{Result, ensure};
 
-use super::fs::{BenchFs, Span, timed};
+use super::fs::{BenchFs, Cold, Span, timed};
 use super::{Outcome, Params, Phase, Progress, Workload};
 
 /// The workload's entry in the suite.
@@ -54,16 +58,49 @@ fn medians(out: &mut Outcome, each: &mut [u64], prefix: &str) {
     out.values.insert(format!("{prefix}last_over_first"), ratio.into());
 }
 
+fn name(i: u64) -> String {
+    format!("f{i:07}")
+}
+
+/// Opens and closes every file once in a seeded random order, caches
+/// dropped first.
+fn open_cold(fs: &mut dyn BenchFs, n: u64, seed: u64, out: &mut Outcome) -> Result<()> {
+    let cold = fs.drop_caches()?;
+    if cold == Cold::No {
+        out.notes
+            .push("not root: the host's caches could not be dropped; the opens ran warm".into());
+    }
+    let mut order: Vec<u64> = (0..n).collect();
+    let mut rng = crate::rng::Rng::new(seed);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    let fs: &dyn BenchFs = fs;
+    let ((), s) = timed(fs, || {
+        for &i in &order {
+            fs.close(fs.open(&name(i), false)?)?;
+        }
+        Ok(())
+    })?;
+    out.phases.push(Phase::new("open (cold, random order)", n, 0, s));
+    Ok(())
+}
+
 fn run(fs: &mut dyn BenchFs, p: &Params, progress: &mut Progress) -> Result<Outcome> {
     let n = p.n_or(DEFAULT_FILES);
     progress.set_total(n);
     let mut out = Outcome::default();
     out.params.insert("files".into(), n.into());
-    let fs: &dyn BenchFs = fs;
+    create_all(fs, n, progress, &mut out)?;
+    open_cold(fs, n, p.seed, &mut out)?;
+    Ok(out)
+}
+
+fn create_all(fs: &dyn BenchFs, n: u64, progress: &mut Progress, out: &mut Outcome) -> Result<()> {
     let (mut each, mut wall) = (Vec::with_capacity(n as usize), Vec::with_capacity(n as usize));
     let mut all = Span::default();
     for i in 0..n {
-        let name = format!("f{i:07}");
+        let name = name(i);
         let ((), s) = timed(fs, || fs.close(fs.create(&name)?))?;
         each.push(s.ns());
         wall.push(s.wall_ns);
@@ -79,11 +116,11 @@ fn run(fs: &mut dyn BenchFs, p: &Params, progress: &mut Progress) -> Result<Outc
     let listed = fs.read_dir("")?.len() as u64;
     ensure!(listed == n, "the directory lists {listed} entries after {n} creates");
 
-    medians(&mut out, &mut each, "");
+    medians(out, &mut each, "");
     if modeled {
         // A create whose blocks are all in the page cache costs no modeled
         // time; the engine's own work shows in wall time.
-        medians(&mut out, &mut wall, "wall_");
+        medians(out, &mut wall, "wall_");
     }
-    Ok(out)
+    Ok(())
 }

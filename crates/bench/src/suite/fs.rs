@@ -141,6 +141,11 @@ pub struct Span {
     pub wall_ns: u64,
     /// The disk model's figures (image targets only).
     pub modeled: Option<PhaseStats>,
+    /// From the first timed piece's start to the last one's end, so that
+    /// events stamped by another clock (`bench mount --profile`'s FUSE
+    /// tracepoints) can be placed in their phase.
+    #[serde(skip)]
+    pub window: Option<(Instant, Instant)>,
 }
 
 impl Sample {
@@ -166,6 +171,7 @@ impl Sample {
         Span {
             wall_ns: later.wall.saturating_duration_since(self.wall).as_nanos() as u64,
             modeled,
+            window: Some((self.wall, later.wall)),
         }
     }
 }
@@ -180,6 +186,10 @@ impl Span {
     /// Adds `other` to `self` (a phase made of several timed pieces).
     pub fn add(&mut self, other: &Span) {
         self.wall_ns += other.wall_ns;
+        self.window = match (self.window, other.window) {
+            (Some((a0, a1)), Some((b0, b1))) => Some((a0.min(b0), a1.max(b1))),
+            (a, b) => a.or(b),
+        };
         match (&mut self.modeled, &other.modeled) {
             (Some(a), Some(b)) => a.add(b),
             (None, Some(b)) => self.modeled = Some(b.clone()),

@@ -16,10 +16,16 @@
 //! directories and regular files only. Every file's size is checked with
 //! stat afterwards, untimed.
 //!
+//! Last, the tree is removed as `rm -rf` does: each directory listed,
+//! its files unlinked, its subdirectories removed the same way, then
+//! itself (the phase `rm -rf`, whose operations are the files and
+//! directories removed).
+//!
 //! `-n` files (default 20,000, scaled), `--seed` the tree, `--io-size`
 //! bytes per write call (default 10,240: GNU tar's record, the most one
 //! of its writes carries).
 
+use std::collections::HashSet;
 use std::io::{BufReader, BufWriter, Read, Seek, Write};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -138,7 +144,7 @@ fn make_tarball(files: u64, seed: u64) -> Result<(std::fs::File, TreeStats)> {
 /// What an extraction made.
 #[derive(Default)]
 struct Extracted {
-    dirs: u64,
+    dirs: Vec<String>,
     files: Vec<(String, u64)>,
     bytes: u64,
 }
@@ -151,7 +157,7 @@ fn extract(fs: &dyn BenchFs, r: &mut impl Read, io: usize, progress: &mut Progre
         match m {
             Member::Dir(path) => {
                 fs.mkdir(&path)?;
-                done.dirs += 1;
+                done.dirs.push(path);
             }
             Member::File(path, size) => {
                 let f = fs.create(&path)?;
@@ -193,7 +199,7 @@ fn run(fs: &mut dyn BenchFs, p: &Params, progress: &mut Progress) -> Result<Outc
     out.phases.push(Phase::new("sync", 1, 0, s));
 
     let want = (stats.files as u64, stats.dirs as u64, stats.bytes);
-    let seen = (got.files.len() as u64, got.dirs, got.bytes);
+    let seen = (got.files.len() as u64, got.dirs.len() as u64, got.bytes);
     ensure!(
         seen == want,
         "extracted (files, dirs, bytes) {seen:?}, the tarball has {want:?}"
@@ -206,9 +212,41 @@ fn run(fs: &mut dyn BenchFs, p: &Params, progress: &mut Progress) -> Result<Outc
             st.size
         );
     }
-    out.values.insert("directories".into(), got.dirs.into());
+    out.values.insert("directories".into(), got.dirs.len().into());
     out.values.insert("bytes".into(), got.bytes.into());
+
+    let dirs: HashSet<&str> = got.dirs.iter().map(String::as_str).collect();
+    let (removed, s) = timed(fs, || remove_children(fs, "", &dirs))?;
+    let made = got.files.len() + got.dirs.len();
+    ensure!(
+        removed == made as u64,
+        "rm -rf removed {removed} entries, extraction made {made}"
+    );
+    ensure!(fs.read_dir("")?.is_empty(), "entries are left after rm -rf");
+    out.phases.push(Phase::new("rm -rf", removed, 0, s));
     Ok(out)
+}
+
+/// Removes everything under `dir` as `rm -rf` does, telling directories
+/// from files by what the extraction made (as `rm` does by `d_type`);
+/// gives the entries removed.
+fn remove_children(fs: &dyn BenchFs, dir: &str, dirs: &HashSet<&str>) -> Result<u64> {
+    let mut removed = 0;
+    for e in fs.read_dir(dir)? {
+        let path = if dir.is_empty() {
+            e.name
+        } else {
+            format!("{dir}/{}", e.name)
+        };
+        if dirs.contains(path.as_str()) {
+            removed += remove_children(fs, &path, dirs)?;
+            fs.rmdir(&path)?;
+        } else {
+            fs.unlink(&path)?;
+        }
+        removed += 1;
+    }
+    Ok(removed)
 }
 
 #[cfg(test)]

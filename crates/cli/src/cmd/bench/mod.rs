@@ -280,9 +280,15 @@ struct MountArgs {
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// More `-o` options for the ext4kit mount (e.g. `poll=0`), after
-    /// `allow_other`.
+    /// `allow_other`. Repeat it to run several ext4kit configurations side
+    /// by side, as targets `ext4kit[OPTS]` compared with each other.
     #[arg(long, value_name = "OPTS")]
-    ext4kit_options: Option<String>,
+    ext4kit_options: Vec<String>,
+    /// Count every workload's FUSE requests on the FUSE targets, by opcode
+    /// and per operation, with the time from send to reply, from the
+    /// kernel's fuse tracepoints (root; tracefs).
+    #[arg(long)]
+    profile: bool,
     /// Run every target N times, alternating, and report medians.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
     rounds: u16,
@@ -454,6 +460,7 @@ fn run_mount(a: MountArgs) -> Result<()> {
         dir: a.dir,
         ext4kit_exe: std::env::current_exe().context("cannot find the ext4kit executable")?,
         ext4kit_options: a.ext4kit_options,
+        profile: a.profile,
         rounds: usize::from(a.rounds),
     };
     let report = ext4kit_bench::run(&cfg)?;
