@@ -169,6 +169,11 @@ impl RingEntry {
         Some((&mut bufs.header, &mut bufs.payload))
     }
 
+    /// The FUSE queue this entry belongs to.
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+
     /// Length of the payload buffer.
     pub fn payload_len(&self) -> usize {
         self.buffers_ref().iov[1].iov_len
