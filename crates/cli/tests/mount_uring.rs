@@ -277,7 +277,7 @@ fn busy_in(dir: &std::fs::File, t: usize, stop: &AtomicBool, done: &AtomicU64) {
         rustix::io::write(&fd, &[t as u8; 8192]).unwrap();
         drop(fd);
         statat(dir, &name, rustix::fs::AtFlags::empty()).unwrap();
-        if i % 7 == 0 {
+        if i.is_multiple_of(7) {
             unlinkat(dir, &name, rustix::fs::AtFlags::empty()).unwrap();
         }
         i += 1;

@@ -310,7 +310,6 @@ mod tests {
         };
         out.send(&Reply::written(9, 4096)).unwrap();
         assert!(out.send(&Reply::empty(9)).is_err(), "one reply per request");
-        drop(out);
         assert_eq!(read_u32(&header, 0), 24);
         assert_eq!(read_u64(&header, 8), 9);
         assert_eq!(read_u32(&header, ENT_IN_OUT + 16), 8);
@@ -324,7 +323,6 @@ mod tests {
             bufs: RefCell::new(Some((&mut header, &mut payload))),
         };
         assert!(out.send(&Reply::data(3, b"too long")).is_err());
-        drop(out);
         assert_eq!(read_u32(&header, 4) as i32, -libc::EIO);
         assert_eq!(read_u64(&header, 8), 3);
         assert_eq!(read_u32(&header, ENT_IN_OUT + 16), 0);
