@@ -571,7 +571,8 @@ fn the_server_polls_its_device_only_while_requests_come() {
     }
     let work = tempfile::tempdir().unwrap();
     let img = make_image(work.path(), "64M", &[]);
-    for (options, polls) in [("", true), ("poll=0", false)] {
+    // Polling is the /dev/fuse transport's (io_uring has no device read).
+    for (options, polls) in [("transport=dev", true), ("poll=0,transport=dev", false)] {
         let m = FuseMount::start(exe(), &img, options).unwrap();
         let pid = m.pid().unwrap();
         // Each stat of a new name is a LOOKUP the kernel cannot answer.

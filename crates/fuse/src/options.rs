@@ -38,17 +38,24 @@ pub enum OnError {
 /// (`transport=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
-    /// The best there is: `Dev` (FUSE over io_uring comes next).
+    /// The best there is: `Uring` where the kernel offers it, else `Dev`
+    /// (the reason is logged).
     #[default]
     Auto,
     /// This crate's own reader of `/dev/fuse` (answers FUSE_STATX).
     Dev,
+    /// FUSE over io_uring (Linux 6.14+ with `fuse.enable_uring` on), with
+    /// the same requests and replies as `Dev`; the mount fails where the
+    /// kernel does not offer it.
+    Uring,
     /// The `fuser` library's session.
     Fuser,
 }
 
 impl Transport {
-    /// The transport `Auto` stands for.
+    /// The transport `Auto` stands for before INIT tells whether the
+    /// kernel offers io_uring: the own one (`Dev`, which then may carry
+    /// requests over io_uring).
     pub fn resolve(self) -> Self {
         match self {
             Self::Auto => Self::Dev,
@@ -152,7 +159,7 @@ pub struct MountConfig {
     /// Whether a busy mount holds a CPU wake-up latency request
     /// (`cpu_latency=auto|on|off`).
     pub cpu_latency: CpuLatencyMode,
-    /// What carries requests (`transport=auto|dev|fuser`).
+    /// What carries requests (`transport=auto|dev|uring|fuser`).
     pub transport: Transport,
     /// The kernel's readahead for the mount in KiB (`read_ahead_kb=`);
     /// `None` sets [`DEFAULT_READ_AHEAD_KB`] where permitted.
@@ -416,8 +423,9 @@ impl MountConfig {
                 self.transport = match value {
                     Some("auto") => Transport::Auto,
                     Some("dev") => Transport::Dev,
+                    Some("uring") => Transport::Uring,
                     Some("fuser") => Transport::Fuser,
-                    _ => return Err("expects auto, dev or fuser".into()),
+                    _ => return Err("expects auto, dev, uring or fuser".into()),
                 };
                 Ok(())
             }
@@ -658,7 +666,9 @@ mod tests {
         assert_eq!(c.cpu_latency, CpuLatencyMode::Auto);
         c.apply("transport=fuser").unwrap();
         assert_eq!(c.transport, Transport::Fuser);
-        assert!(c.apply("transport=uring").is_err());
+        c.apply("transport=uring").unwrap();
+        assert_eq!(c.transport, Transport::Uring);
+        assert!(c.apply("transport=ring").is_err());
         c.apply("cpu_latency=off").unwrap();
         assert_eq!(c.cpu_latency, CpuLatencyMode::Off);
         c.apply("cpu_latency=on").unwrap();

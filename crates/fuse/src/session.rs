@@ -22,7 +22,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::adapter::Ext4Fuse;
-use crate::options::{CpuLatencyMode, DEFAULT_POLL, DEFAULT_READ_AHEAD_KB, MountConfig};
+use crate::options::{CpuLatencyMode, DEFAULT_POLL, DEFAULT_READ_AHEAD_KB, MountConfig, Transport};
 use crate::poll::cpu_latency::CpuLatency;
 
 /// Where the lock of the server for `mountpoint` lives. The file is
@@ -243,7 +243,13 @@ pub fn serve(
 /// A mounted session on either transport, and how to unmount it.
 enum Running {
     Fuser(Box<fuser::Session<Ext4Fuse>>, Unmounter),
-    Dev(Arc<crate::transport::Channel>, Arc<Ext4Fuse>, PathBuf),
+    /// The own transport: `/dev/fuse` alone, or with FUSE over io_uring.
+    Dev(
+        Arc<crate::transport::Channel>,
+        Arc<Ext4Fuse>,
+        PathBuf,
+        Option<crate::transport::uring::Rings>,
+    ),
 }
 
 /// The first unmount attempt on a signal (see [`unmount_retrying`]).
@@ -253,7 +259,7 @@ impl Running {
     fn unmounter(&mut self) -> Unmounter {
         match self {
             Self::Fuser(_, u) => std::mem::replace(u, Box::new(|| Ok(()))),
-            Self::Dev(_, _, mountpoint) => {
+            Self::Dev(_, _, mountpoint, _) => {
                 let mountpoint = mountpoint.clone();
                 Box::new(move || crate::transport::session::unmount(&mountpoint))
             }
@@ -263,8 +269,11 @@ impl Running {
     fn run(self, threads: usize) -> io::Result<()> {
         match self {
             Self::Fuser(session, _) => session.run(),
-            Self::Dev(chan, adapter, mountpoint) => {
-                let served = crate::transport::session::run(&chan, adapter, threads);
+            Self::Dev(chan, adapter, mountpoint, rings) => {
+                let served = match rings {
+                    Some(rings) => rings.run(&chan, adapter),
+                    None => crate::transport::session::run(&chan, adapter, threads),
+                };
                 if served.is_err() {
                     // Ended by an error, not the unmount: let nothing hang
                     // on a mount nobody serves.
@@ -276,38 +285,102 @@ impl Running {
     }
 }
 
-/// Mounts with the project's own transport, answers INIT, and starts the
-/// poller as [`mount_polled`] does (its spinner is the last serving thread).
+/// Mounts with the project's own transport, answers INIT (asking for
+/// FUSE over io_uring when `transport=` allows it and the ring entries
+/// could be made), and starts the poller as [`mount_polled`] does (its
+/// spinner is the last serving thread; on io_uring there is none).
 ///
 /// # Errors
-/// Mounting fails, INIT fails, or `cpu_latency=on` and the kernel refuses.
+/// Mounting fails, INIT fails, `transport=uring` and the kernel does not
+/// offer io_uring, or `cpu_latency=on` and the kernel refuses.
 fn mount_dev(adapter: Ext4Fuse, mountpoint: &Path, source: &str, cfg: &MountConfig) -> io::Result<Running> {
-    use crate::transport::session;
+    use crate::transport::{abi::init, session};
     let latency = cpu_latency(cfg)?;
     let chan = session::mount(mountpoint, source, cfg)?;
-    let init = session::handshake(&chan, adapter.init_wanted());
-    if let Err(e) = init {
+    let detach = || {
         let _ = rustix::mount::unmount(mountpoint, rustix::mount::UnmountFlags::DETACH);
-        return Err(e);
+    };
+    let rings = match rings_for(&chan, cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            detach();
+            return Err(e);
+        }
+    };
+    let wanted = adapter.init_wanted() | if rings.is_some() { init::OVER_IO_URING } else { 0 };
+    let init = match session::handshake(&chan, wanted) {
+        Ok(i) => i,
+        Err(e) => {
+            detach();
+            return Err(e);
+        }
+    };
+    let rings = rings.filter(|_| init.flags & init::OVER_IO_URING != 0);
+    if rings.is_none() && cfg.transport == Transport::Uring {
+        detach();
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "transport=uring: the kernel did not offer FUSE over io_uring at INIT",
+        ));
     }
     adapter.set_dev_notifier(chan.clone());
-    let spinner = (!cfg.poll.is_zero()).then(|| session::thread_name(cfg.threads.max(1) - 1));
-    if spinner.is_some() || latency.is_some() {
-        let window = if cfg.poll.is_zero() { DEFAULT_POLL } else { cfg.poll };
-        let started = match spinner {
-            Some(name) => crate::poll::Poller::start_polling_thread(name, latency, window),
-            None => crate::poll::Poller::start(None, latency, window),
-        };
-        match started {
-            Ok(p) => {
-                let _ = adapter.poller_slot().set(p);
-            }
-            Err(e) => log::warn!("ext4kit: serving without polling: {e}"),
-        }
-    }
+    let spin = !cfg.poll.is_zero() && rings.is_none();
+    start_dev_poller(
+        &adapter,
+        spin.then(|| session::thread_name(cfg.threads.max(1) - 1)),
+        latency,
+        cfg,
+    );
     // Absolute: the unmount may come after the daemon left its directory.
     let mountpoint = std::path::absolute(mountpoint)?;
-    Ok(Running::Dev(chan, Arc::new(adapter), mountpoint))
+    Ok(Running::Dev(chan, Arc::new(adapter), mountpoint, rings))
+}
+
+/// The ring entries for FUSE over io_uring, when `transport=` asks for it
+/// and the machine allows it; with `transport=auto`, the reason it does
+/// not is logged and the mount goes on over `/dev/fuse`.
+///
+/// # Errors
+/// `transport=uring` and the machine does not allow it.
+fn rings_for(
+    chan: &crate::transport::Channel,
+    cfg: &MountConfig,
+) -> io::Result<Option<crate::transport::uring::Rings>> {
+    use crate::transport::uring::{self, Rings};
+    if !matches!(cfg.transport, Transport::Uring | Transport::Auto) {
+        return Ok(None);
+    }
+    let made = match uring::unavailable() {
+        Some(why) => Err(io::Error::new(io::ErrorKind::Unsupported, why)),
+        None => Rings::new(chan, Rings::per_queue(cfg.threads)),
+    };
+    match made {
+        Ok(r) => Ok(Some(r)),
+        Err(e) if cfg.transport == Transport::Uring => Err(io::Error::new(e.kind(), format!("transport=uring: {e}"))),
+        Err(e) => {
+            log::info!("ext4kit: serving over /dev/fuse, not io_uring: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// Starts the poller of the own transport: spinning on `/dev/fuse` in
+/// the thread named `spinner`, if any, and holding `latency` while busy.
+fn start_dev_poller(adapter: &Ext4Fuse, spinner: Option<String>, latency: Option<CpuLatency>, cfg: &MountConfig) {
+    if spinner.is_none() && latency.is_none() {
+        return;
+    }
+    let window = if cfg.poll.is_zero() { DEFAULT_POLL } else { cfg.poll };
+    let started = match spinner {
+        Some(name) => crate::poll::Poller::start_polling_thread(name, latency, window),
+        None => crate::poll::Poller::start(None, latency, window),
+    };
+    match started {
+        Ok(p) => {
+            let _ = adapter.poller_slot().set(p);
+        }
+        Err(e) => log::warn!("ext4kit: serving without polling: {e}"),
+    }
 }
 
 /// The CPU latency request `cpu_latency=` asks for, if any.

@@ -36,6 +36,20 @@ pub fn ready_with(tool: &str) -> bool {
     true
 }
 
+/// `options` plus `transport=$EXT4KIT_TEST_TRANSPORT` when that is set
+/// and `options` name no transport.
+pub fn with_test_transport(options: &str) -> String {
+    let forced = std::env::var("EXT4KIT_TEST_TRANSPORT").unwrap_or_default();
+    if forced.is_empty() || options.split(',').any(|o| o.starts_with("transport=")) {
+        return options.to_string();
+    }
+    if options.is_empty() {
+        format!("transport={forced}")
+    } else {
+        format!("{options},transport={forced}")
+    }
+}
+
 /// True when `dir` is a mount point listed in /proc/mounts.
 pub fn is_mounted(dir: &Path) -> bool {
     let Ok(dir) = std::fs::canonicalize(dir) else {
@@ -63,10 +77,15 @@ impl FuseMount {
     /// # Errors
     /// The server exits early (its stderr is in the message) or does not
     /// mount within 30 s.
+    ///
+    /// `EXT4KIT_TEST_TRANSPORT=dev|uring|…` adds `transport=` to options
+    /// that name none, so that the whole mount suite runs on each
+    /// transport (see `scripts/test.sh`).
     pub fn start(exe: &Path, image: &Path, options: &str) -> io::Result<FuseMount> {
         let dir = tempfile::Builder::new().prefix("ext4kit-fuse-").tempdir()?;
         let mut cmd = Command::new(exe);
         cmd.arg("mount").arg(image).arg(dir.path());
+        let options = with_test_transport(options);
         if !options.is_empty() {
             cmd.arg("-o").arg(options);
         }
@@ -136,6 +155,18 @@ impl FuseMount {
         let mut child = self.child.take().ok_or_else(|| io::Error::other("already unmounted"))?;
         let pid = rustix::process::Pid::from_child(&child);
         rustix::process::kill_process(pid, signal)?;
+        wait_exit(&mut child)
+    }
+}
+
+impl FuseMount {
+    /// Waits for the server to exit on its own (after the mount was
+    /// unmounted some other way, e.g. lazily).
+    ///
+    /// # Errors
+    /// The server does not exit within 120 s.
+    pub fn wait(mut self) -> io::Result<ExitStatus> {
+        let mut child = self.child.take().ok_or_else(|| io::Error::other("already unmounted"))?;
         wait_exit(&mut child)
     }
 }

@@ -18,7 +18,7 @@ use crate::attr::timestamp;
 use crate::transport::abi::{self, Op, Request, SetTime};
 use crate::transport::reply::{self, DirBuf, Reply, StatxExtra};
 use crate::transport::session::Serve;
-use crate::transport::{Channel, Notifier};
+use crate::transport::{Channel, Notifier, Sink};
 
 /// `STATX_ATTR_*` bits and the ext4 `i_flags` they report, as ext4's
 /// `getattr` maps them (the values coincide, but are named here).
@@ -62,7 +62,7 @@ impl Ext4Fuse {
 }
 
 impl Serve for Ext4Fuse {
-    fn serve(&self, chan: &Arc<Channel>, req: &Request<'_>) {
+    fn serve(&self, chan: &dyn Sink, req: &Request<'_>) {
         if matches!(req.op, Op::Forget | Op::Interrupt { .. }) {
             // Inode numbers are ext4's own, kept for the kernel's whole
             // lookup count; requests run to the end once started.
@@ -105,7 +105,7 @@ fn empty(unique: u64, r: Res<()>) -> Reply<'static> {
 }
 
 impl Ext4Fuse {
-    fn answer(&self, chan: &Channel, req: &Request<'_>) -> std::io::Result<()> {
+    fn answer(&self, chan: &dyn Sink, req: &Request<'_>) -> std::io::Result<()> {
         let (h, unique) = (&req.header, req.unique());
         let ino = INodeNo(h.nodeid);
         let caller = Caller {
@@ -265,14 +265,14 @@ impl Ext4Fuse {
         chan.send(&reply)
     }
 
-    fn send_owned(&self, chan: &Channel, unique: u64, r: Res<Vec<u8>>) -> std::io::Result<()> {
+    fn send_owned(&self, chan: &dyn Sink, unique: u64, r: Res<Vec<u8>>) -> std::io::Result<()> {
         match r {
             Ok(d) => chan.send(&Reply::data(unique, &d)),
             Err(e) => chan.send(&err(unique, e)),
         }
     }
 
-    fn send_sized(&self, chan: &Channel, unique: u64, r: Res<Sized>) -> std::io::Result<()> {
+    fn send_sized(&self, chan: &dyn Sink, unique: u64, r: Res<Sized>) -> std::io::Result<()> {
         match r {
             Ok(Sized::Len(n)) => chan.send(&Reply::xattr_size(unique, n)),
             Ok(Sized::Data(d)) => chan.send(&Reply::data(unique, &d)),
@@ -280,7 +280,7 @@ impl Ext4Fuse {
         }
     }
 
-    fn answer_read(&self, chan: &Channel, unique: u64, ino: INodeNo, offset: u64, size: u32) -> std::io::Result<()> {
+    fn answer_read(&self, chan: &dyn Sink, unique: u64, ino: INodeNo, offset: u64, size: u32) -> std::io::Result<()> {
         let mut sent = None;
         let r = self.read_data(ino, offset, size, |bytes| {
             sent = Some(chan.send(&Reply::data(unique, bytes)));
@@ -294,7 +294,7 @@ impl Ext4Fuse {
 
     fn answer_readdir(
         &self,
-        chan: &Channel,
+        chan: &dyn Sink,
         unique: u64,
         fh: u64,
         offset: u64,

@@ -74,6 +74,9 @@ pub(crate) mod init {
     pub(crate) const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
     pub(crate) const INIT_EXT: u64 = 1 << 30;
     pub(crate) const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
+    /// Requests may travel over io_uring queues (`FUSE_OVER_IO_URING`,
+    /// offered only while `fuse.enable_uring` is on).
+    pub(crate) const OVER_IO_URING: u64 = 1 << 41;
 }
 
 /// `fuse_setattr_in.valid` bits.

@@ -3,13 +3,15 @@
 //! adapter. [`abi`] parses requests from bytes, [`reply`] encodes answers
 //! (only whole, well-formed ones), [`session`] mounts, negotiates INIT and
 //! runs the serving threads; `crate::adapter::dispatch` turns each request
-//! into a call of the adapter. Kept apart from the adapter so that another
-//! carrier of the same messages (FUSE over io_uring) can come next to it.
+//! into a call of the adapter. [`uring`] carries the same messages over
+//! FUSE's io_uring queues instead; both hand requests to the same adapter
+//! and take its replies through a [`Sink`].
 
 pub(crate) mod abi;
 mod fusermount;
 pub(crate) mod reply;
 pub(crate) mod session;
+pub(crate) mod uring;
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -48,6 +50,19 @@ impl Channel {
             Err(rustix::io::Errno::NOENT) => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// Where the reply to one request goes: the `/dev/fuse` device, or the
+/// ring entry that brought the request.
+pub(crate) trait Sink {
+    /// Sends `r`, the one reply to the request being served.
+    fn send(&self, r: &Reply<'_>) -> io::Result<()>;
+}
+
+impl Sink for Channel {
+    fn send(&self, r: &Reply<'_>) -> io::Result<()> {
+        Channel::send(self, r)
     }
 }
 

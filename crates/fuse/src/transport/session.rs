@@ -21,15 +21,15 @@ use crate::options::MountConfig;
 pub(crate) const MAX_IO: u32 = 1 << 20;
 /// A request buffer: the largest WRITE plus the kernel's minimum read
 /// buffer (`FUSE_MIN_READ_BUFFER`) for the headers.
-const BUF_LEN: usize = MAX_IO as usize + 8192;
+pub(crate) const BUF_LEN: usize = MAX_IO as usize + 8192;
 /// Page size the kernel counts `max_pages` in.
 const PAGE: u32 = 4096;
 
 /// What serves the requests: the adapter, through the dispatcher.
 pub(crate) trait Serve: Send + Sync + 'static {
     /// Handles one request; every request but FORGET and INTERRUPT gets
-    /// one reply through `chan`.
-    fn serve(&self, chan: &Arc<Channel>, req: &Request<'_>);
+    /// one reply through `out`.
+    fn serve(&self, out: &dyn super::Sink, req: &Request<'_>);
     /// The connection ended: close what the kernel left open.
     fn destroy(&self);
     /// Whether the spinning thread should busy-poll the device before its
@@ -181,7 +181,7 @@ pub(crate) fn handshake(chan: &Channel, wanted: u64) -> io::Result<InitOut> {
 struct NoServer;
 
 impl Serve for NoServer {
-    fn serve(&self, _: &Arc<Channel>, _: &Request<'_>) {}
+    fn serve(&self, _: &dyn super::Sink, _: &Request<'_>) {}
     fn destroy(&self) {}
 }
 
@@ -279,11 +279,11 @@ pub(crate) fn thread_name(i: usize) -> String {
     format!("ext4kit-fuse-{i}")
 }
 
-fn serve_loop(chan: &Arc<Channel>, server: &dyn Serve, spinner: bool) -> io::Result<()> {
+pub(crate) fn serve_loop(chan: &Arc<Channel>, server: &dyn Serve, spinner: bool) -> io::Result<()> {
     let mut buf = vec![0u8; BUF_LEN];
     while let Some(n) = read_request(chan, &mut buf, spinner, server)? {
         match Request::parse(&buf[..n]) {
-            Ok(req) => server.serve(chan, &req),
+            Ok(req) => server.serve(&**chan, &req),
             Err(abi::Malformed) => {
                 log::warn!("ext4kit: malformed FUSE request of {n} bytes");
                 if let Ok(h) = abi::parse_header(&buf[..n]) {
