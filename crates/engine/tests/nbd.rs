@@ -282,11 +282,8 @@ fn trim_zeroes_and_block_status() {
     if !servers_here() {
         return;
     }
-    let srv = NbdServer::nbdkit(
-        &["memory", "4M"],
-        &Listen::Unix(tempfile::tempdir().unwrap().keep().join("m")),
-    )
-    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let srv = NbdServer::nbdkit(&["memory", "4M"], &Listen::Unix(dir.path().join("m"))).unwrap();
     let dev = open(&srv.uri(""), true, 64 << 10);
     assert!(dev.has_block_status(), "nbdkit offers base:allocation");
     let hole = dev.block_status(0, 1 << 20).unwrap();
