@@ -18,9 +18,11 @@ cd "$(dirname "$0")/.."
 # O_DIRECT) and sets fscrypt keys and policies on kernel mounts (ioctls)
 # where Rust would need `unsafe`; fsverity cross-checks `ext4kit
 # verity digest`; python3-cryptography derives the casefold+encryption
-# dirhash key (HKDF-SHA512) independently of the engine.
-PACKAGES="e2fsprogs attr bzip2 util-linux kmod fuse3 fuse2fs acl fio stress-ng fonts-dejavu-core git make gcc tar time python3 fsverity python3-cryptography"
-TOOLS="mkfs.ext4 e2fsck debugfs dumpe2fs setfattr bzip2 mount losetup swapon fusermount3 fuse2fs setfacl fio stress-ng git make gcc tar python3"
+# dirhash key (HKDF-SHA512) independently of the engine; nbdkit (memory,
+# file, delay and error plugins/filters) and qemu-utils (qemu-nbd) are the
+# real servers the NBD client is tested against.
+PACKAGES="e2fsprogs attr bzip2 util-linux kmod fuse3 fuse2fs acl fio stress-ng fonts-dejavu-core git make gcc tar time python3 fsverity python3-cryptography nbdkit qemu-utils"
+TOOLS="mkfs.ext4 e2fsck debugfs dumpe2fs setfattr bzip2 mount losetup swapon fusermount3 fuse2fs setfacl fio stress-ng git make gcc tar python3 nbdkit qemu-nbd"
 
 if [ "${1:-}" = --packages ]; then
     echo "$PACKAGES"

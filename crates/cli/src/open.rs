@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use ext4kit_engine::BlockDevice;
-use ext4kit_engine::device::{FileDevice, UndoDevice, UndoSync};
+use ext4kit_engine::device::nbd::is_nbd_uri;
+use ext4kit_engine::device::{FileDevice, InUse, NbdDevice, UndoDevice, UndoSync};
 use ext4kit_engine::journal::JournalDevice;
 use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions, SuperblockAt, backup_sb};
 use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
@@ -54,6 +55,40 @@ impl From<UndoSyncArg> for UndoSync {
             UndoSyncArg::Close => Self::AtClose,
         }
     }
+}
+
+/// How a command opens its image (see [`open_device`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read-only, no lock; who else uses the image is reported.
+    Read,
+    /// Read-only under a shared lock (a read-only mount).
+    ReadShared,
+    /// Read-write, claiming the image.
+    Write,
+}
+
+/// Opens the image a command names: a file or block device, or an NBD
+/// export (`nbd://host[:port]/export`, `nbd+unix:///export?socket=PATH`).
+/// An export has no lock to take and no local holder to find: the
+/// server's own locking (qemu-nbd locks its file) and multi-mount
+/// protection (`mmp`) guard it. The second value says who else uses a
+/// file opened read-only.
+///
+/// # Errors
+/// The device's open error (a malformed URI, no server, a busy image).
+pub fn open_device(image: &Path, access: Access) -> std::io::Result<(Box<dyn BlockDevice>, Option<InUse>)> {
+    if let Some(uri) = image.to_str().filter(|s| is_nbd_uri(s)) {
+        let dev = NbdDevice::open_uri(uri, access == Access::Write)?;
+        return Ok((Box::new(dev), None));
+    }
+    let dev = match access {
+        Access::Read => FileDevice::open(image, false)?,
+        Access::ReadShared => FileDevice::open_shared(image)?,
+        Access::Write => FileDevice::open(image, true)?,
+    };
+    let who = dev.in_use().cloned();
+    Ok((Box::new(dev), who))
 }
 
 /// Opens the image read-only with the options the arguments ask for.
@@ -98,16 +133,21 @@ fn open_with(a: &ImageArgs, writable: bool, count_mount: bool) -> Result<Filesys
         );
     }
     // From a backup the engine writes nothing: no need to claim the image.
-    let dev = FileDevice::open(&a.image, writable && superblock.is_none()).with_context(|| "cannot open the image")?;
-    if let Some(who) = dev.in_use() {
+    let access = if writable && superblock.is_none() {
+        Access::Write
+    } else {
+        Access::Read
+    };
+    let (dev, who) = open_device(&a.image, access).with_context(|| "cannot open the image")?;
+    if let Some(who) = who {
         log::warn!(
             "ext4kit: {} is {who}: reading what is on disk, which may be out of date",
             a.image.display()
         );
     }
     let dev = match &a.undo.file {
-        Some(z) => start_undo(Box::new(dev), z, a.undo.undo_sync.into(), &a.image)?,
-        None => Box::new(dev),
+        Some(z) => start_undo(dev, z, a.undo.undo_sync.into(), &a.image)?,
+        None => dev,
     };
     let opts = OpenOptions {
         verify_checksums: !a.ignore_checksums,

@@ -59,6 +59,7 @@ pub mod fixture;
 pub mod fuse;
 pub mod image;
 pub mod mount;
+pub mod nbd;
 pub mod peer;
 pub mod rng;
 pub mod skip;

@@ -144,7 +144,7 @@ fn make(a: &Args) -> Result<()> {
     let (dev, zeroed) = prepare(&a.image, size, a.force, a.undo.is_none())?;
     opts.device_zeroed = zeroed;
     let sync = a.undo_sync.into();
-    let r = crate::open::with_undo_synced(Box::new(dev), a.undo.as_deref(), sync, &a.image, block_size, |dev| {
+    let r = crate::open::with_undo_synced(dev, a.undo.as_deref(), sync, &a.image, block_size, |dev| {
         let r = mkfs(dev.as_ref(), &opts).with_context(|| format!("{}", a.image.display()))?;
         let quota = opts.quota_files(&r.plan.features);
         if jdev.is_none() && (a.root_dir.is_some() || !quota.is_empty()) {
@@ -249,7 +249,10 @@ fn options(a: &Args) -> Result<MkfsOptions> {
 /// truncated to zero and extended sparse, so it reads as zeros, which
 /// mkfs is told; unless `truncate` is false (`-z`: the old contents are
 /// saved as they are overwritten), when it is only extended as needed.
-fn prepare(path: &Path, size: Option<u64>, force: bool, truncate: bool) -> Result<(FileDevice, bool)> {
+fn prepare(path: &Path, size: Option<u64>, force: bool, truncate: bool) -> Result<(Box<dyn BlockDevice>, bool)> {
+    if let Some(uri) = path.to_str().filter(|s| ext4kit_engine::device::nbd::is_nbd_uri(s)) {
+        return prepare_nbd(uri, size, force);
+    }
     if path.is_dir() {
         bail!(
             "{} is a directory: mkfs makes a file system in an image file or on a block device",
@@ -291,7 +294,24 @@ fn prepare(path: &Path, size: Option<u64>, force: bool, truncate: bool) -> Resul
         dev.set_len(len)
             .with_context(|| format!("cannot size {}", path.display()))?;
     }
-    Ok((dev, regular && truncate))
+    Ok((Box::new(dev), regular && truncate))
+}
+
+/// An NBD export keeps its size; its old contents are not known to read
+/// as zeros.
+fn prepare_nbd(uri: &str, size: Option<u64>, force: bool) -> Result<(Box<dyn BlockDevice>, bool)> {
+    let dev = ext4kit_engine::device::NbdDevice::open_uri(uri, true).with_context(|| "cannot open the export")?;
+    if let Some(s) = size.filter(|&s| s > dev.len()) {
+        bail!("{uri}: {s} bytes asked, but the export holds {}", dev.len());
+    }
+    let mut buf = [0u8; 1024];
+    if !force
+        && dev.read_at(1024, &mut buf).is_ok()
+        && let Some(kind) = fs_kind(&buf)
+    {
+        bail!("{uri} contains a {kind} file system; use -F to overwrite it");
+    }
+    Ok((Box::new(dev), false))
 }
 
 /// "ext2/ext3/ext4" when the image already holds one.
@@ -301,7 +321,12 @@ fn existing_fs(path: &Path) -> Option<&'static str> {
     let mut buf = [0u8; 1024];
     f.seek(SeekFrom::Start(1024)).ok()?;
     f.read_exact(&mut buf).ok()?;
-    let sb = RawSuperblock::parse(&buf).ok()?;
+    fs_kind(&buf)
+}
+
+/// "ext2/ext3/ext4" when `buf` is a superblock.
+fn fs_kind(buf: &[u8; 1024]) -> Option<&'static str> {
+    let sb = RawSuperblock::parse(buf).ok()?;
     if sb.s_magic.get() != EXT4_SUPER_MAGIC {
         return None;
     }

@@ -78,7 +78,8 @@ pub fn run(a: Args) -> Result<()> {
         }
         Err(e) => bail!("{}: mount point: {e}", a.mountpoint.display()),
     }
-    if a.create.is_none() && !a.image.exists() {
+    let is_uri = a.image.to_str().is_some_and(ext4kit_engine::device::nbd::is_nbd_uri);
+    if a.create.is_none() && !is_uri && !a.image.exists() {
         bail!(
             "{}: no such image (--create SIZE makes a new one, e.g. --create 1G)",
             a.image.display()
@@ -179,13 +180,14 @@ fn is_mount_server(command: Option<&str>) -> bool {
 /// writer changes the image under it. `kept`: files still open when the
 /// image is opened again after a grow (which is not counted as a mount).
 fn open(image: &Path, cfg: &MountConfig, kept: ext4kit_engine::resize::OpenCounts) -> Result<Filesystem> {
-    let dev = if cfg.read_only {
-        FileDevice::open_shared(image)
+    let access = if cfg.read_only {
+        crate::open::Access::ReadShared
     } else {
-        FileDevice::open(image, true)
-    }
-    .with_context(|| format!("cannot open {}", image.display()))?;
-    if let Some(who) = dev.in_use() {
+        crate::open::Access::Write
+    };
+    let (dev, who) =
+        crate::open::open_device(image, access).with_context(|| format!("cannot open {}", image.display()))?;
+    if let Some(who) = who {
         log::warn!(
             "ext4kit: {} is {who}: serving it read-only as it is on disk",
             image.display()
@@ -204,7 +206,7 @@ fn open(image: &Path, cfg: &MountConfig, kept: ext4kit_engine::resize::OpenCount
         keep_open: kept,
         ..OpenOptions::default()
     };
-    let fs = Filesystem::open(Box::new(dev), opts).map_err(|e| {
+    let fs = Filesystem::open(dev, opts).map_err(|e| {
         let hint = cfg.superblock.is_none().then(|| {
             crate::open::backup_hint(image, &e, |b| {
                 format!("mount with -o ro,sb={}", b.block * u64::from(b.block_size) / 1024)

@@ -10,7 +10,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use ext4kit_engine::device::FileDevice;
 use ext4kit_engine::{BlockDevice, Filesystem, OpenOptions};
 use ext4kit_fsck::report::Report;
 use ext4kit_fsck::{Mode, Options, Severity};
@@ -30,13 +29,15 @@ pub fn run(image: &Path, cfg: &MountConfig) -> Result<()> {
             return preen(image);
         }
     }
-    let dev = FileDevice::open_unlocked(image, false).with_context(|| format!("cannot open {}", image.display()))?;
+    let (dev, _) = crate::open::open_device(image, crate::open::Access::Read)
+        .with_context(|| format!("cannot open {}", image.display()))?;
+    let dev = dev.as_ref();
     let opts = Options {
         force: cfg.check != PreCheck::Auto,
         now: now(),
         ..Options::default()
     };
-    let report = ext4kit_fsck::check(&dev, &opts, &mut |_| {})
+    let report = ext4kit_fsck::check(dev, &opts, &mut |_| {})
         .map_err(|e| anyhow::anyhow!("{}: the check before mounting could not run: {e}", image.display()))?;
     if report.skipped_clean {
         log::info!(
@@ -66,8 +67,9 @@ pub fn run(image: &Path, cfg: &MountConfig) -> Result<()> {
 /// `check=preen` before a read-write mount: a full check that repairs, as
 /// `fsck -fp` does, then the mount goes ahead only if nothing is left.
 fn preen(image: &Path) -> Result<()> {
-    let dev: Arc<dyn BlockDevice> =
-        Arc::new(FileDevice::open(image, true).with_context(|| format!("cannot open {}", image.display()))?);
+    let (dev, _) = crate::open::open_device(image, crate::open::Access::Write)
+        .with_context(|| format!("cannot open {}", image.display()))?;
+    let dev: Arc<dyn BlockDevice> = Arc::from(dev);
     let opts = Options {
         force: true,
         mode: Mode::Preen,
@@ -140,12 +142,13 @@ fn now() -> u64 {
 /// empty and everything at home): the check reads the image as found, and
 /// a crashed session's journal would otherwise look like damage.
 fn settle(image: &Path) -> Result<()> {
-    let dev = FileDevice::open(image, true).with_context(|| format!("cannot open {}", image.display()))?;
+    let (dev, _) = crate::open::open_device(image, crate::open::Access::Write)
+        .with_context(|| format!("cannot open {}", image.display()))?;
     let opts = OpenOptions {
         count_mount: false,
         ..OpenOptions::default()
     };
-    let fs = Filesystem::open(Box::new(dev), opts).with_context(|| format!("{}", image.display()))?;
+    let fs = Filesystem::open(dev, opts).with_context(|| format!("{}", image.display()))?;
     fs.unmount()
         .with_context(|| format!("{}: closing after journal recovery", image.display()))?;
     Ok(())

@@ -14,7 +14,6 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Result;
 use ext4kit_engine::BlockDevice;
-use ext4kit_engine::device::FileDevice;
 use ext4kit_fsck::{self as fsck, Mode, Options};
 
 use progress::ProgressOut;
@@ -240,7 +239,12 @@ fn undo_saved(path: &std::path::Path) -> Option<fsck::repair::undo::Saved> {
 /// back reads as damage); writable for a repair, which refuses an image in
 /// use, as e2fsck refuses to repair a mounted file system.
 fn open(a: &Args, mode: Mode) -> Option<Arc<dyn BlockDevice>> {
-    let dev = match FileDevice::open(&a.image, mode != Mode::Check) {
+    let access = if mode == Mode::Check {
+        crate::open::Access::Read
+    } else {
+        crate::open::Access::Write
+    };
+    let (dev, who) = match crate::open::open_device(&a.image, access) {
         Ok(d) => d,
         Err(e) if mode != Mode::Check => {
             eprintln!(
@@ -254,11 +258,11 @@ fn open(a: &Args, mode: Mode) -> Option<Arc<dyn BlockDevice>> {
             return None;
         }
     };
-    if let Some(who) = dev.in_use() {
+    if let Some(who) = who {
         eprintln!(
             "ext4kit fsck: warning: {} is {who}: checking what is on disk, which may be out of date (findings may be spurious)",
             a.image.display()
         );
     }
-    Some(Arc::new(dev))
+    Some(Arc::from(dev))
 }

@@ -37,7 +37,7 @@ pub(super) fn make(a: &Args) -> Result<()> {
         metadata_csum: a.fs_type == "ext4",
         device_zeroed: zeroed,
     };
-    let r = make_journal_device(&dev, &o).with_context(|| format!("{}", a.image.display()))?;
+    let r = make_journal_device(dev.as_ref(), &o).with_context(|| format!("{}", a.image.display()))?;
     if !a.quiet {
         outln!(
             "{}: journal device of {} blocks of {} bytes, UUID {}",
