@@ -50,16 +50,16 @@ for arg in "$@"; do
 done
 cargo test $scope "$@"
 status=$?
-# The whole run mounts with transport=auto: FUSE over io_uring where the
-# kernel offers it (root turns it on: .ci/run does). The mount tests then
-# run again on the own /dev/fuse transport; where io_uring is off, they
-# ran on /dev/fuse already and the io_uring pass is a loud skip.
+# The whole run mounts with transport=auto (the own /dev/fuse transport).
+# The mount tests then run again over FUSE's io_uring queues where the
+# kernel offers them (root turns them on: .ci/run does); where it does
+# not, the io_uring pass is a loud skip.
 if [ -n "$scope" ]; then
     enable=/sys/module/fuse/parameters/enable_uring
     if [ "$(cat "$enable" 2>/dev/null)" = Y ]; then
-        echo "test.sh: the mount tests again with transport=dev"
-        EXT4KIT_TEST_TRANSPORT=dev cargo test -p ext4kit-cli --test 'mount*' || status=1
-        EXT4KIT_TEST_TRANSPORT=dev cargo test -p ext4kit-posix-suite || status=1
+        echo "test.sh: the mount tests again with transport=uring"
+        EXT4KIT_TEST_TRANSPORT=uring cargo test -p ext4kit-cli --test 'mount*' || status=1
+        EXT4KIT_TEST_TRANSPORT=uring cargo test -p ext4kit-posix-suite || status=1
     else
         echo "test.sh: mount tests over io_uring: $enable is not Y" >>"$skips"
     fi

@@ -356,19 +356,22 @@ fn a_server_killed_mid_request_leaves_enotconn_not_a_hang() {
     assert_clean(&img);
 }
 
-/// `transport=auto` serves over io_uring when the kernel offers it.
+/// `transport=auto` serves over `/dev/fuse` even where the kernel offers
+/// io_uring (io_uring is slower on writes so far), and only
+/// `transport=uring` starts ring threads.
 #[test]
-fn auto_picks_io_uring_where_the_kernel_offers_it() {
+fn auto_stays_on_dev_and_uring_starts_rings() {
     if !ready() {
         return;
     }
     let work = tempfile::tempdir().unwrap();
     let img = make_image(work.path());
-    let m = FuseMount::start(exe(), &img, "transport=auto").unwrap();
+    let m = FuseMount::start(exe(), &img, "transport=uring").unwrap();
     std::fs::write(m.path().join("x"), b"x").unwrap();
     assert!(ring_threads(m.pid().unwrap()) >= 1);
     assert!(m.unmount().unwrap().success());
-    let m = FuseMount::start(exe(), &img, "transport=dev").unwrap();
+    let m = FuseMount::start(exe(), &img, "transport=auto").unwrap();
+    std::fs::write(m.path().join("y"), b"y").unwrap();
     assert_eq!(ring_threads(m.pid().unwrap()), 0);
     assert!(m.unmount().unwrap().success());
     assert_clean(&img);

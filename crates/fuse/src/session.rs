@@ -336,9 +336,8 @@ fn mount_dev(adapter: Ext4Fuse, mountpoint: &Path, source: &str, cfg: &MountConf
     Ok(Running::Dev(chan, Arc::new(adapter), mountpoint, rings))
 }
 
-/// The ring entries for FUSE over io_uring, when `transport=` asks for it
-/// and the machine allows it; with `transport=auto`, the reason it does
-/// not is logged and the mount goes on over `/dev/fuse`.
+/// The ring entries for FUSE over io_uring, when `transport=uring` asks
+/// for them.
 ///
 /// # Errors
 /// `transport=uring` and the machine does not allow it.
@@ -347,21 +346,15 @@ fn rings_for(
     cfg: &MountConfig,
 ) -> io::Result<Option<crate::transport::uring::Rings>> {
     use crate::transport::uring::{self, Rings};
-    if !matches!(cfg.transport, Transport::Uring | Transport::Auto) {
+    if cfg.transport != Transport::Uring {
         return Ok(None);
     }
     let made = match uring::unavailable() {
         Some(why) => Err(io::Error::new(io::ErrorKind::Unsupported, why)),
         None => Rings::new(chan, Rings::per_queue(cfg.threads)),
     };
-    match made {
-        Ok(r) => Ok(Some(r)),
-        Err(e) if cfg.transport == Transport::Uring => Err(io::Error::new(e.kind(), format!("transport=uring: {e}"))),
-        Err(e) => {
-            log::info!("ext4kit: serving over /dev/fuse, not io_uring: {e}");
-            Ok(None)
-        }
-    }
+    made.map(Some)
+        .map_err(|e| io::Error::new(e.kind(), format!("transport=uring: {e}")))
 }
 
 /// Starts the poller of the own transport: spinning on `/dev/fuse` in
