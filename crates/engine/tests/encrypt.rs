@@ -586,12 +586,10 @@ fn refusals(fs: &Filesystem, v2: KeyRef) {
         libc::EINVAL,
         "IV_INO_LBLK_64 without stable_inodes"
     );
-    let cbc = Policy {
-        contents_mode: 5,
-        filenames_mode: 6,
-        ..Policy::new(v2, 0)
-    };
-    assert_eq!(errno(empty, cbc), libc::EOPNOTSUPP, "valid, not written here");
+    let direct = Policy::new(v2, 0x04);
+    assert_eq!(errno(empty, direct), libc::EINVAL, "DIRECT_KEY with a 16-byte-IV mode");
+    let v1_hctr2 = Policy::with_modes(KeyRef::Descriptor([1; 8]), 1, 10, 0);
+    assert_eq!(errno(empty, v1_hctr2), libc::EINVAL, "HCTR2 names need a v2 policy");
     assert_eq!(fs.encryption_policy(empty).unwrap(), None);
     fs.unlink(full, b"f").unwrap();
     fs.rmdir(ROOT_INO, b"full").unwrap();

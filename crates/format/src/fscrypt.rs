@@ -60,6 +60,45 @@ pub mod mode {
             _ => "unknown",
         }
     }
+
+    /// The mode a name spells, case-insensitively: [`name`]'s spelling,
+    /// or it without the `-CBC`/`-ESSIV` tail (`AES-256-CTS`).
+    pub fn by_name(s: &str) -> Option<u8> {
+        (AES_256_XTS..=AES_256_HCTR2).filter(|&m| m != 2 && m != 3).find(|&m| {
+            let full = name(m);
+            let short = full.trim_end_matches("-CBC").trim_end_matches("-ESSIV");
+            s.eq_ignore_ascii_case(full) || s.eq_ignore_ascii_case(short)
+        })
+    }
+
+    /// The names mode the kernel pairs with contents mode `m`
+    /// (`fscrypt_valid_enc_modes_v1`/`_v2`), the first when there are two.
+    pub fn names_partner(m: u8) -> Option<u8> {
+        match m {
+            AES_256_XTS => Some(AES_256_CTS),
+            AES_128_CBC => Some(AES_128_CTS),
+            SM4_XTS => Some(SM4_CTS),
+            ADIANTUM => Some(ADIANTUM),
+            _ => None,
+        }
+    }
+
+    /// Whether a policy of `version` may pair `contents` with `names`
+    /// (`fscrypt_valid_enc_modes_v1`, `fscrypt_valid_enc_modes_v2`).
+    pub fn valid_pair(version: u8, contents: u8, names: u8) -> bool {
+        let v1 = matches!(
+            (contents, names),
+            (AES_256_XTS, AES_256_CTS) | (AES_128_CBC, AES_128_CTS) | (ADIANTUM, ADIANTUM)
+        );
+        let v2 = matches!((contents, names), (AES_256_XTS, AES_256_HCTR2) | (SM4_XTS, SM4_CTS));
+        v1 || (version == super::VERSION_V2 && v2)
+    }
+
+    /// `ivsize` of mode `m`: the wide-block modes take a 32-byte IV, so
+    /// only they can carry the nonce DIRECT_KEY puts in it.
+    pub fn iv_size(m: u8) -> usize {
+        if matches!(m, ADIANTUM | AES_256_HCTR2) { 32 } else { 16 }
+    }
 }
 
 /// `FSCRYPT_POLICY_FLAG*`.
@@ -72,6 +111,47 @@ pub mod policy_flags {
     pub const IV_INO_LBLK_64: u8 = 0x08;
     /// `FSCRYPT_POLICY_FLAG_IV_INO_LBLK_32`.
     pub const IV_INO_LBLK_32: u8 = 0x10;
+}
+
+/// Why the kernel refuses a policy (`fscrypt_supported_policy`, which
+/// `FS_IOC_SET_ENCRYPTION_POLICY` answers with `EINVAL` and which also
+/// guards every open), `None` when it takes it. `stable_inodes`: whether
+/// the file system has that feature (IV_INO_LBLK_* needs it).
+pub fn policy_refusal(version: u8, contents: u8, names: u8, flags: u8, stable_inodes: bool) -> Option<String> {
+    use policy_flags::{DIRECT_KEY, IV_INO_LBLK_32, IV_INO_LBLK_64, PAD_MASK};
+    let pair = || format!("contents {} with names {}", mode::name(contents), mode::name(names));
+    if !mode::valid_pair(version, contents, names) {
+        return Some(format!("{} is not a valid pair for a v{version} policy", pair()));
+    }
+    let lblk = IV_INO_LBLK_64 | IV_INO_LBLK_32;
+    let known = PAD_MASK | DIRECT_KEY | if version == VERSION_V2 { lblk } else { 0 };
+    if flags & !known != 0 {
+        return Some(format!("flags {flags:#04x} are not valid for a v{version} policy"));
+    }
+    let key_flags = flags & (DIRECT_KEY | lblk);
+    if key_flags.count_ones() > 1 {
+        return Some(format!(
+            "flags {flags:#04x}: DIRECT_KEY, IV_INO_LBLK_64 and IV_INO_LBLK_32 exclude each other"
+        ));
+    }
+    if key_flags == DIRECT_KEY && (contents != names || mode::iv_size(contents) < 32) {
+        return Some(format!(
+            "DIRECT_KEY with {}: it needs one mode with a 32-byte IV for both (Adiantum)",
+            pair()
+        ));
+    }
+    let which = if key_flags == IV_INO_LBLK_64 {
+        "IV_INO_LBLK_64"
+    } else {
+        "IV_INO_LBLK_32"
+    };
+    if key_flags & lblk != 0 && contents != mode::AES_256_XTS {
+        return Some(format!("{which} with {}: it needs AES-256-XTS contents", pair()));
+    }
+    if key_flags & lblk != 0 && !stable_inodes {
+        return Some(format!("{which} needs the stable_inodes feature"));
+    }
+    None
 }
 
 /// Which master key a context needs.
@@ -325,6 +405,34 @@ mod tests {
         assert_eq!(padded_len(3, 32, 255), 32);
         assert_eq!(padded_len(250, 32, 255), 255);
         assert_eq!(padded_len(17, 4, 255), 20);
+    }
+
+    #[test]
+    fn mode_names_and_the_kernels_policy_rule() {
+        assert_eq!(mode::by_name("aes-256-cts"), Some(mode::AES_256_CTS));
+        assert_eq!(mode::by_name("AES-128-CBC-ESSIV"), Some(mode::AES_128_CBC));
+        assert_eq!(mode::by_name("adiantum"), Some(mode::ADIANTUM));
+        assert_eq!(mode::by_name("SM4-CTS-CBC"), Some(mode::SM4_CTS));
+        assert_eq!(mode::by_name("AES-256-HCTR2"), Some(mode::AES_256_HCTR2));
+        assert_eq!(mode::by_name("AES-256-CBC"), None);
+        assert_eq!(mode::by_name("unknown"), None);
+        let ok = |v, c, n, f| policy_refusal(v, c, n, f, true);
+        assert_eq!(ok(1, mode::ADIANTUM, mode::ADIANTUM, policy_flags::DIRECT_KEY), None);
+        assert_eq!(
+            ok(2, mode::AES_256_XTS, mode::AES_256_HCTR2, policy_flags::IV_INO_LBLK_32),
+            None
+        );
+        assert_eq!(ok(2, mode::SM4_XTS, mode::SM4_CTS, 3), None);
+        let why = ok(1, mode::AES_256_XTS, mode::AES_256_HCTR2, 0).unwrap();
+        assert!(why.contains("AES-256-HCTR2") && why.contains("v1"), "{why}");
+        let why = ok(2, mode::AES_256_XTS, mode::AES_256_CTS, policy_flags::DIRECT_KEY).unwrap();
+        assert!(why.contains("DIRECT_KEY") && why.contains("AES-256-XTS"), "{why}");
+        let why = ok(2, mode::ADIANTUM, mode::ADIANTUM, policy_flags::IV_INO_LBLK_64).unwrap();
+        assert!(why.contains("IV_INO_LBLK_64") && why.contains("Adiantum"), "{why}");
+        assert!(ok(1, mode::AES_256_XTS, mode::AES_256_CTS, policy_flags::IV_INO_LBLK_32).is_some());
+        assert!(ok(2, mode::ADIANTUM, mode::ADIANTUM, 0x0c).unwrap().contains("exclude"));
+        let none = policy_refusal(2, mode::AES_256_XTS, mode::AES_256_CTS, 0x10, false);
+        assert!(none.unwrap().contains("stable_inodes"));
     }
 
     #[test]

@@ -1,43 +1,27 @@
 //! File contents of encrypted regular files (`crypto.c`): each block is
-//! one AES-256-XTS data unit whose tweak is its IV ([`FileKey::iv`]).
+//! one data unit of the policy's contents mode ([`super::modes`]) whose
+//! IV is derived from its logical block number ([`FileKey::iv`]).
 //! Holes and unwritten extents read as zeros without decryption, as the
 //! kernel never encrypts them. Reads decrypt whole blocks; writes
 //! encrypt whole blocks, reading and decrypting the partial ones first.
 
-use aes::Aes256;
-use aes::cipher::KeyInit;
-use ext4kit_format::fscrypt::mode;
 use ext4kit_format::inode::FileType;
-use xts_mode::Xts128;
 
 use super::keys::FileKey;
-use crate::error::{Error, Result};
+use super::modes::Dir;
+use crate::error::Result;
 use crate::fs::Filesystem;
 use crate::inode::Inode;
 
 impl FileKey {
-    fn xts(&self) -> Result<Xts128<Aes256>> {
-        if self.mode != mode::AES_256_XTS {
-            return Err(Error::Unsupported(format!(
-                "fscrypt contents mode {}",
-                mode::name(self.mode)
-            )));
-        }
-        let c1 = Aes256::new_from_slice(&self.key[..32]).expect("32-byte key");
-        let c2 = Aes256::new_from_slice(&self.key[32..]).expect("32-byte key");
-        Ok(Xts128::new(c1, c2))
-    }
-
     /// Decrypts block `lblk` of the file in place.
     pub(crate) fn decrypt_block(&self, lblk: u64, block: &mut [u8]) -> Result<()> {
-        self.xts()?.decrypt_sector(block, self.iv(lblk));
-        Ok(())
+        self.crypt(lblk, block, Dir::Decrypt)
     }
 
     /// Encrypts block `lblk` of the file in place.
     pub(crate) fn encrypt_block(&self, lblk: u64, block: &mut [u8]) -> Result<()> {
-        self.xts()?.encrypt_sector(block, self.iv(lblk));
-        Ok(())
+        self.crypt(lblk, block, Dir::Encrypt)
     }
 }
 

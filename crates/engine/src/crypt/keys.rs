@@ -1,17 +1,21 @@
 //! Master keys and per-file keys (`keysetup.c`, `keysetup_v1.c`,
 //! `hkdf.c`): a v1 file key is the master key encrypted with AES-128-ECB
 //! under the file's nonce; a v2 one is HKDF-SHA512 of the master key with
-//! the info `"fscrypt\0"`, a context byte and the nonce. The IV of a data
-//! unit is its logical block number (little-endian, zero-padded to 16
-//! bytes), with the inode number in its high half under IV_INO_LBLK_64 or
-//! added to a hash of it under IV_INO_LBLK_32.
+//! the info `"fscrypt\0"`, a context byte and the nonce. With DIRECT_KEY
+//! every file of a mode shares one key (v1: the master key itself; v2:
+//! HKDF of the mode number) and the nonce goes into the IV instead. The
+//! IV of a data unit is its logical block number (little-endian,
+//! zero-padded to the mode's IV size), with the nonce after it under
+//! DIRECT_KEY, the inode number in its high half under IV_INO_LBLK_64,
+//! or added to a hash of it under IV_INO_LBLK_32.
 
 use aes::Aes128;
 use aes::cipher::{BlockEncrypt, KeyInit, generic_array::GenericArray};
-use ext4kit_format::fscrypt::{Context, KeyRef, mode, policy_flags};
+use ext4kit_format::fscrypt::{self, Context, KeyRef, mode, policy_flags};
 use hkdf::Hkdf;
 use sha2::Sha512;
 
+use super::modes;
 use crate::error::{Error, Result};
 use crate::inode::Inode;
 
@@ -19,6 +23,7 @@ use crate::inode::Inode;
 mod hkdf_context {
     pub const KEY_IDENTIFIER: u8 = 1;
     pub const PER_FILE_ENC_KEY: u8 = 2;
+    pub const DIRECT_KEY: u8 = 3;
     pub const IV_INO_LBLK_64_KEY: u8 = 4;
     pub const DIRHASH_KEY: u8 = 5;
     pub const IV_INO_LBLK_32_KEY: u8 = 6;
@@ -71,10 +76,12 @@ impl MasterKey {
     }
 }
 
-/// How a data unit's IV is formed.
+/// How a data unit's IV is formed (`fscrypt_generate_iv`).
 #[derive(Debug, Clone, Copy)]
 enum IvBase {
     Lblk,
+    /// DIRECT_KEY: the file's nonce follows the index.
+    Nonce,
     InoLblk64(u32),
     InoLblk32(u32),
 }
@@ -89,43 +96,48 @@ pub(crate) struct FileKey {
     pub(crate) dirhash: Option<(u64, u64)>,
 }
 
-/// Key size of each mode this code implements.
-fn key_size(m: u8) -> Option<usize> {
-    match m {
-        mode::AES_256_XTS => Some(64),
-        mode::AES_256_CTS => Some(32),
-        _ => None,
-    }
-}
-
 impl FileKey {
     /// The key of `inode` (contents mode for regular files, names mode
     /// for directories and symlinks) from `master`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the modes and flags of a policy
+    /// the kernel refuses (its `EINVAL`), [`Error::Unsupported`] for a
+    /// data unit size other than the block size, [`Error::NoKey`] for a
+    /// master key too short for the mode (the kernel's `ENOKEY`).
     pub(crate) fn derive(master: &MasterKey, ctx: &Context, inode: &Inode, uuid: &[u8; 16]) -> Result<Self> {
         let m = if inode.raw.file_type() == Some(ext4kit_format::inode::FileType::Regular) {
             ctx.contents_mode
         } else {
             ctx.filenames_mode
         };
-        let size = key_size(m).ok_or_else(|| {
-            Error::Unsupported(format!("fscrypt mode {} ({m}) of inode {}", mode::name(m), inode.ino))
-        })?;
-        check_flags(ctx, inode.ino)?;
+        check_policy(ctx, inode.ino)?;
+        let size = modes::key_size(m).expect("a mode of a valid pair");
+        check_master_size(master, ctx, m, size, inode.ino)?;
         let mut key = vec![0u8; size];
-        let iv = match ctx.key {
-            KeyRef::Descriptor(_) => {
-                v1_derive(master, &ctx.nonce, &mut key, inode.ino)?;
+        let lblk = policy_flags::IV_INO_LBLK_64 | policy_flags::IV_INO_LBLK_32;
+        let iv = match (ctx.key, ctx.flags & (policy_flags::DIRECT_KEY | lblk)) {
+            (KeyRef::Descriptor(_), policy_flags::DIRECT_KEY) => {
+                key.copy_from_slice(&master.raw[..size]);
+                IvBase::Nonce
+            }
+            (KeyRef::Descriptor(_), _) => {
+                v1_derive(master, &ctx.nonce, &mut key);
                 IvBase::Lblk
             }
-            KeyRef::Identifier(_) if ctx.flags & policy_flags::IV_INO_LBLK_64 != 0 => {
+            (KeyRef::Identifier(_), policy_flags::DIRECT_KEY) => {
+                master.hkdf(hkdf_context::DIRECT_KEY, &[m], &mut key);
+                IvBase::Nonce
+            }
+            (KeyRef::Identifier(_), policy_flags::IV_INO_LBLK_64) => {
                 master.hkdf(hkdf_context::IV_INO_LBLK_64_KEY, &mode_and_uuid(m, uuid), &mut key);
                 IvBase::InoLblk64(inode.ino)
             }
-            KeyRef::Identifier(_) if ctx.flags & policy_flags::IV_INO_LBLK_32 != 0 => {
+            (KeyRef::Identifier(_), policy_flags::IV_INO_LBLK_32) => {
                 master.hkdf(hkdf_context::IV_INO_LBLK_32_KEY, &mode_and_uuid(m, uuid), &mut key);
                 IvBase::InoLblk32(hashed_ino(master, inode.ino))
             }
-            KeyRef::Identifier(_) => {
+            (KeyRef::Identifier(_), _) => {
                 master.hkdf(hkdf_context::PER_FILE_ENC_KEY, &ctx.nonce, &mut key);
                 IvBase::Lblk
             }
@@ -168,35 +180,62 @@ impl FileKey {
         Some(h.finish())
     }
 
-    /// The 16-byte IV of data unit `lblk` (0 for names).
-    pub(crate) fn iv(&self, lblk: u64) -> [u8; 16] {
+    /// The IV of data unit `lblk` (0 for names): its index little-endian,
+    /// then the nonce under DIRECT_KEY, zeros elsewhere.
+    pub(crate) fn iv(&self, lblk: u64) -> modes::Iv {
         let index = match self.iv {
-            IvBase::Lblk => lblk,
+            IvBase::Lblk | IvBase::Nonce => lblk,
             IvBase::InoLblk64(ino) => u64::from(ino) << 32 | (lblk & 0xffff_ffff),
             IvBase::InoLblk32(h) => u64::from(h.wrapping_add(lblk as u32)),
         };
-        let mut iv = [0u8; 16];
+        let mut iv = [0u8; 32];
         iv[..8].copy_from_slice(&index.to_le_bytes());
+        if let IvBase::Nonce = self.iv {
+            iv[8..24].copy_from_slice(&self.ctx.nonce);
+        }
         iv
+    }
+
+    /// Runs this key's mode over `buf` with the IV of `lblk`.
+    pub(crate) fn crypt(&self, lblk: u64, buf: &mut [u8], dir: modes::Dir) -> Result<()> {
+        modes::crypt(self.mode, &self.key, &self.iv(lblk), buf, dir)
     }
 }
 
-/// Refuses the flags this code does not implement.
-fn check_flags(ctx: &Context, ino: u32) -> Result<()> {
-    let lblk = policy_flags::IV_INO_LBLK_64 | policy_flags::IV_INO_LBLK_32;
-    let refused = if ctx.flags & policy_flags::DIRECT_KEY != 0 {
-        Some("DIRECT_KEY")
-    } else if ctx.flags & lblk != 0 && ctx.version() == 1 {
-        Some("IV_INO_LBLK_* with a v1 policy")
-    } else if ctx.log2_data_unit_size != 0 {
-        Some("a data unit size other than the block size")
-    } else {
-        None
-    };
-    match refused {
-        Some(what) => Err(Error::Unsupported(format!("fscrypt policy flag {what} (inode {ino})"))),
-        None => Ok(()),
+/// Refuses a context whose policy the kernel refuses (`EINVAL` at open)
+/// and a data unit size this code does not implement.
+fn check_policy(ctx: &Context, ino: u32) -> Result<()> {
+    let refusal = fscrypt::policy_refusal(ctx.version(), ctx.contents_mode, ctx.filenames_mode, ctx.flags, true);
+    if let Some(why) = refusal {
+        return Err(Error::InvalidArgument(format!("inode {ino}: fscrypt policy: {why}")));
     }
+    if ctx.log2_data_unit_size != 0 {
+        return Err(Error::Unsupported(format!(
+            "fscrypt data unit size 2^{} other than the block size (inode {ino})",
+            ctx.log2_data_unit_size
+        )));
+    }
+    Ok(())
+}
+
+/// A v1 key must be as long as the mode's key (it is encrypted or used
+/// whole); a v2 one at least the mode's security strength
+/// (`fscrypt_valid_master_key_size`).
+fn check_master_size(master: &MasterKey, ctx: &Context, m: u8, size: usize, ino: u32) -> Result<()> {
+    let need = if ctx.version() == fscrypt::VERSION_V1 {
+        size
+    } else {
+        modes::security_strength(m)
+    };
+    if master.raw.len() < need {
+        return Err(Error::NoKey(format!(
+            "{} has {} bytes; inode {ino}'s mode {} needs {need}",
+            describe(&ctx.key),
+            master.raw.len(),
+            mode::name(m)
+        )));
+    }
+    Ok(())
 }
 
 fn mode_and_uuid(m: u8, uuid: &[u8; 16]) -> Vec<u8> {
@@ -235,21 +274,14 @@ fn sip_key(k: &[u8; 16]) -> (u64, u64) {
 }
 
 /// v1: each 16 bytes of the master key encrypted with AES-128 keyed by the
-/// nonce (`derive_key_aes`).
-fn v1_derive(master: &MasterKey, nonce: &[u8; 16], out: &mut [u8], ino: u32) -> Result<()> {
-    let src = master.raw.get(..out.len()).ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "the v1 master key of inode {ino} is shorter than its mode's {} bytes",
-            out.len()
-        ))
-    })?;
+/// nonce (`derive_key_aes`); the caller checked the key's length.
+fn v1_derive(master: &MasterKey, nonce: &[u8; 16], out: &mut [u8]) {
     let aes = Aes128::new(GenericArray::from_slice(nonce));
-    for (o, i) in out.chunks_mut(16).zip(src.chunks(16)) {
+    for (o, i) in out.chunks_mut(16).zip(master.raw.chunks(16)) {
         let mut b = GenericArray::clone_from_slice(i);
         aes.encrypt_block(&mut b);
         o.copy_from_slice(&b);
     }
-    Ok(())
 }
 
 /// How a key is named in messages.

@@ -10,6 +10,7 @@
 //! kernel does; with it, names and contents read and write as plaintext.
 //!
 //! - [`keys`]: master keys and the per-file key derivation.
+//! - [`modes`]: the cipher of each fscrypt mode.
 //! - [`names`]: user names to stored names and back, at the public
 //!   directory operations (the directory code below sees stored names).
 //! - [`contents`]: the block transform at the file read and write paths.
@@ -21,6 +22,7 @@ pub(crate) mod contents;
 pub(crate) mod create;
 pub(crate) mod dirhash;
 pub(crate) mod keys;
+pub(crate) mod modes;
 pub(crate) mod names;
 pub(crate) mod policy;
 

@@ -1,6 +1,6 @@
 //! Names in encrypted directories (`fname.c`): stored names are the
-//! plaintext zero-padded to the policy's padding and encrypted with
-//! AES-256-CTS-CBC (CS3) under the directory's key with an all-zero IV, so
+//! plaintext zero-padded to the policy's padding and encrypted with the
+//! policy's names mode under the directory's key with the IV of index 0, so
 //! one plaintext always gives the same stored name and the directory code
 //! below (lookup, htree hashes over the stored bytes, insertion) works on
 //! stored names unchanged. The public operations translate at their entry
@@ -9,15 +9,12 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use aes::Aes256;
-use aes::cipher::block_padding::NoPadding;
-use aes::cipher::{BlockDecryptMut, BlockEncryptMut, KeyIvInit};
-use cts::{Decrypt, Encrypt};
-use ext4kit_format::fscrypt::{self, NoKeyName, mode};
+use ext4kit_format::fscrypt::{self, NoKeyName};
 use ext4kit_format::hash::{HashVersion, dx_hash};
 use sha2::{Digest, Sha256};
 
 use super::keys::FileKey;
+use super::modes::Dir;
 use crate::error::{Error, Result};
 use crate::fs::Filesystem;
 use crate::inode::Inode;
@@ -48,17 +45,7 @@ impl FileKey {
         }
         let mut buf = name.to_vec();
         buf.resize(fscrypt::padded_len(name.len(), self.ctx.padding(), max), 0);
-        let (enc, _) = self.cts()?;
-        if buf.len() == fscrypt::NAME_MIN {
-            // One block: CTS is plain CBC (the crate's CS3 swaps anyway).
-            cbc::Encryptor::<Aes256>::new_from_slices(&self.key, &self.iv(0))
-                .expect("a 32-byte key and 16-byte IV")
-                .encrypt_padded_mut::<NoPadding>(&mut buf, fscrypt::NAME_MIN)
-                .expect("one whole block");
-        } else {
-            enc.encrypt(&mut buf)
-                .map_err(|_| Error::InvalidArgument("name shorter than a cipher block".into()))?;
-        }
+        self.crypt(0, &mut buf, Dir::Encrypt)?;
         Ok(buf)
     }
 
@@ -69,31 +56,10 @@ impl FileKey {
             return Ok(None);
         }
         let mut buf = disk.to_vec();
-        let (_, dec) = self.cts()?;
-        if buf.len() == fscrypt::NAME_MIN {
-            cbc::Decryptor::<Aes256>::new_from_slices(&self.key, &self.iv(0))
-                .expect("a 32-byte key and 16-byte IV")
-                .decrypt_padded_mut::<NoPadding>(&mut buf)
-                .expect("one whole block");
-        } else if dec.decrypt(&mut buf).is_err() {
-            return Ok(None);
-        }
+        self.crypt(0, &mut buf, Dir::Decrypt)?;
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         buf.truncate(end);
         Ok(Some(buf))
-    }
-
-    fn cts(&self) -> Result<(cts::CbcCs3Enc<Aes256>, cts::CbcCs3Dec<Aes256>)> {
-        if self.mode != mode::AES_256_CTS {
-            return Err(Error::Unsupported(format!(
-                "fscrypt names mode {}",
-                mode::name(self.mode)
-            )));
-        }
-        let iv = self.iv(0);
-        let enc = cts::CbcCs3Enc::<Aes256>::new_from_slices(&self.key, &iv).expect("a 32-byte key and 16-byte IV");
-        let dec = cts::CbcCs3Dec::<Aes256>::new_from_slices(&self.key, &iv).expect("a 32-byte key and 16-byte IV");
-        Ok((enc, dec))
     }
 }
 

@@ -7,7 +7,7 @@
 //! inherits the policy ([`super::create`]).
 
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
-use ext4kit_format::fscrypt::{Context, KeyRef, mode, policy_flags};
+use ext4kit_format::fscrypt::{self, Context, KeyRef, mode};
 use ext4kit_format::inode::flags;
 
 use crate::error::{Error, Result};
@@ -22,7 +22,7 @@ pub struct Policy {
     pub contents_mode: u8,
     /// `filenames_encryption_mode` ([`mode`]).
     pub filenames_mode: u8,
-    /// `flags` ([`policy_flags`]).
+    /// `flags` ([`fscrypt::policy_flags`]).
     pub flags: u8,
     /// The master key the policy names.
     pub key: KeyRef,
@@ -50,56 +50,39 @@ impl Policy {
         }
     }
 
+    /// The policy of `version` 1 or 2 with `contents` and `names` modes
+    /// and `flags`, naming `key` (its kind must match the version).
+    pub fn with_modes(key: KeyRef, contents: u8, names: u8, flags: u8) -> Self {
+        Self {
+            contents_mode: contents,
+            filenames_mode: names,
+            flags,
+            key,
+        }
+    }
+
     /// Refuses what `fscrypt_supported_policy` refuses (`EINVAL`), then
-    /// what the kernel accepts but this code cannot write (`EOPNOTSUPP`).
-    fn check(&self, stable_inodes: bool) -> Result<()> {
-        let v2 = matches!(self.key, KeyRef::Identifier(_));
-        let pair = (self.contents_mode, self.filenames_mode);
-        let kernel_pairs: &[(u8, u8)] = if v2 {
-            &[
-                (mode::AES_256_XTS, mode::AES_256_CTS),
-                (mode::AES_128_CBC, mode::AES_128_CTS),
-                (mode::ADIANTUM, mode::ADIANTUM),
-                (mode::AES_256_XTS, mode::AES_256_HCTR2),
-                (mode::SM4_XTS, mode::SM4_CTS),
-            ]
-        } else {
-            &[
-                (mode::AES_256_XTS, mode::AES_256_CTS),
-                (mode::AES_128_CBC, mode::AES_128_CTS),
-                (mode::ADIANTUM, mode::ADIANTUM),
-            ]
+    /// what the kernel accepts but this code cannot write (`EOPNOTSUPP`):
+    /// Adiantum on blocks over the `adiantum` crate's 4096 bytes.
+    fn check(&self, stable_inodes: bool, block_size: u32) -> Result<()> {
+        let version = match self.key {
+            KeyRef::Descriptor(_) => fscrypt::VERSION_V1,
+            KeyRef::Identifier(_) => fscrypt::VERSION_V2,
         };
-        let invalid = |why: String| Err(Error::InvalidArgument(format!("fscrypt policy: {why}")));
-        if !kernel_pairs.contains(&pair) {
-            return invalid(format!(
-                "contents mode {} with names mode {} is not a valid pair",
-                mode::name(pair.0),
-                mode::name(pair.1)
-            ));
+        let refusal = fscrypt::policy_refusal(
+            version,
+            self.contents_mode,
+            self.filenames_mode,
+            self.flags,
+            stable_inodes,
+        );
+        if let Some(why) = refusal {
+            return Err(Error::InvalidArgument(format!("fscrypt policy: {why}")));
         }
-        let iv_flags = policy_flags::IV_INO_LBLK_64 | policy_flags::IV_INO_LBLK_32;
-        let known = policy_flags::PAD_MASK | policy_flags::DIRECT_KEY | if v2 { iv_flags } else { 0 };
-        if self.flags & !known != 0 {
-            return invalid(format!(
-                "flags {:#x} not valid for a v{} policy",
-                self.flags,
-                1 + u8::from(v2)
-            ));
-        }
-        let key_flags = self.flags & (policy_flags::DIRECT_KEY | iv_flags);
-        if key_flags.count_ones() > 1 {
-            return invalid("DIRECT_KEY, IV_INO_LBLK_64 and IV_INO_LBLK_32 exclude each other".into());
-        }
-        if key_flags & iv_flags != 0 && !stable_inodes {
-            return invalid("IV_INO_LBLK policies need the stable_inodes feature".into());
-        }
-        if pair != (mode::AES_256_XTS, mode::AES_256_CTS) || key_flags & policy_flags::DIRECT_KEY != 0 {
+        if self.contents_mode == mode::ADIANTUM && block_size as usize > super::modes::ADIANTUM_MAX {
             return Err(Error::Unsupported(format!(
-                "fscrypt policy with {}/{} and flags {:#x}: only AES-256-XTS/AES-256-CTS-CBC without DIRECT_KEY are written here",
-                mode::name(pair.0),
-                mode::name(pair.1),
-                self.flags
+                "fscrypt contents mode Adiantum on {block_size}-byte blocks (at most {} here)",
+                super::modes::ADIANTUM_MAX
             )));
         }
         Ok(())
@@ -160,7 +143,7 @@ impl Txn<'_> {
             return Err(Error::NotEmpty(format!("directory {ino}")));
         }
         let stable = self.fs.geo.features.compat.contains(CompatFeatures::STABLE_INODES);
-        policy.check(stable)?;
+        policy.check(stable, self.fs.geo.block_size)?;
         if let KeyRef::Identifier(_) = policy.key {
             self.fs.keyring.master(&policy.key)?;
         }
