@@ -14,12 +14,14 @@
 //!   directory operations (the directory code below sees stored names).
 //! - [`contents`]: the block transform at the file read and write paths.
 //! - [`policy`]: giving an empty directory a policy.
+//! - [`removal`]: removing a key while files under it are open.
 
 pub(crate) mod contents;
 pub(crate) mod create;
 pub(crate) mod keys;
 pub(crate) mod names;
 pub(crate) mod policy;
+pub(crate) mod removal;
 
 use std::collections::HashMap;
 
@@ -34,6 +36,7 @@ use crate::inode::Inode;
 
 pub use keys::MasterKey;
 pub use policy::Policy;
+pub use removal::KeyStatus;
 
 /// Master keys taken from one `Filesystem` for another
 /// ([`Filesystem::keys`]); their bytes are not reachable through it.
@@ -166,8 +169,9 @@ impl Filesystem {
                 inode.ino
             )));
         }
-        let ring = self.keyring.0.read();
-        let Some(master) = ring.get(&ctx.key) else {
+        let master = self.keyring.0.read().get(&ctx.key).cloned();
+        let master = master.or_else(|| self.removed_keys.master_for(&ctx.key, inode.ino));
+        let Some(master) = master else {
             return Err(Error::NoKey(format!(
                 "inode {} is encrypted with {} and that key was not given",
                 inode.ino,
@@ -175,7 +179,7 @@ impl Filesystem {
             )));
         };
         let uuid = self.sb.read().s_uuid;
-        keys::FileKey::derive(master, &ctx, inode, &uuid).map(Some)
+        keys::FileKey::derive(&master, &ctx, inode, &uuid).map(Some)
     }
 }
 

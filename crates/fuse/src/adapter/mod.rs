@@ -85,6 +85,9 @@ pub struct Ext4Fuse {
     pub(crate) poller: Arc<OnceLock<crate::poll::Poller>>,
     /// Room kept for the data the kernel's write-back cache holds.
     pub(crate) space: Arc<crate::space::Space>,
+    /// Encrypted directories and symlinks shown to the kernel (see
+    /// [`crate::key_caches`]).
+    pub(crate) shown: crate::key_caches::Shown,
 }
 
 type Res<T> = Result<T, Errno>;
@@ -116,6 +119,7 @@ impl Ext4Fuse {
             lost_writes: Default::default(),
             write_back: Default::default(),
             poller: Arc::default(),
+            shown: Default::default(),
         }
     }
 
@@ -281,12 +285,22 @@ impl Ext4Fuse {
         })
     }
 
-    /// LOOKUP: the entry, or a negative one.
+    /// LOOKUP: the entry, or a negative one. In an encrypted directory
+    /// without its key neither may be kept (see [`crate::key_caches`]).
     pub(crate) fn lookup_entry(&self, parent: INodeNo, name: &[u8]) -> Res<Entry> {
-        match self.lookup_name(parent, name)? {
+        let dir = self.inode(self.ino(parent)?)?;
+        let no_key = self.shown.note(&self.fs(), &dir);
+        let entry = match self.lookup_in(&dir, name)? {
             Some(inode) => self.entry_of(&inode),
+            None if no_key => Err(Errno::ENOENT),
             None => self.negative_entry(),
-        }
+        };
+        entry.map(|mut e| {
+            if no_key {
+                e.entry_ttl = std::time::Duration::ZERO;
+            }
+            e
+        })
     }
 
     /// The INIT capabilities (`FUSE_*` bits) this server wants.
@@ -438,10 +452,17 @@ impl Ext4Fuse {
         value: &[u8],
         flags: i32,
     ) -> Res<()> {
-        if let Some(desc) = crate::key_request::parse_request(name) {
+        use crate::key_request as kr;
+        if let Some(desc) = kr::parse_request(name) {
             return desc
                 .map_err(|()| Errno::EINVAL)
                 .and_then(|d| self.add_key_request(d, value));
+        }
+        if let Some(key) = kr::parse_key_request(kr::REMOVE_KEY_XATTR, name) {
+            return key.ok_or(Errno::EINVAL).and_then(|k| self.remove_key_request(ino, &k));
+        }
+        if name == kr::SET_POLICY_XATTR.as_bytes() {
+            return self.set_policy_request(ino, value);
         }
         self.quota_caller(req);
         self.set_xattr(req, ino, name, value, flags)
@@ -454,6 +475,8 @@ impl Ext4Fuse {
             self.sync_request(size)
         } else if let Some(options) = crate::remount_request::parse_request(name) {
             self.remount_request(options, size)
+        } else if let Some(key) = crate::key_request::parse_key_request(crate::key_request::KEY_STATUS_XATTR, name) {
+            key.ok_or(Errno::EINVAL).map(|k| self.key_status_request(&k))
         } else if let Some(opts) = crate::defrag_request::parse_request(name) {
             opts.ok_or(Errno::EINVAL)
                 .and_then(|o| self.defrag_request(req, ino, o, size))

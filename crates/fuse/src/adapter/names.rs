@@ -49,10 +49,9 @@ fn time_of(t: NewTime) -> Timestamp {
 }
 
 impl Ext4Fuse {
-    /// The inode `name` names in `parent`, or `None` when there is none.
-    pub(super) fn lookup_name(&self, parent: INodeNo, name: &[u8]) -> Res<Option<Inode>> {
-        let dir = self.inode(self.ino(parent)?)?;
-        match self.fs().lookup(&dir, name) {
+    /// The inode `name` names in `dir`, or `None` when there is none.
+    pub(super) fn lookup_in(&self, dir: &Inode, name: &[u8]) -> Res<Option<Inode>> {
+        match self.fs().lookup(dir, name) {
             Ok(ino) => self.inode(ino).map(Some),
             Err(ext4kit_engine::Error::NotFound(_)) => Ok(None),
             Err(e) => Err(self.errno(e)),
@@ -100,6 +99,7 @@ impl Ext4Fuse {
 
     pub(super) fn read_link(&self, ino: INodeNo) -> Res<Vec<u8>> {
         let inode = self.inode(self.ino(ino)?)?;
+        self.shown.note(&self.fs(), &inode);
         self.fs().read_link(&inode).map_err(|e| self.errno(e))
     }
 
