@@ -196,9 +196,8 @@ fn key_add_gives_a_running_mount_the_key_which_a_grow_keeps() {
     let tmp = tempfile::tempdir().unwrap();
     let (img, key) = image(tmp.path());
     let m = FuseMount::start(exe(), &img, "").expect("mounted");
-    // Before the key: no-key names only. (The kernel keeps this listing,
-    // and a plaintext name it was told is missing, until they expire: see
-    // key_request; /v2 is first listed after the key.)
+    // Before the key: no-key names only (what the kernel cached of them
+    // goes with `key add`: see encrypt_mount.rs).
     assert!(!names(&m.path().join("v1")).contains(&b"small".to_vec()));
     let mp = m.path().to_str().unwrap();
     ok(&["key", "add", mp, key.to_str().unwrap()]);
