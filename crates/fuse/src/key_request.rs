@@ -48,7 +48,7 @@ pub fn key_hex(key: &KeyRef) -> String {
 
 /// The key [`key_hex`] names, `None` when `hex` names none.
 pub fn parse_key_hex(hex: &[u8]) -> Option<KeyRef> {
-    if hex.len() % 2 != 0 || !hex.iter().all(u8::is_ascii_hexdigit) {
+    if !hex.len().is_multiple_of(2) || !hex.iter().all(u8::is_ascii_hexdigit) {
         return None;
     }
     let digit = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
