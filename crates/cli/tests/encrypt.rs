@@ -196,10 +196,9 @@ fn key_add_gives_a_running_mount_the_key_which_a_grow_keeps() {
     let tmp = tempfile::tempdir().unwrap();
     let (img, key) = image(tmp.path());
     let m = FuseMount::start(exe(), &img, "").expect("mounted");
-    // Before the key: no-key names only. (The kernel keeps this listing
-    // until it expires: see key_request; /v2 is first listed after the
-    // key. A plaintext name found missing is not kept: v2/small is read
-    // below.)
+    // Before the key: no-key names only (what the kernel cached of them
+    // goes with `key add`: see encrypt_mount.rs). A plaintext name found
+    // missing is not kept either: v2/small is read below.
     assert!(!names(&m.path().join("v1")).contains(&b"small".to_vec()));
     for _ in 0..2 {
         assert!(std::fs::metadata(m.path().join("v2/small")).is_err());

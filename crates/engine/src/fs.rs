@@ -192,6 +192,8 @@ pub struct Filesystem {
     pub(crate) data_in_flight: RwLock<()>,
     /// fscrypt master keys given to this session ([`crate::crypt`]).
     pub(crate) keyring: crate::crypt::Keyring,
+    /// Keys removed while files under them were open ([`crate::crypt::removal`]).
+    pub(crate) removed_keys: crate::crypt::removal::Lingering,
 }
 
 impl std::fmt::Debug for Filesystem {

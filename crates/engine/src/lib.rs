@@ -81,7 +81,7 @@ mod writeback;
 pub use alloc::{AllocOptions, BlockAllocator, InodeAllocator, MbStats, set_caller_pid};
 pub use backup_sb::SuperblockAt;
 pub use batch::{Batch, BatchOptions};
-pub use crypt::{Keys, MasterKey, Policy};
+pub use crypt::{KeyStatus, Keys, MasterKey, Policy};
 pub use device::BlockDevice;
 pub use error::{Error, Location, Result};
 pub use fs::{DirtyJournal, Filesystem, OpenOptions};

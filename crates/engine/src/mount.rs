@@ -144,6 +144,7 @@ impl Filesystem {
             log: Mutex::new(None),
             writeback_seq: Default::default(),
             keyring: Default::default(),
+            removed_keys: Default::default(),
             publish_seq: Default::default(),
             busy,
             inode_locks: Default::default(),

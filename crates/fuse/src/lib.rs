@@ -18,6 +18,7 @@ mod bdi;
 pub mod defrag_request;
 mod handles;
 mod host_space;
+mod key_caches;
 pub mod key_request;
 pub mod options;
 mod poll;

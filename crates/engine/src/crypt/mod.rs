@@ -17,6 +17,7 @@
 //! - [`policy`]: giving an empty directory a policy.
 //! - [`dirhash`]: directories both casefolded and encrypted, whose
 //!   entries carry the SipHash of the folded plaintext name.
+//! - [`removal`]: removing a key while files under it are open.
 
 pub(crate) mod contents;
 pub(crate) mod create;
@@ -25,6 +26,7 @@ pub(crate) mod keys;
 pub(crate) mod modes;
 pub(crate) mod names;
 pub(crate) mod policy;
+pub(crate) mod removal;
 
 use std::collections::HashMap;
 
@@ -39,6 +41,7 @@ use crate::inode::Inode;
 
 pub use keys::MasterKey;
 pub use policy::Policy;
+pub use removal::KeyStatus;
 
 /// Master keys taken from one `Filesystem` for another
 /// ([`Filesystem::keys`]); their bytes are not reachable through it.
@@ -165,8 +168,9 @@ impl Filesystem {
         let Some(ctx) = self.encryption_context(inode)? else {
             return Ok(None);
         };
-        let ring = self.keyring.0.read();
-        let Some(master) = ring.get(&ctx.key) else {
+        let master = self.keyring.0.read().get(&ctx.key).cloned();
+        let master = master.or_else(|| self.removed_keys.master_for(&ctx.key, inode.ino));
+        let Some(master) = master else {
             return Err(Error::NoKey(format!(
                 "inode {} is encrypted with {} and that key was not given",
                 inode.ino,
@@ -174,9 +178,9 @@ impl Filesystem {
             )));
         };
         let uuid = self.sb.read().s_uuid;
-        let key = keys::FileKey::derive(master, &ctx, inode, &uuid)?;
+        let key = keys::FileKey::derive(&master, &ctx, inode, &uuid)?;
         if inode.is_dir() && self.casefolded(inode) {
-            return key.with_dirhash(master).map(Some);
+            return key.with_dirhash(&master).map(Some);
         }
         Ok(Some(key))
     }

@@ -54,6 +54,8 @@ impl Filesystem {
                 }
                 Some(_) => {
                     open.remove(&ino);
+                    // A removed fscrypt key served it until now.
+                    self.removed_keys.closed(ino);
                     // Its last writer is gone: the window goes too
                     // (`ext4_discard_preallocations` at release).
                     self.prealloc.release(ino);

@@ -30,16 +30,19 @@ impl Ext4Fuse {
 
     /// Lists handle `fh` from `offset` into `add`, which returns false when
     /// the reply is full. Errors of `add` itself are returned as they are.
-    fn stream_dir(&self, fh: u64, offset: u64, mut add: impl FnMut(&DirEntry, u64) -> Res<bool>) -> Res<()> {
+    /// `add` also learns whether the names are no-key names (see
+    /// [`crate::key_caches`]).
+    fn stream_dir(&self, fh: u64, offset: u64, mut add: impl FnMut(&DirEntry, u64, bool) -> Res<bool>) -> Res<()> {
         let Some(Handle::Dir { ino, stream }) = self.handles.get(fh) else {
             return Err(Errno::EBADF);
         };
         let dir = self.inode(ino)?;
+        let no_key = self.shown.note(&self.fs(), &dir);
         let mut stream = stream.lock();
         let mut failed = None;
         let listed = self
             .fs()
-            .read_dir_from(&dir, &mut stream, offset, |e, next| match add(e, next) {
+            .read_dir_from(&dir, &mut stream, offset, |e, next| match add(e, next, no_key) {
                 Ok(more) => Ok(more),
                 Err(errno) => {
                     failed = Some(errno);
@@ -73,7 +76,7 @@ impl Ext4Fuse {
         offset: u64,
         mut add: impl FnMut(INodeNo, u64, FileType, &[u8]) -> bool,
     ) -> Res<()> {
-        self.stream_dir(fh, offset, |e, next| {
+        self.stream_dir(fh, offset, |e, next, _| {
             Ok(add(fuse_ino(e.ino), next, self.entry_type(e), &e.name))
         })
     }
@@ -85,12 +88,17 @@ impl Ext4Fuse {
         offset: u64,
         mut add: impl FnMut(&super::Entry, u64, FileType, &[u8]) -> bool,
     ) -> Res<()> {
-        self.stream_dir(fh, offset, |e, next| {
+        self.stream_dir(fh, offset, |e, next, no_key| {
             let inode = self.inode(e.ino)?;
             let mut entry = self.entry_of(&inode)?;
-            // One time to live for both, as fuser's READDIRPLUS gave.
+            // One time to live for both, as fuser's READDIRPLUS gave; none
+            // for a no-key name.
             entry.attr_ttl = self.attr_ttl(&self.cfg.entry_timeout);
-            entry.entry_ttl = entry.attr_ttl;
+            entry.entry_ttl = if no_key {
+                std::time::Duration::ZERO
+            } else {
+                entry.attr_ttl
+            };
             Ok(add(&entry, next, self.entry_type(e), &e.name))
         })
     }

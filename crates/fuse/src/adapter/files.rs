@@ -60,6 +60,10 @@ impl Ext4Fuse {
                 .map_err(|e| self.errno(e))?;
             size = inode.size();
         }
+        // Without its key an encrypted file does not open (ENOKEY).
+        self.fs()
+            .require_key_to_open(&self.inode(ino)?)
+            .map_err(|e| self.errno(e))?;
         self.fs().open_file(ino).map_err(|e| self.errno(e))?;
         if write {
             self.opened_for_writing(ino, size, None);

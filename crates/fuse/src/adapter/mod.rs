@@ -87,6 +87,9 @@ pub struct Ext4Fuse {
     pub(crate) poller: Arc<OnceLock<crate::poll::Poller>>,
     /// Room kept for the data the kernel's write-back cache holds.
     pub(crate) space: Arc<crate::space::Space>,
+    /// Encrypted directories and symlinks shown to the kernel (see
+    /// [`crate::key_caches`]).
+    pub(crate) shown: crate::key_caches::Shown,
 }
 
 type Res<T> = Result<T, Errno>;
@@ -118,6 +121,7 @@ impl Ext4Fuse {
             lost_writes: Default::default(),
             write_back: Default::default(),
             poller: Arc::default(),
+            shown: Default::default(),
         }
     }
 
@@ -286,15 +290,23 @@ impl Ext4Fuse {
     /// LOOKUP: the entry, or a negative one the kernel keeps — except in
     /// a casefolded directory, where the kernel's case-sensitive cache
     /// would go on hiding `README` after `readme` is created, and in an
-    /// encrypted one, whose names change when a key is added
-    /// ([`crate::key_request`]) with no create the kernel would see.
+    /// encrypted one, whose names change when a key is added or removed
+    /// ([`crate::key_caches`]); without its key neither kind of entry may
+    /// be kept.
     pub(crate) fn lookup_entry(&self, parent: INodeNo, name: &[u8]) -> Res<Entry> {
         let dir = self.inode(self.ino(parent)?)?;
-        match self.lookup_name(&dir, name)? {
+        let no_key = self.shown.note(&self.fs(), &dir);
+        let entry = match self.lookup_name(&dir, name)? {
             Some(inode) => self.entry_of(&inode),
             None if dir.raw.flags() & (fl::CASEFOLD | fl::ENCRYPT) != 0 => Err(Errno::ENOENT),
             None => self.negative_entry(),
-        }
+        };
+        entry.map(|mut e| {
+            if no_key {
+                e.entry_ttl = std::time::Duration::ZERO;
+            }
+            e
+        })
     }
 
     /// The INIT capabilities (`FUSE_*` bits) this server wants.
@@ -449,10 +461,17 @@ impl Ext4Fuse {
         value: &[u8],
         flags: i32,
     ) -> Res<()> {
-        if let Some(desc) = crate::key_request::parse_request(name) {
+        use crate::key_request as kr;
+        if let Some(desc) = kr::parse_request(name) {
             return desc
                 .map_err(|()| Errno::EINVAL)
                 .and_then(|d| self.add_key_request(d, value));
+        }
+        if let Some(key) = kr::parse_key_request(kr::REMOVE_KEY_XATTR, name) {
+            return key.ok_or(Errno::EINVAL).and_then(|k| self.remove_key_request(ino, &k));
+        }
+        if name == kr::SET_POLICY_XATTR.as_bytes() {
+            return self.set_policy_request(ino, value);
         }
         self.quota_caller(req);
         self.set_xattr(req, ino, name, value, flags)
@@ -465,6 +484,8 @@ impl Ext4Fuse {
             self.sync_request(size)
         } else if let Some(options) = crate::remount_request::parse_request(name) {
             self.remount_request(options, size)
+        } else if let Some(key) = crate::key_request::parse_key_request(crate::key_request::KEY_STATUS_XATTR, name) {
+            key.ok_or(Errno::EINVAL).map(|k| self.key_status_request(&k))
         } else if let Some(opts) = crate::defrag_request::parse_request(name) {
             opts.ok_or(Errno::EINVAL)
                 .and_then(|o| self.defrag_request(req, ino, o, size))

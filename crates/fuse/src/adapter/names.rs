@@ -103,6 +103,7 @@ impl Ext4Fuse {
 
     pub(super) fn read_link(&self, ino: INodeNo) -> Res<Vec<u8>> {
         let inode = self.inode(self.ino(ino)?)?;
+        self.shown.note(&self.fs(), &inode);
         self.fs().read_link(&inode).map_err(|e| self.errno(e))
     }
 
