@@ -11,6 +11,7 @@ pub mod inuse;
 mod mem;
 mod offset;
 mod page_cache;
+mod passthrough;
 pub mod undo;
 
 pub use crash::{CrashDevice, Survivors};
@@ -21,6 +22,7 @@ pub use inuse::{InUse, InUseError};
 pub use mem::MemDevice;
 pub use offset::OffsetDevice;
 pub use page_cache::{DEFAULT_PAGE_SIZE, PageCache, PageCacheStats};
+pub use passthrough::Passthrough;
 pub use undo::{UndoDevice, UndoSync};
 
 use std::io;
