@@ -62,8 +62,8 @@ impl Filesystem {
     /// never splits an extent). Ordinary allocations leave it alone, so
     /// the extent-tree blocks of write-back and of hole punching are
     /// still found once data has taken the rest (see
-    /// [`crate::txn::Txn::check_unreserved`]).
-    pub(crate) fn resv_blocks(&self) -> u64 {
+    /// `Txn::check_unreserved`).
+    pub fn resv_blocks(&self) -> u64 {
         if !self.geo.features.incompat.contains(IncompatFeatures::EXTENTS) {
             return 0;
         }
