@@ -44,12 +44,7 @@ impl Filesystem {
             0 => self.metadata_overhead(),
             n => n * ratio,
         };
-        let extents = self.geo.features.incompat.contains(IncompatFeatures::EXTENTS);
-        let resv = if extents {
-            (self.geo.blocks_count / ratio / 50).min(4096) * ratio
-        } else {
-            0
-        };
+        let resv = self.resv_blocks();
         StatFs {
             block_size: self.geo.block_size,
             blocks: self.geo.blocks_count.saturating_sub(overhead),
@@ -59,6 +54,21 @@ impl Filesystem {
             files_free: u64::from(sb.s_free_inodes_count.get()),
             name_max: 255,
         }
+    }
+
+    /// ext4's own reserve in blocks (`s_resv_clusters`, which the kernel
+    /// computes at mount in `ext4_calculate_resv_clusters`): 2% of the
+    /// clusters, at most 4096, with extents only (a block-mapped file
+    /// never splits an extent). Ordinary allocations leave it alone, so
+    /// the extent-tree blocks of write-back and of hole punching are
+    /// still found once data has taken the rest (see
+    /// `Txn::check_unreserved`).
+    pub fn resv_blocks(&self) -> u64 {
+        if !self.geo.features.incompat.contains(IncompatFeatures::EXTENTS) {
+            return 0;
+        }
+        let ratio = u64::from(self.geo.cluster_ratio());
+        (self.geo.blocks_count / ratio / 50).min(4096) * ratio
     }
 
     /// Free blocks now (`s_free_blocks_count`), without the rest of

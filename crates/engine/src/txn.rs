@@ -72,6 +72,10 @@ pub(crate) struct Txn<'a> {
     /// Blocks reserved for delayed allocation that this transaction may
     /// take: the reservation of the file it writes back ([`Txn::claim_reserved`]).
     claim: u64,
+    /// May take blocks from ext4's own reserve ([`Filesystem::resv_blocks`]),
+    /// as the kernel's `EXT4_MB_USE_RESERVED` allocations may: set by
+    /// [`Txn::use_reserve`].
+    reserve_ok: bool,
     /// Quota work besides the inodes written ([`crate::quota`]).
     pub(crate) quota: crate::quota::Pending,
     /// Name changes and ineligible changes for fast commits
@@ -128,6 +132,7 @@ impl<'a> Txn<'a> {
             buddies_touched: Vec::new(),
             held: Vec::new(),
             claim: 0,
+            reserve_ok: false,
             quota: Default::default(),
             fc: Default::default(),
         })
@@ -271,27 +276,61 @@ impl<'a> Txn<'a> {
 
     /// Lets this transaction take up to `blocks` of the blocks reserved
     /// for delayed allocation: it writes back the file they are kept for.
+    /// Write-back may also dip into ext4's own reserve (the kernel maps
+    /// delayed pages with `EXT4_GET_BLOCKS_METADATA_NOFAIL`), so the
+    /// extent-tree blocks a reservation underestimated are still found.
     pub(crate) fn claim_reserved(&mut self, blocks: u64) {
         self.claim = blocks;
+        self.reserve_ok = true;
+    }
+
+    /// Lets this transaction take blocks from ext4's own reserve
+    /// ([`Filesystem::resv_blocks`]): it splits extents where running
+    /// out of space would leave a file half changed (punching a hole,
+    /// shifting a range; the kernel's `ext4_force_split_extent_at` with
+    /// `nofail`) or replays what a journal already promised.
+    pub(crate) fn use_reserve(&mut self) {
+        self.reserve_ok = true;
     }
 
     /// Refuses to take `n` more blocks when that would leave fewer free
-    /// than delayed allocation has reserved (`ext4_claim_free_clusters`):
-    /// every allocation but write-back's leaves those blocks alone, so
-    /// write-back never finds them gone.
+    /// than must stay (`ext4_has_free_clusters`): the blocks delayed
+    /// allocation has reserved, which only write-back takes
+    /// (`ext4_claim_free_clusters`), so write-back never finds them gone;
+    /// and, unless [`Txn::use_reserve`] allows it, ext4's own reserve,
+    /// kept for extent splits when data has filled the rest. The root
+    /// reserve (`s_r_blocks_count`) is not kept here: the library acts
+    /// for a caller with `CAP_SYS_RESOURCE`, as a root process on a
+    /// kernel mount does.
     pub(crate) fn check_unreserved(&self, n: u64) -> Result<()> {
         let held = self.fs.delalloc.reserved().saturating_sub(self.claim);
-        if held == 0 {
+        let keep = if self.reserve_ok {
+            held
+        } else {
+            held.saturating_add(self.fs.resv_blocks())
+        };
+        if keep == 0 {
             return Ok(());
         }
-        let free = self
-            .fs
-            .free_blocks_on_disk()
-            .saturating_add_signed(self.free_blocks_delta);
-        if free < held.saturating_add(n) {
+        if self.free_now() < keep.saturating_add(n) {
             return Err(Error::NoSpace);
         }
         Ok(())
+    }
+
+    /// Blocks an ordinary allocation may still take now: free, less what
+    /// [`Txn::check_unreserved`] keeps for others.
+    pub(crate) fn takeable_blocks(&self) -> u64 {
+        let held = self.fs.delalloc.reserved().saturating_sub(self.claim);
+        let pool = if self.reserve_ok { 0 } else { self.fs.resv_blocks() };
+        self.free_now().saturating_sub(held.saturating_add(pool))
+    }
+
+    /// The free-block count with this transaction's changes.
+    fn free_now(&self) -> u64 {
+        self.fs
+            .free_blocks_on_disk()
+            .saturating_add_signed(self.free_blocks_delta)
     }
 
     /// The superblock as this transaction sees it.

@@ -11,6 +11,8 @@
 //! `EXT4KIT_CRASH_POINTS` sets how many random points the full test checks
 //! (1000 by default), `EXT4KIT_CRASH_SEED` the workload seed.
 
+#[path = "common/crash_cases.rs"]
+mod crash_cases;
 #[path = "common/mem_image.rs"]
 mod mem_image;
 #[path = "common/workload.rs"]
@@ -268,17 +270,7 @@ impl Run {
         let writes = self.dev.writes();
         let mut rng = Rng::new(seed ^ 0xc4a5 ^ salt);
         let mut failures = Vec::new();
-        for i in 0..n {
-            let point = rng.below(writes as u64 + 1) as usize;
-            let s = match i % 4 {
-                0 => Survivors::None,
-                1 => Survivors::All,
-                k => Survivors::Random {
-                    seed: rng.next_u64(),
-                    torn: k == 3,
-                    reorder: rng.below(2) == 0,
-                },
-            };
+        for (point, s) in crash_cases::random_points(&self.dev, 0, n, &mut rng) {
             if let Err(e) = self.check(point, s) {
                 eprintln!("FAILED: crash seed {seed}, point {point} of {writes} ({s:?}): {e}");
                 failures.push((point, s));
@@ -321,14 +313,13 @@ fn crash_at_flush_points_keeps_synced_state() {
     let points: BTreeSet<usize> = run.threads[0].syncs.iter().map(|s| s.flush_point).collect();
     assert!(points.len() > 10, "the workload should sync often: {points:?}");
     let t = Instant::now();
-    for &p in &points {
-        for s in [Survivors::None, Survivors::All] {
-            if let Err(e) = run.check(p, s) {
-                panic!("crash seed {seed}, point {p} ({s:?}): {e}");
-            }
+    let cases = crash_cases::at_points(&run.dev, points.iter().copied());
+    for &(p, s) in &cases {
+        if let Err(e) = run.check(p, s) {
+            panic!("crash seed {seed}, point {p} ({s:?}): {e}");
         }
     }
-    let per = t.elapsed() / (2 * points.len() as u32);
+    let per = t.elapsed() / cases.len() as u32;
     eprintln!(
         "{} flush points of {} writes, {per:?} per crash point",
         points.len(),

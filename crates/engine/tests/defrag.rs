@@ -7,12 +7,14 @@
 //! intact; the kernel reads the result and `filefrag` counts the same
 //! extents. Every image ends `e2fsck -fn` clean.
 
+#[path = "common/crash_cases.rs"]
+mod crash_cases;
 #[path = "common/mem_image.rs"]
 mod mem_image;
 
 use std::sync::Arc;
 
-use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
+use ext4kit_engine::device::{CrashDevice, MemDevice};
 use ext4kit_engine::mkfs::{MkfsOptions, mkfs};
 use ext4kit_engine::{
     AllocOptions, Attr, BlockDevice, DefragOptions, DefragSkip, Error, FallocMode, Filesystem, NodeKind, OpenOptions,
@@ -361,28 +363,17 @@ fn a_crash_at_any_write_of_a_defrag_leaves_the_file_intact() {
     fs.unmount().unwrap();
     let end = dev.writes();
     eprintln!("defrag of {} blocks: writes {start}..{end}", out.blocks_moved);
-    let mut rng = Rng::new(3);
     let (mut checked, mut layouts) = (0, std::collections::BTreeSet::new());
-    for point in start..=end {
-        let mut kinds = vec![Survivors::None, Survivors::All];
-        if point % 3 == 0 {
-            kinds.push(Survivors::Random {
-                seed: rng.next_u64(),
-                torn: true,
-                reorder: true,
-            });
-        }
-        for s in kinds {
-            let img = dev.crash_image(point, s);
-            let mem = Arc::new(MemDevice::new(img));
-            let fs = open(mem.clone(), OpenOptions::default());
-            assert!(contents(&fs, ino) == want, "point {point} ({s:?}): contents differ");
-            assert_eq!(shape(&fs, ino), want_shape, "point {point} ({s:?}): mapping shape");
-            layouts.insert(fs.file_frag(&fs.inode(ino).unwrap()).unwrap().extents);
-            fs.unmount().unwrap();
-            assert_clean(&mem.snapshot(), &format!("crash at write {point} ({s:?})"));
-            checked += 1;
-        }
+    for (point, s) in crash_cases::at_points(&dev, start..=end) {
+        let img = dev.crash_image(point, s);
+        let mem = Arc::new(MemDevice::new(img));
+        let fs = open(mem.clone(), OpenOptions::default());
+        assert!(contents(&fs, ino) == want, "point {point} ({s:?}): contents differ");
+        assert_eq!(shape(&fs, ino), want_shape, "point {point} ({s:?}): mapping shape");
+        layouts.insert(fs.file_frag(&fs.inode(ino).unwrap()).unwrap().extents);
+        fs.unmount().unwrap();
+        assert_clean(&mem.snapshot(), &format!("crash at write {point} ({s:?})"));
+        checked += 1;
     }
     eprintln!("{checked} crash images checked; extent counts seen: {layouts:?}");
     // The old layout, the new one and chunks in between were all cut.

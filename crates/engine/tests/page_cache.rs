@@ -7,6 +7,8 @@
 //! a small cache leave an e2fsck-clean image, and a power loss below the
 //! cache at any write recovers clean with every synced batch kept.
 
+#[path = "common/crash_cases.rs"]
+mod crash_cases;
 #[path = "common/mem_image.rs"]
 mod mem_image;
 
@@ -603,20 +605,7 @@ fn a_crash_below_the_cache_recovers_clean_with_every_synced_batch() {
         .collect();
     // Just after each sync returned, with nothing unflushed surviving.
     points.extend(synced.iter().map(|&(at, _, _)| (at, Survivors::None)));
-    let mut rng = Rng::new(0x9a9e);
-    for i in 0..30 {
-        let point = start + rng.below((writes - start) as u64 + 1) as usize;
-        let s = match i % 3 {
-            0 => Survivors::None,
-            1 => Survivors::All,
-            _ => Survivors::Random {
-                seed: rng.next_u64(),
-                torn: true,
-                reorder: true,
-            },
-        };
-        points.push((point, s));
-    }
+    points.extend(crash_cases::random_points(&crash, start, 30, &mut Rng::new(0x9a9e)));
     for (point, s) in points {
         let mem = Arc::new(MemDevice::new(crash.crash_image(point, s)));
         let fs = Filesystem::open(Box::new(mem.clone()), OpenOptions::default()).unwrap();

@@ -8,6 +8,8 @@
 //! and named last (what `ext4kit write` runs), leaves the tree as it was
 //! or as asked, never between, and `e2fsck -fn` clean.
 
+#[path = "common/crash_cases.rs"]
+mod crash_cases;
 #[path = "common/mem_image.rs"]
 mod mem_image;
 
@@ -238,27 +240,9 @@ impl SpawnScoped for std::thread::Builder {
 /// Crash points of a recorded run: every flush point after `from`, and
 /// `n` random points from `from` on with random survivors.
 fn crash_points(dev: &CrashDevice, from: usize, n: usize, seed: u64) -> Vec<(usize, Survivors)> {
-    let writes = dev.writes();
-    let mut out: Vec<_> = dev
-        .flush_points()
-        .into_iter()
-        .filter(|&p| p >= from)
-        .flat_map(|p| [(p, Survivors::All), (p, Survivors::None)])
-        .collect();
-    let mut rng = Rng::new(seed);
-    for i in 0..n {
-        let point = from + rng.below((writes - from) as u64 + 1) as usize;
-        let s = match i % 3 {
-            0 => Survivors::None,
-            1 => Survivors::All,
-            _ => Survivors::Random {
-                seed: rng.next_u64(),
-                torn: rng.below(2) == 0,
-                reorder: rng.below(2) == 0,
-            },
-        };
-        out.push((point, s));
-    }
+    let flushes = dev.flush_points().into_iter().filter(|&p| p >= from);
+    let mut out = crash_cases::at_points(dev, flushes);
+    out.extend(crash_cases::random_points(dev, from, n, &mut Rng::new(seed)));
     out
 }
 

@@ -13,7 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
+use ext4kit_engine::device::{CrashDevice, MemDevice};
 use ext4kit_engine::resize::{ResizeOptions, ResizeReport, SizeSpec, parse_size, resize, resize_image};
 use ext4kit_engine::{Filesystem, OpenOptions};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
@@ -274,40 +274,26 @@ fn crash_every_write(bytes: Vec<u8>, want: Option<u64>, old_blocks: u64, d: &Pat
     let r = resize(Box::new(dev.clone()), want, &ResizeOptions::default(), &mut |_, _| {}).unwrap();
     assert!(r.journaled);
     let writes = dev.writes();
-    let flushes = dev.flush_points();
     let out = d.join("crash");
     let mut seen = (0, 0);
-    for point in 0..=writes {
-        for s in [
-            Survivors::None,
-            Survivors::All,
-            Survivors::Random {
-                seed: point as u64,
-                torn: true,
-                reorder: true,
-            },
-        ] {
-            if !matches!(s, Survivors::None) && flushes.contains(&point) {
-                continue;
-            }
-            // Recovery as at any open (the journal replayed), then e2fsck.
-            let mem = Arc::new(MemDevice::new(dev.crash_image(point, s)));
-            let fs = Filesystem::open(Box::new(mem.clone()), OpenOptions::default())
-                .unwrap_or_else(|e| panic!("crash at write {point} ({s:?}): open: {e}"));
-            fs.unmount().unwrap();
-            std::fs::write(&out, mem.snapshot()).unwrap();
-            let f = e2fsck_fn(&out).unwrap();
-            assert!(f.is_clean(), "crash at write {point} of {writes} ({s:?}): {}", f.output);
-            let blocks = dumpe2fs_blocks(&out);
-            assert!(
-                blocks == old_blocks || blocks == r.new_blocks,
-                "crash at write {point} ({s:?}): {blocks} blocks"
-            );
-            if blocks == r.new_blocks {
-                seen.1 += 1
-            } else {
-                seen.0 += 1
-            }
+    for (point, s) in common::crash_cases::every_write_from(&dev, 0) {
+        // Recovery as at any open (the journal replayed), then e2fsck.
+        let mem = Arc::new(MemDevice::new(dev.crash_image(point, s)));
+        let fs = Filesystem::open(Box::new(mem.clone()), OpenOptions::default())
+            .unwrap_or_else(|e| panic!("crash at write {point} ({s:?}): open: {e}"));
+        fs.unmount().unwrap();
+        std::fs::write(&out, mem.snapshot()).unwrap();
+        let f = e2fsck_fn(&out).unwrap();
+        assert!(f.is_clean(), "crash at write {point} of {writes} ({s:?}): {}", f.output);
+        let blocks = dumpe2fs_blocks(&out);
+        assert!(
+            blocks == old_blocks || blocks == r.new_blocks,
+            "crash at write {point} ({s:?}): {blocks} blocks"
+        );
+        if blocks == r.new_blocks {
+            seen.1 += 1
+        } else {
+            seen.0 += 1
         }
     }
     assert!(seen.0 > 0 && seen.1 > 0, "{seen:?}");

@@ -16,7 +16,7 @@ mod common;
 
 use std::sync::Arc;
 
-use ext4kit_engine::device::{CrashDevice, FileDevice, MemDevice, Survivors};
+use ext4kit_engine::device::{CrashDevice, FileDevice, MemDevice};
 use ext4kit_engine::resize::{grow_detached, grow_detached_on};
 use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_testkit::tools::{assert_fsck_clean, e2fsck_fn};
@@ -134,7 +134,7 @@ fn a_crash_at_every_write_of_a_detached_grow_leaves_old_or_new() {
     let out = d.path().join("crash");
     let mut seen = (0, 0);
     for point in start..=writes {
-        for s in survivors(point, &flushes) {
+        for s in common::crash_cases::survivors(point, &flushes) {
             // The next open after the crash: journal replayed, orphans freed.
             let mem = Arc::new(MemDevice::new(dev.crash_image(point, s)));
             let fs = Filesystem::open(Box::new(mem.clone()), OpenOptions::default())
@@ -318,7 +318,7 @@ fn a_crash_during_a_displacing_detached_grow_leaves_old_or_new() {
     points.retain(|&p| p <= writes);
     points.insert(writes);
     for point in points {
-        for s in survivors(point, &flushes) {
+        for s in common::crash_cases::survivors(point, &flushes) {
             let mem = Arc::new(MemDevice::new(dev.crash_image(point, s)));
             let fs = Filesystem::open(Box::new(mem.clone()), OpenOptions::default())
                 .unwrap_or_else(|e| panic!("crash at write {point} ({s:?}): open: {e}"));
@@ -369,20 +369,4 @@ fn a_displacing_grow_with_no_room_for_the_journal_inodes_table_is_refused() {
     fs.release_file(gone).unwrap();
     fs.unmount().unwrap();
     assert_fsck_clean(&img).unwrap();
-}
-
-/// What may survive a crash at write `point`: nothing, everything, or a
-/// random torn and reordered part; at a flush point only nothing (what
-/// was written before it is durable, so the other two add no case).
-fn survivors(point: usize, flushes: &[usize]) -> Vec<Survivors> {
-    let random = Survivors::Random {
-        seed: point as u64,
-        torn: true,
-        reorder: true,
-    };
-    if flushes.contains(&point) {
-        vec![Survivors::None]
-    } else {
-        vec![Survivors::None, Survivors::All, random]
-    }
 }

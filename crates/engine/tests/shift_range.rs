@@ -15,7 +15,7 @@ use std::path::Path;
 use common::mkfs;
 use std::sync::Arc;
 
-use ext4kit_engine::device::{CrashDevice, MemDevice, Survivors};
+use ext4kit_engine::device::{CrashDevice, MemDevice};
 use ext4kit_engine::{Attr, FallocMode, Filesystem, NodeKind, OpenOptions, ROOT_INO};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::e2fsck_fn;
@@ -286,27 +286,16 @@ fn a_crash_leaves_the_file_before_or_after_each_shift() {
     states.extend([s1, s2]);
     drop(fs);
     let mut checked = 0;
-    for point in start..=end {
+    for (point, survivors) in common::crash_cases::at_points(&dev, start..=end) {
         let oldest = usize::from(point >= collapsed) + usize::from(point >= end);
-        let picks = [
-            Survivors::All,
-            Survivors::None,
-            Survivors::Random {
-                seed: point as u64,
-                torn: true,
-                reorder: true,
-            },
-        ];
-        for survivors in picks {
-            let what = format!("crash at write {point} of {start}..{end} ({survivors:?})");
-            let got = file_after_crash(dev.crash_image(point, survivors), &what);
-            let at = states.iter().position(|s| *s == got);
-            assert!(
-                at.is_some_and(|i| i >= oldest),
-                "{what}: the file is in state {at:?}, wanted one from {oldest} on"
-            );
-            checked += 1;
-        }
+        let what = format!("crash at write {point} of {start}..{end} ({survivors:?})");
+        let got = file_after_crash(dev.crash_image(point, survivors), &what);
+        let at = states.iter().position(|s| *s == got);
+        assert!(
+            at.is_some_and(|i| i >= oldest),
+            "{what}: the file is in state {at:?}, wanted one from {oldest} on"
+        );
+        checked += 1;
     }
     assert!(checked >= 6, "{checked} crash images");
 }

@@ -652,28 +652,11 @@ fn crash_everywhere(img: &Path, req: &TuneRequest, is_old: &dyn Fn(&Path) -> boo
     tune(Box::new(dev.clone()), req).unwrap();
     let writes = dev.writes();
     assert!(writes > 4, "only {writes} writes");
-    let flushes = dev.flush_points();
-    for point in 0..=writes {
-        for (i, s) in [
-            Survivors::None,
-            Survivors::All,
-            Survivors::Random {
-                seed: point as u64,
-                torn: true,
-                reorder: true,
-            },
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            if i > 0 && flushes.contains(&point) {
-                continue; // nothing volatile: the same image as `None`
-            }
-            let what = format!("crash at write {point} of {writes} ({s:?})");
-            check_crash(dev.crash_image(point, s), &what, &files, is_old, is_new, false);
-        }
+    for (point, s) in common::crash_cases::every_write_from(&dev, 0) {
+        let what = format!("crash at write {point} of {writes} ({s:?})");
+        check_crash(dev.crash_image(point, s), &what, &files, is_old, is_new, false);
     }
-    for &point in flushes.iter().chain([writes].iter()) {
+    for &point in dev.flush_points().iter().chain([writes].iter()) {
         let what = format!("crash at flush point {point}, recovered by e2fsck -fy");
         check_crash(
             dev.crash_image(point, Survivors::None),

@@ -96,8 +96,11 @@ impl Space {
         host.limit(Self::ext4_free(fs), Self::held(fs))
     }
 
+    /// Free bytes data may take: ext4's own reserve stays for the
+    /// extent-tree blocks of write-back, so the engine refuses data there.
     fn ext4_free(fs: &Filesystem) -> u64 {
-        fs.free_blocks().saturating_mul(u64::from(fs.geometry().block_size))
+        let blocks = fs.free_blocks().saturating_sub(fs.resv_blocks());
+        blocks.saturating_mul(u64::from(fs.geometry().block_size))
     }
 
     /// Bytes delayed allocation holds: promised by ext4, not yet on the host.

@@ -49,6 +49,16 @@ impl Txn<'_> {
     /// # Errors
     /// [`crate::Error::NoSpace`] when the file system is full.
     pub(crate) fn alloc_for_file(&mut self, inode: &Inode, req: DataRequest) -> Result<(u64, u32)> {
+        // Shortened to what may be taken, as `ext4_mb_new_blocks` shrinks
+        // a request the free count cannot cover rather than failing it.
+        let room = self.takeable_blocks();
+        if room == 0 {
+            return Err(crate::Error::NoSpace);
+        }
+        let req = DataRequest {
+            want: u64::from(req.want).min(room) as u32,
+            ..req
+        };
         if self.fs.opts.alloc.blocks == BlockAllocator::Ext3 {
             return self.ext3_alloc_retrying(inode.ino, req.goal, req.want);
         }

@@ -183,7 +183,9 @@ impl Filesystem {
             )
         };
         let more = want.saturating_sub(file.reserved);
-        if more > free.saturating_sub(held) {
+        // ext4's own reserve stays for write-back's tree blocks
+        // (`ext4_da_reserve_space` claims with no `EXT4_MB_USE_RESERVED`).
+        if more > free.saturating_sub(held + self.resv_blocks()) {
             for c in &added {
                 file.clusters.remove(c);
             }

@@ -12,6 +12,7 @@ mod mem;
 pub mod nbd;
 mod offset;
 mod page_cache;
+mod passthrough;
 pub mod undo;
 
 pub use crash::{CrashDevice, Survivors};
@@ -23,6 +24,7 @@ pub use mem::MemDevice;
 pub use nbd::{NbdDevice, NbdOptions};
 pub use offset::OffsetDevice;
 pub use page_cache::{DEFAULT_PAGE_SIZE, PageCache, PageCacheStats};
+pub use passthrough::Passthrough;
 pub use undo::{UndoDevice, UndoSync};
 
 use std::io;

@@ -5,7 +5,7 @@
 
 use std::io;
 
-use super::BlockDevice;
+use super::{BlockDevice, Passthrough};
 
 /// `inner` seen from byte `offset` on.
 pub struct OffsetDevice {
@@ -27,35 +27,14 @@ impl OffsetDevice {
         }
         Ok(Self { inner, offset })
     }
-
-    fn at(&self, offset: u64) -> io::Result<u64> {
-        offset
-            .checked_add(self.offset)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFBIG))
-    }
 }
 
-impl BlockDevice for OffsetDevice {
-    fn len(&self) -> u64 {
-        self.inner.len() - self.offset
+impl Passthrough for OffsetDevice {
+    fn inner(&self) -> &dyn BlockDevice {
+        &*self.inner
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.inner.read_at(self.at(offset)?, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        self.inner.write_at(self.at(offset)?, buf)
-    }
-    fn write_gather(&self, offset: u64, parts: &[&[u8]]) -> io::Result<()> {
-        self.inner.write_gather(self.at(offset)?, parts)
-    }
-    fn flush(&self) -> io::Result<()> {
-        self.inner.flush()
-    }
-    fn read_only(&self) -> bool {
-        self.inner.read_only()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
+    fn start(&self) -> u64 {
+        self.offset
     }
 }
 

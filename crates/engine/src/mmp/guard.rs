@@ -8,7 +8,7 @@
 use std::io;
 use std::sync::{Arc, OnceLock};
 
-use crate::device::BlockDevice;
+use crate::device::{BlockDevice, Passthrough};
 
 /// A device whose writes stop once `lost` holds a reason.
 pub(crate) struct Guard {
@@ -17,38 +17,14 @@ pub(crate) struct Guard {
     pub lost: Arc<OnceLock<String>>,
 }
 
-impl BlockDevice for Guard {
-    fn len(&self) -> u64 {
-        self.inner.len()
+impl Passthrough for Guard {
+    fn inner(&self) -> &dyn BlockDevice {
+        &*self.inner
     }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.inner.read_at(offset, buf)
-    }
-
-    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        if let Some(why) = self.lost.get() {
-            return Err(io::Error::new(io::ErrorKind::ResourceBusy, why.clone()));
+    fn before_write(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        match self.lost.get() {
+            Some(why) => Err(io::Error::new(io::ErrorKind::ResourceBusy, why.clone())),
+            None => Ok(()),
         }
-        self.inner.write_at(offset, buf)
-    }
-
-    fn write_gather(&self, offset: u64, parts: &[&[u8]]) -> io::Result<()> {
-        if let Some(why) = self.lost.get() {
-            return Err(io::Error::new(io::ErrorKind::ResourceBusy, why.clone()));
-        }
-        self.inner.write_gather(offset, parts)
-    }
-
-    fn flush(&self) -> io::Result<()> {
-        self.inner.flush()
-    }
-
-    fn read_only(&self) -> bool {
-        self.inner.read_only()
-    }
-
-    fn name(&self) -> String {
-        self.inner.name()
     }
 }

@@ -154,7 +154,10 @@ impl Filesystem {
         }
         match mode {
             FallocMode::Allocate { .. } => txn.preallocate(&mut inode, offset, end)?,
-            FallocMode::PunchHole => txn.punch_hole(&mut inode, offset, end)?,
+            FallocMode::PunchHole => {
+                txn.use_reserve();
+                txn.punch_hole(&mut inode, offset, end)?
+            }
             FallocMode::ZeroRange { .. } => txn.zero_range(&mut inode, offset, end)?,
         }
         if mode.grows_size() && end > inode.size() {

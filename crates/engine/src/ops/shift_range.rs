@@ -84,6 +84,7 @@ impl Filesystem {
         self.flush_locked(ino)?;
         let mut txn = Txn::begin(self)?;
         txn.under_inode_lock();
+        txn.use_reserve();
         let mut inode = txn.inode(ino)?;
         inode.require_regular()?;
         self.check_file_end(&inode, end)?;

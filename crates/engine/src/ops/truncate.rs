@@ -46,6 +46,8 @@ impl Filesystem {
         }
         let mut txn = Txn::begin(self)?;
         txn.under_inode_lock();
+        // Cutting inside an extent may split it (`ext4_ext_remove_space`).
+        txn.use_reserve();
         txn.truncate(ino, size)?;
         txn.commit()
     }

@@ -33,7 +33,7 @@ use ext4kit_format::undo::{
     keys_per_block, superblock_copy,
 };
 
-use super::BlockDevice;
+use super::{BlockDevice, Passthrough};
 
 /// Undo block of the header.
 const HEADER_BLOCK: u64 = 0;
@@ -367,29 +367,13 @@ impl Drop for UndoDevice {
     }
 }
 
-impl BlockDevice for UndoDevice {
-    fn len(&self) -> u64 {
-        self.inner.len()
+/// Every write first saves what it overwrites.
+impl Passthrough for UndoDevice {
+    fn inner(&self) -> &dyn BlockDevice {
+        &*self.inner
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        self.save(offset, buf.len() as u64)?;
-        self.inner.write_at(offset, buf)
-    }
-    fn write_gather(&self, offset: u64, parts: &[&[u8]]) -> io::Result<()> {
-        self.save(offset, parts.iter().map(|p| p.len() as u64).sum())?;
-        self.inner.write_gather(offset, parts)
-    }
-    fn flush(&self) -> io::Result<()> {
-        self.inner.flush()
-    }
-    fn read_only(&self) -> bool {
-        self.inner.read_only()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
+    fn before_write(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.save(offset, len)
     }
 }
 

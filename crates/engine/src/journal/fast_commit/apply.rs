@@ -43,6 +43,8 @@ struct Touched {
 
 /// Applies `tags` in order, then settles i_blocks and inode bitmaps.
 pub(super) fn replay(txn: &mut Txn<'_>, tags: &[Tag]) -> Result<()> {
+    // What the log promised lands, reserve or not.
+    txn.use_reserve();
     let mut touched = Touched::default();
     for tag in tags {
         match tag {
