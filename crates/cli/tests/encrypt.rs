@@ -9,6 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use ext4kit_testkit::fscrypt;
 use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::{assert_fsck_clean, require_tools};
@@ -17,17 +18,6 @@ const DESC: &str = "0123456789abcdef";
 
 fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_ext4kit"))
-}
-
-fn helper(args: &[&str]) -> String {
-    let h = format!("{}/../testkit/scripts/fscrypt_ioctl.py", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("python3").arg(h).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 fn ext4kit(args: &[&str]) -> Output {
@@ -62,8 +52,8 @@ fn ready() -> bool {
 
 fn add_keys(mnt: &Path, key: &Path) {
     let (m, k) = (mnt.to_str().unwrap(), key.to_str().unwrap());
-    helper(&["add-key", m, k, DESC]);
-    helper(&["add-key", m, k]);
+    fscrypt::ioctl(&["add-key", m, k, DESC]);
+    fscrypt::ioctl(&["add-key", m, k]);
 }
 
 /// An image whose /v1 and /v2 hold `small` ("hello\n") and `sub/deep`.
@@ -80,12 +70,12 @@ fn image(dir: &Path) -> (PathBuf, PathBuf) {
     std::fs::write(&key, (0..64u8).map(|i| i.wrapping_mul(7) ^ 0x5a).collect::<Vec<_>>()).unwrap();
     let m = LoopMount::rw(&img, &[]).unwrap();
     let k = key.to_str().unwrap();
-    helper(&["add-key", m.path().to_str().unwrap(), k, DESC]);
-    let id = helper(&["add-key", m.path().to_str().unwrap(), k]);
+    fscrypt::ioctl(&["add-key", m.path().to_str().unwrap(), k, DESC]);
+    let id = fscrypt::ioctl(&["add-key", m.path().to_str().unwrap(), k]);
     for (d, policy) in [("v1", DESC), ("v2", id.as_str())] {
         let p = m.path().join(d);
         std::fs::create_dir(&p).unwrap();
-        helper(&["set-policy", p.to_str().unwrap(), policy]);
+        fscrypt::ioctl(&["set-policy", p.to_str().unwrap(), policy]);
         std::fs::write(p.join("small"), b"hello\n").unwrap();
         std::fs::create_dir(p.join("sub")).unwrap();
         std::fs::write(p.join("sub/deep"), vec![7u8; 9000]).unwrap();
@@ -273,10 +263,10 @@ fn key_set_policy_makes_a_directory_the_kernel_reads() {
     assert_fsck_clean(&img).unwrap();
     let m = LoopMount::ro(&img).unwrap();
     add_keys(m.path(), &key);
-    let id = helper(&["add-key", m.path().to_str().unwrap(), k]);
+    let id = fscrypt::ioctl(&["add-key", m.path().to_str().unwrap(), k]);
     for (d, policy) in [("secret", format!("2 1 4 3 {id}")), ("v1", format!("0 1 4 2 {DESC}"))] {
         let p = m.path().join(d);
-        assert_eq!(helper(&["get-policy", p.to_str().unwrap()]), policy);
+        assert_eq!(fscrypt::ioctl(&["get-policy", p.to_str().unwrap()]), policy);
         assert_eq!(names(&p), [b"a file name".to_vec()]);
         assert!(
             std::fs::read(p.join("a file name")).unwrap() == body,

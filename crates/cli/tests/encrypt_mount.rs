@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use ext4kit_testkit::fscrypt;
 use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::{assert_fsck_clean, require_tools};
@@ -20,17 +21,6 @@ const TRANSPORTS: [&str; 2] = ["transport=dev", "transport=fuser"];
 
 fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_ext4kit"))
-}
-
-fn helper(args: &[&str]) -> String {
-    let h = format!("{}/../testkit/scripts/fscrypt_ioctl.py", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("python3").arg(h).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 fn ext4kit(args: &[&str]) -> Output {
@@ -90,12 +80,12 @@ fn image(dir: &Path) -> (PathBuf, PathBuf, String) {
     let key = write_key(dir);
     let m = LoopMount::rw(&img, &[]).unwrap();
     let (mp, k) = (m.path().to_str().unwrap(), key.to_str().unwrap());
-    helper(&["add-key", mp, k, DESC]);
-    let id = helper(&["add-key", mp, k]);
+    fscrypt::ioctl(&["add-key", mp, k, DESC]);
+    let id = fscrypt::ioctl(&["add-key", mp, k]);
     for (d, policy) in [("v1", DESC), ("v2", id.as_str())] {
         let p = m.path().join(d);
         std::fs::create_dir(&p).unwrap();
-        helper(&["set-policy", p.to_str().unwrap(), policy]);
+        fscrypt::ioctl(&["set-policy", p.to_str().unwrap(), policy]);
         std::fs::write(p.join("small"), b"hello\n").unwrap();
         std::fs::create_dir(p.join("sub")).unwrap();
         std::fs::write(p.join("sub/deep"), vec![7u8; 9000]).unwrap();
@@ -255,11 +245,15 @@ fn key_set_policy_on_a_mounted_directory_is_what_the_kernel_reads() {
 
         let m = LoopMount::ro(&img).unwrap();
         let mp = m.path().to_str().unwrap();
-        helper(&["add-key", mp, k, DESC]);
-        let id = helper(&["add-key", mp, k]);
+        fscrypt::ioctl(&["add-key", mp, k, DESC]);
+        let id = fscrypt::ioctl(&["add-key", mp, k]);
         for (d, policy) in [("secret", format!("2 1 4 3 {id}")), ("v1", format!("0 1 4 2 {DESC}"))] {
             let p = m.path().join(d);
-            assert_eq!(helper(&["get-policy", p.to_str().unwrap()]), policy, "{transport}");
+            assert_eq!(
+                fscrypt::ioctl(&["get-policy", p.to_str().unwrap()]),
+                policy,
+                "{transport}"
+            );
             assert_eq!(names(&p), [b"a file name".to_vec(), b"sub".to_vec()]);
             assert!(
                 std::fs::read(p.join("a file name")).unwrap() == body,

@@ -194,6 +194,9 @@ pub struct Filesystem {
     pub(crate) keyring: crate::crypt::Keyring,
     /// Keys removed while files under them were open ([`crate::crypt::removal`]).
     pub(crate) removed_keys: crate::crypt::removal::Lingering,
+    /// ext4's own reserve in clusters (`s_resv_clusters`), see
+    /// [`Filesystem::resv_blocks`].
+    pub(crate) resv_clusters: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Filesystem {

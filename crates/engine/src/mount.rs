@@ -114,6 +114,7 @@ impl Filesystem {
         let busy = crate::alloc::busy::BusyBlocks::new(geo.first_data_block, geo.blocks_per_group);
         let dirty = crate::writeback::Dirty::new(opts.writeback_bytes);
         let kept_open = opts.keep_open.clone();
+        let resv_clusters = crate::statfs::default_resv_clusters(&geo);
         let mut fs = Self {
             dev,
             sb: RwLock::new(sb),
@@ -145,6 +146,7 @@ impl Filesystem {
             writeback_seq: Default::default(),
             keyring: Default::default(),
             removed_keys: Default::default(),
+            resv_clusters: resv_clusters.into(),
             publish_seq: Default::default(),
             busy,
             inode_locks: Default::default(),

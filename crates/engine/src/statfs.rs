@@ -3,7 +3,22 @@
 
 use ext4kit_format::features::IncompatFeatures;
 
+use std::sync::atomic::Ordering;
+
+use ext4kit_format::superblock::Geometry;
+
+use crate::error::{Error, Result};
 use crate::fs::Filesystem;
+
+/// The reserve the kernel computes at mount (`ext4_calculate_resv_clusters`):
+/// 2% of the clusters, at most 4096, with extents only (a block-mapped
+/// file never splits an extent).
+pub(crate) fn default_resv_clusters(geo: &Geometry) -> u64 {
+    if !geo.features.incompat.contains(IncompatFeatures::EXTENTS) {
+        return 0;
+    }
+    (geo.blocks_count / u64::from(geo.cluster_ratio()) / 50).min(4096)
+}
 
 /// File-system totals for `statfs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,19 +71,31 @@ impl Filesystem {
         }
     }
 
-    /// ext4's own reserve in blocks (`s_resv_clusters`, which the kernel
-    /// computes at mount in `ext4_calculate_resv_clusters`): 2% of the
-    /// clusters, at most 4096, with extents only (a block-mapped file
-    /// never splits an extent). Ordinary allocations leave it alone, so
-    /// the extent-tree blocks of write-back and of hole punching are
-    /// still found once data has taken the rest (see
-    /// `Txn::check_unreserved`).
+    /// ext4's own reserve in blocks (`s_resv_clusters`; see
+    /// [`default_resv_clusters`] and [`Self::set_reserved_clusters`]).
+    /// Ordinary allocations leave it alone, so the extent-tree blocks of
+    /// write-back and of hole punching are still found once data has
+    /// taken the rest (see `Txn::check_unreserved`).
     pub fn resv_blocks(&self) -> u64 {
-        if !self.geo.features.incompat.contains(IncompatFeatures::EXTENTS) {
-            return 0;
+        self.resv_clusters.load(Ordering::Relaxed) * u64::from(self.geo.cluster_ratio())
+    }
+
+    /// Sets the reserve to `clusters`, as root does on a kernel mount
+    /// through `/sys/fs/ext4/DEV/reserved_clusters` (0 gives data every
+    /// free block). Not stored on disk: the next open computes it anew.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for the whole file system or more, as
+    /// the kernel's `EINVAL`.
+    pub fn set_reserved_clusters(&self, clusters: u64) -> Result<()> {
+        let total = self.geo.blocks_count / u64::from(self.geo.cluster_ratio());
+        if clusters >= total {
+            return Err(Error::InvalidArgument(format!(
+                "reserved clusters {clusters}: the file system has {total}"
+            )));
         }
-        let ratio = u64::from(self.geo.cluster_ratio());
-        (self.geo.blocks_count / ratio / 50).min(4096) * ratio
+        self.resv_clusters.store(clusters, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Free blocks now (`s_free_blocks_count`), without the rest of

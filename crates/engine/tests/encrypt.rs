@@ -14,10 +14,11 @@ use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use common::{mkfs, open_rw, run};
+use common::{mkfs, open_rw};
 use ext4kit_engine::{Attr, Error, Filesystem, NodeKind, Policy, ROOT_INO};
 use ext4kit_format::fscrypt::KeyRef;
 use ext4kit_format::inode::FileType;
+use ext4kit_testkit::fscrypt;
 use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
 use ext4kit_testkit::tools::assert_fsck_clean;
 
@@ -27,10 +28,6 @@ const ATTR: Attr = Attr {
     gid: 0,
 };
 const V1_DESC: &str = "0123456789abcdef";
-
-fn helper() -> String {
-    format!("{}/../testkit/scripts/fscrypt_ioctl.py", env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Whether the kernel oracle is here: loop mounts, ext4 encryption, python3.
 fn kernel_ready() -> bool {
@@ -141,17 +138,14 @@ fn our_tree(fs: &Filesystem, top: &[u8], with_data: bool) -> Tree {
 
 fn set_policy(mnt: &Path, dir: &str, key: &str) {
     std::fs::create_dir(mnt.join(dir)).unwrap();
-    run(
-        "python3",
-        &[&helper(), "set-policy", mnt.join(dir).to_str().unwrap(), key],
-    );
+    fscrypt::ioctl(&["set-policy", mnt.join(dir).to_str().unwrap(), key]);
 }
 
 /// Adds both keys to the mounted file system; returns the v2 identifier.
 fn kernel_add_keys(mnt: &Path, key: &Path) -> String {
     let (m, k) = (mnt.to_str().unwrap(), key.to_str().unwrap());
-    run("python3", &[&helper(), "add-key", m, k, V1_DESC]);
-    run("python3", &[&helper(), "add-key", m, k]).trim().to_string()
+    fscrypt::ioctl(&["add-key", m, k, V1_DESC]);
+    fscrypt::ioctl(&["add-key", m, k])
 }
 
 /// An `-O encrypt` image with /v1 and /v2 under policies of one key and a
@@ -429,10 +423,7 @@ fn iv_ino_lblk_policies_and_paddings_both_ways() {
     for (d, flags) in policies {
         std::fs::create_dir(m.path().join(d)).unwrap();
         let p = m.path().join(d);
-        run(
-            "python3",
-            &[&helper(), "set-policy", p.to_str().unwrap(), &id, &flags.to_string()],
-        );
+        fscrypt::ioctl(&["set-policy", p.to_str().unwrap(), &id, &flags.to_string()]);
         fill(&p);
     }
     m.unmount().unwrap();
@@ -542,7 +533,7 @@ fn ext4kit_sets_policies_the_kernel_reads() {
             ("pad32", format!("2 1 4 3 {id}")),
         ] {
             let p = m.path().join(top);
-            let got = run("python3", &[&helper(), "get-policy", p.to_str().unwrap()]);
+            let got = fscrypt::ioctl(&["get-policy", p.to_str().unwrap()]);
             assert_eq!(got.trim(), shown, "the kernel's policy of /{top}");
             assert_eq!(kernel_tree(&p, true), want, "the kernel reads /{top}");
         }

@@ -839,15 +839,11 @@ fn run_encrypted(ops: &[Op]) {
     };
     let key = dir.path().join("key");
     std::fs::write(&key, [0x5au8; 64]).unwrap();
-    let helper = format!("{}/../testkit/scripts/fscrypt_ioctl.py", env!("CARGO_MANIFEST_DIR"));
     let m = LoopMount::rw(&img, &[]).unwrap();
-    let id = common::run(
-        "python3",
-        &[&helper, "add-key", m.path().to_str().unwrap(), key.to_str().unwrap()],
-    );
+    let id = ext4kit_testkit::fscrypt::ioctl(&["add-key", m.path().to_str().unwrap(), key.to_str().unwrap()]);
     let enc = m.path().join("enc");
     std::fs::create_dir(&enc).unwrap();
-    common::run("python3", &[&helper, "set-policy", enc.to_str().unwrap(), id.trim()]);
+    ext4kit_testkit::fscrypt::ioctl(&["set-policy", enc.to_str().unwrap(), &id]);
     m.unmount().unwrap();
     let fs = Filesystem::open(Box::new(FileDevice::open(&img, true).unwrap()), OpenOptions::default()).unwrap();
     fs.add_key(&[0x5au8; 64], None).unwrap();

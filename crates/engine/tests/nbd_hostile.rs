@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ext4kit_engine::BlockDevice;
@@ -167,7 +167,7 @@ fn fake(evil: Evil) -> (tempfile::TempDir, PathBuf) {
     (dir, sock)
 }
 
-fn open(sock: &PathBuf) -> std::io::Result<NbdDevice> {
+fn open(sock: &Path) -> std::io::Result<NbdDevice> {
     let uri = NbdUri::parse(&format!("nbd+unix:///?socket={}", sock.display())).unwrap();
     let opts = NbdOptions {
         timeout: Duration::from_secs(2),

@@ -125,7 +125,7 @@ fn kept_space_is_given_up_before_enospc() {
     fs.write(a, 0, &vec![1u8; 128 << 10]).unwrap();
     let free = fs.statfs().blocks_free;
     let b = fs.create(ROOT_INO, b"b", NodeKind::Regular, ATTR).unwrap().ino;
-    let fill = (free - 64) * 4096;
+    let fill = (free - fs.resv_blocks() - 64) * 4096;
     fs.write(b, 0, &vec![2u8; fill as usize]).unwrap();
     fs.write(a, 128 << 10, &vec![1u8; 128 << 10]).unwrap();
     fs.release_file(a).unwrap();

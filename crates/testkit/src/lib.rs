@@ -56,6 +56,7 @@
 
 pub mod compare;
 pub mod fixture;
+pub mod fscrypt;
 pub mod fuse;
 pub mod image;
 pub mod mount;
