@@ -58,8 +58,9 @@ if [ -n "$scope" ]; then
     enable=/sys/module/fuse/parameters/enable_uring
     if [ "$(cat "$enable" 2>/dev/null)" = Y ]; then
         echo "test.sh: the mount tests again with transport=uring"
-        EXT4KIT_TEST_TRANSPORT=uring cargo test -p ext4kit-cli --test 'mount*' || status=1
-        EXT4KIT_TEST_TRANSPORT=uring cargo test -p ext4kit-posix-suite || status=1
+        # --workspace as above: `-p` would resolve features anew and
+        # rebuild half the tree.
+        EXT4KIT_TEST_TRANSPORT=uring cargo test --workspace --test 'mount*' --test fuse_mount || status=1
     else
         echo "test.sh: mount tests over io_uring: $enable is not Y" >>"$skips"
     fi
