@@ -263,6 +263,12 @@ pub(crate) fn run(chan: &Arc<Channel>, server: Arc<dyn Serve>, threads: usize) -
                 .spawn(move || serve_loop(&chan, &*server, spinner))?,
         );
     }
+    join(workers, &*server)
+}
+
+/// Waits for the serving threads, then tells the server the session is
+/// over; the first error any thread returned, if any.
+pub(crate) fn join(workers: Vec<std::thread::JoinHandle<io::Result<()>>>, server: &dyn Serve) -> io::Result<()> {
     let mut result = Ok(());
     for w in workers {
         let r = w

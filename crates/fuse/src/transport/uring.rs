@@ -104,15 +104,7 @@ impl Rings {
                 .name(session::thread_name(0))
                 .spawn(move || session::serve_loop(&chan2, &*server2, false))?,
         );
-        let mut result = Ok(());
-        for w in workers {
-            let r = w
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("a serving thread panicked")));
-            result = result.and(r);
-        }
-        server.destroy();
-        result
+        session::join(workers, &*server)
     }
 }
 
