@@ -142,6 +142,39 @@ fn write_fails_with_enospc_and_keeps_every_accepted_byte() {
     assert_clean(&img);
 }
 
+/// `close(2)` sends its RELEASE in the background, so an unlink can reach
+/// the server while the file still counts as open, and a create or write right
+/// after it finds the space still held. The server waits for the release
+/// before answering ENOSPC: here the file is closed 50 ms after the create
+/// starts, and the create and write, which fit only in its space, succeed.
+#[test]
+fn space_held_by_a_removed_file_closing_soon_is_waited_for() {
+    if !ready() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let img = make_image(work.path(), "64M");
+    let m = FuseMount::start(exe(), &img, "").unwrap();
+    let (f, _, err) = fill(&m.path().join("a"), 1);
+    assert_eq!(err.kind(), ErrorKind::StorageFull, "write(2) failed with {err}");
+    std::fs::remove_file(m.path().join("a")).unwrap();
+    let b = std::thread::scope(|s| {
+        s.spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(f);
+        });
+        let mut b = File::create(m.path().join("b")).expect("the create waits for the release");
+        b.write_all(&pattern(2, 0, 4 * CHUNK))
+            .expect("the write waits for the release");
+        b
+    });
+    b.sync_all().unwrap();
+    drop(b);
+    assert!(m.unmount().unwrap().success());
+    assert_stored_exactly(&img, "b", 2, 4 * CHUNK as u64);
+    assert_clean(&img);
+}
+
 /// Four writers at once: each sees ENOSPC from write(2), and each file
 /// holds exactly what its writer was told was written.
 #[test]

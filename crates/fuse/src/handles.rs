@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ext4kit_engine::dir::DirStream;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 /// What a handle refers to.
 #[derive(Debug, Clone)]
@@ -37,6 +37,9 @@ pub(crate) struct Handles {
     map: Mutex<HashMap<u64, Handle>>,
     /// Handles open for writing (see [`crate::space`]).
     writing: AtomicU64,
+    /// Counts releases, so a thread told ENOSPC can wait for the next one.
+    releases: Mutex<u64>,
+    released: Condvar,
 }
 
 impl Handles {
@@ -59,6 +62,29 @@ impl Handles {
             self.writing.fetch_sub(1, Ordering::Relaxed);
         }
         h
+    }
+
+    /// How many file handles were released so far (see [`Self::wait_release`]).
+    pub(crate) fn releases(&self) -> u64 {
+        *self.releases.lock()
+    }
+
+    /// After the engine closed a released file.
+    pub(crate) fn note_release(&self) {
+        *self.releases.lock() += 1;
+        self.released.notify_all();
+    }
+
+    /// Waits until more than `seen` releases have been noted, or until
+    /// `deadline`; true if one was.
+    pub(crate) fn wait_release(&self, seen: u64, deadline: std::time::Instant) -> bool {
+        let mut n = self.releases.lock();
+        while *n == seen {
+            if self.released.wait_until(&mut n, deadline).timed_out() {
+                break;
+            }
+        }
+        *n != seen
     }
 
     /// How many handles are open for writing.

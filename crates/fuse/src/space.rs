@@ -38,6 +38,9 @@
 //! cached pages are dropped, and nothing past the failure is stored, so
 //! the image never holds a hole the program did not write; the kernel
 //! may still report the size it cached until it forgets the inode.
+//!
+//! Space held by an unlinked file whose RELEASE the kernel has not sent yet
+//! is waited for before any ENOSPC (`Ext4Fuse::check_space`).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

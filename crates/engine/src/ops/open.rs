@@ -72,6 +72,16 @@ impl Filesystem {
         self.noting_errors("release_file", self.evict(ino))
     }
 
+    /// Whether some open inode has no links left: its blocks come back at
+    /// its last [`Self::release_file`]. A FUSE server told ENOSPC right
+    /// after an unlink asks this, because the kernel sends the RELEASE of
+    /// a closed file in the background and it may not have arrived yet.
+    pub fn holds_unlinked_open(&self) -> bool {
+        let open = self.open_files.lock();
+        open.keys()
+            .any(|&ino| self.inode(ino).is_ok_and(|i| i.raw.links() == 0))
+    }
+
     /// Frees `ino`, no longer open, if it has no links and is on the
     /// orphan list (it may have been opened again, or never unlinked).
     pub(crate) fn evict(&self, ino: u32) -> Result<()> {

@@ -99,7 +99,9 @@ impl Ext4Fuse {
                 if write {
                     self.closed_for_writing(ino);
                 }
-                self.fs().release_file(ino).map_err(|e| self.errno(e))
+                let closed = self.fs().release_file(ino).map_err(|e| self.errno(e));
+                self.handles.note_release();
+                closed
             }
             Some(Handle::Dir { .. }) => Ok(()),
             None => Err(Errno::EBADF),

@@ -60,6 +60,11 @@ pub(crate) struct Statx {
 /// Largest read or write request (the kernel's `max_pages_limit` of 256 pages).
 const MAX_IO: u32 = 1 << 20;
 
+/// How long [`Ext4Fuse::check_space`] waits for background RELEASEs: the
+/// kernel sends them at once, so a wait longer than a few milliseconds
+/// means the file is open elsewhere.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The FUSE file system: an engine plus the state a mount needs (handles,
 /// options, whether errors made it read-only).
 pub struct Ext4Fuse {
@@ -180,8 +185,29 @@ impl Ext4Fuse {
 
     /// ENOSPC when only the room kept for the kernel's cached writes is
     /// left (see [`crate::space`]).
+    ///
+    /// `close(2)` does not wait for its RELEASE (the kernel sends it in the
+    /// background), so an `rm` right after closing a file may reach us
+    /// first, and the file's blocks stay held until the RELEASE does. Like
+    /// `ext4_should_retry_alloc`, which waits for a commit to free blocks,
+    /// this waits for releases while an unlinked file is open, for at most
+    /// [`RELEASE_WAIT`] in all, before answering ENOSPC.
     pub(crate) fn check_space(&self) -> Res<()> {
-        self.space.check(&self.fs(), self.handles.writing())
+        let deadline = std::time::Instant::now() + RELEASE_WAIT;
+        loop {
+            let seen = self.handles.releases();
+            let writing = self.handles.writing();
+            if self.space.check(&self.fs(), writing).is_ok() {
+                return Ok(());
+            }
+            if !self.fs().holds_unlinked_open() {
+                // The last such file may have been freed since the check.
+                return self.space.check(&self.fs(), self.handles.writing());
+            }
+            if std::time::Instant::now() >= deadline || !self.handles.wait_release(seen, deadline) {
+                return Err(Errno::ENOSPC);
+            }
+        }
     }
 
     /// After a change that may have taken space: on coming near the
