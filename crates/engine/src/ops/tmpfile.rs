@@ -11,10 +11,54 @@ use ext4kit_format::inode::FileType;
 
 use crate::clock;
 use crate::error::{Error, Result};
+use crate::fs::Filesystem;
 use crate::inode::Inode;
 use crate::inode::write::{NewInode, set_times, touch_ctime};
 use crate::ops::Attr;
 use crate::txn::Txn;
+
+impl Filesystem {
+    /// A regular file with no name near directory `parent`, counted open
+    /// as [`Filesystem::open_file`] would (`ext4_tmpfile` behind
+    /// `open(dir, O_TMPFILE)`): [`Filesystem::link_tmpfile`] names it, and
+    /// its last [`Filesystem::release_file`] frees it if it never was.
+    /// `umask` applies as for [`Filesystem::create_with_umask`].
+    ///
+    /// # Errors
+    /// As [`Filesystem::create`], but for the name.
+    pub fn create_tmpfile(&self, parent: u32, attr: Attr, umask: u16) -> Result<Inode> {
+        let made = Txn::begin(self).and_then(|mut txn| {
+            let inode = txn.create_tmpfile(parent, attr, umask)?;
+            txn.commit()?;
+            Ok(inode)
+        });
+        let inode = self.noting_errors("create", made)?;
+        // Nobody else knows the number yet: nothing can free it before
+        // this count (eviction runs only at a release or at mount).
+        *self.open_files.lock().entry(inode.ino).or_insert(0) += 1;
+        Ok(inode)
+    }
+
+    /// Names `ino`, made by [`Filesystem::create_tmpfile`] and still
+    /// without a name, `name` in `parent` (`linkat` of an `I_LINKABLE`
+    /// inode): off the orphan list, one link.
+    ///
+    /// # Errors
+    /// As [`Filesystem::link`]; [`Error::InvalidArgument`] when `ino` is
+    /// not a file waiting for a name.
+    pub fn link_tmpfile(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
+        let linked = Txn::begin(self).and_then(|mut txn| {
+            txn.link_tmpfile(ino, parent, name)?;
+            txn.commit()
+        });
+        self.noting_errors("link", linked)
+    }
+
+    /// Whether `ino` is counted open ([`Filesystem::open_file`]).
+    pub fn is_open(&self, ino: u32) -> bool {
+        self.open_files.lock().contains_key(&ino)
+    }
+}
 
 impl Txn<'_> {
     /// A regular file near directory `parent`, with no name: zero links,
@@ -66,6 +110,8 @@ impl Txn<'_> {
         super::require_live(&dir)?;
         super::flags::require_mutable(&dir)?;
         let mut target = self.inode(ino)?;
+        // `vfs_link` refuses an immutable or append-only source.
+        super::flags::require_changeable(&target)?;
         let disk = self.fs.disk_name(&dir, name, crate::crypt::names::Intent::Create)?;
         let name: &[u8] = &disk;
         self.fs.check_permitted_context(&dir, &target)?;

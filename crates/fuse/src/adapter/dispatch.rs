@@ -230,6 +230,12 @@ impl Ext4Fuse {
                 Ok((e, fh, open)) => Reply::create(unique, &wire_entry(&e), fh, open.bits()),
                 Err(e) => err(unique, e),
             },
+            Op::Tmpfile { flags, mode, umask } => {
+                match self.tmpfile_request(&caller, ino, (mode, umask, flags as i32)) {
+                    Ok((e, fh, open)) => Reply::create(unique, &wire_entry(&e), fh, open.bits()),
+                    Err(e) => err(unique, e),
+                }
+            }
             Op::Ioctl {
                 cmd, out_size, data, ..
             } => match self.inode_ioctl(&caller, ino, cmd, data, out_size) {

@@ -93,6 +93,28 @@ impl Ext4Fuse {
         Ok((inode, fh))
     }
 
+    /// TMPFILE: the nameless file made and opened; without `O_EXCL` a
+    /// later LINK may name it.
+    pub(super) fn tmpfile_file(
+        &self,
+        req: &Caller,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Res<(ext4kit_engine::Inode, u64)> {
+        let inode = self.make_tmpfile(req, parent, mode, umask)?;
+        if flags & libc::O_EXCL == 0 {
+            self.linkable.lock().insert(inode.ino);
+        }
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let fh = self.handles.insert(Handle::File { ino: inode.ino, write });
+        if write {
+            self.opened_for_writing(inode.ino, 0, None);
+        }
+        Ok((inode, fh))
+    }
+
     pub(super) fn close_handle(&self, fh: u64) -> Res<()> {
         match self.handles.remove(fh) {
             Some(Handle::File { ino, write }) => {
@@ -100,6 +122,9 @@ impl Ext4Fuse {
                     self.closed_for_writing(ino);
                 }
                 let closed = self.fs().release_file(ino).map_err(|e| self.errno(e));
+                if !self.fs().is_open(ino) {
+                    self.linkable.lock().remove(&ino);
+                }
                 self.handles.note_release();
                 closed
             }

@@ -95,6 +95,9 @@ pub struct Ext4Fuse {
     /// Encrypted directories and symlinks shown to the kernel (see
     /// [`crate::key_caches`]).
     pub(crate) shown: crate::key_caches::Shown,
+    /// Files made by TMPFILE without `O_EXCL`, still open and without a
+    /// name: the only unlinked inodes a LINK may name.
+    pub(crate) linkable: parking_lot::Mutex<std::collections::HashSet<u32>>,
 }
 
 type Res<T> = Result<T, Errno>;
@@ -127,6 +130,7 @@ impl Ext4Fuse {
             write_back: Default::default(),
             poller: Arc::default(),
             shown: Default::default(),
+            linkable: Default::default(),
         }
     }
 
@@ -532,6 +536,18 @@ impl Ext4Fuse {
         let (inode, fh) = self.create_file(req, parent, name, mode, umask, flags)?;
         let mut entry = self.entry_of(&inode)?;
         entry.attr_ttl = self.attr_ttl(&self.cfg.entry_timeout);
+        Ok((entry, fh, self.open_flags_for(req, flags)))
+    }
+
+    /// TMPFILE: as CREATE, for a file with no name (zero links).
+    pub(crate) fn tmpfile_request(
+        &self,
+        req: &Caller,
+        parent: INodeNo,
+        (mode, umask, flags): (u32, u32, i32),
+    ) -> Res<(Entry, u64, FopenFlags)> {
+        let (inode, fh) = self.tmpfile_file(req, parent, mode, umask, flags)?;
+        let entry = self.entry_of(&inode)?;
         Ok((entry, fh, self.open_flags_for(req, flags)))
     }
 }

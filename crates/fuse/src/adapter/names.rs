@@ -151,6 +151,23 @@ impl Ext4Fuse {
         r
     }
 
+    /// TMPFILE: a regular file with no name in `parent`, counted open
+    /// (the engine's `create_tmpfile`), owned and masked as a create there.
+    pub(super) fn make_tmpfile(&self, req: &Caller, parent: INodeNo, mode: u32, umask: u32) -> Res<Inode> {
+        self.quota_caller(req);
+        self.writable()?;
+        self.check_space()?;
+        let parent = self.ino(parent)?;
+        let dir = self.inode(parent)?;
+        let attr = self.owner(req, &dir, mode, false);
+        let r = self
+            .fs()
+            .create_tmpfile(parent, attr, (umask & 0o777) as u16)
+            .map_err(|e| self.errno(e));
+        self.space_taken();
+        r
+    }
+
     pub(super) fn make_node(
         &self,
         req: &Caller,
@@ -219,12 +236,30 @@ impl Ext4Fuse {
         self.writable()?;
         self.check_space()?;
         let ino = self.ino(ino)?;
-        self.fs()
-            .link(ino, self.ino(new_parent)?, new_name)
-            .map_err(|e| match e {
-                ext4kit_engine::Error::IsDir(_) => Errno::EPERM,
-                e => self.errno(e),
-            })?;
+        let parent = self.ino(new_parent)?;
+        if self.inode(ino)?.raw.links() == 0 {
+            return self.link_tmpfile(ino, parent, new_name);
+        }
+        self.fs().link(ino, parent, new_name).map_err(|e| match e {
+            ext4kit_engine::Error::IsDir(_) => Errno::EPERM,
+            e => self.errno(e),
+        })?;
+        self.inode(ino)
+    }
+}
+
+impl Ext4Fuse {
+    /// LINK of a file with no links: only one made by TMPFILE without
+    /// `O_EXCL` gets a name (the kernel's `I_LINKABLE`); any other
+    /// unlinked file stays unlinked (ENOENT, as `vfs_link` answers).
+    fn link_tmpfile(&self, ino: u32, parent: u32, name: &[u8]) -> Res<Inode> {
+        let mut linkable = self.linkable.lock();
+        if !linkable.contains(&ino) {
+            return Err(Errno::ENOENT);
+        }
+        self.fs().link_tmpfile(ino, parent, name).map_err(|e| self.errno(e))?;
+        linkable.remove(&ino);
+        drop(linkable);
         self.inode(ino)
     }
 }

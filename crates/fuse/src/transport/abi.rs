@@ -53,6 +53,9 @@ pub(crate) mod opcode {
     pub(crate) const RENAME2: u32 = 45;
     pub(crate) const LSEEK: u32 = 46;
     pub(crate) const COPY_FILE_RANGE: u32 = 47;
+    /// `open(dir, O_TMPFILE)` (Linux 6.1, protocol 7.37): a CREATE without
+    /// a name.
+    pub(crate) const TMPFILE: u32 = 51;
     pub(crate) const STATX: u32 = 52;
 }
 
@@ -349,6 +352,13 @@ pub(crate) enum Op<'a> {
         umask: u32,
         name: &'a [u8],
     },
+    /// The `fuse_create_in` of a CREATE; the kernel's name for the new
+    /// dentry (`/`) is no name in the directory and is not kept.
+    Tmpfile {
+        flags: u32,
+        mode: u32,
+        umask: u32,
+    },
     Ioctl {
         fh: u64,
         flags: u32,
@@ -531,6 +541,12 @@ fn parse_op<'a>(code: u32, r: &mut Reader<'a>) -> Result<Op<'a>, Malformed> {
                 umask,
                 name: r.name()?,
             }
+        }
+        o::TMPFILE => {
+            let (flags, mode, umask) = (r.u32()?, r.u32()?, r.u32()?);
+            r.skip(4)?;
+            r.name()?;
+            Op::Tmpfile { flags, mode, umask }
         }
         o::IOCTL => parse_ioctl(r)?,
         o::FALLOCATE => Op::Fallocate {
@@ -756,6 +772,23 @@ pub(crate) mod tests {
                 target: b"/t"
             }
         );
+    }
+
+    #[test]
+    fn tmpfile_reads_create_in_and_drops_the_name() {
+        let mut body = le(&[0o100002, 0o100600, 0o022, 0], &[4; 4]);
+        body.extend_from_slice(b"/\0");
+        let buf = request(opcode::TMPFILE, 9, 2, &body);
+        assert_eq!(
+            Request::parse(&buf).unwrap().op,
+            Op::Tmpfile {
+                flags: 0o100002,
+                mode: 0o100600,
+                umask: 0o022
+            }
+        );
+        let nameless = request(opcode::TMPFILE, 9, 2, &body[..16]);
+        assert_eq!(Request::parse(&nameless), Err(Malformed));
     }
 
     #[test]
