@@ -27,6 +27,22 @@ pub(crate) struct Change {
     pub(crate) kill_suidgid: bool,
 }
 
+impl Change {
+    /// Only times change: what the kernel's `fuse_flush_times` sends.
+    fn times_only(&self) -> bool {
+        let Self {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: _,
+            mtime,
+            kill_suidgid,
+        } = self;
+        mode.is_none() && uid.is_none() && gid.is_none() && size.is_none() && mtime.is_some() && !kill_suidgid
+    }
+}
+
 /// A time a `setattr` sets: the one given, or the server's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NewTime {
@@ -82,6 +98,11 @@ impl Ext4Fuse {
     pub(crate) fn set_attributes(&self, ino: INodeNo, c: &Change) -> Res<FileAttr> {
         self.writable()?;
         let ino = self.ino(ino)?;
+        if c.times_only()
+            && let Some(attr) = self.times_held(ino)?
+        {
+            return Ok(attr);
+        }
         if let Some(size) = c.size {
             self.fs().truncate(ino, size).map_err(|e| self.errno(e))?;
             self.truncated(ino, size);
@@ -99,6 +120,21 @@ impl Ext4Fuse {
             self.fs().setattr(ino, &set).map_err(|e| self.errno(e))?
         };
         self.attr_of(&inode)
+    }
+
+    /// The attributes, when a times-only SETATTR has nothing to change.
+    /// With the write-back cache the kernel owns a file's times and writes
+    /// them back (`fuse_flush_times`) at each close of a written file and
+    /// right after an unlink, link or rename (`fuse_update_ctime`). After
+    /// an unlink took the last name of a file nothing holds open, the
+    /// inode is already free: the times have nowhere to go, and a
+    /// transaction would only write them into a free inode.
+    fn times_held(&self, ino: u32) -> Res<Option<FileAttr>> {
+        let inode = self.inode(ino)?;
+        if inode.raw.links() == 0 && !self.fs().is_open(ino) {
+            return self.attr_of(&inode).map(Some);
+        }
+        Ok(None)
     }
 
     pub(super) fn read_link(&self, ino: INodeNo) -> Res<Vec<u8>> {
