@@ -76,3 +76,96 @@ fn a_bad_uri_is_named() {
     let out = ext4kit(&["fsck", "-fn", "nbds://127.0.0.1/x"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("TLS"));
 }
+
+/// A mkfs.ext4 image of 64 MiB in `dir` holding `pre` (1 MiB, never
+/// read before the server dies, so reading it later must reach the
+/// export), and the bytes of `pre`.
+fn image_with_pre(dir: &Path) -> Option<(std::path::PathBuf, Vec<u8>)> {
+    if !ready_with("mkfs.ext4") {
+        return None;
+    }
+    let src = dir.join("src");
+    std::fs::create_dir(&src).unwrap();
+    let pre: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(src.join("pre"), &pre).unwrap();
+    let img = dir.join("backing.img");
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "4096", "-d"])
+        .arg(&src)
+        .arg(&img)
+        .arg("64M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    Some((img, pre))
+}
+
+fn errno_of(r: std::io::Result<()>) -> Option<i32> {
+    r.err().map(|e| e.raw_os_error().unwrap_or(0))
+}
+
+/// The server of a mounted image SIGKILLed: what was fsynced before is
+/// kept; the next fsync fails with EIO and the mount refuses writes from
+/// then on (EROFS or EIO, never success); once the server is back on the
+/// same socket, reads go on (the client reconnects); unmount works; the
+/// backing file, mounted directly (the journal recovers), holds every
+/// fsynced file and passes `e2fsck -fn`.
+#[test]
+fn mount_survives_a_killed_server() {
+    if let Some(why) = servers_missing() {
+        skipped!("NBD servers missing: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some((img, pre)) = image_with_pre(dir.path()) else {
+        return;
+    };
+    let mut srv = NbdServer::qemu_nbd(&img, "", &Listen::Unix(dir.path().join("k.sock"))).unwrap();
+    let uri = srv.uri("");
+    let m = FuseMount::start(exe(), Path::new(&uri), "").unwrap();
+    let synced: Vec<(String, Vec<u8>)> = (0..8)
+        .map(|i| (format!("s{i}"), vec![0x40 + i as u8; 1000 + i * 30_000]))
+        .collect();
+    for (name, data) in &synced {
+        let mut f = std::fs::File::create(m.path().join(name)).unwrap();
+        std::io::Write::write_all(&mut f, data).unwrap();
+        f.sync_all().unwrap();
+    }
+    srv.kill();
+    let late = (|| {
+        let mut f = std::fs::File::create(m.path().join("late"))?;
+        std::io::Write::write_all(&mut f, &[7u8; 200_000])?;
+        f.sync_all()
+    })();
+    assert_eq!(errno_of(late), Some(libc::EIO), "an fsync with the server gone");
+    let again = std::fs::write(m.path().join("later"), b"x");
+    let code = errno_of(again);
+    assert!(
+        matches!(code, Some(libc::EROFS | libc::EIO)),
+        "a write after the failure gave {code:?}"
+    );
+    srv.restart().unwrap();
+    assert!(
+        std::fs::read(m.path().join("pre")).unwrap() == pre,
+        "pre read after the restart"
+    );
+    for (name, data) in &synced {
+        assert!(std::fs::read(m.path().join(name)).unwrap() == *data, "{name}");
+    }
+    let status = m.unmount().expect("unmount after the failure");
+    assert!(!status.success(), "the server hid the lost writes (exit {status})");
+    drop(srv);
+
+    let local = FuseMount::start(exe(), &img, "").unwrap();
+    for (name, data) in &synced {
+        assert!(
+            std::fs::read(local.path().join(name)).unwrap() == *data,
+            "{name} was fsynced before the kill and is lost"
+        );
+    }
+    assert!(std::fs::read(local.path().join("pre")).unwrap() == pre);
+    assert!(local.unmount().unwrap().success());
+    tools::assert_fsck_clean(&img).unwrap();
+}
