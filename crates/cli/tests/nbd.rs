@@ -5,6 +5,9 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use ext4kit_testkit::fuse::{FuseMount, ready_with};
 use ext4kit_testkit::nbd::{Listen, NbdServer, servers_missing};
@@ -168,4 +171,98 @@ fn mount_survives_a_killed_server() {
     assert!(std::fs::read(local.path().join("pre")).unwrap() == pre);
     assert!(local.unmount().unwrap().success());
     tools::assert_fsck_clean(&img).unwrap();
+}
+
+/// Writes `w{i}` files (sizes drawn from `seed`), each fsynced, until one
+/// fails; returns those whose fsync returned and the first error's errno.
+fn fsync_writer(dir: &Path, seed: u64, done: &AtomicUsize) -> (Vec<(String, Vec<u8>)>, i32) {
+    let mut rng = ext4kit_testkit::rng::Rng::new(seed);
+    let mut kept = Vec::new();
+    for i in 0..5000u32 {
+        let name = format!("w{i}");
+        let len = 1 + rng.below(96 << 10) as usize;
+        let data = rng.bytes(len);
+        let r = (|| {
+            let mut f = std::fs::File::create(dir.join(&name))?;
+            std::io::Write::write_all(&mut f, &data)?;
+            f.sync_all()
+        })();
+        match r {
+            Ok(()) => {
+                kept.push((name, data));
+                done.store(kept.len(), Ordering::SeqCst);
+            }
+            Err(e) => return (kept, e.raw_os_error().unwrap_or(0)),
+        }
+    }
+    panic!("5000 fsyncs succeeded with the server killed");
+}
+
+/// The server SIGKILLed at a seeded moment (after the writer's third
+/// fsync) while a writer fsyncs file after file (requests in flight when
+/// it dies): the writer gets EIO or
+/// EROFS, and the backing file, mounted directly, holds every file whose
+/// fsync returned, byte for byte, and passes `e2fsck -fn`.
+#[test]
+fn mount_keeps_every_fsync_across_a_kill_in_flight() {
+    if let Some(why) = servers_missing() {
+        skipped!("NBD servers missing: {why}");
+        return;
+    }
+    for seed in 0x6b11..0x6b14 {
+        kill_in_flight(seed, seed % 2 == 0);
+    }
+}
+
+fn kill_in_flight(seed: u64, qemu: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((img, _)) = image_with_pre(dir.path()) else {
+        return;
+    };
+    let listen = Listen::Unix(dir.path().join("w.sock"));
+    let mut srv = if qemu {
+        NbdServer::qemu_nbd(&img, "", &listen)
+    } else {
+        NbdServer::nbdkit(&["file", &format!("file={}", img.display())], &listen)
+    }
+    .unwrap();
+    let m = FuseMount::start(exe(), Path::new(&srv.uri("")), "").unwrap();
+    let root = m.path().to_path_buf();
+    let done = Arc::new(AtomicUsize::new(0));
+    let writer = std::thread::spawn({
+        let done = done.clone();
+        move || fsync_writer(&root, seed, &done)
+    });
+    let started = Instant::now();
+    while done.load(Ordering::SeqCst) < 3 && !writer.is_finished() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "three fsyncs took a minute"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let delay = ext4kit_testkit::rng::Rng::new(seed).below(200);
+    std::thread::sleep(Duration::from_millis(delay));
+    srv.kill();
+    let (kept, errno) = writer.join().unwrap();
+    assert!(
+        matches!(errno, libc::EIO | libc::EROFS),
+        "the writer's first failure after {} files: errno {errno}",
+        kept.len()
+    );
+    assert!(!m.unmount().unwrap().success());
+    drop(srv);
+    let local = FuseMount::start(exe(), &img, "").unwrap();
+    for (name, data) in &kept {
+        assert!(
+            std::fs::read(local.path().join(name)).unwrap() == *data,
+            "{name} was fsynced before the kill and is not intact"
+        );
+    }
+    assert!(local.unmount().unwrap().success());
+    tools::assert_fsck_clean(&img).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    eprintln!(
+        "seed {seed}: killed {delay} ms after the third fsync: {} fsynced files kept",
+        kept.len()
+    );
 }
