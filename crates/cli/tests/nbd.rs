@@ -321,3 +321,55 @@ fn read_only_mount_reads_again_after_the_server_returns() {
     drop(srv);
     tools::assert_fsck_clean(&img).unwrap();
 }
+
+/// A server that fails writes with EIO while it lives (nbdkit's error
+/// filter, armed by a trigger file): the fsync that meets it gets EIO,
+/// the mount refuses writes from then on even once the server is healthy
+/// again (`errors=remount-ro`), unmount works, and the backing file keeps
+/// every file fsynced before and passes `e2fsck -fn` after recovery.
+#[test]
+fn server_write_errors_turn_the_mount_read_only() {
+    if let Some(why) = servers_missing() {
+        skipped!("NBD servers missing: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some((img, _)) = image_with_pre(dir.path()) else {
+        return;
+    };
+    let trigger = dir.path().join("inject");
+    let srv = NbdServer::nbdkit(
+        &[
+            "--filter=error",
+            "file",
+            &format!("file={}", img.display()),
+            "error-pwrite=EIO",
+            "error-pwrite-rate=100%",
+            &format!("error-pwrite-file={}", trigger.display()),
+        ],
+        &Listen::Unix(dir.path().join("e.sock")),
+    )
+    .unwrap();
+    let m = FuseMount::start(exe(), Path::new(&srv.uri("")), "").unwrap();
+    let fsynced = |name: &str, data: &[u8]| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(m.path().join(name))?;
+        std::io::Write::write_all(&mut f, data)?;
+        f.sync_all()
+    };
+    fsynced("kept", &[0x11u8; 300_000]).unwrap();
+    std::fs::File::create(&trigger).unwrap();
+    assert_eq!(errno_of(fsynced("failed", &[0x22u8; 300_000])), Some(libc::EIO));
+    std::fs::remove_file(&trigger).unwrap();
+    let code = errno_of(fsynced("after", b"x"));
+    assert!(
+        matches!(code, Some(libc::EROFS | libc::EIO)),
+        "a write on a healthy server after the failure gave {code:?}"
+    );
+    assert!(std::fs::read(m.path().join("kept")).unwrap() == [0x11u8; 300_000]);
+    assert!(!m.unmount().unwrap().success(), "the server hid the failed write");
+    drop(srv);
+    let local = FuseMount::start(exe(), &img, "").unwrap();
+    assert!(std::fs::read(local.path().join("kept")).unwrap() == [0x11u8; 300_000]);
+    assert!(local.unmount().unwrap().success());
+    tools::assert_fsck_clean(&img).unwrap();
+}
