@@ -93,6 +93,9 @@ pub struct Workload {
     next_name: u32,
     /// Prefix of the names this workload makes.
     prefix: &'static str,
+    /// The paths the last step named (the file it picked, the names it
+    /// made up): where a step that failed half-way may have left changes.
+    pub attempted: Vec<String>,
 }
 
 impl Workload {
@@ -106,6 +109,7 @@ impl Workload {
             next_id: 1,
             next_name: 0,
             prefix: "",
+            attempted: Vec::new(),
         }
     }
 
@@ -137,7 +141,9 @@ impl Workload {
 
     fn new_path(&mut self) -> String {
         self.next_name += 1;
-        format!("{}/{}f{}", self.pick_dir(), self.prefix, self.next_name)
+        let path = format!("{}/{}f{}", self.pick_dir(), self.prefix, self.next_name);
+        self.attempted.push(path.clone());
+        path
     }
 
     /// Runs one operation drawn at random (`sync` among them) on `fs`; the
@@ -145,6 +151,7 @@ impl Workload {
     pub fn step(&mut self, fs: &Filesystem) -> Result<Step> {
         let roll = self.rng.below(100);
         let file = self.pick_file();
+        self.attempted = file.iter().cloned().collect();
         match (roll, file) {
             (0..8, _) => fs.sync().map(|()| self.done("sync", vec![])),
             (8..12, _) if self.dirs.len() < MAX_DIRS => self.mkdir(fs),
@@ -254,7 +261,10 @@ impl Workload {
     fn rename(&mut self, fs: &Filesystem, from: String) -> Result<Step> {
         // Onto another file (replacing it) one time in three.
         let to = match self.pick_file() {
-            Some(p) if p != from && self.rng.below(3) == 0 => p,
+            Some(p) if p != from && self.rng.below(3) == 0 => {
+                self.attempted.push(p.clone());
+                p
+            }
             _ => self.new_path(),
         };
         let (fd, fname) = split(&from);

@@ -74,9 +74,13 @@ pub struct NbdDevice {
     opts: NbdOptions,
     conn: RwLock<Arc<Connection>>,
     info: ExportInfo,
-    /// Acknowledged writes so far, and how many of them the last
-    /// successful flush covered: a dead connection with uncovered writes
-    /// may have lost them.
+    /// Writes begun (counted before they are sent), finished (acknowledged
+    /// or refused by the server), and how many the last successful flush
+    /// covered: a dead connection with a begun write not covered may have
+    /// lost it. Begun, not finished, is what a death is checked against,
+    /// so a write whose reply came in but whose count did not yet is
+    /// still seen as uncovered by a reconnect in another thread.
+    writes_started: AtomicU64,
     writes_acked: AtomicU64,
     writes_flushed: AtomicU64,
     /// Why writes are refused from now on.
@@ -105,6 +109,7 @@ impl NbdDevice {
             opts,
             conn: RwLock::new(Arc::new(conn)),
             info,
+            writes_started: AtomicU64::new(0),
             writes_acked: AtomicU64::new(0),
             writes_flushed: AtomicU64::new(0),
             writes_lost: Mutex::new(None),
@@ -196,7 +201,7 @@ impl NbdDevice {
 
     fn note_death(&self, conn: &Connection) {
         let Some(why) = conn.death() else { return };
-        if self.writes_acked.load(Ordering::SeqCst) > self.writes_flushed.load(Ordering::SeqCst) {
+        if self.writes_started.load(Ordering::SeqCst) > self.writes_flushed.load(Ordering::SeqCst) {
             self.writes_lost.lock().get_or_insert(why);
         }
     }
@@ -220,6 +225,7 @@ impl NbdDevice {
         if let Some(why) = &*self.writes_lost.lock() {
             return Err(lost(why));
         }
+        self.writes_started.fetch_add(1, Ordering::SeqCst);
         let conn = self.current();
         let r = (|| {
             let mut tickets = Vec::new();
@@ -229,19 +235,15 @@ impl NbdDevice {
             }
             tickets.into_iter().try_for_each(|t| t.wait().map(drop))
         })();
-        match r {
-            Err(e) => match conn.death() {
-                Some(why) => {
-                    self.writes_lost.lock().get_or_insert(why);
-                    Err(e)
-                }
-                None => Err(e),
-            },
-            Ok(()) => {
-                self.writes_acked.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
+        if r.is_err()
+            && let Some(why) = conn.death()
+        {
+            self.writes_lost.lock().get_or_insert(why);
+            return r;
         }
+        // Refused by the server, the write waits for no flush either.
+        self.writes_acked.fetch_add(1, Ordering::SeqCst);
+        r
     }
 
     fn writable(&self) -> io::Result<()> {
