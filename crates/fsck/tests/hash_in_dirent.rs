@@ -187,6 +187,13 @@ fn a_stored_hash_above_its_leaf_is_bad_max_hash_and_below_bad_min_hash() {
     assert!(f.message.contains(&format!("htree leaf {first} ")), "{}", f.message);
     assert!(f.message.contains("0xfffffffe"), "{}", f.message);
 
+    // Past the end of the last leaf: no name hashes to an odd value.
+    let mut odd = clean.clone();
+    set_hash(&mut odd, ce, last, 0, 0xffff_ffff);
+    let (rep, text) = agrees(&odd, "an odd hash in the last leaf");
+    assert!(text.contains(&format!("block #{last} has bad max hash")), "{text}");
+    finding(&rep, "P2_HTREE_MAX_HASH");
+
     let mut low = clean.clone();
     set_hash(&mut low, ce, last, 0, 0);
     let (rep, text) = agrees(&low, "a hash below its leaf");
