@@ -6,7 +6,7 @@
 //! the `dx_tail` for an htree node).
 
 use ext4kit_format::dir_entry::{
-    TAIL_SIZE, has_tail, rec_len_for, rec_len_from_disk, rec_len_to_disk, set_block_checksum,
+    HASH_LEN, TAIL_SIZE, has_tail, rec_len_for, rec_len_from_disk, rec_len_hashed, rec_len_to_disk, set_block_checksum,
 };
 use ext4kit_format::htree::set_dx_checksum;
 
@@ -71,6 +71,22 @@ impl DirBuf {
         self.buf.get(e.pos + HEADER..e.pos + HEADER + e.name_len).unwrap_or(&[])
     }
 
+    /// The `ext4_dir_entry_hash` (major, minor) stored after the name of
+    /// `e` in a directory both casefolded and encrypted; `None` when the
+    /// record has no room for it.
+    pub fn stored_hash(&self, e: &Ent) -> Option<(u32, u32)> {
+        let at = e.pos + rec_len_for(e.name_len);
+        if rec_len_for(e.name_len) + HASH_LEN > e.rec_len {
+            return None;
+        }
+        let w = |i: usize| {
+            self.buf
+                .get(i..i + 4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        Some((w(at)?, w(at + 4)?))
+    }
+
     /// Sets the record's inode number.
     pub fn set_inode(&mut self, pos: usize, ino: u32) {
         self.buf[pos..pos + 4].copy_from_slice(&ino.to_le_bytes());
@@ -118,14 +134,16 @@ impl DirBuf {
     /// out; a record running past `end` whose name fits is cut at `end`; a
     /// well-formed length is absorbed by the previous record; otherwise the
     /// rest of the block goes to the previous record, or becomes one empty
-    /// record. Returns where checking resumes.
-    pub fn salvage(&mut self, pos: usize, prev: Option<usize>, end: usize, inodes_count: u32) -> usize {
+    /// record. With `hashed` (a record that must carry its stored hash)
+    /// the lengths a name needs include the 8-byte hash. Returns where
+    /// checking resumes.
+    pub fn salvage(&mut self, pos: usize, prev: Option<usize>, end: usize, inodes_count: u32, hashed: bool) -> usize {
         let (name_len, rec_len, inode) = match self.ent(pos, end) {
             Some(e) => (e.name_len, e.rec_len, e.inode),
             None => (0, end - pos, 0),
         };
         let left = end as i64 - pos as i64 - rec_len as i64;
-        if left >= 12 && rec_len == HEADER {
+        if left >= rec_len_hashed(1, hashed) as i64 && rec_len == HEADER {
             let left = left as usize;
             self.buf.copy_within(pos + HEADER..pos + HEADER + left, pos);
             self.buf[pos + left..pos + left + HEADER].fill(0);
@@ -133,7 +151,7 @@ impl DirBuf {
             return pos;
         }
         let room = end - pos;
-        if left < 0 && room > HEADER && rec_len_for(name_len) <= room && inode <= inodes_count && {
+        if left < 0 && room > HEADER && rec_len_hashed(name_len, hashed) <= room && inode <= inodes_count && {
             let name = self.buf.get(pos + HEADER..pos + HEADER + name_len).unwrap_or(&[0]);
             !name.contains(&0)
         } {
@@ -282,7 +300,7 @@ mod tests {
         d.put(0, 2, 12, 2, b".");
         d.put(12, 2, 8, 2, b"");
         d.put(20, 11, bs - 20, 1, b"file");
-        let at = d.salvage(12, Some(0), bs, 100);
+        let at = d.salvage(12, Some(0), bs, 100, false);
         assert_eq!(at, 12);
         let e = d.ent(12, bs).unwrap();
         assert_eq!((e.inode, e.name_len), (11, 4));

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use ext4kit_format::dir_entry::rec_len_for;
 use ext4kit_format::features::IncompatFeatures;
 use ext4kit_format::group_desc::BG_INODE_UNINIT;
-use ext4kit_format::hash::dx_hash;
+use ext4kit_format::hash::{HashVersion, dx_hash};
 
 use crate::dir_block::{DirBuf, Ent, HEADER, mutate_name};
 use crate::pass2::Dir;
@@ -54,7 +54,12 @@ pub fn check(
         return;
     }
     let name = fix_name(ctx, dir, d, &e, name);
-    hash_range(ctx, dir, b, e.inode, &name);
+    let stored = if dir.hash_in_dirent(ctx) {
+        d.stored_hash(&e)
+    } else {
+        None
+    };
+    hash_range(ctx, dir, b, &e, &name, stored);
     if !link_dir(ctx, dir.ino, d, &e, &name) || !unique(ctx, dir, b, d, &e, name, here) {
         return;
     }
@@ -372,35 +377,48 @@ fn fix_encoded_name(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, mut n
 
 /// In an htree leaf, every name's hash must lie in the range its parent
 /// gives the block; when one does not, the repair drops the index. A
-/// casefolded directory hashes the folded name (`ext4fs_dirhash`).
-fn hash_range(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, inode: u32, name: &[u8]) {
-    if dir.index.is_none() {
-        return;
-    }
-    let input = if dir.casefolded(ctx) {
-        ext4kit_format::casefold::hash_input(name)
-    } else {
-        std::borrow::Cow::Borrowed(name)
-    };
+/// casefolded directory hashes the folded name (`ext4fs_dirhash`); one
+/// that is also encrypted (hash version 6, SipHash under the directory's
+/// key) is checked with the hash `stored` after each name, as e2fsck
+/// does without the key.
+fn hash_range(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, e: &Ent, name: &[u8], stored: Option<(u32, u32)>) {
     let Some(x) = dir.index.as_ref() else { return };
-    let Ok(h) = dx_hash(&input, x.version, &x.seed) else {
-        return;
+    let major = if x.version == HashVersion::SipHash {
+        // No stored hash: pass 1's root check or the record check reported it.
+        let Some((major, _)) = stored else { return };
+        major
+    } else {
+        let input = if dir.casefolded(ctx) {
+            ext4kit_format::casefold::hash_input(name)
+        } else {
+            std::borrow::Cow::Borrowed(name)
+        };
+        let Some(x) = dir.index.as_ref() else { return };
+        let Ok(h) = dx_hash(&input, x.version, &x.seed) else {
+            return;
+        };
+        h.major
     };
     if let Some(k) = dir.keys.as_mut() {
-        k.push(ext4kit_format::itree::key(inode, h.major));
+        k.push(ext4kit_format::itree::key(e.inode, major));
     }
-    let Some(&(lo, hi)) = x.ranges.get(&b.lblk) else { return };
-    if dir.hash_bad.contains(&b.lblk) || (lo..=hi).contains(&h.major) {
+    let Some(&(lo, hi)) = dir.index.as_ref().and_then(|x| x.ranges.get(&b.lblk)) else {
+        return;
+    };
+    if dir.hash_bad.contains(&b.lblk) || (lo..=hi).contains(&major) {
         return;
     }
     dir.hash_bad.insert(b.lblk);
-    let code = if h.major < lo {
-        p::P2_HTREE_MIN_HASH
+    let (code, msg) = if major < lo {
+        (p::P2_HTREE_MIN_HASH, format!("below the block's min hash {lo:#010x}"))
     } else {
-        p::P2_HTREE_MAX_HASH
+        (p::P2_HTREE_MAX_HASH, format!("above the block's max hash {hi:#010x}"))
     };
-    let msg = format!("htree leaf {} holds a name whose hash is outside its range", b.lblk);
-    if ctx.fix(Finding::new(code, msg, "clear the index").ino(dir.ino)) {
+    let msg = format!(
+        "htree leaf {} (block {}): entry at offset {} has hash {major:#010x}, {msg}",
+        b.lblk, b.pblk, e.pos
+    );
+    if ctx.fix(Finding::new(code, msg, "clear the index").ino(dir.ino).blk(b.pblk)) {
         dir.clear_index = true;
     }
 }

@@ -14,7 +14,9 @@
 //!   set when that hash continues the previous block's last one, so a
 //!   lookup goes on into the next block).
 
-use ext4kit_format::dir_entry::{TAIL_SIZE, encode_entry, rec_len_for, rec_len_to_disk, set_block_checksum};
+use ext4kit_format::dir_entry::{
+    TAIL_SIZE, encode_entry, encode_hash, rec_len_hashed, rec_len_to_disk, set_block_checksum,
+};
 use ext4kit_format::hash::HashVersion;
 use ext4kit_format::htree::{DxEntry, DxNode, DxParams, DxRoot, max_indirect_levels, node_limit, set_dx_checksum};
 
@@ -46,6 +48,9 @@ pub struct Shape {
     pub filetype: bool,
     /// large_dir: three index levels are allowed.
     pub large_dir: bool,
+    /// The directory is casefolded and encrypted: every record but `.`
+    /// and `..` stores its name's hash after the name.
+    pub hashed: bool,
 }
 
 impl Shape {
@@ -56,7 +61,17 @@ impl Shape {
     /// The free bytes e2fsck leaves in an indexed leaf: 20 % of the
     /// record space, at least one minimal record.
     pub fn htree_slack(&self) -> usize {
-        (self.end() * 20 / 100).max(rec_len_for(1))
+        (self.end() * 20 / 100).max(rec_len_hashed(1, self.hashed))
+    }
+
+    /// The record bytes `n` takes: with its stored hash in a hashed
+    /// directory, unless it is `.` or `..` (e2fsck's fake entries).
+    fn rec_len(&self, n: &Name) -> usize {
+        rec_len_hashed(n.name.len(), self.stores_hash(n))
+    }
+
+    fn stores_hash(&self, n: &Name) -> bool {
+        self.hashed && n.name != b"." && n.name != b".."
     }
 
     fn params(&self) -> DxParams {
@@ -76,7 +91,7 @@ pub fn leaves(s: &Shape, names: &[Name], slack: usize) -> (Vec<Vec<u8>>, Vec<u32
     let mut cur: Option<(Vec<u8>, usize, usize)> = None;
     let mut prev = None;
     for n in names {
-        let len = rec_len_for(n.name.len());
+        let len = s.rec_len(n);
         if cur.as_ref().is_none_or(|&(_, at, _)| at + len > end) {
             if let Some((buf, _, last)) = cur.take() {
                 blocks.push(close(s, buf, last));
@@ -87,6 +102,9 @@ pub fn leaves(s: &Shape, names: &[Name], slack: usize) -> (Vec<Vec<u8>>, Vec<u32
         let Some((buf, at, last)) = cur.as_mut() else { continue };
         let ft = if s.filetype { n.ft } else { (n.name.len() >> 8) as u8 };
         encode_entry(buf, *at, n.inode, len, ft, &n.name, s.bs);
+        if s.stores_hash(n) {
+            encode_hash(buf, *at, n.name.len(), (n.hash, n.minor));
+        }
         (*last, *at) = (*at, *at + len);
         if end - *at < slack {
             *at = end;
@@ -178,6 +196,7 @@ mod tests {
             seed: 7,
             filetype: true,
             large_dir: false,
+            hashed: false,
         }
     }
 
@@ -215,6 +234,42 @@ mod tests {
         let (_, hashes) = leaves(&s, &v, 12);
         assert!(hashes.len() > 1);
         assert_eq!(hashes[1], 4243);
+    }
+
+    #[test]
+    fn hashed_records_carry_their_hash_and_dots_do_not() {
+        let s = Shape {
+            hashed: true,
+            ..shape(1024, true)
+        };
+        let mut v = names(3);
+        v.insert(
+            0,
+            Name {
+                name: b"..".to_vec(),
+                ..v[0].clone()
+            },
+        );
+        v.insert(
+            0,
+            Name {
+                name: b".".to_vec(),
+                ..v[0].clone()
+            },
+        );
+        let (blocks, _) = leaves(&s, &v, 12);
+        let b = &blocks[0];
+        let es: Vec<_> = ext4kit_format::dir_entry::DirEntryIter::new(&b[..1012], 1024, true)
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            es.iter().map(|e| e.rec_len).take(4).collect::<Vec<_>>(),
+            [12, 12, 28, 28]
+        );
+        for (e, n) in es[2..].iter().zip(&v[2..]) {
+            let h = ext4kit_format::dir_entry::stored_hash(b, e);
+            assert_eq!(h, Some((n.hash, n.minor)), "{:?}", n.name);
+        }
     }
 
     #[test]

@@ -155,7 +155,7 @@ pub fn check_entry(ctx: &mut Ctx, dir: &mut Dir, d: &mut DirBuf, e: &Ent, name: 
 }
 
 /// The directory's policy (read once), `None` when it is not encrypted.
-fn dir_policy(ctx: &Ctx, dir: &mut Dir) -> Option<Policy> {
+pub(crate) fn dir_policy(ctx: &Ctx, dir: &mut Dir) -> Option<Policy> {
     let ino = dir.ino;
     let pol = dir.policy.get_or_insert_with(|| policy_of(ctx, ino)).clone();
     (pol != Policy::None).then_some(pol)

@@ -9,8 +9,9 @@ use std::collections::{HashMap, HashSet};
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures};
 use ext4kit_format::hash::{HashVersion, seed_from_bytes};
 use ext4kit_format::htree::{DxEntry, DxNode, DxParams, DxRoot, verify_dx_checksum};
-use ext4kit_format::inode::flags::INDEX;
+use ext4kit_format::inode::flags::{self, INDEX};
 
+use crate::pass1::decode;
 use crate::problem::{self as p, Code, Finding};
 use crate::state::{Ctx, DirBlock};
 
@@ -96,6 +97,7 @@ fn check_index(
         )
     })?;
     let version = HashVersion::effective(root.header.info.hash_version, ctx.fs.sb.s_flags.get()).ok_or(None)?;
+    siphash_matches(ctx, ino, version).map_err(|f| Some(f.blk(root_blk.pblk)))?;
     let seed_bytes: Vec<u8> = ctx
         .fs
         .sb
@@ -131,9 +133,35 @@ fn check_index(
         );
     }
     let levels = root.indirect_levels();
-    w.entries(&root.entries, levels, 0, u32::MAX);
+    // A name's hash has bit 0 clear: the last leaf ends at 0xfffffffe (e2fsck's).
+    w.entries(&root.entries, levels, 0, 0xffff_fffe);
     w.unreferenced();
     Ok((w.idx, w.problems))
+}
+
+/// A directory whose entries store their hashes (casefolded and
+/// encrypted, by its flags as in e2fsck's `ext4_hash_in_dirent`) is
+/// indexed by SipHash (6), and only such a directory is: any other
+/// pairing makes the index unusable.
+fn siphash_matches(ctx: &Ctx, ino: u32, version: HashVersion) -> Result<(), Finding> {
+    let fl = ctx.fs.inode_record(ino).map_or(0, |r| decode(&r).i_flags.get());
+    let stored = fl & flags::ENCRYPT != 0 && fl & flags::CASEFOLD != 0;
+    let sip = version == HashVersion::SipHash;
+    let (code, msg) = match (stored, sip) {
+        (true, false) => (
+            p::P1_HTREE_NEEDS_SIPHASH,
+            format!(
+                "htree uses hash version {}, but a casefolded, encrypted directory needs SipHash (6)",
+                version.code()
+            ),
+        ),
+        (false, true) => (
+            p::P1_HTREE_CANNOT_SIPHASH,
+            "htree uses SipHash, but only a casefolded, encrypted directory may".to_string(),
+        ),
+        _ => return Ok(()),
+    };
+    Err(Finding::new(code, msg, "clear the index").ino(ino))
 }
 
 /// Drops the index of directory `ino` (e2fsck's `clear_htree`): INDEX_FL

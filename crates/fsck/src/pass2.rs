@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use ext4kit_format::dir_entry::{TAIL_SIZE, has_tail, verify_block_checksum};
+use ext4kit_format::dir_entry::{TAIL_SIZE, has_tail, rec_len_for, rec_len_hashed, verify_block_checksum};
 use ext4kit_format::features::IncompatFeatures;
 
 use crate::Progress;
@@ -228,6 +228,15 @@ impl Dir {
         folded.flatten().unwrap_or_else(|| name.to_vec())
     }
 
+    /// True when each entry stores its name's hash after the name
+    /// (`ext4_dir_entry_hash`, e2fsck's `hash_in_dirent`): a casefolded
+    /// directory with an encryption policy. Its htree (hash version 6,
+    /// SipHash of the folded plaintext) is checked with those stored
+    /// hashes, since the key is not at hand.
+    pub(crate) fn hash_in_dirent(&mut self, ctx: &Ctx) -> bool {
+        self.casefolded(ctx) && crate::encryption::dir_policy(ctx, self).is_some()
+    }
+
     /// True when the directory's names are encrypted (`i_flags` ENCRYPT_FL).
     pub(crate) fn encrypted(&mut self, ctx: &Ctx) -> bool {
         let ino = self.ino;
@@ -309,13 +318,25 @@ pub(crate) fn records(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, d: &mut DirBuf,
     let mut here: HashMap<Vec<u8>, u32> = HashMap::new();
     let (mut pos, mut idx, mut prev) = (0usize, first_idx, None);
     let mut salvages = 0;
+    let hashed_dir = dir.hash_in_dirent(ctx);
     while pos < end {
+        // Past `.` and `..`, a record of a casefolded, encrypted directory
+        // holds its name and then its stored hash (e2fsck's `extended`).
+        let hashed = hashed_dir && !(b.lblk == 0 && idx < 2);
         let e = d.ent(pos, end).filter(|e| {
-            e.rec_len >= 12 && e.rec_len.is_multiple_of(4) && pos + e.rec_len <= end && e.name_len + 8 <= e.rec_len
+            e.rec_len >= rec_len_hashed(1, hashed)
+                && e.rec_len.is_multiple_of(4)
+                && pos + e.rec_len <= end
+                && rec_len_hashed(e.name_len, hashed) <= e.rec_len
         });
         let Some(e) = e else {
             let why = d.ent(pos, end).map_or("truncated entry".into(), |e| {
-                format!("rec_len {}, name_len {}", e.rec_len, e.name_len)
+                let hash = if hashed && rec_len_for(e.name_len) <= e.rec_len {
+                    " (no room for the stored name hash)"
+                } else {
+                    ""
+                };
+                format!("rec_len {}, name_len {}{hash}", e.rec_len, e.name_len)
             });
             let f = Finding::new(
                 p::P2_DIR_CORRUPTED,
@@ -326,7 +347,7 @@ pub(crate) fn records(ctx: &mut Ctx, dir: &mut Dir, b: DirBlock, d: &mut DirBuf,
                 break;
             }
             salvages += 1;
-            pos = d.salvage(pos, prev, end, ctx.fs.geo.inodes_count);
+            pos = d.salvage(pos, prev, end, ctx.fs.geo.inodes_count, hashed);
             continue;
         };
         dirent::check(ctx, dir, b, d, e, idx, &mut here);

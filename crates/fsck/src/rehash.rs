@@ -12,7 +12,9 @@
 //! more blocks and more than a block's worth of names, as an htree whose
 //! leaves keep a fifth free, hashed with the superblock's default hash
 //! (`s_def_hash_version`, its unsigned-char twin when `s_flags` says so)
-//! and seed; otherwise as a linear directory, `.` and `..` first, then the
+//! and seed — or, in a casefolded and encrypted directory, by SipHash
+//! (version 6) over the hashes its entries store, which are kept, since
+//! only the key could compute them; otherwise as a linear directory, `.` and `..` first, then the
 //! names by inode number, packed full. The blocks the new layout needs
 //! are the directory's own, grown at the end when it needs more; blocks
 //! it no longer needs are cut from the mapping and leave `ctx.used`
@@ -20,14 +22,14 @@
 //! `i_size`, `i_blocks` and INDEX_FL follow. The next run
 //! of the repair loop checks the result like any directory.
 //!
-//! Not rebuilt: inline and itree directories, case-folded ones (their
-//! hash needs Unicode folding), directories whose blocks are not one run
+//! Not rebuilt: inline and itree directories, case-folded ones that are
+//! not encrypted (their hash needs Unicode folding), directories whose blocks are not one run
 //! from logical block 0 or whose records do not parse, and bigalloc file
 //! systems (blocks there are counted in clusters).
 
 use std::collections::{BTreeSet, HashSet};
 
-use ext4kit_format::dir_entry::rec_len_from_disk;
+use ext4kit_format::dir_entry::{TAIL_SIZE, rec_len_for, rec_len_from_disk, rec_len_hashed};
 use ext4kit_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
 use ext4kit_format::hash::{HashVersion, dx_hash, seed_from_bytes};
 use ext4kit_format::inode::{RawInode, flags};
@@ -95,7 +97,8 @@ fn rebuild(ctx: &mut Ctx, ino: u32) -> Result<(), String> {
         return Ok(());
     }
     let raw = decode(&ctx.fs.inode_record(ino).map_err(|e| e.to_string())?);
-    if raw.has_flag(flags::CASEFOLD) && ctx.fs.geo.features.incompat.contains(IncompatFeatures::CASEFOLD) {
+    let hashed = raw.has_flag(flags::CASEFOLD) && raw.has_flag(flags::ENCRYPT);
+    if raw.has_flag(flags::CASEFOLD) && !hashed && ctx.fs.geo.features.incompat.contains(IncompatFeatures::CASEFOLD) {
         return Err("case-folded names are not hashed here".into());
     }
     let blocks = dir_blocks(ctx, ino);
@@ -103,13 +106,14 @@ fn rebuild(ctx: &mut Ctx, ino: u32) -> Result<(), String> {
     if blocks.is_empty() || blocks.len() > MAX_BLOCKS || raw.size() != (blocks.len() * bs) as u64 {
         return Err("its blocks are not one run from block 0 covering i_size".into());
     }
-    let scan = scan(ctx, ino, &blocks)?;
+    let scan = scan(ctx, ino, &blocks, hashed)?;
     let shape = Shape {
         bs,
         csum: ctx.fs.geo.features.metadata_csum(),
         seed: info.csum_seed,
         filetype: ctx.fs.geo.features.incompat.contains(IncompatFeatures::FILETYPE),
         large_dir: ctx.fs.geo.features.incompat.contains(IncompatFeatures::LARGEDIR),
+        hashed,
     };
     let (new, indexed) = layout(ctx, ino, &shape, &scan, blocks.len(), shape.htree_slack());
     let what = if indexed { "indexed" } else { "packed" };
@@ -170,8 +174,12 @@ fn dir_blocks(ctx: &Ctx, ino: u32) -> Vec<DirBlock> {
 
 /// Reads every record of the directory (a tail, an index node's fake
 /// dirent and a root's hidden `dx_root_info` are records naming inode 0,
-/// or inside one). Fails on a record chain that does not parse.
-fn scan(ctx: &Ctx, ino: u32, blocks: &[DirBlock]) -> Result<Scan, String> {
+/// or inside one). In a `hashed` directory (casefolded and encrypted)
+/// each name keeps the hash stored after it: SipHash of the plaintext,
+/// which only the key could recompute (e2fsck's rehash keeps them too).
+/// Fails on a record chain that does not parse.
+fn scan(ctx: &Ctx, ino: u32, blocks: &[DirBlock], hashed: bool) -> Result<Scan, String> {
+    let mc = ctx.fs.geo.features.metadata_csum();
     let filetype = ctx.fs.geo.features.incompat.contains(IncompatFeatures::FILETYPE);
     let bs = ctx.fs.bs();
     let mut s = Scan {
@@ -198,15 +206,23 @@ fn scan(ctx: &Ctx, ino: u32, blocks: &[DirBlock]) -> Result<Scan, String> {
                 name_len |= usize::from(ft) << 8;
                 ft = 0;
             }
-            if rec_len < 8 || !rec_len.is_multiple_of(4) || pos + rec_len > bs || name_len + 8 > rec_len {
+            // `.`, `..` and the checksum tail never hold a hash (e2fsck's `is_fake_entry`).
+            let fake = (b.lblk == 0 && pos <= 12) || (mc && pos == bs - TAIL_SIZE);
+            let min = rec_len_hashed(0, hashed && !fake);
+            if rec_len < min || !rec_len.is_multiple_of(4) || pos + rec_len > bs || name_len + min > rec_len {
                 return Err(format!("block {} is corrupt at offset {pos}", b.lblk));
             }
+            let hash = (hashed && !fake).then(|| {
+                let at = rec_len_for(name_len);
+                let w = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+                (w(at), w(at + 4))
+            });
             pos += rec_len;
             if inode == 0 {
                 continue;
             }
             let name = h[8..8 + name_len].to_vec();
-            take(&mut s, ino, inode, ft, name)?;
+            take(&mut s, ino, inode, ft, name, hash)?;
         }
     }
     if s.dot.0 == 0 || s.dotdot.0 == 0 {
@@ -217,7 +233,7 @@ fn scan(ctx: &Ctx, ino: u32, blocks: &[DirBlock]) -> Result<Scan, String> {
 
 /// Files one record: the first `.` and `..` are kept apart, any later
 /// one dropped (pass 2 clears them).
-fn take(s: &mut Scan, ino: u32, inode: u32, ft: u8, name: Vec<u8>) -> Result<(), String> {
+fn take(s: &mut Scan, ino: u32, inode: u32, ft: u8, name: Vec<u8>, hash: Option<(u32, u32)>) -> Result<(), String> {
     match name.as_slice() {
         [] => Err("a record names an inode with an empty name".into()),
         b"." if s.dot.0 == 0 => {
@@ -230,10 +246,11 @@ fn take(s: &mut Scan, ino: u32, inode: u32, ft: u8, name: Vec<u8>) -> Result<(),
         }
         b"." | b".." => Ok(()),
         _ => {
-            s.bytes += ext4kit_format::dir_entry::rec_len_for(name.len());
+            s.bytes += rec_len_hashed(name.len(), hash.is_some());
+            let (hash, minor) = hash.unwrap_or((0, 0));
             s.names.push(Name {
-                hash: 0,
-                minor: 0,
+                hash,
+                minor,
                 name,
                 inode,
                 ft,
@@ -247,18 +264,26 @@ fn take(s: &mut Scan, ino: u32, inode: u32, ft: u8, name: Vec<u8>) -> Result<(),
 /// (whose leaves keep `slack` bytes free).
 fn layout(ctx: &Ctx, ino: u32, s: &Shape, scan: &Scan, nblocks: usize, slack: usize) -> (Vec<Vec<u8>>, bool) {
     let f = ctx.fs.geo.features;
-    let version = HashVersion::effective(ctx.fs.sb.s_def_hash_version, ctx.fs.sb.s_flags.get())
-        .filter(|v| *v != HashVersion::SipHash);
+    let version = if s.hashed {
+        Some(HashVersion::SipHash)
+    } else {
+        HashVersion::effective(ctx.fs.sb.s_def_hash_version, ctx.fs.sb.s_flags.get())
+            .filter(|v| *v != HashVersion::SipHash)
+    };
     let big = scan.bytes >= s.bs - 24;
     if let Some(v) = version.filter(|_| f.compat.contains(CompatFeatures::DIR_INDEX) && nblocks >= 2 && big) {
         let seed = hash_seed(ctx);
         let mut names = scan.names.clone();
-        for n in &mut names {
+        // A hashed directory's names keep the hashes they store.
+        for n in names.iter_mut().filter(|_| !s.hashed) {
             (n.hash, n.minor) = dx_hash(&n.name, v, &seed).map_or((0, 0), |h| (h.major, h.minor));
         }
         names.sort_unstable();
         let (leaves, hashes) = dx_build::leaves(s, &names, slack);
-        let stored = HashVersion::from_code(ctx.fs.sb.s_def_hash_version).unwrap_or(v);
+        let stored = match v {
+            HashVersion::SipHash => v,
+            _ => HashVersion::from_code(ctx.fs.sb.s_def_hash_version).unwrap_or(v),
+        };
         if let Some((root, nodes)) = dx_build::index(s, ino, scan.dotdot.0, stored, &hashes) {
             let mut out = vec![root];
             out.extend(leaves);

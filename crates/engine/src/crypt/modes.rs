@@ -165,6 +165,21 @@ where
     Ok(())
 }
 
+/// The `adiantum` cipher as fscrypt uses it.
+type AdiantumCipher = adiantum::Cipher<chacha20::XChaCha12, aes09::Aes256>;
+
+// adiantum 0.2.0 (the newest release; its repository has no later fix)
+// views its 1,072-byte NH key, a `[u8; 0x430]` field of its own
+// `NhPoly1305` inside the cipher value, as `[u32; 4]` words through an
+// unchecked pointer cast (`nh` in `src/nh.rs`), in host byte order. That
+// buffer is the crate's, not ours: the data unit and tweak we pass are
+// read byte-wise, so no alignment at our call site changes anything.
+// Whether the field is 4-aligned rests on rustc's layout of a struct
+// whose own alignment is at least 4 (it holds Poly1305 states), which the
+// language does not promise; this assert checks the part we can see.
+// Host byte order is caught by `adiantum_matches_published_vectors`.
+const _: () = assert!(std::mem::align_of::<AdiantumCipher>() >= 4);
+
 /// `adiantum(xchacha12,aes)`.
 fn adiantum(key: &[u8], iv: &Iv, buf: &mut [u8], dir: Dir) -> Result<()> {
     use adiantum::cipher::KeyInit as _;
@@ -174,9 +189,8 @@ fn adiantum(key: &[u8], iv: &Iv, buf: &mut [u8], dir: Dir) -> Result<()> {
             buf.len()
         )));
     }
-    let key = adiantum::cipher::Key::<adiantum::Cipher<chacha20::XChaCha12, aes09::Aes256>>::try_from(key)
-        .expect("a 32-byte key");
-    let c = adiantum::Cipher::<chacha20::XChaCha12, aes09::Aes256>::new(&key);
+    let key = adiantum::cipher::Key::<AdiantumCipher>::try_from(key).expect("a 32-byte key");
+    let c = AdiantumCipher::new(&key);
     match dir {
         Dir::Encrypt => c.encrypt(buf, iv),
         Dir::Decrypt => c.decrypt(buf, iv),

@@ -59,7 +59,9 @@ pub struct HtreeLeaf {
 pub struct HtreeName {
     /// Inode number.
     pub ino: u32,
-    /// Major hash.
+    /// Major hash: in a casefolded, encrypted directory (hash version 6)
+    /// the one stored after the name, else computed from the name; 0 when
+    /// neither is possible.
     pub hash: u32,
     /// Minor hash.
     pub minor: u32,
@@ -160,6 +162,7 @@ impl Filesystem {
         let bs = buf.len();
         let used = if dir_entry::has_tail(buf) { bs - 12 } else { bs };
         let seed = self.sb.read().s_hash_seed.map(|w| w.get());
+        let stored = self.hash_in_dirent(dir);
         let filetype = self
             .geo
             .features
@@ -169,11 +172,18 @@ impl Filesystem {
             .map_while(|r| r.ok())
             .filter(|e| e.inode != 0)
             .map(|e| {
-                let h = version.and_then(|v| dx_hash(&self.hash_input(dir, e.name), v, &seed).ok());
+                let h = match version {
+                    // SipHash needs the key; the entry stores the hash it was filed by.
+                    Some(HashVersion::SipHash) if stored => dir_entry::stored_hash(buf, &e),
+                    Some(v) => dx_hash(&self.hash_input(dir, e.name), v, &seed)
+                        .ok()
+                        .map(|h| (h.major, h.minor)),
+                    None => None,
+                };
                 HtreeName {
                     ino: e.inode,
-                    hash: h.map_or(0, |h| h.major),
-                    minor: h.map_or(0, |h| h.minor),
+                    hash: h.map_or(0, |h| h.0),
+                    minor: h.map_or(0, |h| h.1),
                     rec_len: e.rec_len,
                     name: e.name.to_vec(),
                 }
