@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use ext4kit_engine::BlockDevice;
-use ext4kit_engine::device::nbd::is_nbd_uri;
-use ext4kit_engine::device::{FileDevice, InUse, NbdDevice, UndoDevice, UndoSync};
+use ext4kit_engine::device::nbd::{is_nbd_uri, open_image};
+use ext4kit_engine::device::{FileDevice, InUse, UndoDevice, UndoSync};
 use ext4kit_engine::journal::JournalDevice;
 use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions, SuperblockAt, backup_sb};
 use ext4kit_format::superblock::{EXT4_SUPER_MAGIC, RawSuperblock};
@@ -69,7 +69,8 @@ pub enum Access {
 }
 
 /// Opens the image a command names: a file or block device, or an NBD
-/// export (`nbd://host[:port]/export`, `nbd+unix:///export?socket=PATH`).
+/// export (`nbd://host[:port]/export`, `nbd+unix:///export?socket=PATH`)
+/// behind a block cache (`?cache=SIZE`, `cache=0` for none).
 /// An export has no lock to take and no local holder to find: the
 /// server's own locking (qemu-nbd locks its file) and multi-mount
 /// protection (`mmp`) guard it. The second value says who else uses a
@@ -79,8 +80,7 @@ pub enum Access {
 /// The device's open error (a malformed URI, no server, a busy image).
 pub fn open_device(image: &Path, access: Access) -> std::io::Result<(Box<dyn BlockDevice>, Option<InUse>)> {
     if let Some(uri) = image.to_str().filter(|s| is_nbd_uri(s)) {
-        let dev = NbdDevice::open_uri(uri, access == Access::Write)?;
-        return Ok((Box::new(dev), None));
+        return Ok((open_image(uri, access == Access::Write)?, None));
     }
     let dev = match access {
         Access::Read => FileDevice::open(image, false)?,

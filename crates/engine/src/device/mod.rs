@@ -54,6 +54,20 @@ pub trait BlockDevice: Send + Sync {
             many => self.write_at(offset, &many.concat()),
         }
     }
+    /// Writes each `(offset, bytes)` of `writes` and returns once all are
+    /// done, in no promised order among themselves. A page cache writing
+    /// back at a flush hands its dirty runs over this way, so a device
+    /// with requests in flight (NBD) sends them all before waiting for
+    /// the first reply; any other device writes them one by one.
+    fn write_many(&self, writes: &[(u64, &[u8])]) -> io::Result<()> {
+        writes.iter().try_for_each(|&(offset, buf)| self.write_at(offset, buf))
+    }
+    /// Fills `buf` from byte `offset` as the medium holds it now, past any
+    /// copy a cache in this process keeps: multi-mount protection reads
+    /// the MMP block this way to see another host's writes.
+    fn read_uncached(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.read_at(offset, buf)
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
     /// True when writes are refused.
@@ -80,6 +94,12 @@ impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
     }
     fn write_gather(&self, offset: u64, parts: &[&[u8]]) -> io::Result<()> {
         (**self).write_gather(offset, parts)
+    }
+    fn write_many(&self, writes: &[(u64, &[u8])]) -> io::Result<()> {
+        (**self).write_many(writes)
+    }
+    fn read_uncached(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        (**self).read_uncached(offset, buf)
     }
     fn flush(&self) -> io::Result<()> {
         (**self).flush()

@@ -55,6 +55,9 @@ impl<P: Passthrough> BlockDevice for P {
         self.before_write(offset, parts.iter().map(|p| p.len() as u64).sum())?;
         self.inner().write_gather(shifted(self, offset)?, parts)
     }
+    fn read_uncached(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.inner().read_uncached(shifted(self, offset)?, buf)
+    }
     fn flush(&self) -> io::Result<()> {
         self.inner().flush()
     }

@@ -38,17 +38,21 @@ impl Site {
     }
 
     /// Reads and checks the record (`read_mmp_block`): magic, then the
-    /// checksum under `metadata_csum`.
+    /// checksum under `metadata_csum`. Read past any page cache
+    /// ([`BlockDevice::read_uncached`]), or another host's write would
+    /// never be seen.
     ///
     /// # Errors
     /// [`Error::Io`]; [`Error::Corrupt`] / [`Error::BadChecksum`] at the
     /// MMP block for a bad `mmp_magic` or `mmp_checksum`.
     pub fn read(&self) -> Result<RawMmp> {
         let mut buf = [0u8; MMP_SIZE];
-        self.dev.read_at(self.offset, &mut buf).map_err(|source| Error::Io {
-            offset: self.offset,
-            source,
-        })?;
+        self.dev
+            .read_uncached(self.offset, &mut buf)
+            .map_err(|source| Error::Io {
+                offset: self.offset,
+                source,
+            })?;
         let rec = RawMmp::parse(&buf).map_err(|e| Error::format(self.at(), e))?;
         match rec.validate(self.csum_seed, self.metadata_csum) {
             Err(e) if !e.is_checksum() || self.verify_checksums => Err(Error::format(self.at(), e)),

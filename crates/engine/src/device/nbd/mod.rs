@@ -22,7 +22,9 @@
 //! disk. TLS (`nbds://`, or a server answering `NBD_REP_ERR_TLS_REQD`) is
 //! refused with a message that says so.
 
+mod cache;
 mod client;
+mod counters;
 mod handshake;
 pub mod uri;
 pub mod wire;
@@ -34,7 +36,10 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
+pub use self::cache::{CachedExport, DEFAULT_CACHE_BYTES, cache_bytes, open_image};
 use self::client::{Connection, lost};
+use self::counters::Counters;
+pub use self::counters::NbdStats;
 use self::handshake::Stream;
 pub use self::uri::{Endpoint, NbdUri, is_nbd_uri};
 use self::wire::{BlockSizes, Cmd, ExportInfo, tflags};
@@ -86,6 +91,7 @@ pub struct NbdDevice {
     /// Why writes are refused from now on.
     writes_lost: Mutex<Option<String>>,
     reconnecting: Mutex<()>,
+    counters: Counters,
 }
 
 impl NbdDevice {
@@ -114,6 +120,7 @@ impl NbdDevice {
             writes_flushed: AtomicU64::new(0),
             writes_lost: Mutex::new(None),
             reconnecting: Mutex::new(()),
+            counters: Counters::default(),
         })
     }
 
@@ -127,6 +134,11 @@ impl NbdDevice {
             ..NbdOptions::default()
         };
         Self::open(&NbdUri::parse(uri)?, opts)
+    }
+
+    /// The requests sent so far, by kind.
+    pub fn stats(&self) -> NbdStats {
+        self.counters.read()
     }
 
     /// What the server said about the export.
@@ -210,7 +222,10 @@ impl NbdDevice {
         let mut tickets = Vec::new();
         for (at, len) in self.pieces(offset, buf.len() as u64) {
             tickets.push((at, conn.submit(Cmd::Read, 0, at, len, &[])?));
+            self.counters.note(Cmd::Read, len);
         }
+        self.counters
+            .note_batch(tickets.len().min(self.opts.max_in_flight.max(1)));
         for (at, t) in tickets {
             let data = t.wait()?.data;
             let from = (at - offset) as usize;
@@ -222,6 +237,12 @@ impl NbdDevice {
     /// Sends `cmd` over the whole range (writes with `data`) and waits
     /// for every piece; a dead connection refuses writes from then on.
     fn send_all(&self, cmd: Cmd, flags: u16, offset: u64, len: u64, data: Option<&[u8]>) -> io::Result<()> {
+        self.send_batch(cmd, flags, &[(offset, len, data)])
+    }
+
+    /// Sends `cmd` over every range of `batch`, all pieces before the
+    /// first reply is awaited, and waits for them all.
+    fn send_batch(&self, cmd: Cmd, flags: u16, batch: &[(u64, u64, Option<&[u8]>)]) -> io::Result<()> {
         if let Some(why) = &*self.writes_lost.lock() {
             return Err(lost(why));
         }
@@ -229,10 +250,15 @@ impl NbdDevice {
         let conn = self.current();
         let r = (|| {
             let mut tickets = Vec::new();
-            for (at, n) in self.pieces(offset, len) {
-                let payload = data.map(|d| &d[(at - offset) as usize..][..n as usize]);
-                tickets.push(conn.submit(cmd, flags, at, n, payload.as_slice())?);
+            for &(offset, len, data) in batch {
+                for (at, n) in self.pieces(offset, len) {
+                    let payload = data.map(|d| &d[(at - offset) as usize..][..n as usize]);
+                    tickets.push(conn.submit(cmd, flags, at, n, payload.as_slice())?);
+                    self.counters.note(cmd, n);
+                }
             }
+            self.counters
+                .note_batch(tickets.len().min(self.opts.max_in_flight.max(1)));
             tickets.into_iter().try_for_each(|t| t.wait().map(drop))
         })();
         if r.is_err()
@@ -313,6 +339,7 @@ impl NbdDevice {
         if conn.negotiated().allocation_context.is_none() {
             return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
         }
+        self.counters.note(Cmd::BlockStatus, 0);
         Ok(conn.submit(Cmd::BlockStatus, 0, offset, len, &[])?.wait()?.extents)
     }
 }
@@ -352,6 +379,18 @@ impl BlockDevice for NbdDevice {
         self.send_all(Cmd::Write, 0, offset, buf.len() as u64, Some(buf))
     }
 
+    /// Every write's pieces go on the wire before the first reply is
+    /// awaited (up to [`NbdOptions::max_in_flight`] at once), so a page
+    /// cache's write-back costs about one round trip, not one per run.
+    fn write_many(&self, writes: &[(u64, &[u8])]) -> io::Result<()> {
+        self.writable()?;
+        for &(offset, buf) in writes {
+            self.check_range(offset, buf.len())?;
+        }
+        let batch: Vec<_> = writes.iter().map(|&(o, b)| (o, b.len() as u64, Some(b))).collect();
+        self.send_batch(Cmd::Write, 0, &batch)
+    }
+
     fn flush(&self) -> io::Result<()> {
         if self.read_only() {
             return Ok(());
@@ -364,6 +403,7 @@ impl BlockDevice for NbdDevice {
         }
         let covered = self.writes_acked.load(Ordering::SeqCst);
         let conn = self.current();
+        self.counters.note(Cmd::Flush, 0);
         let r = conn.submit(Cmd::Flush, 0, 0, 0, &[]).and_then(|t| t.wait().map(drop));
         match r {
             Ok(()) => {

@@ -15,7 +15,7 @@
 //! chosen.
 //!
 //! **Reads.** Held pages are copied out; the missing pages of a request
-//! are read from the inner device whole, each run of consecutive missing
+//! (widened by readahead, if on) are read from the inner device whole, each run of consecutive missing
 //! pages as one request, so a sequential cold read reaches a disk model
 //! as one sequential request (as the kernel's block layer merges
 //! adjacent bios), and then kept.
@@ -24,7 +24,9 @@
 //! them dirty (a page the write covers only in part is read first if not
 //! held). Dirty pages reach the inner device in two ways only: at
 //! [`BlockDevice::flush`], every dirty page, ascending, joined into runs of
-//! consecutive pages (up to 1 MiB), then the inner device's flush; and
+//! consecutive pages (up to 1 MiB) handed over together
+//! ([`BlockDevice::write_many`]) and all acknowledged, then the inner
+//! device's flush; and
 //! when a dirty page is evicted, the run of dirty pages held around it.
 //! Write-back rather than write-through because that is what the kernel
 //! under the seeds' benchmarks does: writes between two flushes reach the
@@ -58,11 +60,18 @@
 //! modeled runs, whose time is the disk model's; a many-threaded wall-time
 //! benchmark would want the copy outside the lock (per-page locks).
 //!
-//! **Not for shared images.** Multi-mount protection reads the MMP block
-//! back to see another node's writes; through this cache it would read its
-//! own copy. Use it on images this process alone writes (benchmarks).
+//! **Readahead** (off unless [`PageCache::with_readahead`]): a miss is
+//! widened to the device's preferred unit and, on sequential reads, to a
+//! growing window (the `readahead` module), for devices where a request
+//! costs a round trip (NBD, [`super::nbd::CachedExport`]).
+//!
+//! **Shared images.** Multi-mount protection reads the MMP block back to
+//! see another node's writes; it reads with
+//! [`BlockDevice::read_uncached`], which this cache serves from the inner
+//! device.
 
 mod lru;
+mod readahead;
 mod stats;
 mod writeback;
 
@@ -90,6 +99,8 @@ pub struct PageCache<D> {
     len: u64,
     /// Pages held at most; 0 passes every request straight through.
     capacity: usize,
+    /// None unless [`PageCache::with_readahead`] asked for it.
+    readahead: readahead::Policy,
     state: Mutex<State>,
 }
 
@@ -100,8 +111,10 @@ struct State {
     stats: PageCacheStats,
     /// Inner writes issued so far; see the module doc, "Concurrency".
     epoch: u64,
-    /// Gathers a run of pages for one inner write.
+    /// Gathers runs of pages for inner writes.
     scratch: Vec<u8>,
+    /// The reading stream readahead follows.
+    ra: readahead::Stream,
 }
 
 /// A run of consecutive missing pages of one read request.
@@ -132,13 +145,35 @@ impl<D: BlockDevice> PageCache<D> {
             page,
             shift: page.trailing_zeros(),
             capacity,
+            readahead: readahead::Policy::default(),
             state: Mutex::new(State {
                 lru: Lru::new(capacity, page),
                 stats: PageCacheStats::default(),
                 epoch: 0,
                 scratch: Vec::new(),
+                ra: readahead::Stream::default(),
             }),
         }
+    }
+
+    /// Turns readahead on (see the `readahead` module): a missed read is
+    /// widened to whole units of `unit` bytes (a device's preferred block
+    /// size) and, while reads follow one another, to a window doubling up
+    /// to `max` bytes (at most a quarter of the cache). A `max` of 0 turns
+    /// it off.
+    #[must_use]
+    pub fn with_readahead(mut self, unit: u64, max: u64) -> Self {
+        let pages = |b: u64| b.div_ceil(self.page as u64).max(1);
+        let max = if max == 0 {
+            0
+        } else {
+            pages(max).min(self.capacity as u64 / 4)
+        };
+        self.readahead = readahead::Policy {
+            unit: pages(unit).min(max.max(1)),
+            max,
+        };
+        self
     }
 
     /// The wrapped device.
@@ -234,6 +269,7 @@ impl<D: BlockDevice> PageCache<D> {
                 _ => runs.push(Run { first: p, pages: 1 }),
             }
         }
+        self.widen(&mut st, &mut runs);
         (runs, st.epoch)
     }
 
@@ -394,6 +430,25 @@ impl<D: BlockDevice> BlockDevice for PageCache<D> {
     /// call), then flushes the inner device: a barrier, as the journal
     /// needs. The lock is released before the inner flush, so reads go on
     /// while the disk drains.
+    /// Forgets the clean pages held in the range, then reads it: pages
+    /// come from the inner device, except dirty ones (this process's own
+    /// newer writes, not yet written back).
+    fn read_uncached(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.check(offset, buf.len())?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        {
+            let mut st = self.state.lock();
+            for p in self.pages(offset, buf.len()) {
+                if let Some(slot) = st.lru.peek(p).filter(|&s| !st.lru.is_dirty(s)) {
+                    st.lru.remove(slot);
+                }
+            }
+        }
+        self.read_at(offset, buf)
+    }
+
     fn flush(&self) -> io::Result<()> {
         {
             let mut st = self.state.lock();

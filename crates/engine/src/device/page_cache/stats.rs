@@ -23,6 +23,8 @@ pub struct PageCacheStats {
     /// Pages a write covered only in part and that were not held, read from
     /// the inner device to complete them (read-modify-write).
     pub fills: u64,
+    /// Pages read beyond what read requests asked for (readahead).
+    pub readahead_pages: u64,
     /// Read requests sent to the inner device (each covers a run of
     /// missing pages, or one page to fill).
     pub inner_reads: u64,
@@ -53,6 +55,7 @@ impl PageCacheStats {
             hits: self.hits.saturating_sub(earlier.hits),
             misses: self.misses.saturating_sub(earlier.misses),
             fills: self.fills.saturating_sub(earlier.fills),
+            readahead_pages: self.readahead_pages.saturating_sub(earlier.readahead_pages),
             inner_reads: self.inner_reads.saturating_sub(earlier.inner_reads),
             inner_read_bytes: self.inner_read_bytes.saturating_sub(earlier.inner_read_bytes),
             inner_writes: self.inner_writes.saturating_sub(earlier.inner_writes),
