@@ -426,10 +426,6 @@ impl<D: BlockDevice> BlockDevice for PageCache<D> {
         self.write_held(offset, buf)
     }
 
-    /// Writes back every dirty page (so every write completed before this
-    /// call), then flushes the inner device: a barrier, as the journal
-    /// needs. The lock is released before the inner flush, so reads go on
-    /// while the disk drains.
     /// Forgets the clean pages held in the range, then reads it: pages
     /// come from the inner device, except dirty ones (this process's own
     /// newer writes, not yet written back).
@@ -449,6 +445,10 @@ impl<D: BlockDevice> BlockDevice for PageCache<D> {
         self.read_at(offset, buf)
     }
 
+    /// Writes back every dirty page (so every write completed before this
+    /// call), then flushes the inner device: a barrier, as the journal
+    /// needs. The lock is released before the inner flush, so reads go on
+    /// while the disk drains.
     fn flush(&self) -> io::Result<()> {
         {
             let mut st = self.state.lock();
