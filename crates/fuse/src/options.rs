@@ -160,6 +160,10 @@ pub struct MountConfig {
     pub cpu_latency: CpuLatencyMode,
     /// What carries requests (`transport=auto|dev|uring|fuser`).
     pub transport: Transport,
+    /// Ring entries per io_uring queue (`uring_depth=`): how many
+    /// requests of one CPU's queue are served at once, each entry on a
+    /// thread of its own with a payload buffer of `max_write` bytes.
+    pub uring_depth: usize,
     /// The kernel's readahead for the mount in KiB (`read_ahead_kb=`);
     /// `None` sets [`DEFAULT_READ_AHEAD_KB`] where permitted.
     pub read_ahead_kb: Option<u32>,
@@ -235,6 +239,7 @@ impl Default for MountConfig {
             poll: DEFAULT_POLL,
             cpu_latency: CpuLatencyMode::Auto,
             transport: Transport::Auto,
+            uring_depth: DEFAULT_URING_DEPTH,
             read_ahead_kb: None,
             max_dirty: None,
             sync: false,
@@ -254,6 +259,10 @@ impl Default for MountConfig {
         }
     }
 }
+
+/// Ring entries per io_uring queue unless `uring_depth=` says otherwise
+/// (measured in docs/fuse-requests.md).
+pub const DEFAULT_URING_DEPTH: usize = 2;
 
 /// The busy window (`poll=`, or this when `poll=0`): longer than the gaps between the requests of one
 /// busy program (a few to a few hundred microseconds of its own work).
@@ -428,6 +437,13 @@ impl MountConfig {
                 };
                 Ok(())
             }
+            "uring_depth" => match value.and_then(|v| v.parse::<usize>().ok()) {
+                Some(n @ 1..=64) => {
+                    self.uring_depth = n;
+                    Ok(())
+                }
+                _ => Err("expects a number of ring entries per queue from 1 to 64".into()),
+            },
             "cpu_latency" => {
                 self.cpu_latency = match value {
                     Some("auto") => CpuLatencyMode::Auto,
@@ -666,6 +682,11 @@ mod tests {
         c.apply("transport=fuser").unwrap();
         assert_eq!(c.transport, Transport::Fuser);
         c.apply("transport=uring").unwrap();
+        assert_eq!(c.uring_depth, DEFAULT_URING_DEPTH);
+        c.apply("uring_depth=8").unwrap();
+        assert_eq!(c.uring_depth, 8);
+        assert!(c.clone().apply("uring_depth=0").is_err());
+        assert!(c.clone().apply("uring_depth=65").is_err());
         assert_eq!(c.transport, Transport::Uring);
         assert!(c.apply("transport=ring").is_err());
         c.apply("cpu_latency=off").unwrap();

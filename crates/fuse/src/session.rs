@@ -351,7 +351,7 @@ fn rings_for(
     }
     let made = match uring::unavailable() {
         Some(why) => Err(io::Error::new(io::ErrorKind::Unsupported, why)),
-        None => Rings::new(chan, Rings::per_queue(cfg.threads)),
+        None => Rings::new(chan, cfg.uring_depth),
     };
     made.map(Some)
         .map_err(|e| io::Error::new(e.kind(), format!("transport=uring: {e}")))
