@@ -39,7 +39,7 @@ pub enum OnError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
     /// The transport measured fastest here: `Dev` for now. `Uring` wins
-    /// on stat-heavy work but loses on writes and cold reads
+    /// PostMark, readdir and untar but loses creates
     /// (docs/fuse-requests.md), so `auto` picks it only once it does not.
     #[default]
     Auto,
@@ -54,14 +54,31 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// The transport `Auto` stands for: the own `/dev/fuse` one.
+    /// The session `Auto` runs: the own one (on `/dev/fuse` or io_uring,
+    /// see [`Self::wants_uring`]).
     pub fn resolve(self) -> Self {
         match self {
             Self::Auto => Self::Dev,
             t => t,
         }
     }
+
+    /// Whether the mount asks the kernel for FUSE over io_uring: always
+    /// for `Uring`; for `Auto` only where it measured no slower than
+    /// `/dev/fuse` (docs/fuse-requests.md), falling back to the device
+    /// where the kernel does not offer it.
+    pub fn wants_uring(self) -> bool {
+        match self {
+            Self::Uring => true,
+            Self::Auto => AUTO_PREFERS_URING,
+            Self::Dev | Self::Fuser => false,
+        }
+    }
 }
+
+/// Whether `transport=auto` tries io_uring first (see
+/// [`Transport::wants_uring`]).
+const AUTO_PREFERS_URING: bool = false;
 
 /// Whether a busy mount asks the kernel that idle CPUs wake at once
 /// (`cpu_latency=`; see the `poll` module).

@@ -158,25 +158,30 @@ fn serve_entry(mut entry: RingEntry, server: &dyn Serve) -> io::Result<()> {
 /// the few bytes answering one with a payload are held until the request
 /// is done with the buffer.
 fn serve_one(entry: &mut RingEntry, server: &dyn Serve) -> u64 {
-    let Some((header, payload)) = entry.buffers() else {
-        return 0;
-    };
+    match entry.buffers() {
+        Some((header, payload)) => serve_buffers(header, payload, server),
+        None => 0,
+    }
+}
+
+/// [`serve_one`] on the entry's header and payload buffers.
+fn serve_buffers(header: &mut [u8], payload: &mut [u8], server: &dyn Serve) -> u64 {
     let commit_id = read_u64(header, ENT_IN_OUT + 8);
     let mut fixed = [0u8; IN_HEADER_LEN + OP_IN_LEN];
     let Ok((arg_len, payload_len)) = lengths(header, payload.len()) else {
         log::warn!("ext4kit: malformed FUSE request on io_uring ({commit_id})");
-        answer_eio(&RingReply::new(header, Some(payload)), commit_id);
+        answer_eio(&RingReply::new(header, payload), commit_id);
         return commit_id;
     };
     fixed[..IN_HEADER_LEN].copy_from_slice(&header[..IN_HEADER_LEN]);
     fixed[IN_HEADER_LEN..IN_HEADER_LEN + arg_len].copy_from_slice(&header[OP_IN..OP_IN + arg_len]);
     let (in_header, arg) = fixed[..IN_HEADER_LEN + arg_len].split_at(IN_HEADER_LEN);
     if payload_len == 0 {
-        let out = RingReply::new(header, Some(payload));
+        let out = RingReply::new(header, payload);
         serve_parsed(&out, Request::parse_parts(in_header, arg, &[]), server, commit_id);
         return commit_id;
     }
-    let out = RingReply::new(header, None);
+    let out = RingReply::holding(header, payload.len());
     let parsed = Request::parse_parts(in_header, arg, &payload[..payload_len]);
     serve_parsed(&out, parsed, server, commit_id);
     out.release_into(payload);
@@ -248,8 +253,20 @@ struct Slot<'a> {
 }
 
 impl<'a> RingReply<'a> {
-    fn new(header: &'a mut [u8], payload: Option<&'a mut [u8]>) -> Self {
-        let capacity = payload.as_ref().map_or(0, |p| p.len());
+    /// The reply into `header` and `payload`.
+    fn new(header: &'a mut [u8], payload: &'a mut [u8]) -> Self {
+        let capacity = payload.len();
+        Self::with(header, Some(payload), capacity)
+    }
+
+    /// The reply into `header`, its rest held until
+    /// [`Self::release_into`] the payload buffer of `capacity` bytes,
+    /// which the request borrows until then.
+    fn holding(header: &'a mut [u8], capacity: usize) -> Self {
+        Self::with(header, None, capacity)
+    }
+
+    fn with(header: &'a mut [u8], payload: Option<&'a mut [u8]>, capacity: usize) -> Self {
         Self {
             slot: RefCell::new(Slot {
                 header,
@@ -259,15 +276,6 @@ impl<'a> RingReply<'a> {
                 sent: false,
             }),
         }
-    }
-
-    /// Like [`Self::new`] without the payload buffer, whose `capacity`
-    /// bytes the request borrows until [`Self::release_into`].
-    #[cfg(test)]
-    fn holding(header: &'a mut [u8], capacity: usize) -> Self {
-        let r = Self::new(header, None);
-        r.slot.borrow_mut().capacity = capacity;
-        r
     }
 
     /// Moves the held part of the reply into `payload`, the buffer the
@@ -397,7 +405,7 @@ mod tests {
     #[test]
     fn a_reply_splits_into_header_and_payload() {
         let (mut header, mut payload) = (vec![0u8; ext4kit_uring::HEADER_LEN], vec![0u8; 64]);
-        let out = RingReply::new(&mut header, Some(&mut payload));
+        let out = RingReply::new(&mut header, &mut payload);
         out.send(&Reply::written(9, 4096)).unwrap();
         assert!(out.send(&Reply::empty(9)).is_err(), "one reply per request");
         drop(out);
@@ -423,12 +431,46 @@ mod tests {
     #[test]
     fn a_reply_too_large_for_the_entry_becomes_eio() {
         let (mut header, mut payload) = (vec![0u8; ext4kit_uring::HEADER_LEN], vec![0u8; 4]);
-        let out = RingReply::new(&mut header, Some(&mut payload));
+        let out = RingReply::new(&mut header, &mut payload);
         assert!(out.send(&Reply::data(3, b"too long")).is_err());
         drop(out);
         assert_eq!(read_u32(&header, 4) as i32, -libc::EIO);
         assert_eq!(read_u64(&header, 8), 3);
         assert_eq!(read_u32(&header, ENT_IN_OUT + 16), 0);
+    }
+
+    /// Answers every request with `written(unique, 4096)` after looking
+    /// at its name or data, as the adapter does.
+    struct Answer;
+
+    impl Serve for Answer {
+        fn serve(&self, out: &dyn Sink, req: &Request<'_>) {
+            if let abi::Op::Mkdir { name, .. } = req.op {
+                assert_eq!(name, b"dir");
+            }
+            out.send(&Reply::written(req.unique(), 4096)).unwrap();
+        }
+        fn destroy(&self) {}
+    }
+
+    #[test]
+    fn a_request_with_a_payload_gets_its_reply_in_the_payload_buffer() {
+        let mut body = 0o644u32.to_le_bytes().to_vec();
+        body.extend_from_slice(&0o22u32.to_le_bytes());
+        body.extend_from_slice(b"dir\0");
+        let req = request(opcode::MKDIR, 5, 1, &body);
+        let (mut header, mut payload) = as_ring(&req, 8);
+        assert_eq!(serve_buffers(&mut header, &mut payload, &Answer), 77);
+        assert_eq!(read_u32(&header, 0), 24);
+        assert_eq!(read_u32(&header, 4), 0, "no error");
+        assert_eq!(read_u64(&header, 8), 5);
+        assert_eq!(read_u32(&header, ENT_IN_OUT + 16), 8);
+        assert_eq!(&payload[..8], &[0, 16, 0, 0, 0, 0, 0, 0]);
+        let req = request(opcode::GETATTR, 6, 1, &[0; 16]);
+        let (mut header, mut payload) = as_ring(&req, 16);
+        serve_buffers(&mut header, &mut payload, &Answer);
+        assert_eq!((read_u32(&header, 4), read_u64(&header, 8)), (0, 6));
+        assert_eq!(&payload[..8], &[0, 16, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]
