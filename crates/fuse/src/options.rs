@@ -38,9 +38,10 @@ pub enum OnError {
 /// (`transport=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
-    /// The transport measured fastest here: `Dev` for now. `Uring` wins
-    /// PostMark, readdir and untar but loses creates
-    /// (docs/fuse-requests.md), so `auto` picks it only once it does not.
+    /// The transport measured fastest here: FUSE over io_uring where the
+    /// kernel offers it (no workload slower than on `/dev/fuse`,
+    /// docs/fuse-requests.md), `/dev/fuse` otherwise, with the reason
+    /// logged.
     #[default]
     Auto,
     /// This crate's own reader of `/dev/fuse` (answers FUSE_STATX).
@@ -54,7 +55,7 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// The session `Auto` runs: the own one (on `/dev/fuse` or io_uring,
+    /// The session `Auto` runs: the own one (on io_uring or `/dev/fuse`,
     /// see [`Self::wants_uring`]).
     pub fn resolve(self) -> Self {
         match self {
@@ -78,7 +79,7 @@ impl Transport {
 
 /// Whether `transport=auto` tries io_uring first (see
 /// [`Transport::wants_uring`]).
-const AUTO_PREFERS_URING: bool = false;
+const AUTO_PREFERS_URING: bool = true;
 
 /// Whether a busy mount asks the kernel that idle CPUs wake at once
 /// (`cpu_latency=`; see the `poll` module).
@@ -279,7 +280,7 @@ impl Default for MountConfig {
 
 /// Ring entries per io_uring queue unless `uring_depth=` says otherwise
 /// (measured in docs/fuse-requests.md).
-pub const DEFAULT_URING_DEPTH: usize = 2;
+pub const DEFAULT_URING_DEPTH: usize = 1;
 
 /// The busy window (`poll=`, or this when `poll=0`): longer than the gaps between the requests of one
 /// busy program (a few to a few hundred microseconds of its own work).
