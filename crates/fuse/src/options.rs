@@ -38,9 +38,10 @@ pub enum OnError {
 /// (`transport=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
-    /// The transport measured fastest here: `Dev` for now. `Uring` wins
-    /// on stat-heavy work but loses on writes and cold reads
-    /// (docs/fuse-requests.md), so `auto` picks it only once it does not.
+    /// The transport measured fastest here: FUSE over io_uring where the
+    /// kernel offers it (no workload slower than on `/dev/fuse`,
+    /// docs/fuse-requests.md), `/dev/fuse` otherwise, with the reason
+    /// logged.
     #[default]
     Auto,
     /// This crate's own reader of `/dev/fuse` (answers FUSE_STATX).
@@ -54,14 +55,31 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// The transport `Auto` stands for: the own `/dev/fuse` one.
+    /// The session `Auto` runs: the own one (on io_uring or `/dev/fuse`,
+    /// see [`Self::wants_uring`]).
     pub fn resolve(self) -> Self {
         match self {
             Self::Auto => Self::Dev,
             t => t,
         }
     }
+
+    /// Whether the mount asks the kernel for FUSE over io_uring: always
+    /// for `Uring`; for `Auto` only where it measured no slower than
+    /// `/dev/fuse` (docs/fuse-requests.md), falling back to the device
+    /// where the kernel does not offer it.
+    pub fn wants_uring(self) -> bool {
+        match self {
+            Self::Uring => true,
+            Self::Auto => AUTO_PREFERS_URING,
+            Self::Dev | Self::Fuser => false,
+        }
+    }
 }
+
+/// Whether `transport=auto` tries io_uring first (see
+/// [`Transport::wants_uring`]).
+const AUTO_PREFERS_URING: bool = true;
 
 /// Whether a busy mount asks the kernel that idle CPUs wake at once
 /// (`cpu_latency=`; see the `poll` module).
@@ -160,6 +178,10 @@ pub struct MountConfig {
     pub cpu_latency: CpuLatencyMode,
     /// What carries requests (`transport=auto|dev|uring|fuser`).
     pub transport: Transport,
+    /// Ring entries per io_uring queue (`uring_depth=`): how many
+    /// requests of one CPU's queue are served at once, each entry on a
+    /// thread of its own with a payload buffer of `max_write` bytes.
+    pub uring_depth: usize,
     /// The kernel's readahead for the mount in KiB (`read_ahead_kb=`);
     /// `None` sets [`DEFAULT_READ_AHEAD_KB`] where permitted.
     pub read_ahead_kb: Option<u32>,
@@ -235,6 +257,7 @@ impl Default for MountConfig {
             poll: DEFAULT_POLL,
             cpu_latency: CpuLatencyMode::Auto,
             transport: Transport::Auto,
+            uring_depth: DEFAULT_URING_DEPTH,
             read_ahead_kb: None,
             max_dirty: None,
             sync: false,
@@ -254,6 +277,10 @@ impl Default for MountConfig {
         }
     }
 }
+
+/// Ring entries per io_uring queue unless `uring_depth=` says otherwise
+/// (measured in docs/fuse-requests.md).
+pub const DEFAULT_URING_DEPTH: usize = 1;
 
 /// The busy window (`poll=`, or this when `poll=0`): longer than the gaps between the requests of one
 /// busy program (a few to a few hundred microseconds of its own work).
@@ -428,6 +455,13 @@ impl MountConfig {
                 };
                 Ok(())
             }
+            "uring_depth" => match value.and_then(|v| v.parse::<usize>().ok()) {
+                Some(n @ 1..=64) => {
+                    self.uring_depth = n;
+                    Ok(())
+                }
+                _ => Err("expects a number of ring entries per queue from 1 to 64".into()),
+            },
             "cpu_latency" => {
                 self.cpu_latency = match value {
                     Some("auto") => CpuLatencyMode::Auto,
@@ -666,6 +700,11 @@ mod tests {
         c.apply("transport=fuser").unwrap();
         assert_eq!(c.transport, Transport::Fuser);
         c.apply("transport=uring").unwrap();
+        assert_eq!(c.uring_depth, DEFAULT_URING_DEPTH);
+        c.apply("uring_depth=8").unwrap();
+        assert_eq!(c.uring_depth, 8);
+        assert!(c.clone().apply("uring_depth=0").is_err());
+        assert!(c.clone().apply("uring_depth=65").is_err());
         assert_eq!(c.transport, Transport::Uring);
         assert!(c.apply("transport=ring").is_err());
         c.apply("cpu_latency=off").unwrap();

@@ -315,6 +315,9 @@ fn mount_dev(adapter: Ext4Fuse, mountpoint: &Path, source: &str, cfg: &MountConf
             return Err(e);
         }
     };
+    if rings.is_some() && init.flags & init::OVER_IO_URING == 0 && cfg.transport == Transport::Auto {
+        log::info!("ext4kit: transport=auto serves on /dev/fuse: the kernel did not offer io_uring at INIT");
+    }
     let rings = rings.filter(|_| init.flags & init::OVER_IO_URING != 0);
     if rings.is_none() && cfg.transport == Transport::Uring {
         detach();
@@ -336,25 +339,32 @@ fn mount_dev(adapter: Ext4Fuse, mountpoint: &Path, source: &str, cfg: &MountConf
     Ok(Running::Dev(chan, Arc::new(adapter), mountpoint, rings))
 }
 
-/// The ring entries for FUSE over io_uring, when `transport=uring` asks
-/// for them.
+/// The ring entries for FUSE over io_uring, when `transport=` asks for
+/// them (`uring`, or `auto` where it prefers io_uring).
 ///
 /// # Errors
-/// `transport=uring` and the machine does not allow it.
+/// `transport=uring` and the machine does not allow it; `auto` falls
+/// back to `/dev/fuse` instead, logging why.
 fn rings_for(
     chan: &crate::transport::Channel,
     cfg: &MountConfig,
 ) -> io::Result<Option<crate::transport::uring::Rings>> {
     use crate::transport::uring::{self, Rings};
-    if cfg.transport != Transport::Uring {
+    if !cfg.transport.wants_uring() {
         return Ok(None);
     }
     let made = match uring::unavailable() {
         Some(why) => Err(io::Error::new(io::ErrorKind::Unsupported, why)),
-        None => Rings::new(chan, Rings::per_queue(cfg.threads)),
+        None => Rings::new(chan, cfg.uring_depth),
     };
-    made.map(Some)
-        .map_err(|e| io::Error::new(e.kind(), format!("transport=uring: {e}")))
+    match made {
+        Ok(r) => Ok(Some(r)),
+        Err(e) if cfg.transport == Transport::Auto => {
+            log::info!("ext4kit: transport=auto serves on /dev/fuse: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(io::Error::new(e.kind(), format!("transport=uring: {e}"))),
+    }
 }
 
 /// Starts the poller of the own transport: spinning on `/dev/fuse` in

@@ -112,20 +112,41 @@ const UNIQUE_RESEND: u64 = 1 << 63;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Malformed;
 
-/// Little-endian reads from a byte slice that never run past its end.
-pub(crate) struct Reader<'a>(&'a [u8]);
+/// Little-endian reads from a request's bytes that never run past their
+/// end. The bytes may come in two pieces (the opcode's fixed argument and
+/// the payload, as a FUSE ring entry holds them): a field, name or rest
+/// lies wholly in one piece, and one that would straddle them is
+/// [`Malformed`], so nothing is joined or copied.
+pub(crate) struct Reader<'a> {
+    head: &'a [u8],
+    tail: &'a [u8],
+}
 
 impl<'a> Reader<'a> {
     pub(crate) fn new(b: &'a [u8]) -> Self {
-        Self(b)
+        Self::split(b, &[])
+    }
+
+    /// The bytes `head` then `tail`.
+    pub(crate) fn split(head: &'a [u8], tail: &'a [u8]) -> Self {
+        Self { head, tail }
+    }
+
+    /// The piece being read: the tail once the head is used up.
+    fn current(&mut self) -> &mut &'a [u8] {
+        if self.head.is_empty() {
+            self.head = std::mem::take(&mut self.tail);
+        }
+        &mut self.head
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
-        if self.0.len() < n {
+        let cur = self.current();
+        if cur.len() < n {
             return Err(Malformed);
         }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
+        let (head, rest) = cur.split_at(n);
+        *cur = rest;
         Ok(head)
     }
 
@@ -151,7 +172,7 @@ impl<'a> Reader<'a> {
 
     /// A NUL-terminated name (without its NUL); an empty name is malformed.
     fn name(&mut self) -> Result<&'a [u8], Malformed> {
-        let end = self.0.iter().position(|&b| b == 0).ok_or(Malformed)?;
+        let end = self.current().iter().position(|&b| b == 0).ok_or(Malformed)?;
         let name = self.take(end)?;
         self.skip(1)?;
         if name.is_empty() {
@@ -160,8 +181,12 @@ impl<'a> Reader<'a> {
         Ok(name)
     }
 
-    fn rest(&mut self) -> &'a [u8] {
-        std::mem::take(&mut self.0)
+    /// All that is left, which must lie in one piece.
+    fn rest(&mut self) -> Result<&'a [u8], Malformed> {
+        if !self.head.is_empty() && !self.tail.is_empty() {
+            return Err(Malformed);
+        }
+        Ok(std::mem::take(self.current()))
     }
 }
 
@@ -394,14 +419,28 @@ impl<'a> Request<'a> {
     /// may parse when the arguments do not: [`parse_header`] lets the
     /// caller still answer EIO.
     pub(crate) fn parse(buf: &'a [u8]) -> Result<Self, Malformed> {
-        let header = parse_header(buf)?;
-        let ext = usize::from(header.total_extlen) * 8;
-        let body = buf
-            .get(IN_HEADER_LEN..)
-            .and_then(|b| b.get(..b.len().checked_sub(ext)?))
-            .ok_or(Malformed)?;
-        let op = parse_op(header.opcode, &mut Reader::new(body))?;
-        Ok(Self { header, op })
+        let (header, body) = buf.split_at(IN_HEADER_LEN.min(buf.len()));
+        Self::parse_parts(header, body, &[])
+    }
+
+    /// Parses one request held in three pieces, as a FUSE ring entry
+    /// holds it (`struct fuse_uring_req_header` and the payload buffer):
+    /// the `fuse_in_header`, the opcode's fixed argument, and the payload
+    /// (names, data, then the request extensions). The header's `len`
+    /// must be the three lengths together. Nothing is copied: names and
+    /// data borrow from the pieces.
+    pub(crate) fn parse_parts(header: &'a [u8], arg: &'a [u8], payload: &'a [u8]) -> Result<Self, Malformed> {
+        let h = InHeader::parse(&mut Reader::new(header))?;
+        let total = header
+            .len()
+            .checked_add(arg.len())
+            .and_then(|n| n.checked_add(payload.len()));
+        if header.len() != IN_HEADER_LEN || total != Some(h.len as usize) {
+            return Err(Malformed);
+        }
+        let (arg, payload) = without_extensions(arg, payload, usize::from(h.total_extlen) * 8)?;
+        let op = parse_op(h.opcode, &mut Reader::split(arg, payload))?;
+        Ok(Self { header: h, op })
     }
 
     /// The `unique` of the request, without the resend mark.
@@ -417,6 +456,18 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<InHeader, Malformed> {
         return Err(Malformed);
     }
     Ok(h)
+}
+
+/// `arg` and `payload` without the `ext` bytes of request extensions
+/// that end the request (in the payload, or in `arg` when there is no
+/// payload).
+fn without_extensions<'a>(arg: &'a [u8], payload: &'a [u8], ext: usize) -> Result<(&'a [u8], &'a [u8]), Malformed> {
+    let cut = |b: &'a [u8]| b.len().checked_sub(ext).map(|n| &b[..n]).ok_or(Malformed);
+    if payload.is_empty() {
+        Ok((cut(arg)?, payload))
+    } else {
+        Ok((arg, cut(payload)?))
+    }
 }
 
 fn handle_if(flags: u32, bit: u32, fh: u64) -> Option<u64> {
@@ -508,7 +559,7 @@ fn parse_op<'a>(code: u32, r: &mut Reader<'a>) -> Result<Op<'a>, Malformed> {
             // for FUSE_SETXATTR_EXT.
             let (size, flags) = (r.u32()?, r.u32()?);
             let name = r.name()?;
-            let value = r.rest();
+            let value = r.rest()?;
             if value.len() != size as usize {
                 return Err(Malformed);
             }
@@ -625,7 +676,7 @@ fn parse_setattr(r: &mut Reader<'_>) -> Result<SetAttrIn, Malformed> {
 fn parse_write<'a>(r: &mut Reader<'a>) -> Result<Op<'a>, Malformed> {
     let (fh, offset, size, write_flags) = (r.u64()?, r.u64()?, r.u32()?, r.u32()?);
     r.skip(16)?;
-    let data = r.rest();
+    let data = r.rest()?;
     if data.len() != size as usize {
         return Err(Malformed);
     }
@@ -640,7 +691,7 @@ fn parse_write<'a>(r: &mut Reader<'a>) -> Result<Op<'a>, Malformed> {
 fn parse_ioctl<'a>(r: &mut Reader<'a>) -> Result<Op<'a>, Malformed> {
     let (fh, flags, cmd, _arg) = (r.u64()?, r.u32()?, r.u32()?, r.u64()?);
     let (in_size, out_size) = (r.u32()?, r.u32()?);
-    let data = r.rest();
+    let data = r.rest()?;
     if data.len() != in_size as usize {
         return Err(Malformed);
     }
@@ -772,6 +823,58 @@ pub(crate) mod tests {
                 target: b"/t"
             }
         );
+    }
+
+    /// A request in pieces (as a ring entry holds it) parses to what the
+    /// same bytes in one piece (as `/dev/fuse` delivers them) parse to,
+    /// whatever its fixed argument's length; a name or data that would
+    /// straddle the pieces is Malformed.
+    #[test]
+    fn pieces_parse_as_the_whole_request() {
+        let mut write = le(&[3, 4096, 5, 0, 0, 0], &[8, 8, 4, 4, 8, 8]);
+        write.extend_from_slice(b"hello");
+        let mut mkdir = le(&[0o755, 0o22], &[4, 4]);
+        mkdir.extend_from_slice(b"dir\0");
+        let mut setxattr = le(&[3, 0], &[4, 4]);
+        setxattr.extend_from_slice(b"user.a\0xyz");
+        let cases: [(u32, Vec<u8>, usize); 5] = [
+            (opcode::WRITE, write, 40),
+            (opcode::MKDIR, mkdir, 8),
+            (opcode::SETXATTR, setxattr, 8),
+            (opcode::LOOKUP, b"name\0".to_vec(), 0),
+            (opcode::GETATTR, le(&[1, 0, 9], &[4, 4, 8]), 16),
+        ];
+        for (code, body, arg_len) in cases {
+            let whole = request(code, 4, 2, &body);
+            let (header, rest) = whole.split_at(IN_HEADER_LEN);
+            let (arg, payload) = rest.split_at(arg_len);
+            assert_eq!(
+                Request::parse_parts(header, arg, payload),
+                Request::parse(&whole),
+                "opcode {code}"
+            );
+            assert!(Request::parse(&whole).is_ok(), "opcode {code}");
+            if !payload.is_empty() && arg_len > 0 {
+                let (arg, payload) = rest.split_at(arg_len - 1);
+                assert_eq!(
+                    Request::parse_parts(header, arg, payload),
+                    Err(Malformed),
+                    "opcode {code}"
+                );
+            }
+        }
+        let mut write = le(&[3, 0, 8, 0, 0, 0], &[8, 8, 4, 4, 8, 8]);
+        write.extend_from_slice(b"datadata");
+        let whole = request(opcode::WRITE, 4, 2, &write);
+        assert!(Request::parse(&whole).is_ok());
+        let (header, rest) = whole.split_at(IN_HEADER_LEN);
+        let (arg, payload) = rest.split_at(44);
+        assert_eq!(
+            Request::parse_parts(header, arg, payload),
+            Err(Malformed),
+            "data in two pieces"
+        );
+        assert_eq!(Request::parse_parts(&header[..39], rest, &[]), Err(Malformed));
     }
 
     #[test]

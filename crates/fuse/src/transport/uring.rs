@@ -71,12 +71,6 @@ impl Rings {
         Ok(Self { entries })
     }
 
-    /// How many serving threads [`Self::run`] starts for `threads=` on
-    /// this machine: `threads` spread over the queues, at least one each.
-    pub(crate) fn per_queue(threads: usize) -> usize {
-        threads.div_ceil(possible_cpus().unwrap_or(1).max(1)).max(1)
-    }
-
     /// Registers the entries and serves requests, each entry on a thread
     /// named `ext4kit-ring-Q.N`, plus one thread on `/dev/fuse`, until the
     /// connection ends; then calls [`Serve::destroy`].
@@ -141,13 +135,12 @@ fn ended(e: &io::Error) -> bool {
 /// Registers `entry` and serves the requests it brings until the
 /// connection ends.
 fn serve_entry(mut entry: RingEntry, server: &dyn Serve) -> io::Result<()> {
-    let mut request = Vec::with_capacity(session::BUF_LEN);
     let mut waiting = entry.register();
     loop {
         if let Err(e) = waiting.and_then(|()| entry.wait()) {
             return if ended(&e) { Ok(()) } else { Err(e) };
         }
-        let commit_id = serve_one(&mut entry, &mut request, server);
+        let commit_id = serve_one(&mut entry, server);
         waiting = entry.commit_and_fetch(commit_id);
     }
 }
@@ -156,42 +149,77 @@ fn serve_entry(mut entry: RingEntry, server: &dyn Serve) -> io::Result<()> {
 /// the request's commit id. A request that does not parse, or that the
 /// server leaves unanswered, is answered EIO: the entry must be committed
 /// to come back.
-fn serve_one(entry: &mut RingEntry, request: &mut Vec<u8>, server: &dyn Serve) -> u64 {
-    let Some((header, payload)) = entry.buffers() else {
-        return 0;
-    };
+///
+/// The request is parsed where it lies: names and WRITE data borrow from
+/// the payload buffer. Only the in header and the fixed argument (at
+/// most 168 bytes) are copied out first, so that the reply's out header
+/// can go straight into the header buffer; a request without payload
+/// (READ, READDIR, GETATTR…) leaves the payload buffer to the reply, and
+/// the few bytes answering one with a payload are held until the request
+/// is done with the buffer.
+fn serve_one(entry: &mut RingEntry, server: &dyn Serve) -> u64 {
+    match entry.buffers() {
+        Some((header, payload)) => serve_buffers(header, payload, server),
+        None => 0,
+    }
+}
+
+/// [`serve_one`] on the entry's header and payload buffers.
+fn serve_buffers(header: &mut [u8], payload: &mut [u8], server: &dyn Serve) -> u64 {
     let commit_id = read_u64(header, ENT_IN_OUT + 8);
-    let joined = join_request(header, payload, request);
-    let out = RingReply {
-        bufs: RefCell::new(Some((header, payload))),
+    let mut fixed = [0u8; IN_HEADER_LEN + OP_IN_LEN];
+    let Ok((arg_len, payload_len)) = lengths(header, payload.len()) else {
+        log::warn!("ext4kit: malformed FUSE request on io_uring ({commit_id})");
+        answer_eio(&RingReply::new(header, payload), commit_id);
+        return commit_id;
     };
-    match joined.and_then(|()| Request::parse(request)) {
-        Ok(req) => server.serve(&out, &req),
-        Err(abi::Malformed) => log::warn!("ext4kit: malformed FUSE request on io_uring ({commit_id})"),
+    fixed[..IN_HEADER_LEN].copy_from_slice(&header[..IN_HEADER_LEN]);
+    fixed[IN_HEADER_LEN..IN_HEADER_LEN + arg_len].copy_from_slice(&header[OP_IN..OP_IN + arg_len]);
+    let (in_header, arg) = fixed[..IN_HEADER_LEN + arg_len].split_at(IN_HEADER_LEN);
+    if payload_len == 0 {
+        let out = RingReply::new(header, payload);
+        serve_parsed(&out, Request::parse_parts(in_header, arg, &[]), server, commit_id);
+        return commit_id;
     }
-    if out.bufs.borrow().is_some() {
-        let _ = super::Sink::send(&out, &Reply::error(commit_id, libc::EIO));
-    }
+    let out = RingReply::holding(header, payload.len());
+    let parsed = Request::parse_parts(in_header, arg, &payload[..payload_len]);
+    serve_parsed(&out, parsed, server, commit_id);
+    out.release_into(payload);
     commit_id
 }
 
-/// Joins the pieces of the request in `header` and `payload` into
-/// `out`, as `/dev/fuse` would have delivered it: the in header, the
-/// fixed argument (whose length is what `len` leaves after the header
-/// and the payload), the payload.
-fn join_request(header: &[u8], payload: &[u8], out: &mut Vec<u8>) -> Result<(), abi::Malformed> {
+/// Serves `parsed` (or answers EIO when it did not parse), making sure
+/// `out` holds a reply afterwards.
+fn serve_parsed(out: &RingReply<'_>, parsed: Result<Request<'_>, abi::Malformed>, server: &dyn Serve, commit_id: u64) {
+    match parsed {
+        Ok(req) => server.serve(out, &req),
+        Err(abi::Malformed) => log::warn!("ext4kit: malformed FUSE request on io_uring ({commit_id})"),
+    }
+    answer_eio(out, commit_id);
+}
+
+/// Answers EIO unless `out` already holds a reply.
+fn answer_eio(out: &RingReply<'_>, commit_id: u64) {
+    if !out.slot.borrow().sent {
+        let _ = super::Sink::send(out, &Reply::error(commit_id, libc::EIO));
+    }
+}
+
+/// Where the request in a ring entry lies: the length of its fixed
+/// argument (in `op_in`: what the header's `len` leaves after the in
+/// header and the payload) and of its payload (`payload_sz`), checked
+/// against the buffers (`payload_cap` bytes of payload).
+fn lengths(header: &[u8], payload_cap: usize) -> Result<(usize, usize), abi::Malformed> {
     let len = read_u32(header, 0) as usize;
     let payload_len = read_u32(header, ENT_IN_OUT + 16) as usize;
+    if payload_len > payload_cap {
+        return Err(abi::Malformed);
+    }
     let arg_len = len
         .checked_sub(IN_HEADER_LEN + payload_len)
         .filter(|&n| n <= OP_IN_LEN)
         .ok_or(abi::Malformed)?;
-    let payload = payload.get(..payload_len).ok_or(abi::Malformed)?;
-    out.clear();
-    out.extend_from_slice(&header[..IN_HEADER_LEN]);
-    out.extend_from_slice(&header[OP_IN..OP_IN + arg_len]);
-    out.extend_from_slice(payload);
-    Ok(())
+    Ok((arg_len, payload_len))
 }
 
 fn read_u32(b: &[u8], at: usize) -> u32 {
@@ -206,34 +234,90 @@ fn read_u64(b: &[u8], at: usize) -> u64 {
 
 /// The reply side of one ring entry: the first reply sent goes into its
 /// buffers (out header into the header buffer, the rest into the
-/// payload, its length into `fuse_uring_ent_in_out.payload_sz`).
+/// payload, its length into `fuse_uring_ent_in_out.payload_sz`). While
+/// the request still borrows the payload buffer, the rest is held here
+/// and moved in by [`Self::release_into`].
 struct RingReply<'a> {
-    bufs: RefCell<Option<(&'a mut [u8], &'a mut [u8])>>,
+    slot: RefCell<Slot<'a>>,
+}
+
+struct Slot<'a> {
+    header: &'a mut [u8],
+    /// The payload buffer, when the request does not borrow it.
+    payload: Option<&'a mut [u8]>,
+    /// Bytes the payload buffer holds.
+    capacity: usize,
+    /// What follows the out header, while `payload` is `None`.
+    held: Vec<u8>,
+    sent: bool,
+}
+
+impl<'a> RingReply<'a> {
+    /// The reply into `header` and `payload`.
+    fn new(header: &'a mut [u8], payload: &'a mut [u8]) -> Self {
+        let capacity = payload.len();
+        Self::with(header, Some(payload), capacity)
+    }
+
+    /// The reply into `header`, its rest held until
+    /// [`Self::release_into`] the payload buffer of `capacity` bytes,
+    /// which the request borrows until then.
+    fn holding(header: &'a mut [u8], capacity: usize) -> Self {
+        Self::with(header, None, capacity)
+    }
+
+    fn with(header: &'a mut [u8], payload: Option<&'a mut [u8]>, capacity: usize) -> Self {
+        Self {
+            slot: RefCell::new(Slot {
+                header,
+                payload,
+                capacity,
+                held: Vec::new(),
+                sent: false,
+            }),
+        }
+    }
+
+    /// Moves the held part of the reply into `payload`, the buffer the
+    /// request no longer borrows.
+    fn release_into(self, payload: &mut [u8]) {
+        let held = self.slot.into_inner().held;
+        payload[..held.len()].copy_from_slice(&held);
+    }
 }
 
 impl super::Sink for RingReply<'_> {
     fn send(&self, r: &Reply<'_>) -> io::Result<()> {
-        let mut slot = self.bufs.borrow_mut();
-        let Some((header, payload)) = slot.take() else {
+        let mut slot = self.slot.borrow_mut();
+        if slot.sent {
             return Err(io::Error::other("a second reply to one request"));
-        };
+        }
         let [head, tail] = r.parts();
         let (out_header, fixed) = head.split_at(OUT_HEADER_LEN);
         let n = fixed.len() + tail.len();
-        if n > payload.len() {
+        if n > slot.capacity {
             // Never sent: the kernel would refuse it. EIO instead.
             let unique = read_u64(out_header, 8);
-            *slot = Some((header, payload));
             drop(slot);
             self.send(&Reply::error(unique, libc::EIO))?;
             return Err(io::Error::other(format!(
                 "a reply of {n} bytes does not fit the ring entry"
             )));
         }
-        header[..OUT_HEADER_LEN].copy_from_slice(out_header);
-        payload[..fixed.len()].copy_from_slice(fixed);
-        payload[fixed.len()..n].copy_from_slice(tail);
-        header[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(n as u32).to_le_bytes());
+        let slot = &mut *slot;
+        slot.sent = true;
+        slot.header[..OUT_HEADER_LEN].copy_from_slice(out_header);
+        slot.header[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(n as u32).to_le_bytes());
+        match slot.payload.as_deref_mut() {
+            Some(payload) => {
+                payload[..fixed.len()].copy_from_slice(fixed);
+                payload[fixed.len()..n].copy_from_slice(tail);
+            }
+            None => {
+                slot.held.extend_from_slice(fixed);
+                slot.held.extend_from_slice(tail);
+            }
+        }
         Ok(())
     }
 }
@@ -260,18 +344,26 @@ mod tests {
         (header, payload)
     }
 
+    /// The request in a ring entry, parsed in place as [`serve_one`] does.
+    fn parse_ring<'a>(header: &'a [u8], payload: &'a [u8]) -> Result<Request<'a>, abi::Malformed> {
+        let (arg_len, payload_len) = lengths(header, payload.len())?;
+        Request::parse_parts(
+            &header[..IN_HEADER_LEN],
+            &header[OP_IN..OP_IN + arg_len],
+            &payload[..payload_len],
+        )
+    }
+
     #[test]
-    fn pieces_join_into_the_request_dev_would_read() {
+    fn pieces_parse_as_the_request_dev_would_read() {
         let mut body = 0o644u32.to_le_bytes().to_vec();
         body.extend_from_slice(&0o22u32.to_le_bytes());
         body.extend_from_slice(b"dir\0");
         let req = request(opcode::MKDIR, 5, 1, &body);
         let (header, payload) = as_ring(&req, 8);
-        let mut joined = Vec::new();
-        join_request(&header, &payload, &mut joined).unwrap();
-        assert_eq!(joined, req);
+        assert_eq!(parse_ring(&header, &payload), Request::parse(&req));
         assert_eq!(
-            Request::parse(&joined).unwrap().op,
+            parse_ring(&header, &payload).unwrap().op,
             abi::Op::Mkdir {
                 mode: 0o644,
                 umask: 0o22,
@@ -281,27 +373,42 @@ mod tests {
     }
 
     #[test]
+    fn write_data_is_borrowed_from_the_payload_buffer() {
+        let mut body = [3u64, 4096].map(u64::to_le_bytes).concat();
+        body.extend_from_slice(&5u32.to_le_bytes());
+        body.extend_from_slice(&[0; 20]);
+        body.extend_from_slice(b"hello");
+        let req = request(opcode::WRITE, 5, 1, &body);
+        let (header, payload) = as_ring(&req, 40);
+        let parsed = parse_ring(&header, &payload).unwrap();
+        let abi::Op::Write { data, .. } = parsed.op else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(data, b"hello");
+        assert_eq!(data.as_ptr(), payload.as_ptr(), "not copied");
+    }
+
+    #[test]
     fn lengths_that_do_not_add_up_are_malformed() {
         let req = request(opcode::LOOKUP, 5, 1, b"name\0");
         let (mut header, payload) = as_ring(&req, 0);
-        let mut out = Vec::new();
         for len in [0u32, 39, 40 + 5 + 129, u32::MAX] {
             header[..4].copy_from_slice(&len.to_le_bytes());
-            assert_eq!(join_request(&header, &payload, &mut out), Err(abi::Malformed));
+            assert_eq!(lengths(&header, payload.len()), Err(abi::Malformed));
         }
         header[..4].copy_from_slice(&(req.len() as u32).to_le_bytes());
+        assert_eq!(lengths(&header, payload.len()), Ok((0, 5)));
         header[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&5000u32.to_le_bytes());
-        assert_eq!(join_request(&header, &payload, &mut out), Err(abi::Malformed));
+        assert_eq!(lengths(&header, payload.len()), Err(abi::Malformed));
     }
 
     #[test]
     fn a_reply_splits_into_header_and_payload() {
         let (mut header, mut payload) = (vec![0u8; ext4kit_uring::HEADER_LEN], vec![0u8; 64]);
-        let out = RingReply {
-            bufs: RefCell::new(Some((&mut header, &mut payload))),
-        };
+        let out = RingReply::new(&mut header, &mut payload);
         out.send(&Reply::written(9, 4096)).unwrap();
         assert!(out.send(&Reply::empty(9)).is_err(), "one reply per request");
+        drop(out);
         assert_eq!(read_u32(&header, 0), 24);
         assert_eq!(read_u64(&header, 8), 9);
         assert_eq!(read_u32(&header, ENT_IN_OUT + 16), 8);
@@ -309,21 +416,66 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_held_while_the_request_borrows_the_payload_lands_there_after() {
+        let (mut header, mut payload) = (vec![0u8; ext4kit_uring::HEADER_LEN], vec![0xeeu8; 64]);
+        let out = RingReply::holding(&mut header, payload.len());
+        assert!(out.send(&Reply::data(9, &[1; 65])).is_err(), "larger than the buffer");
+        let out = RingReply::holding(&mut header, payload.len());
+        out.send(&Reply::written(9, 4096)).unwrap();
+        out.release_into(&mut payload);
+        assert_eq!(read_u32(&header, 0), 24);
+        assert_eq!(read_u32(&header, ENT_IN_OUT + 16), 8);
+        assert_eq!(&payload[..9], &[0, 16, 0, 0, 0, 0, 0, 0, 0xee]);
+    }
+
+    #[test]
     fn a_reply_too_large_for_the_entry_becomes_eio() {
         let (mut header, mut payload) = (vec![0u8; ext4kit_uring::HEADER_LEN], vec![0u8; 4]);
-        let out = RingReply {
-            bufs: RefCell::new(Some((&mut header, &mut payload))),
-        };
+        let out = RingReply::new(&mut header, &mut payload);
         assert!(out.send(&Reply::data(3, b"too long")).is_err());
+        drop(out);
         assert_eq!(read_u32(&header, 4) as i32, -libc::EIO);
         assert_eq!(read_u64(&header, 8), 3);
         assert_eq!(read_u32(&header, ENT_IN_OUT + 16), 0);
+    }
+
+    /// Answers every request with `written(unique, 4096)` after looking
+    /// at its name or data, as the adapter does.
+    struct Answer;
+
+    impl Serve for Answer {
+        fn serve(&self, out: &dyn Sink, req: &Request<'_>) {
+            if let abi::Op::Mkdir { name, .. } = req.op {
+                assert_eq!(name, b"dir");
+            }
+            out.send(&Reply::written(req.unique(), 4096)).unwrap();
+        }
+        fn destroy(&self) {}
+    }
+
+    #[test]
+    fn a_request_with_a_payload_gets_its_reply_in_the_payload_buffer() {
+        let mut body = 0o644u32.to_le_bytes().to_vec();
+        body.extend_from_slice(&0o22u32.to_le_bytes());
+        body.extend_from_slice(b"dir\0");
+        let req = request(opcode::MKDIR, 5, 1, &body);
+        let (mut header, mut payload) = as_ring(&req, 8);
+        assert_eq!(serve_buffers(&mut header, &mut payload, &Answer), 77);
+        assert_eq!(read_u32(&header, 0), 24);
+        assert_eq!(read_u32(&header, 4), 0, "no error");
+        assert_eq!(read_u64(&header, 8), 5);
+        assert_eq!(read_u32(&header, ENT_IN_OUT + 16), 8);
+        assert_eq!(&payload[..8], &[0, 16, 0, 0, 0, 0, 0, 0]);
+        let req = request(opcode::GETATTR, 6, 1, &[0; 16]);
+        let (mut header, mut payload) = as_ring(&req, 16);
+        serve_buffers(&mut header, &mut payload, &Answer);
+        assert_eq!((read_u32(&header, 4), read_u64(&header, 8)), (0, 6));
+        assert_eq!(&payload[..8], &[0, 16, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]
     fn cpu_lists_count_the_highest_cpu() {
         assert!(possible_cpus().unwrap() >= 1);
         assert!(payload_len() >= MAX_IO as usize);
-        assert_eq!(Rings::per_queue(0), 1);
     }
 }
