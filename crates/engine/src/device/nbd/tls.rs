@@ -10,14 +10,17 @@
 //! across a wait on the network:
 //! - the reader blocks in `recv` on its own handle of the raw socket with
 //!   the lock released, then takes it only to decrypt what arrived;
-//! - a writer encrypts under the lock and sends with a short send timeout
-//!   (`SO_SNDTIMEO`); when the socket's buffer is full it lets the lock go
-//!   and tries again, so the reader can always drain replies. Otherwise a
-//!   server blocked on sending replies (not reading requests) would hold
-//!   the writer, the writer the lock, and the lock the reader: a deadlock.
+//! - a writer encrypts under the lock, takes the records out of the
+//!   session, lets the lock go, and only then sends them (under a second,
+//!   send-only lock, which keeps records in the order the session made
+//!   them). So the reader can always drain replies: otherwise a server
+//!   blocked on sending replies (not reading requests) would hold the
+//!   writer, the writer the lock, and the lock the reader: a deadlock.
+//! - what the reader makes the session answer (alerts, key updates) it
+//!   sends itself if no writer is sending, else it leaves a flag that the
+//!   writer sees once done.
 //!
-//! Records leave in the order the session made them whichever thread
-//! sends them (they queue inside the session). A single I/O thread owning
+//! A single I/O thread owning
 //! the session would need to wait on the socket and a channel at once,
 //! which needs `poll` (unsafe, or another dependency); this keeps the
 //! blocking reader the plain connection has.
@@ -31,7 +34,7 @@
 use std::io::{self, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -43,21 +46,29 @@ use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStor
 use super::handshake::Stream;
 use super::uri::{Endpoint, NbdUri, TlsParams};
 
-/// How long one `send` may block before the writer lets the session's
-/// lock go for the reader.
-const SEND_SLICE: Duration = Duration::from_millis(5);
-
 /// The trust store Debian's `ca-certificates` keeps.
 const SYSTEM_CAS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Most ciphertext one `recv` takes (a TLS record is at most ~16.7 KiB).
 const RECV_BYTES: usize = 32 << 10;
 
+/// The session all handles share.
+#[derive(Debug)]
+struct Session {
+    tls: Mutex<ClientConnection>,
+    /// Held from taking records out of `tls` until they are sent.
+    sending: Mutex<()>,
+    /// Records the reader queued while a writer was sending.
+    queued: AtomicBool,
+}
+
 /// One handle on a TLS session over a TCP or Unix socket.
 #[derive(Debug)]
 pub struct TlsStream {
     sock: Box<Stream>,
-    session: Arc<Mutex<ClientConnection>>,
+    session: Arc<Session>,
+    /// Records taken out of the session, being sent.
+    out: Vec<u8>,
     /// Ciphertext read buffer (this handle's, allocated on first read).
     raw: Vec<u8>,
     /// Decrypted bytes not yet handed out, from `pos` on.
@@ -81,10 +92,14 @@ pub fn upgrade(mut sock: Stream, uri: &NbdUri, params: &TlsParams) -> io::Result
     while session.is_handshaking() {
         session.complete_io(&mut sock).map_err(handshake_error)?;
     }
-    set_send_timeout(&sock, Some(SEND_SLICE))?;
     Ok(Stream::Tls(TlsStream {
         sock: Box::new(sock),
-        session: Arc::new(Mutex::new(session)),
+        session: Arc::new(Session {
+            tls: Mutex::new(session),
+            sending: Mutex::new(()),
+            queued: AtomicBool::new(false),
+        }),
+        out: Vec::new(),
         raw: Vec::new(),
         plain: Vec::new(),
         pos: 0,
@@ -102,6 +117,7 @@ impl TlsStream {
         Ok(Self {
             sock: Box::new(self.sock.try_clone()?),
             session: self.session.clone(),
+            out: Vec::new(),
             raw: Vec::new(),
             plain: Vec::new(),
             pos: 0,
@@ -114,23 +130,51 @@ impl TlsStream {
         &self.sock
     }
 
-    /// Sends every record the session holds, letting the lock go
-    /// whenever the socket is full.
-    fn send_pending(&mut self) -> io::Result<()> {
+    /// Sends every record the session holds; the caller holds
+    /// `sending`. The session's lock is held only to take them out.
+    fn send_queued(&mut self) -> io::Result<()> {
         loop {
-            let mut s = self.session.lock();
-            if !s.wants_write() {
+            self.out.clear();
+            {
+                let mut s = self.session.tls.lock();
+                while s.wants_write() {
+                    s.write_tls(&mut self.out)?;
+                }
+            }
+            if self.out.is_empty() {
                 return Ok(());
             }
-            match s.write_tls(&mut *self.sock) {
-                Ok(_) => {}
-                Err(e) if is_retry(&e) => {
-                    drop(s);
-                    std::thread::yield_now();
-                }
-                Err(e) => return Err(e),
+            self.sock.write_all(&self.out)?;
+        }
+    }
+
+    /// A writer's send: then whatever the reader queued meanwhile.
+    fn send_pending(&mut self) -> io::Result<()> {
+        let session = self.session.clone();
+        loop {
+            {
+                let _sending = session.sending.lock();
+                self.send_queued()?;
+            }
+            if !session.queued.swap(false, Ordering::SeqCst) {
+                return Ok(());
             }
         }
+    }
+
+    /// The reader's send: now if no writer is sending, else by that
+    /// writer once it is done (the reader never waits for a writer).
+    fn send_from_reader(&mut self) -> io::Result<()> {
+        let session = self.session.clone();
+        if !session.tls.lock().wants_write() {
+            return Ok(());
+        }
+        session.queued.store(true, Ordering::SeqCst);
+        let Some(_sending) = session.sending.try_lock() else {
+            return Ok(());
+        };
+        session.queued.store(false, Ordering::SeqCst);
+        self.send_queued()
     }
 
     /// Waits for ciphertext, then decrypts all of it into `plain`.
@@ -152,12 +196,12 @@ impl TlsStream {
         }
         let r = self.decrypt(n);
         // Alerts and key updates the session wants to answer.
-        let sent = self.send_pending();
+        let sent = self.send_from_reader();
         r.and(sent)
     }
 
     fn decrypt(&mut self, n: usize) -> io::Result<()> {
-        let mut s = self.session.lock();
+        let mut s = self.session.tls.lock();
         let mut input = &self.raw[..n];
         while !input.is_empty() {
             s.read_tls(&mut input)?;
@@ -188,28 +232,13 @@ impl Write for TlsStream {
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        let n = self.session.lock().writer().write_vectored(bufs)?;
+        let n = self.session.tls.lock().writer().write_vectored(bufs)?;
         self.send_pending()?;
         Ok(n)
     }
 
     fn flush(&mut self) -> io::Result<()> {
         self.send_pending()
-    }
-}
-
-fn is_retry(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
-}
-
-fn set_send_timeout(s: &Stream, t: Option<Duration>) -> io::Result<()> {
-    match s {
-        Stream::Tcp(s) => s.set_write_timeout(t),
-        Stream::Unix(s) => s.set_write_timeout(t),
-        Stream::Tls(s) => set_send_timeout(s.socket(), t),
     }
 }
 
