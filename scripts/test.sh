@@ -20,9 +20,10 @@ cd "$(dirname "$0")/.."
 # verity digest`; python3-cryptography derives the casefold+encryption
 # dirhash key (HKDF-SHA512) independently of the engine; nbdkit (memory,
 # file, delay and error plugins/filters) and qemu-utils (qemu-nbd) are the
-# real servers the NBD client is tested against.
-PACKAGES="e2fsprogs attr bzip2 util-linux kmod fuse3 fuse2fs acl fio stress-ng fonts-dejavu-core git make gcc tar time python3 fsverity python3-cryptography nbdkit qemu-utils"
-TOOLS="mkfs.ext4 e2fsck debugfs dumpe2fs setfattr bzip2 mount losetup swapon fusermount3 fuse2fs setfacl fio stress-ng git make gcc tar python3 nbdkit qemu-nbd"
+# real servers the NBD client is tested against; openssl makes the X.509
+# credentials of the NBD-over-TLS tests.
+PACKAGES="e2fsprogs attr bzip2 util-linux kmod fuse3 fuse2fs acl fio stress-ng fonts-dejavu-core git make gcc tar time python3 fsverity python3-cryptography nbdkit qemu-utils openssl"
+TOOLS="mkfs.ext4 e2fsck debugfs dumpe2fs setfattr bzip2 mount losetup swapon fusermount3 fuse2fs setfacl fio stress-ng git make gcc tar python3 nbdkit qemu-nbd openssl"
 
 if [ "${1:-}" = --packages ]; then
     echo "$PACKAGES"

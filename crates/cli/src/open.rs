@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use ext4kit_engine::BlockDevice;
-use ext4kit_engine::device::nbd::{is_nbd_uri, open_image};
+use ext4kit_engine::device::nbd::{NbdUri, is_nbd_uri, open_image};
 use ext4kit_engine::device::{FileDevice, InUse, UndoDevice, UndoSync};
 use ext4kit_engine::journal::JournalDevice;
 use ext4kit_engine::{DirtyJournal, Filesystem, OpenOptions, SuperblockAt, backup_sb};
@@ -79,8 +79,8 @@ pub enum Access {
 /// # Errors
 /// The device's open error (a malformed URI, no server, a busy image).
 pub fn open_device(image: &Path, access: Access) -> std::io::Result<(Box<dyn BlockDevice>, Option<InUse>)> {
-    if let Some(uri) = image.to_str().filter(|s| is_nbd_uri(s)) {
-        return Ok((open_image(uri, access == Access::Write)?, None));
+    if let Some(uri) = export_uri(image) {
+        return Ok((open_export(uri, access == Access::Write)?, None));
     }
     let dev = match access {
         Access::Read => FileDevice::open(image, false)?,
@@ -89,6 +89,39 @@ pub fn open_device(image: &Path, access: Access) -> std::io::Result<(Box<dyn Blo
     };
     let who = dev.in_use().cloned();
     Ok((Box::new(dev), who))
+}
+
+/// The NBD URI `image` is, if it is one (`nbd://`, `nbds://`, `+unix`).
+pub fn export_uri(image: &Path) -> Option<&str> {
+    image.to_str().filter(|s| is_nbd_uri(s))
+}
+
+/// Opens an NBD export behind its block cache (`cache=` in the URI), warning loudly when TLS is asked for without
+/// checking who answers (`tls-verify-peer=false`).
+///
+/// # Errors
+/// A malformed URI, no server, a refused handshake (named).
+pub fn open_export(uri: &str, writable: bool) -> std::io::Result<Box<dyn BlockDevice>> {
+    let parsed = NbdUri::parse(uri)?;
+    if parsed.tls_unverified() {
+        log::warn!(
+            "ext4kit: WARNING: {parsed}: tls-verify-peer=false: the server's certificate is not checked; \
+             the traffic is encrypted, but anyone on the path can pose as the server"
+        );
+    }
+    open_image(uri, writable)
+}
+
+/// Refuses an NBD export for a command that needs a local image file,
+/// saying why and what to do instead.
+pub fn refuse_export(image: &Path, command: &str, why: &str) -> Result<()> {
+    if export_uri(image).is_some() {
+        anyhow::bail!(
+            "{}: `ext4kit {command}` cannot work on an NBD export: {why}",
+            image.display()
+        );
+    }
+    Ok(())
 }
 
 /// Opens the image read-only with the options the arguments ask for.
@@ -253,8 +286,8 @@ pub fn backup_hint(
     use_it: impl Fn(&backup_sb::Backup) -> String,
 ) -> Option<String> {
     let damaged = backup_sb::primary_damaged(e)?;
-    let dev = FileDevice::open(image, false).ok()?;
-    let found = backup_sb::find_backups(&dev);
+    let (dev, _) = open_device(image, Access::Read).ok()?;
+    let found = backup_sb::find_backups(dev.as_ref());
     let named = backup_sb::describe_backups(&found)?;
     Some(format!(
         "; {damaged} damaged: {named}: {}, or repair with ext4kit fsck -fy",

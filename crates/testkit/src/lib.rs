@@ -64,4 +64,5 @@ pub mod nbd;
 pub mod peer;
 pub mod rng;
 pub mod skip;
+pub mod tls;
 pub mod tools;

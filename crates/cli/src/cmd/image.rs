@@ -119,6 +119,11 @@ fn check_args(a: &Args) -> Result<()> {
 /// Writes the image and says what went into it.
 pub fn run(a: Args) -> Result<()> {
     check_args(&a)?;
+    crate::open::refuse_export(
+        &a.image,
+        "image",
+        "it reads the image file itself; copy the export to a file first (qemu-img convert)",
+    )?;
     let input = File::open(&a.image).with_context(|| format!("cannot open {}", a.image.display()))?;
     let out_path = a.out.clone().unwrap_or_else(|| a.image.clone());
     let moving = a.out.is_none();

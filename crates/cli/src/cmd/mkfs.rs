@@ -300,7 +300,7 @@ fn prepare(path: &Path, size: Option<u64>, force: bool, truncate: bool) -> Resul
 /// An NBD export keeps its size; its old contents are not known to read
 /// as zeros.
 fn prepare_nbd(uri: &str, size: Option<u64>, force: bool) -> Result<(Box<dyn BlockDevice>, bool)> {
-    let dev = ext4kit_engine::device::nbd::open_image(uri, true).with_context(|| "cannot open the export")?;
+    let dev = crate::open::open_export(uri, true).with_context(|| "cannot open the export")?;
     if let Some(s) = size.filter(|&s| s > dev.len()) {
         bail!("{uri}: {s} bytes asked, but the export holds {}", dev.len());
     }

@@ -65,6 +65,11 @@ pub fn run(a: Args) -> Result<()> {
         let image = (!a.image.is_dir()).then_some(a.image.as_path());
         return super::resize_online::run(&mp, image, a.size.as_deref());
     }
+    crate::open::refuse_export(
+        &a.image,
+        "resize",
+        "its size is the server's; resize the export there, or copy it to a file (-P works)",
+    )?;
     let size = a.size.as_deref().map(parse_size).transpose()?;
     let opts = ResizeOptions {
         force: a.force,

@@ -13,7 +13,6 @@ use anyhow::{Context, Result, bail};
 use ext4kit_engine::mkfs::parse_uuid;
 use ext4kit_engine::tune::{
     ErrorBehavior, FeatureEdit, TuneRequest, UuidChange, open_for_tune, parse_interval, parse_quota_edit, tune,
-    tune_image,
 };
 use ext4kit_format::casefold;
 
@@ -78,21 +77,37 @@ pub fn run(a: Args) -> Result<()> {
             "-z with -j/-J/has_journal is not supported: adding or removing a journal is not written through the undo file"
         );
     }
+    if jc != journal::JournalChange::None {
+        crate::open::refuse_export(
+            &a.image,
+            "tune -j/-J/-O [^]has_journal",
+            "adding or removing a journal is done on an image file",
+        )?;
+    }
     let at = || format!("{}", a.image.display());
     let mut reports: Vec<_> = journal::apply(&a.image, &jc).with_context(at)?.into_iter().collect();
     if req != TuneRequest::default() {
         reports.push(match &a.undo {
-            None => tune_image(&a.image, &req).with_context(at)?,
+            None => tune(open_tuned(&a.image).with_context(at)?, &req).with_context(at)?,
             Some(z) => {
-                let dev = open_for_tune(&a.image).with_context(at)?;
-                let bs = crate::open::fs_block_size(&dev);
+                let dev = open_tuned(&a.image).with_context(at)?;
+                let bs = crate::open::fs_block_size(dev.as_ref());
                 let sync = a.undo_sync.into();
                 let op = |d| tune(d, &req).with_context(at);
-                crate::open::with_undo_synced(Box::new(dev), Some(z), sync, &a.image, bs, op)?
+                crate::open::with_undo_synced(dev, Some(z), sync, &a.image, bs, op)?
             }
         });
     }
     reports.iter().try_for_each(print)
+}
+
+/// The image to tune: a file claimed and checked as `open_for_tune` does,
+/// or an NBD export (no lock to take: see `crate::open::open_device`).
+fn open_tuned(image: &std::path::Path) -> Result<Box<dyn ext4kit_engine::BlockDevice>> {
+    if crate::open::export_uri(image).is_some() {
+        return Ok(crate::open::open_device(image, crate::open::Access::Write)?.0);
+    }
+    Ok(Box::new(open_for_tune(image)?))
 }
 
 fn print(report: &ext4kit_engine::tune::TuneReport) -> Result<()> {

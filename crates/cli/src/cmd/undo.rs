@@ -16,7 +16,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use ext4kit_engine::BlockDevice;
 use ext4kit_engine::device::undo::replay::{ReplayOptions, UndoFile, replay};
-use ext4kit_engine::device::{FileDevice, OffsetDevice, UndoDevice};
+use ext4kit_engine::device::{OffsetDevice, UndoDevice};
+
+use crate::open::{Access, open_device};
 
 /// Arguments of `undo`.
 #[derive(clap::Args)]
@@ -66,8 +68,9 @@ pub fn run(a: Args) -> Result<()> {
         );
     }
     let offset = a.offset.unwrap_or(undo.fs_offset());
-    let dev = FileDevice::open(&a.image, !a.dry_run).with_context(|| "cannot open the image")?;
-    let dev = OffsetDevice::new(Box::new(dev), offset).with_context(|| format!("{}", a.image.display()))?;
+    let access = if a.dry_run { Access::Read } else { Access::Write };
+    let (dev, _) = open_device(&a.image, access).with_context(|| "cannot open the image")?;
+    let dev = OffsetDevice::new(dev, offset).with_context(|| format!("{}", a.image.display()))?;
     // The device starts at the file system from here on.
     undo.set_fs_offset(0);
     let (dev, saver) = save_to(Box::new(dev), &a, undo.header.fs_block_size, offset)?;

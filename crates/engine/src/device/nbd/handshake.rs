@@ -1,5 +1,6 @@
 //! The fixed newstyle handshake of one connection: greeting, client
-//! flags, then `NBD_OPT_STRUCTURED_REPLY`, `NBD_OPT_SET_META_CONTEXT`
+//! flags, `NBD_OPT_STARTTLS` for an `nbds://` URI (the rest over TLS:
+//! [`super::tls`]), then `NBD_OPT_STRUCTURED_REPLY`, `NBD_OPT_SET_META_CONTEXT`
 //! (`base:allocation`, for `NBD_CMD_BLOCK_STATUS`) and `NBD_OPT_GO`, which
 //! ends option haggling with the export's size, flags and block sizes.
 
@@ -8,16 +9,19 @@ use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use super::tls::{self, TlsStream};
 use super::uri::{Endpoint, NbdUri};
 use super::wire::{self, ExportInfo, WireError};
 
-/// A connected socket, TCP or Unix.
+/// A connected socket, TCP or Unix, or a TLS session over one.
 #[derive(Debug)]
 pub enum Stream {
     /// Over TCP.
     Tcp(TcpStream),
     /// Over a Unix socket.
     Unix(UnixStream),
+    /// TLS over either (after `NBD_OPT_STARTTLS`).
+    Tls(TlsStream),
 }
 
 impl Stream {
@@ -49,6 +53,7 @@ impl Stream {
         Ok(match self {
             Self::Tcp(s) => Self::Tcp(s.try_clone()?),
             Self::Unix(s) => Self::Unix(s.try_clone()?),
+            Self::Tls(s) => Self::Tls(s.try_clone()?),
         })
     }
 
@@ -57,6 +62,10 @@ impl Stream {
         let _ = match self {
             Self::Tcp(s) => s.shutdown(Shutdown::Both),
             Self::Unix(s) => s.shutdown(Shutdown::Both),
+            Self::Tls(s) => {
+                s.socket().shutdown();
+                Ok(())
+            }
         };
     }
 
@@ -68,6 +77,7 @@ impl Stream {
         match self {
             Self::Tcp(s) => s.set_read_timeout(t),
             Self::Unix(s) => s.set_read_timeout(t),
+            Self::Tls(s) => s.socket().set_read_timeout(t),
         }
     }
 }
@@ -77,6 +87,7 @@ impl Read for Stream {
         match self {
             Self::Tcp(s) => s.read(buf),
             Self::Unix(s) => s.read(buf),
+            Self::Tls(s) => s.read(buf),
         }
     }
 }
@@ -86,16 +97,21 @@ impl Write for Stream {
         match self {
             Self::Tcp(s) => s.write(buf),
             Self::Unix(s) => s.write(buf),
+            Self::Tls(s) => s.write(buf),
         }
     }
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Self::Tcp(s) => s.write_vectored(bufs),
             Self::Unix(s) => s.write_vectored(bufs),
+            Self::Tls(s) => s.write_vectored(bufs),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Self::Tls(s) => s.flush(),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -110,25 +126,65 @@ pub struct Negotiated {
     pub allocation_context: Option<u32>,
 }
 
-/// Runs the handshake for `export` on a freshly connected `s`.
+/// Runs the handshake for the URI's export on a freshly connected `s`,
+/// and returns the stream the transmission phase goes over (a TLS one
+/// for an `nbds://` URI).
 ///
 /// # Errors
 /// A server that is not fixed newstyle NBD, refuses the export (TLS
-/// required, no such export: named in the message), or breaks the
-/// protocol; the socket's I/O errors.
-pub fn negotiate(s: &mut Stream, export: &str) -> io::Result<Negotiated> {
+/// required, no such export: named in the message), offers no TLS when
+/// asked, fails the TLS handshake, or breaks the protocol; the socket's
+/// I/O errors.
+pub fn negotiate(mut s: Stream, uri: &NbdUri) -> io::Result<(Stream, Negotiated)> {
+    let export = uri.export.as_str();
     let mut greeting = [0u8; 18];
-    read_exact(s, &mut greeting, "greeting")?;
+    read_exact(&mut s, &mut greeting, "greeting")?;
     wire::parse_greeting(&greeting)?;
     s.write_all(&wire::CLIENT_FLAGS.to_be_bytes())?;
-    let structured = simple_option(s, wire::OPT_STRUCTURED_REPLY)?;
-    let allocation_context = if structured { meta_context(s, export)? } else { None };
-    let info = go(s, export)?;
-    Ok(Negotiated {
+    if let Some(params) = &uri.tls {
+        starttls(&mut s)?;
+        s = tls::upgrade(s, uri, params)?;
+    }
+    let structured = simple_option(&mut s, wire::OPT_STRUCTURED_REPLY)?;
+    let allocation_context = if structured {
+        meta_context(&mut s, export)?
+    } else {
+        None
+    };
+    let info = go(&mut s, export)?;
+    let negotiated = Negotiated {
         info,
         structured,
         allocation_context,
-    })
+    };
+    Ok((s, negotiated))
+}
+
+/// `NBD_OPT_STARTTLS`: an acknowledgement (with no payload) means the
+/// next bytes on the socket are the TLS handshake.
+fn starttls(s: &mut Stream) -> io::Result<()> {
+    s.write_all(&wire::encode_option(wire::OPT_STARTTLS, &[]))?;
+    let (r, p) = reply(s, wire::OPT_STARTTLS)?;
+    match r.reply {
+        wire::REP_ACK if p.is_empty() => Ok(()),
+        wire::REP_ACK => Err(WireError::Invalid(format!(
+            "NBD_OPT_STARTTLS acknowledged with {} bytes of payload, not none",
+            p.len()
+        ))
+        .into()),
+        e if wire::is_rep_err(e) => {
+            let msg = wire::error_message(&p);
+            let msg = if msg.is_empty() { msg } else { format!(" ({msg})") };
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "NBD: the server does not offer TLS: NBD_OPT_STARTTLS refused: {}{msg}",
+                    wire::rep_err_name(e)
+                ),
+            ))
+        }
+        other => Err(WireError::Invalid(format!("NBD_OPT_STARTTLS: unexpected reply type {other}")).into()),
+    }
 }
 
 fn read_exact(s: &mut Stream, buf: &mut [u8], what: &str) -> io::Result<()> {
@@ -156,7 +212,15 @@ fn reply(s: &mut Stream, option: u32) -> io::Result<(wire::OptReply, Vec<u8>)> {
 /// server does not support it.
 fn simple_option(s: &mut Stream, option: u32) -> io::Result<bool> {
     s.write_all(&wire::encode_option(option, &[]))?;
-    let (r, _) = reply(s, option)?;
+    let (r, p) = reply(s, option)?;
+    if r.reply == wire::REP_ERR_TLS_REQD {
+        return Err(WireError::OptionRefused {
+            option,
+            reply: r.reply,
+            message: wire::error_message(&p),
+        }
+        .into());
+    }
     Ok(r.reply == wire::REP_ACK)
 }
 

@@ -19,13 +19,15 @@
 //!
 //! An export has no `flock` to take: two hosts opening one image are kept
 //! apart by multi-mount protection (the `mmp` feature), as for a shared
-//! disk. TLS (`nbds://`, or a server answering `NBD_REP_ERR_TLS_REQD`) is
-//! refused with a message that says so.
+//! disk. `nbds://` speaks TLS ([`tls`]); a server answering
+//! `NBD_REP_ERR_TLS_REQD` to a plain `nbd://` URI is refused with a
+//! message that says to use `nbds://`.
 
 mod cache;
 mod client;
 mod counters;
 mod handshake;
+mod tls;
 pub mod uri;
 pub mod wire;
 
@@ -41,7 +43,7 @@ use self::client::{Connection, lost};
 use self::counters::Counters;
 pub use self::counters::NbdStats;
 use self::handshake::Stream;
-pub use self::uri::{Endpoint, NbdUri, is_nbd_uri};
+pub use self::uri::{Endpoint, NbdUri, TlsParams, is_nbd_uri};
 use self::wire::{BlockSizes, Cmd, ExportInfo, tflags};
 use super::{BlockDevice, past_end};
 
@@ -345,10 +347,9 @@ impl NbdDevice {
 }
 
 fn connect(uri: &NbdUri, opts: &NbdOptions) -> io::Result<Connection> {
-    let mut s = Stream::connect(uri)?;
+    let s = Stream::connect(uri)?;
     s.set_read_timeout(Some(opts.timeout))?;
-    let negotiated =
-        handshake::negotiate(&mut s, &uri.export).map_err(|e| io::Error::new(e.kind(), format!("{uri}: {e}")))?;
+    let (s, negotiated) = handshake::negotiate(s, uri).map_err(|e| io::Error::new(e.kind(), format!("{uri}: {e}")))?;
     Connection::start(s, negotiated, opts.max_in_flight, opts.timeout)
 }
 

@@ -36,6 +36,8 @@ pub const CLIENT_FLAGS: u32 = 0b11;
 
 /// `NBD_OPT_ABORT`.
 pub const OPT_ABORT: u32 = 2;
+/// `NBD_OPT_STARTTLS`: the rest of the connection goes over TLS.
+pub const OPT_STARTTLS: u32 = 5;
 /// `NBD_OPT_GO`.
 pub const OPT_GO: u32 = 7;
 /// `NBD_OPT_STRUCTURED_REPLY`.
@@ -50,6 +52,8 @@ pub const REP_INFO: u32 = 3;
 /// `NBD_REP_META_CONTEXT`.
 pub const REP_META_CONTEXT: u32 = 4;
 const REP_ERR: u32 = 1 << 31;
+/// `NBD_REP_ERR_TLS_REQD`: the server answers nothing but TLS.
+pub const REP_ERR_TLS_REQD: u32 = REP_ERR + 5;
 
 /// `NBD_INFO_EXPORT`: size and transmission flags.
 pub const INFO_EXPORT: u16 = 0;
@@ -193,7 +197,7 @@ impl std::error::Error for WireError {}
 impl From<WireError> for io::Error {
     fn from(e: WireError) -> Self {
         let kind = match &e {
-            WireError::OptionRefused { reply, .. } if *reply == REP_ERR + 5 => io::ErrorKind::PermissionDenied,
+            WireError::OptionRefused { reply, .. } if *reply == REP_ERR_TLS_REQD => io::ErrorKind::PermissionDenied,
             WireError::OptionRefused { reply, .. } if *reply == REP_ERR + 6 => io::ErrorKind::NotFound,
             _ => io::ErrorKind::InvalidData,
         };
@@ -204,6 +208,7 @@ impl From<WireError> for io::Error {
 fn option_name(o: u32) -> String {
     match o {
         OPT_GO => "NBD_OPT_GO".into(),
+        OPT_STARTTLS => "NBD_OPT_STARTTLS".into(),
         OPT_STRUCTURED_REPLY => "NBD_OPT_STRUCTURED_REPLY".into(),
         OPT_SET_META_CONTEXT => "NBD_OPT_SET_META_CONTEXT".into(),
         o => format!("{o}"),
@@ -217,7 +222,7 @@ pub fn rep_err_name(r: u32) -> String {
         2 => "forbidden by the server's policy".into(),
         3 => "invalid".into(),
         4 => "unsupported on the server's platform".into(),
-        5 => "the server requires TLS, which this client does not speak yet".into(),
+        5 => "the server requires TLS: use an nbds:// URI (nbds+unix:// for a Unix socket)".into(),
         6 => "no such export".into(),
         7 => "the server is shutting down".into(),
         8 => "the server requires block-size negotiation".into(),
