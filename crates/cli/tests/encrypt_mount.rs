@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use ext4kit_testkit::fscrypt;
-use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
-use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
-use ext4kit_testkit::tools::{assert_fsck_clean, require_tools};
+use ext4kit_testkit::fuse::FuseMount;
+use ext4kit_testkit::mount::LoopMount;
+use ext4kit_testkit::tools::assert_fsck_clean;
 
 const DESC: &str = "0123456789abcdef";
 const TRANSPORTS: [&str; 2] = ["transport=dev", "transport=fuser"];
@@ -38,20 +38,7 @@ fn ok(args: &[&str]) -> String {
 }
 
 fn ready() -> bool {
-    let no_enc = (!Path::new("/sys/fs/ext4/features/encryption").exists()).then(|| "no ext4 encryption".to_string());
-    for check in [
-        can_loop_mount(),
-        can_fuse_mount(),
-        require_tools(&["mkfs.ext4", "e2fsck", "python3"]),
-        no_enc.map_or(Ok(()), Err),
-    ] {
-        if let Err(why) = check {
-            ext4kit_testkit::skipped!("{why}");
-            assert!(std::env::var_os("CI").is_none(), "CI must run this: {why}");
-            return false;
-        }
-    }
-    true
+    fscrypt::ready(true)
 }
 
 fn write_key(dir: &Path) -> PathBuf {

@@ -16,9 +16,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ext4kit_testkit::fscrypt;
-use ext4kit_testkit::fuse::{FuseMount, can_fuse_mount};
-use ext4kit_testkit::mount::{LoopMount, can_loop_mount};
-use ext4kit_testkit::tools::{assert_fsck_clean, require_tools};
+use ext4kit_testkit::fuse::FuseMount;
+use ext4kit_testkit::mount::LoopMount;
+use ext4kit_testkit::tools::assert_fsck_clean;
 use rustix::fs::{AtFlags, CWD, Mode, OFlags};
 
 const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
@@ -28,20 +28,7 @@ fn exe() -> &'static Path {
 }
 
 fn ready() -> bool {
-    let no_enc = (!Path::new("/sys/fs/ext4/features/encryption").exists()).then(|| "no ext4 encryption".to_string());
-    for check in [
-        can_loop_mount(),
-        can_fuse_mount(),
-        require_tools(&["mkfs.ext4", "e2fsck", "python3"]),
-        no_enc.map_or(Ok(()), Err),
-    ] {
-        if let Err(why) = check {
-            ext4kit_testkit::skipped!("{why}");
-            assert!(std::env::var_os("CI").is_none(), "CI must run this: {why}");
-            return false;
-        }
-    }
-    true
+    fscrypt::ready(true)
 }
 
 /// The project's transports this kernel offers; io_uring is turned on

@@ -22,3 +22,26 @@ pub fn ioctl(args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
+
+/// Whether a test can have the kernel encrypt: a loop mount, ext4
+/// encryption in this kernel, the tools and the helper's python3, and a
+/// FUSE mount when `fuse` says the test needs one. Skips loudly, and
+/// fails under CI, when not.
+pub fn ready(fuse: bool) -> bool {
+    let no_enc =
+        (!std::path::Path::new("/sys/fs/ext4/features/encryption").exists()).then(|| "no ext4 encryption".to_string());
+    let fuse_check = if fuse { crate::fuse::can_fuse_mount() } else { Ok(()) };
+    for check in [
+        crate::mount::can_loop_mount(),
+        fuse_check,
+        crate::tools::require_tools(&["mkfs.ext4", "e2fsck", "python3"]),
+        no_enc.map_or(Ok(()), Err),
+    ] {
+        if let Err(why) = check {
+            crate::skipped!("{why}");
+            assert!(std::env::var_os("CI").is_none(), "CI must run this: {why}");
+            return false;
+        }
+    }
+    true
+}
